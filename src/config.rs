@@ -1,0 +1,116 @@
+//! Building a [`LockClient`]: where Redis is and how locks behave.
+
+use std::time::Duration;
+
+use fred::types::config::{Config, ReconnectPolicy};
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+
+/// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one Redis command may take before it fails with [`Error::Redis`].
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Builds a [`LockClient`]; start with [`LockClient::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> fredlock::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = fredlock::LockClient::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until build() is awaited"]
+pub struct LockClientBuilder {
+    pub(crate) url: Option<String>,
+    pub(crate) config: Option<Config>,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) reconnect_policy: ReconnectPolicy,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            url: None,
+            config: None,
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            // Forever, backing off from 100 ms to 2 s: a lock client that stops reconnecting
+            // strands every waiter and every watchdog lock.
+            reconnect_policy: ReconnectPolicy::new_exponential(0, 100, 2_000, 2),
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// The server to use: `redis://`, `rediss://`, `redis-cluster://` or `redis-sentinel://`.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// A complete fred configuration (servers, credentials, TLS); it takes precedence over
+    /// [`url`](Self::url).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// How long a lock taken without a lease lives without renewal; the watchdog renews it every
+    /// third of this. A crashed holder's lock frees itself after at most this long. Default 30 s.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis command may take before it fails. Default 5 s.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// How fred reconnects after a connection drops. Default: forever, with exponential backoff
+    /// from 100 ms to 2 s.
+    pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
+        self.reconnect_policy = policy;
+        self
+    }
+
+    /// Connects and starts the client's background tasks.
+    ///
+    /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL or a zero timeout,
+    /// and with [`Error::Redis`] when the server cannot be reached.
+    pub async fn build(self) -> Result<LockClient> {
+        if self.watchdog_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "watchdog_timeout must be greater than zero".into(),
+            ));
+        }
+        if self.command_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "command_timeout must be greater than zero".into(),
+            ));
+        }
+        LockClient::start(self).await
+    }
+
+    /// The fred configuration this builder describes.
+    pub(crate) fn redis_config(&self) -> Result<Config> {
+        match (&self.config, &self.url) {
+            (Some(config), _) => Ok(config.clone()),
+            (None, Some(url)) => Config::from_url(url)
+                .map_err(|error| Error::InvalidArgument(format!("Redis URL {url:?}: {error}"))),
+            (None, None) => Err(Error::InvalidArgument(
+                "no Redis server given: call url(..) or config(..) on the builder".into(),
+            )),
+        }
+    }
+}

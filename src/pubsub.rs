@@ -1,0 +1,303 @@
+//! Waiting without polling: one shared subscription per channel, and a local wait entry per
+//! channel whose semaphore the unlock messages feed.
+//!
+//! Two tasks per client:
+//! - the *manager* owns SUBSCRIBE and UNSUBSCRIBE. Joining and leaving only name a channel to
+//!   it; it compares which channels have wait entries with which it is subscribed to, and fixes
+//!   the difference. Orders of joins and leaves therefore cannot leave a live entry unsubscribed
+//!   or a dead one subscribed.
+//! - the *dispatcher* reads the subscriber's messages and hands each to the entry of its
+//!   channel. A reader that fell behind, or a reconnect, may have lost messages: then every
+//!   waiter is woken to try again.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use fred::clients::SubscriberClient;
+use fred::interfaces::{EventInterface, PubsubInterface};
+use fred::types::Value;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
+const WAKE_ALL_MESSAGE: i64 = 1;
+
+/// Delay before a failed SUBSCRIBE or UNSUBSCRIBE is tried again.
+const RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// The waiters of one channel in this client.
+#[derive(Debug)]
+pub(crate) struct WaitEntry {
+    permits: Semaphore,
+    waiters: AtomicUsize,
+    subscribed: AtomicBool,
+    subscribed_changed: Notify,
+}
+
+impl WaitEntry {
+    fn new() -> WaitEntry {
+        WaitEntry {
+            permits: Semaphore::new(0),
+            waiters: AtomicUsize::new(0),
+            subscribed: AtomicBool::new(false),
+            subscribed_changed: Notify::new(),
+        }
+    }
+
+    fn mark_subscribed(&self) {
+        self.subscribed.store(true, Ordering::Release);
+        self.subscribed_changed.notify_waiters();
+    }
+
+    /// Wakes one waiter, unless enough wake-ups are already pending for all of them.
+    fn wake_one(&self) {
+        if self.permits.available_permits() < self.waiters.load(Ordering::Acquire) {
+            self.permits.add_permits(1);
+        }
+    }
+
+    fn wake_all(&self) {
+        let waiters = self.waiters.load(Ordering::Acquire);
+        let pending = self.permits.available_permits();
+        if waiters > pending {
+            self.permits.add_permits(waiters - pending);
+        }
+    }
+
+    fn deliver(&self, message: &Value) {
+        if message.as_i64() == Some(WAKE_ALL_MESSAGE) {
+            self.wake_all();
+        } else {
+            self.wake_one();
+        }
+    }
+}
+
+struct Shared {
+    entries: DashMap<Arc<str>, Arc<WaitEntry>>,
+    /// Channels whose subscription the manager must check.
+    changed: UnboundedSender<Arc<str>>,
+    /// Channels the manager is subscribed to, for [`PubSub::subscriptions`].
+    subscriptions: AtomicUsize,
+}
+
+/// The client's subscriptions and wait entries.
+#[derive(Clone)]
+pub(crate) struct PubSub {
+    shared: Arc<Shared>,
+}
+
+impl PubSub {
+    /// Creates the registry and starts its two tasks, which run until `shutdown`.
+    pub(crate) fn start(
+        subscriber: SubscriberClient,
+        shutdown: CancellationToken,
+    ) -> (PubSub, Vec<tokio::task::JoinHandle<()>>) {
+        let (changed, changes) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            entries: DashMap::new(),
+            changed,
+            subscriptions: AtomicUsize::new(0),
+        });
+        let manager = tokio::spawn(manage(
+            subscriber.clone(),
+            shared.clone(),
+            changes,
+            shutdown.clone(),
+        ));
+        let dispatcher = tokio::spawn(dispatch(subscriber, shared.clone(), shutdown));
+        (PubSub { shared }, vec![manager, dispatcher])
+    }
+
+    /// Joins the waiters of `channel`, subscribing if this is the first.
+    pub(crate) fn join(&self, channel: &Arc<str>) -> Waiter {
+        let mut created = false;
+        let entry = {
+            let slot = self.shared.entries.entry(channel.clone()).or_insert_with(|| {
+                created = true;
+                Arc::new(WaitEntry::new())
+            });
+            // Counted under the shard lock, so that a leaving waiter cannot remove the entry
+            // between our lookup and our count.
+            slot.waiters.fetch_add(1, Ordering::AcqRel);
+            slot.clone()
+        };
+        if created {
+            let _ = self.shared.changed.send(channel.clone());
+        }
+        Waiter {
+            shared: self.shared.clone(),
+            channel: channel.clone(),
+            entry,
+        }
+    }
+
+    /// Channels with local waiters.
+    pub(crate) fn wait_entries(&self) -> usize {
+        self.shared.entries.len()
+    }
+
+    /// Channels this client is subscribed to.
+    pub(crate) fn subscriptions(&self) -> usize {
+        self.shared.subscriptions.load(Ordering::Acquire)
+    }
+}
+
+/// One waiter's membership of a channel's wait entry; leaving (drop) unsubscribes with the last.
+pub(crate) struct Waiter {
+    shared: Arc<Shared>,
+    channel: Arc<str>,
+    entry: Arc<WaitEntry>,
+}
+
+impl Waiter {
+    /// Waits until the channel's subscription is confirmed, or `until`. Attempting only after
+    /// this closes the race with an unlock published before the subscription existed.
+    pub(crate) async fn subscribed(&self, until: Option<Instant>) -> bool {
+        loop {
+            let changed = self.entry.subscribed_changed.notified();
+            if self.entry.subscribed.load(Ordering::Acquire) {
+                return true;
+            }
+            match until {
+                Some(until) => {
+                    if tokio::time::timeout_at(until, changed).await.is_err() {
+                        return false;
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    /// Waits for a wake-up or until `until`; true when woken by a message.
+    pub(crate) async fn wait(&self, until: Instant) -> bool {
+        match tokio::time::timeout_at(until, self.entry.permits.acquire()).await {
+            Ok(Ok(permit)) => {
+                permit.forget();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let removed = self.shared.entries.remove_if(&self.channel, |_, entry| {
+            Arc::ptr_eq(entry, &self.entry) && entry.waiters.fetch_sub(1, Ordering::AcqRel) == 1
+        });
+        if removed.is_some() {
+            let _ = self.shared.changed.send(self.channel.clone());
+        }
+    }
+}
+
+async fn manage(
+    subscriber: SubscriberClient,
+    shared: Arc<Shared>,
+    mut changes: UnboundedReceiver<Arc<str>>,
+    shutdown: CancellationToken,
+) {
+    let mut subscribed: HashSet<Arc<str>> = HashSet::new();
+    let mut retry: HashSet<Arc<str>> = HashSet::new();
+    loop {
+        let mut pending: HashSet<Arc<str>> = std::mem::take(&mut retry);
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = changes.recv() => match changed {
+                Some(channel) => { pending.insert(channel); }
+                None => break,
+            },
+            _ = tokio::time::sleep(RETRY_DELAY), if !pending.is_empty() => {}
+        }
+        // Fold everything queued meanwhile into one SUBSCRIBE and one UNSUBSCRIBE.
+        while let Ok(channel) = changes.try_recv() {
+            pending.insert(channel);
+        }
+        let mut subscribe = Vec::new();
+        let mut unsubscribe = Vec::new();
+        for channel in pending {
+            let wanted = shared.entries.get(&channel).map(|entry| entry.clone());
+            match (wanted, subscribed.contains(&channel)) {
+                (Some(entry), true) => entry.mark_subscribed(),
+                (Some(_), false) => subscribe.push(channel),
+                (None, true) => unsubscribe.push(channel),
+                (None, false) => {}
+            }
+        }
+        if !subscribe.is_empty() {
+            let names: Vec<String> = subscribe.iter().map(|c| c.to_string()).collect();
+            match subscriber.subscribe(names).await {
+                Ok(()) => {
+                    for channel in subscribe {
+                        if let Some(entry) = shared.entries.get(&channel) {
+                            entry.mark_subscribed();
+                        }
+                        subscribed.insert(channel);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, channels = subscribe.len(), "subscribe failed; retrying");
+                    retry.extend(subscribe);
+                }
+            }
+        }
+        if !unsubscribe.is_empty() {
+            let names: Vec<String> = unsubscribe.iter().map(|c| c.to_string()).collect();
+            match subscriber.unsubscribe(names).await {
+                Ok(()) => {
+                    // A waiter that joined meanwhile queued its channel again, so the next
+                    // pass subscribes anew.
+                    for channel in &unsubscribe {
+                        subscribed.remove(channel);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, channels = unsubscribe.len(), "unsubscribe failed; retrying");
+                    retry.extend(unsubscribe);
+                }
+            }
+        }
+        shared
+            .subscriptions
+            .store(subscribed.len(), Ordering::Release);
+    }
+}
+
+async fn dispatch(subscriber: SubscriberClient, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let mut messages = subscriber.message_rx();
+    let mut reconnects = subscriber.reconnect_rx();
+    let wake_everyone = |shared: &Shared| {
+        for entry in shared.entries.iter() {
+            entry.wake_all();
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            message = messages.recv() => match message {
+                Ok(message) => {
+                    if let Some(entry) = shared.entries.get(&*message.channel) {
+                        entry.deliver(&message.value);
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::debug!(missed, "pub/sub reader fell behind; waking every waiter");
+                    wake_everyone(&shared);
+                }
+                Err(RecvError::Closed) => break,
+            },
+            reconnect = reconnects.recv() => match reconnect {
+                Ok(_) | Err(RecvError::Lagged(_)) => wake_everyone(&shared),
+                Err(RecvError::Closed) => break,
+            },
+        }
+    }
+}

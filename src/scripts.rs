@@ -1,0 +1,57 @@
+//! The Lua scripts in `lua/`, compiled in and run with `EVALSHA`, falling back on `EVAL` when
+//! the server does not have them cached (after a restart, a `SCRIPT FLUSH` or a failover).
+
+use std::sync::LazyLock;
+
+use fred::clients::Client;
+use fred::interfaces::LuaInterface;
+use fred::types::{FromValue, Key, Value};
+
+/// A script whose SHA1 is computed once per process.
+pub(crate) struct Script {
+    body: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(body: &'static str) -> Script {
+        Script {
+            body,
+            sha: fred::util::sha1_hash(body),
+        }
+    }
+
+    /// Runs the script: one round trip when the server has it cached, two the first time.
+    ///
+    /// `Key` and `Value` hold reference-counted bytes, so keeping a copy for the fallback costs
+    /// no allocation.
+    pub(crate) async fn run<R: FromValue>(
+        &self,
+        redis: &Client,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Result<R, fred::error::Error> {
+        match redis
+            .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
+            .await
+        {
+            Err(error) if error.details().starts_with("NOSCRIPT") => {
+                redis.eval(self.body, keys, args).await
+            }
+            other => other,
+        }
+    }
+}
+
+/// Takes or re-enters a reentrant lock.
+pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_acquire.lua")));
+/// Gives back one hold of a reentrant lock.
+pub(crate) static LOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_release.lua")));
+/// Extends many watchdog-held locks in one call.
+pub(crate) static LOCK_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_renew.lua")));
+/// Deletes a lock whoever holds it.
+pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/lock_force_unlock.lua")));

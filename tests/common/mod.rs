@@ -1,0 +1,191 @@
+//! Test harness: throw-away `redis-server` processes on free loopback ports.
+//!
+//! Every server runs in its own temporary directory with persistence off, is killed when its
+//! handle drops, and can be killed and started again on the same port.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+
+/// Upper bound for any single test.
+pub const TEST_LIMIT: Duration = Duration::from_secs(90);
+
+/// Runs a test body with a time limit, so a hang fails instead of blocking the suite.
+pub async fn bounded<F: Future<Output = ()>>(body: F) {
+    if tokio::time::timeout(TEST_LIMIT, body).await.is_err() {
+        panic!("test exceeded {TEST_LIMIT:?}");
+    }
+}
+
+/// A `redis-server` child process on 127.0.0.1.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "fredlock-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create server directory");
+        // Another process may take the port between our probe and the server's bind: retry.
+        for _ in 0..10 {
+            let port = free_port();
+            let mut server = RedisServer {
+                port,
+                dir: dir.clone(),
+                child: None,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server (is it on PATH?)");
+    }
+
+    /// The `redis://` URL of this server.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server (SIGKILL): no clean shutdown, no goodbye to clients.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn start_again(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    fn spawn(&mut self) -> bool {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            return false;
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false; // exited: most likely the port was taken
+            }
+            if ping(self.port) {
+                self.child = Some(child);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// A plain fred client on this server, for checking what fredlock wrote.
+    pub async fn raw(&self) -> Client {
+        let client = Builder::from_config(Config::from_url(&self.url()).unwrap())
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+        client
+    }
+
+    /// A fredlock client with the given watchdog timeout.
+    pub async fn lock_client(&self, watchdog: Duration) -> fredlock::LockClient {
+        fredlock::LockClient::builder()
+            .url(self.url())
+            .watchdog_timeout(watchdog)
+            .build()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+static NEXT_DIR: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn free_port() -> u16 {
+    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("find a free port")
+}
+
+fn ping(port: u16) -> bool {
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut reply = [0u8; 7];
+    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+}
+
+/// Polls `check` every 20 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads one line from a child's stdout (used by the crash test's helper process).
+pub fn read_line(child: &mut Child) -> String {
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    let mut line = String::new();
+    let _ = BufReader::new(stdout).read_line(&mut line);
+    line
+}

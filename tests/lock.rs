@@ -1,0 +1,711 @@
+//! Acceptance tests of the reentrant lock against real `redis-server` processes.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{bounded, eventually, RedisServer};
+use fred::prelude::*;
+use fredlock::{Error, LockClient, OwnerId};
+use rand::Rng;
+use tokio::time::Instant;
+
+const DEFAULT_WATCHDOG: Duration = fredlock::DEFAULT_WATCHDOG_TIMEOUT;
+
+/// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_of_read_sleep_write() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let client = server.lock_client(DEFAULT_WATCHDOG).await;
+            for _ in 0..8 {
+                let lock = client.lock("counter-lock");
+                let raw = raw.clone();
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..50 {
+                        let guard = lock.lock().await.unwrap();
+                        let value: Option<i64> = raw.get("counter").await.unwrap();
+                        tokio::time::sleep(Duration::from_micros(200)).await;
+                        let _: () = raw
+                            .set("counter", value.unwrap_or(0) + 1, None, None, false)
+                            .await
+                            .unwrap();
+                        guard.unlock().await.unwrap();
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let total: i64 = raw.get("counter").await.unwrap();
+        assert_eq!(total, 1200);
+    })
+    .await;
+}
+
+/// 2. Reentrancy: the hash's count follows the nesting depth; the key goes with the last unlock;
+/// nobody but the owner can release it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrant_hold_count_and_foreign_unlock() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let lock = client.lock("reentrant");
+        let field = client.owner_field(OwnerId::current());
+
+        let mut guards = Vec::new();
+        for depth in 1..=3u32 {
+            guards.push(lock.lock().await.unwrap());
+            let count: u32 = raw.hget("reentrant", &field).await.unwrap();
+            assert_eq!(count, depth);
+            assert_eq!(lock.hold_count().await.unwrap(), depth);
+        }
+        assert!(lock.is_held_by_current_task().await.unwrap());
+
+        // Another owner (another task) holds nothing and cannot take it meanwhile.
+        let other = lock.clone();
+        let seen = tokio::spawn(async move {
+            let none = other.try_lock(Duration::ZERO, None).await.unwrap();
+            (none.is_none(), other.hold_count().await.unwrap())
+        })
+        .await
+        .unwrap();
+        assert_eq!(seen, (true, 0));
+
+        // The release script run for another owner's field is refused and changes nothing.
+        let foreign = client.owner_field(OwnerId::unique());
+        let reply: Option<i64> = raw
+            .eval(
+                include_str!("../lua/lock_release.lua"),
+                vec!["reentrant", "redisson_lock__channel:{reentrant}"],
+                vec!["0".to_string(), "30000".to_string(), foreign],
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply, None);
+        let count: u32 = raw.hget("reentrant", &field).await.unwrap();
+        assert_eq!(count, 3);
+
+        for depth in (0..3u32).rev() {
+            guards.pop().unwrap().unlock().await.unwrap();
+            let exists: bool = raw.exists("reentrant").await.unwrap();
+            assert_eq!(exists, depth > 0);
+            if depth > 0 {
+                let count: u32 = raw.hget("reentrant", &field).await.unwrap();
+                assert_eq!(count, depth);
+            }
+        }
+    })
+    .await;
+}
+
+/// 2b. A stale guard (its lock lost and since taken by another owner) cannot release the new
+/// owner's lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_guard_cannot_release_another_owners_lock() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = server.lock_client(Duration::from_millis(900)).await;
+        let other = server.lock_client(DEFAULT_WATCHDOG).await;
+        let stale = holder.lock("stale").lock().await.unwrap();
+        let _: i64 = raw.del("stale").await.unwrap();
+        let fresh = other.lock("stale").lock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(2), stale.lost())
+            .await
+            .unwrap();
+        assert!(matches!(stale.unlock().await, Err(Error::NotHeld { .. })));
+        assert!(other.lock("stale").is_locked().await.unwrap());
+        assert!(!fresh.is_lost());
+        fresh.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 3. Watchdog: a 1 s watchdog keeps a lock for 5 s; no renewal brings it back after unlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_lock_and_stops_after_unlock() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = server.lock_client(Duration::from_secs(1)).await;
+        let other = server.lock_client(Duration::from_secs(1)).await;
+        let guard = holder.lock("watched").lock().await.unwrap();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            let attempt = other
+                .lock("watched")
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap();
+            assert!(attempt.is_none(), "lock taken while its holder lived");
+            let ttl: i64 = raw.pttl("watched").await.unwrap();
+            assert!(ttl > 0 && ttl <= 1000, "ttl {ttl}");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(!guard.is_lost());
+        guard.unlock().await.unwrap();
+        for _ in 0..10 {
+            let exists: bool = raw.exists("watched").await.unwrap();
+            assert!(!exists, "a renewal re-created the released lock");
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    })
+    .await;
+}
+
+/// 4. A fixed lease ends by itself; another client then acquires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_lease_expires() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let other = server.lock_client(DEFAULT_WATCHDOG).await;
+        let guard = holder
+            .lock("leased")
+            .lock_with_lease(Duration::from_millis(300))
+            .await
+            .unwrap();
+        assert_eq!(guard.lease(), Some(Duration::from_millis(300)));
+        let started = Instant::now();
+        let taken = other
+            .lock("leased")
+            .try_lock(Duration::from_secs(3), None)
+            .await
+            .unwrap()
+            .expect("acquired after the lease ended");
+        let waited = started.elapsed();
+        assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+        assert!(guard.is_lost(), "the holder learns that its lease ended");
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        assert!(!taken.is_lost());
+        taken.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 5. A waiter is woken by the unlock message, not by the 30 s TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_wakes_promptly_on_unlock() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let guard = holder.lock("prompt").lock().await.unwrap();
+        let lock = waiter_client.lock("prompt");
+        let waiter = tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let at = Instant::now();
+            guard.unlock().await.unwrap();
+            at
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                waiter_client.stats().subscriptions == 1
+            })
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        guard.unlock().await.unwrap();
+        let unlocked = Instant::now();
+        let acquired = waiter.await.unwrap();
+        let latency = acquired.duration_since(unlocked);
+        assert!(latency <= Duration::from_millis(250), "woke after {latency:?}");
+    })
+    .await;
+}
+
+/// 6. A missed message (plain DEL, nothing published) costs at most the lock's remaining TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_message_costs_at_most_the_ttl() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = server.lock_client(Duration::from_secs(2)).await;
+        let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let _guard = holder.lock("missed").lock().await.unwrap();
+        let lock = waiter_client.lock("missed");
+        let waiter = tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let at = Instant::now();
+            guard.unlock().await.unwrap();
+            at
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let ttl: i64 = raw.pttl("missed").await.unwrap();
+        let _: i64 = raw.del("missed").await.unwrap();
+        let deleted = Instant::now();
+        let acquired = waiter.await.unwrap();
+        let waited = acquired.duration_since(deleted);
+        let bound = Duration::from_millis(ttl as u64 + 300);
+        assert!(waited <= bound, "waited {waited:?}, remaining ttl was {ttl} ms");
+    })
+    .await;
+}
+
+/// 7. try_lock gives up after about `wait` when held, and succeeds at once when free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_lock_waits_about_wait() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let other = server.lock_client(DEFAULT_WATCHDOG).await;
+        let free = Instant::now();
+        let guard = holder
+            .lock("try")
+            .try_lock(Duration::from_secs(2), None)
+            .await
+            .unwrap()
+            .expect("free lock");
+        assert!(free.elapsed() < Duration::from_millis(200));
+
+        let started = Instant::now();
+        let none = other
+            .lock("try")
+            .try_lock(Duration::from_millis(500), None)
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        assert!(none.is_none());
+        assert!(waited >= Duration::from_millis(500), "gave up after {waited:?}");
+        assert!(waited < Duration::from_millis(900), "gave up after {waited:?}");
+        assert_eq!(other.stats().wait_entries, 0);
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 8. A lock deleted behind its holder's back is reported lost within a watchdog period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_lock_is_reported() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let watchdog = Duration::from_millis(1500);
+        let holder = server.lock_client(watchdog).await;
+        let guard = holder.lock("lost").lock().await.unwrap();
+        let token = guard.cancellation_token();
+        let _: i64 = raw.del("lost").await.unwrap();
+        let deleted = Instant::now();
+        tokio::time::timeout(watchdog / 3 + Duration::from_millis(500), guard.lost())
+            .await
+            .expect("lost() completes");
+        assert!(deleted.elapsed() <= watchdog / 3 + Duration::from_millis(500));
+        assert!(guard.is_lost());
+        assert!(token.is_cancelled());
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    })
+    .await;
+}
+
+/// Helper process for `crashed_holder_frees_lock`: takes the lock, says so, waits to be killed.
+#[tokio::test]
+#[ignore = "run by crashed_holder_frees_lock as a child process"]
+async fn crash_child_holds_lock() {
+    let Ok(url) = std::env::var("FREDLOCK_CRASH_URL") else {
+        return;
+    };
+    let client = LockClient::builder()
+        .url(url)
+        .watchdog_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let _guard = client.lock("crash").lock().await.unwrap();
+    println!("LOCKED");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+/// 9. A holder killed with SIGKILL frees its lock within the watchdog timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_holder_frees_lock() {
+    bounded(async {
+        let server = RedisServer::start();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "crash_child_holds_lock", "--nocapture"])
+            .env("FREDLOCK_CRASH_URL", server.url())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let line = tokio::task::spawn_blocking({
+            let mut stdout = child.stdout.take().unwrap();
+            move || {
+                use std::io::BufRead;
+                let mut reader = std::io::BufReader::new(&mut stdout);
+                let mut line = String::new();
+                while !line.contains("LOCKED") {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                }
+                line
+            }
+        })
+        .await
+        .unwrap();
+        assert!(line.contains("LOCKED"), "child did not take the lock");
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        assert!(client.lock("crash").is_locked().await.unwrap());
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let killed = Instant::now();
+        let guard = client
+            .lock("crash")
+            .try_lock(Duration::from_secs(5), None)
+            .await
+            .unwrap()
+            .expect("the crashed holder's lock frees itself");
+        assert!(killed.elapsed() <= Duration::from_secs(2) + Duration::from_millis(500));
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 10. 200 lock() futures cancelled at random points leave no hold, entry or subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_acquisitions_leave_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder_client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let holder = {
+            let lock = holder_client.lock("cancel");
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let guard = lock.lock().await.unwrap();
+                    let hold = rand::thread_rng().gen_range(0..3000);
+                    tokio::time::sleep(Duration::from_micros(hold)).await;
+                    guard.unlock().await.unwrap();
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let mut tasks = Vec::new();
+        for _ in 0..200 {
+            let lock = client.lock("cancel");
+            let after = Duration::from_micros(rand::thread_rng().gen_range(0..5000));
+            tasks.push(tokio::spawn(async move {
+                // Whatever it got before being cancelled is released when the guard drops.
+                let _ = tokio::time::timeout(after, lock.lock()).await;
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        holder.await.unwrap();
+        let clean = eventually(Duration::from_secs(5), || async {
+            let exists: bool = raw.exists("cancel").await.unwrap();
+            let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+            let stats = client.stats();
+            !exists && channels.is_empty() && stats.wait_entries == 0 && stats.held == 0
+        })
+        .await;
+        let fields: std::collections::HashMap<String, i64> = raw.hgetall("cancel").await.unwrap();
+        assert!(
+            clean,
+            "left behind: fields {fields:?}, stats {:?}",
+            client.stats()
+        );
+    })
+    .await;
+}
+
+/// 11. Dropping a guard releases the lock; a guard moved to another task unlocks there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_and_moved_guards_release() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let other = server.lock_client(DEFAULT_WATCHDOG).await;
+
+        let guard = client.lock("dropped").lock().await.unwrap();
+        drop(guard);
+        let started = Instant::now();
+        let taken = other
+            .lock("dropped")
+            .try_lock(Duration::from_secs(2), None)
+            .await
+            .unwrap()
+            .expect("the dropped guard released the lock");
+        assert!(started.elapsed() < Duration::from_millis(250));
+        taken.unlock().await.unwrap();
+
+        let guard = client.lock("moved").lock().await.unwrap();
+        tokio::spawn(async move { guard.unlock().await })
+            .await
+            .unwrap()
+            .unwrap();
+        let exists: bool = raw.exists("moved").await.unwrap();
+        assert!(!exists);
+    })
+    .await;
+}
+
+/// 12. Redisson's layout: a hash with field `<client uuid>:<digits>`, and `0` published on
+/// `redisson_lock__channel:{name}` once, on the final unlock only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_layout_matches_redisson() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let subscriber = Builder::from_config(Config::from_url(&server.url()).unwrap())
+            .build_subscriber_client()
+            .unwrap();
+        subscriber.init().await.unwrap();
+        let mut messages = subscriber.message_rx();
+        subscriber
+            .subscribe("redisson_lock__channel:{layout}")
+            .await
+            .unwrap();
+
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let lock = client.lock("layout");
+        let outer = lock.lock().await.unwrap();
+        let inner = lock.lock().await.unwrap();
+
+        let kind: String = raw.r#type("layout").await.unwrap();
+        assert_eq!(kind, "hash");
+        let fields: std::collections::HashMap<String, i64> = raw.hgetall("layout").await.unwrap();
+        assert_eq!(fields.len(), 1);
+        let (field, count) = fields.into_iter().next().unwrap();
+        assert_eq!(count, 2);
+        let (uuid, owner) = field.rsplit_once(':').unwrap();
+        assert_eq!(uuid, client.id().hyphenated().to_string());
+        assert!(!owner.is_empty() && owner.bytes().all(|b| b.is_ascii_digit()));
+
+        inner.unlock().await.unwrap();
+        outer.unlock().await.unwrap();
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while let Ok(Ok(message)) = tokio::time::timeout_at(deadline, messages.recv()).await {
+            seen.push(message.value.as_string().unwrap_or_default());
+        }
+        assert_eq!(seen, vec!["0".to_string()]);
+    })
+    .await;
+}
+
+/// A hold written the way Redisson writes it excludes fredlock, and Redisson's unlock message
+/// wakes fredlock's waiter; fredlock's hold fails Redisson's acquire condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interoperates_with_redisson_layout() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let java_field = "6a2c1e5e-4b8f-4f0e-9a8e-3d2b1c0f9e8d:57";
+        let _: () = raw.hset("shared", (java_field, 1)).await.unwrap();
+        let _: bool = raw.pexpire("shared", 30_000, None).await.unwrap();
+
+        assert!(client
+            .lock("shared")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        let lock = client.lock("shared");
+        let waiter = tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            (Instant::now(), guard)
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async { client.stats().subscriptions == 1 }).await
+        );
+        // Redisson's unlock: delete, publish 0 on the channel.
+        let _: i64 = raw.del("shared").await.unwrap();
+        let _: i64 = raw
+            .publish("redisson_lock__channel:{shared}", 0)
+            .await
+            .unwrap();
+        let released = Instant::now();
+        let (acquired, guard) = waiter.await.unwrap();
+        assert!(acquired.duration_since(released) < Duration::from_millis(250));
+
+        // Redisson's acquire condition (key absent, or own field present) is false now.
+        let exists: bool = raw.exists("shared").await.unwrap();
+        let java_holds: bool = raw.hexists("shared", java_field).await.unwrap();
+        assert!(exists && !java_holds);
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 13. After 1000 contended acquisitions over 50 names nothing stays subscribed or waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn subscriptions_do_not_leak() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let clients = [
+            server.lock_client(DEFAULT_WATCHDOG).await,
+            server.lock_client(DEFAULT_WATCHDOG).await,
+        ];
+        let mut tasks = Vec::new();
+        for client in &clients {
+            for _ in 0..10 {
+                let client = client.clone();
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..50 {
+                        let name = format!("hygiene:{}", rand::thread_rng().gen_range(0..50));
+                        let guard = client.lock(name).lock().await.unwrap();
+                        tokio::time::sleep(Duration::from_micros(300)).await;
+                        guard.unlock().await.unwrap();
+                    }
+                }));
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let clean = eventually(Duration::from_secs(5), || async {
+            let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+            channels.is_empty()
+                && clients
+                    .iter()
+                    .all(|c| c.stats().wait_entries == 0 && c.stats().subscriptions == 0)
+        })
+        .await;
+        assert!(clean, "{:?}", clients.iter().map(|c| c.stats()).collect::<Vec<_>>());
+    })
+    .await;
+}
+
+/// 14. Redis killed and restarted on the same port while a task waits: the waiter acquires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_survives_redis_restart() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let holder = server.lock_client(Duration::from_secs(3)).await;
+        let waiter_client = server.lock_client(Duration::from_secs(3)).await;
+        let guard = holder.lock("restart").lock().await.unwrap();
+        let lock = waiter_client.lock("restart");
+        let waiter = tokio::spawn(async move { lock.lock().await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        // While Redis is down, a single attempt reports the failure.
+        let down = waiter_client
+            .lock("other")
+            .try_lock(Duration::ZERO, None)
+            .await;
+        assert!(matches!(down, Err(Error::Redis { .. })), "{down:?}");
+        server.start_again();
+
+        let acquired = tokio::time::timeout(Duration::from_secs(15), waiter)
+            .await
+            .expect("waiter acquires after the restart")
+            .unwrap()
+            .expect("lock() succeeds");
+        // The restarted server lost the holder's lock; its watchdog says so.
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("holder learns of the loss");
+        acquired.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 15. Bad input is refused before Redis is touched; a key of another type is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_rejected() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+
+        let empty = client.lock("");
+        assert!(matches!(empty.lock().await, Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            empty.try_lock(Duration::ZERO, None).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(empty.is_locked().await, Err(Error::InvalidArgument(_))));
+        let lock = client.lock("fine");
+        assert!(matches!(
+            lock.lock_with_lease(Duration::ZERO).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            lock.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        let zero_watchdog = LockClient::builder()
+            .url(server.url())
+            .watchdog_timeout(Duration::ZERO)
+            .build()
+            .await;
+        assert!(matches!(zero_watchdog, Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            LockClient::connect("not a url").await,
+            Err(Error::InvalidArgument(_))
+        ));
+
+        let _: () = raw
+            .set("a-string", "payload", None, None, false)
+            .await
+            .unwrap();
+        let string = client.lock("a-string");
+        let wrong = |r: &Result<_, Error>| matches!(r, Err(Error::WrongType { lock }) if lock == "a-string");
+        assert!(wrong(&string.lock().await.map(|_| ())));
+        assert!(wrong(&string.try_lock(Duration::from_millis(200), None).await.map(|_| ())));
+        assert!(wrong(&string.lock_with_lease(Duration::from_secs(1)).await.map(|_| ())));
+        assert!(wrong(&string.hold_count().await.map(|_| ())));
+        assert!(wrong(&string.force_unlock().await.map(|_| ())));
+        let value: String = raw.get("a-string").await.unwrap();
+        let ttl: i64 = raw.pttl("a-string").await.unwrap();
+        assert_eq!((value.as_str(), ttl), ("payload", -1));
+        assert_eq!(client.stats().wait_entries, 0);
+    })
+    .await;
+}
+
+/// Query methods, force_unlock, and shutdown behave as documented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_force_unlock_and_shutdown() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let other = server.lock_client(DEFAULT_WATCHDOG).await;
+        let lock = client.lock("queries");
+        assert!(!lock.is_locked().await.unwrap());
+        assert_eq!(lock.remaining_ttl().await.unwrap(), None);
+        assert!(!lock.force_unlock().await.unwrap());
+
+        let guard = lock.lock().await.unwrap();
+        assert!(lock.is_locked().await.unwrap());
+        let ttl = lock.remaining_ttl().await.unwrap().unwrap();
+        assert!(ttl > Duration::from_secs(25) && ttl <= DEFAULT_WATCHDOG);
+
+        // A waiter elsewhere is woken by force_unlock.
+        let waiting = other.lock("queries");
+        let waiter = tokio::spawn(async move { waiting.lock().await.map(|g| (Instant::now(), g)) });
+        assert!(eventually(Duration::from_secs(5), || async { other.stats().subscriptions == 1 }).await);
+        assert!(other.lock("queries").force_unlock().await.unwrap());
+        let forced = Instant::now();
+        let (at, taken) = waiter.await.unwrap().unwrap();
+        assert!(at.duration_since(forced) < Duration::from_millis(250));
+        drop(taken);
+
+        // Shutdown marks live guards lost and refuses later work.
+        client.shutdown().await;
+        assert!(guard.is_lost());
+        assert!(matches!(lock.lock().await, Err(Error::Shutdown)));
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        client.shutdown().await; // again: nothing happens
+    })
+    .await;
+}

@@ -392,19 +392,38 @@ async fn cancelled_acquisitions_leave_nothing() {
             })
         };
         let mut tasks = Vec::new();
-        for _ in 0..200 {
+        for i in 0..200 {
             let lock = client.lock("cancel");
-            let after = Duration::from_micros(rand::thread_rng().gen_range(0..5000));
+            // Timers tick in milliseconds, longer than a round trip on loopback; yields cancel
+            // at finer points, inside the acquire script's round trip too.
+            let (yields, after) = {
+                let mut rng = rand::thread_rng();
+                (rng.gen_range(0..400), Duration::from_micros(rng.gen_range(0..4000)))
+            };
             tasks.push(tokio::spawn(async move {
                 // Whatever it got before being cancelled is released when the guard drops.
-                let _ = tokio::time::timeout(after, lock.lock()).await;
+                if i % 2 == 0 {
+                    tokio::select! {
+                        _ = lock.lock() => {}
+                        _ = async { for _ in 0..yields { tokio::task::yield_now().await } } => {}
+                    }
+                } else {
+                    let _ = tokio::time::timeout(after, lock.lock()).await;
+                }
             }));
+            if i % 10 == 9 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
         }
         for task in tasks {
             task.await.unwrap();
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        holder.await.unwrap();
+        // A hold leaked by a cancelled acquire would stall the holder for a whole 30 s lease.
+        tokio::time::timeout(Duration::from_secs(5), holder)
+            .await
+            .expect("the holder was not blocked by a leaked hold")
+            .unwrap();
         let clean = eventually(Duration::from_secs(5), || async {
             let exists: bool = raw.exists("cancel").await.unwrap();
             let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();

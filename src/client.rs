@@ -21,8 +21,8 @@ use crate::holds::Holds;
 use crate::lock::Lock;
 use crate::owner::OwnerId;
 use crate::pubsub::PubSub;
-use crate::watchdog::Watchdog;
 use crate::releaser;
+use crate::watchdog::Watchdog;
 
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
@@ -240,13 +240,22 @@ impl LockClient {
         let core = &self.handle.core;
         core.shutdown.cancel();
         self.handle.resubscriber.abort();
-        let tasks = std::mem::take(&mut *self.handle.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        let tasks = std::mem::take(
+            &mut *self
+                .handle
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         if tasks.is_empty() {
             return;
         }
         for task in tasks {
             let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(3), task).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(3), task)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }

@@ -1,6 +1,78 @@
-//! Distributed locks on Redis for async Rust, wire compatible with Redisson's `RLock` family.
+//! Distributed locks on Redis for async Rust, in the model of Redisson's `RLock` family and
+//! wire compatible with it: a Java service using Redisson and a Rust service using fredlock
+//! exclude each other on the same lock name and wake each other's waiters.
 //!
-//! PLACEHOLDER
+//! ```no_run
+//! # async fn demo() -> fredlock::Result<()> {
+//! use std::time::Duration;
+//!
+//! let client = fredlock::LockClient::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.lock("orders:1001");
+//!
+//! let guard = lock.lock().await?;        // waits as long as needed; the watchdog keeps it alive
+//! // ... charge the order once ...
+//! guard.unlock().await?;                 // released; waiters are woken at once
+//!
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
+//!     // held for at most 10 s (no watchdog), after waiting at most 2 s
+//!     guard.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Moving parts
+//!
+//! One [`LockClient`] per process owns a command connection, one subscriber connection shared
+//! by all waiters, a watchdog task that renews every watchdog-held lock every
+//! `watchdog_timeout / 3` (up to 100 locks per script call), and a task that releases dropped
+//! guards. Locks ([`Lock`]) are cheap handles; acquiring one returns a [`LockGuard`].
+//!
+//! - An uncontended acquire is one Redis round trip (`EVALSHA`), and so is a release.
+//! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most
+//!   until the holder's lease would end, so a lost message costs time, never a hang.
+//! - Every async method documents its cancel safety. Dropping a `lock()` future never leaves a
+//!   hold behind; dropping a guard releases it within milliseconds.
+//!
+//! # Owners and reentrancy
+//!
+//! A hold belongs to `<client uuid>:<owner id>`, where the owner id is the current tokio task
+//! (see [`OwnerId`]). The same task locking twice gets hold count 2. Futures joined inside one
+//! task share its owner and therefore do not exclude each other; spawn a task per contender or
+//! pin owners with [`Lock::with_owner`].
+//!
+//! # Guarantees and their limits
+//!
+//! fredlock never lets two owners hold a lock at once *as far as the Redis server it talks to
+//! knows*. Outside that, the usual limits of Redis locks apply:
+//!
+//! - **Replication is asynchronous.** If the master fails after granting a lock and before the
+//!   replica received it, the promoted replica may grant it again. Use Redlock over independent
+//!   masters where that matters.
+//! - **Pauses.** A holder stalled longer than its lease (GC, swap, a stopped VM, a blocked
+//!   runtime thread) may resume believing it holds a lock that has expired and been taken. The
+//!   watchdog narrows this (it tells the guard via [`LockGuard::lost`]), but cannot close it:
+//!   a check and a write are never atomic with respect to a lease. This is why **fencing
+//!   tokens** exist: the protected resource rejects writes carrying an older token than it has
+//!   seen.
+//! - **Leases.** A crashed holder's lock frees itself only when its lease ends (the watchdog
+//!   timeout for [`Lock::lock`]). A connection failure in the middle of an acquire or release
+//!   leaves its outcome unknown; the lock is then freed by its lease at the latest.
+//! - **Clocks.** Leases are Redis TTLs, measured by the server. The client estimates expiry from
+//!   the moment it sent a command, which errs on the early side.
+//!
+//! # Redisson compatibility
+//!
+//! A lock named `name` is a hash at key `name` with field `<client uuid>:<owner id>` holding the
+//! hold count; the final unlock publishes `0` on `redisson_lock__channel:{name}` (the braces keep
+//! every key of one lock in one cluster slot; a name that already contains `{` is not braced
+//! again). The same scripts' rules are followed, so each side sees the other's holds as its own
+//! kind.
+//!
+//! # Observability
+//!
+//! `tracing` events: `acquired` (with `waited_ms`), `waiting`, `released`, renewal failures and
+//! lost locks (`warn`), renewals (`trace`). [`LockClient::stats`] counts holds, wait entries and
+//! subscriptions.
 #![warn(missing_docs)]
 
 mod client;

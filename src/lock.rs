@@ -65,8 +65,12 @@ pub struct Lock {
 
 /// What one run of the acquire script said.
 enum Attempt {
-    Acquired { sent_at: Instant },
-    Held { retry_after: Duration },
+    Acquired {
+        sent_at: Instant,
+    },
+    Held {
+        retry_after: Duration,
+    },
     /// The caller's deadline passed before the reply came; the attempt is undone if it won.
     TimedOut,
 }
@@ -265,7 +269,10 @@ impl Lock {
         let single_attempt = wait == Some(Duration::ZERO);
         let mut error_pause = MIN_ERROR_PAUSE;
 
-        let mut pause = match self.attempt(core, &field, lease, deadline, single_attempt).await {
+        let mut pause = match self
+            .attempt(core, &field, lease, deadline, single_attempt)
+            .await
+        {
             Ok(Attempt::Acquired { sent_at }) => {
                 return Ok(Some(self.guard(core, field, lease, sent_at, started)))
             }

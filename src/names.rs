@@ -24,7 +24,10 @@ mod tests {
 
     #[test]
     fn braces_a_plain_name() {
-        assert_eq!(lock_channel("orders:1"), "redisson_lock__channel:{orders:1}");
+        assert_eq!(
+            lock_channel("orders:1"),
+            "redisson_lock__channel:{orders:1}"
+        );
     }
 
     #[test]

@@ -119,10 +119,14 @@ impl PubSub {
     pub(crate) fn join(&self, channel: &Arc<str>) -> Waiter {
         let mut created = false;
         let entry = {
-            let slot = self.shared.entries.entry(channel.clone()).or_insert_with(|| {
-                created = true;
-                Arc::new(WaitEntry::new())
-            });
+            let slot = self
+                .shared
+                .entries
+                .entry(channel.clone())
+                .or_insert_with(|| {
+                    created = true;
+                    Arc::new(WaitEntry::new())
+                });
             // Counted under the shard lock, so that a leaving waiter cannot remove the entry
             // between our lookup and our count.
             slot.waiters.fetch_add(1, Ordering::AcqRel);

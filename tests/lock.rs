@@ -216,7 +216,10 @@ async fn waiter_wakes_promptly_on_unlock() {
         let unlocked = Instant::now();
         let acquired = waiter.await.unwrap();
         let latency = acquired.duration_since(unlocked);
-        assert!(latency <= Duration::from_millis(250), "woke after {latency:?}");
+        assert!(
+            latency <= Duration::from_millis(250),
+            "woke after {latency:?}"
+        );
     })
     .await;
 }
@@ -244,7 +247,10 @@ async fn missed_message_costs_at_most_the_ttl() {
         let acquired = waiter.await.unwrap();
         let waited = acquired.duration_since(deleted);
         let bound = Duration::from_millis(ttl as u64 + 300);
-        assert!(waited <= bound, "waited {waited:?}, remaining ttl was {ttl} ms");
+        assert!(
+            waited <= bound,
+            "waited {waited:?}, remaining ttl was {ttl} ms"
+        );
     })
     .await;
 }
@@ -273,8 +279,14 @@ async fn try_lock_waits_about_wait() {
             .unwrap();
         let waited = started.elapsed();
         assert!(none.is_none());
-        assert!(waited >= Duration::from_millis(500), "gave up after {waited:?}");
-        assert!(waited < Duration::from_millis(900), "gave up after {waited:?}");
+        assert!(
+            waited >= Duration::from_millis(500),
+            "gave up after {waited:?}"
+        );
+        assert!(
+            waited < Duration::from_millis(900),
+            "gave up after {waited:?}"
+        );
         assert_eq!(other.stats().wait_entries, 0);
         guard.unlock().await.unwrap();
     })
@@ -328,7 +340,12 @@ async fn crashed_holder_frees_lock() {
     bounded(async {
         let server = RedisServer::start();
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "crash_child_holds_lock", "--nocapture"])
+            .args([
+                "--ignored",
+                "--exact",
+                "crash_child_holds_lock",
+                "--nocapture",
+            ])
             .env("FREDLOCK_CRASH_URL", server.url())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -398,7 +415,10 @@ async fn cancelled_acquisitions_leave_nothing() {
             // at finer points, inside the acquire script's round trip too.
             let (yields, after) = {
                 let mut rng = rand::thread_rng();
-                (rng.gen_range(0..400), Duration::from_micros(rng.gen_range(0..4000)))
+                (
+                    rng.gen_range(0..400),
+                    Duration::from_micros(rng.gen_range(0..4000)),
+                )
             };
             tasks.push(tokio::spawn(async move {
                 // Whatever it got before being cancelled is released when the guard drops.
@@ -541,7 +561,10 @@ async fn interoperates_with_redisson_layout() {
             (Instant::now(), guard)
         });
         assert!(
-            eventually(Duration::from_secs(5), || async { client.stats().subscriptions == 1 }).await
+            eventually(Duration::from_secs(5), || async {
+                client.stats().subscriptions == 1
+            })
+            .await
         );
         // Redisson's unlock: delete, publish 0 on the channel.
         let _: i64 = raw.del("shared").await.unwrap();
@@ -597,7 +620,11 @@ async fn subscriptions_do_not_leak() {
                     .all(|c| c.stats().wait_entries == 0 && c.stats().subscriptions == 0)
         })
         .await;
-        assert!(clean, "{:?}", clients.iter().map(|c| c.stats()).collect::<Vec<_>>());
+        assert!(
+            clean,
+            "{:?}",
+            clients.iter().map(|c| c.stats()).collect::<Vec<_>>()
+        );
     })
     .await;
 }
@@ -712,7 +739,12 @@ async fn queries_force_unlock_and_shutdown() {
         // A waiter elsewhere is woken by force_unlock.
         let waiting = other.lock("queries");
         let waiter = tokio::spawn(async move { waiting.lock().await.map(|g| (Instant::now(), g)) });
-        assert!(eventually(Duration::from_secs(5), || async { other.stats().subscriptions == 1 }).await);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                other.stats().subscriptions == 1
+            })
+            .await
+        );
         assert!(other.lock("queries").force_unlock().await.unwrap());
         let forced = Instant::now();
         let (at, taken) = waiter.await.unwrap().unwrap();

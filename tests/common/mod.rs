@@ -153,7 +153,8 @@ fn free_port() -> u16 {
 
 fn ping(port: u16) -> bool {
     let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200)) else {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200))
+    else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));

@@ -326,7 +326,8 @@ impl Lock {
     }
 
     /// Runs the acquire script once, in a task of its own so that the outcome is always observed:
-    /// if the caller stops waiting for it, the task gives back a hold it won.
+    /// a hold it won reaches the caller as an [`Unclaimed`], which gives the hold back if the
+    /// caller is gone, whether the reply could not be sent or was sent and never read.
     async fn attempt(
         &self,
         core: &Arc<Core>,
@@ -352,11 +353,15 @@ impl Lock {
                     vec![Key::from(&*release.name)],
                     vec![Value::from(lease_ms as i64), Value::from(&*release.field)],
                 )
-                .await;
-            if let Err((_, Ok(None))) = reply_tx.send((sent_at, reply)) {
-                tracing::debug!(lock = %release.name, owner = %release.field, "undoing an acquire nobody waits for");
-                release.run_dropped(task_core).await;
-            }
+                .await
+                .map(|pttl| match pttl {
+                    None => Ok(Unclaimed {
+                        release: Some(release),
+                        core: task_core,
+                    }),
+                    Some(pttl) => Err(pttl),
+                });
+            let _ = reply_tx.send((sent_at, reply));
         });
         let reply = match deadline.filter(|_| !unbounded) {
             Some(deadline) => {
@@ -371,9 +376,12 @@ impl Lock {
         // The task ends without replying only when the runtime is shutting down.
         let (sent_at, reply) = reply.map_err(|_| Error::Shutdown)?;
         match reply {
-            Ok(None) => Ok(Attempt::Acquired { sent_at }),
-            Ok(Some(ttl)) => Ok(Attempt::Held {
-                retry_after: retry_after(ttl, core.watchdog_timeout),
+            Ok(Ok(won)) => {
+                won.claim();
+                Ok(Attempt::Acquired { sent_at })
+            }
+            Ok(Err(pttl)) => Ok(Attempt::Held {
+                retry_after: retry_after(pttl, core.watchdog_timeout),
             }),
             Err(error) => Err(Error::from_redis(&self.name, Some(field), error)),
         }
@@ -394,6 +402,33 @@ impl Lock {
             "acquired"
         );
         LockGuard::new(self.client.clone(), hold, self.channel.clone(), lease)
+    }
+}
+
+/// A hold won by an acquire script and not yet turned into a guard. Dropping it unclaimed (the
+/// caller was cancelled) queues its release, so a won hold can never be lost on the way.
+struct Unclaimed {
+    release: Option<Release>,
+    core: Arc<Core>,
+}
+
+impl Unclaimed {
+    /// The caller takes the hold over; nothing is released.
+    fn claim(mut self) {
+        self.release = None;
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            tracing::debug!(
+                lock = %release.name, owner = %release.field,
+                "undoing an acquire whose caller went away"
+            );
+            // Fails only once the client is gone; the lease then ends the hold.
+            let _ = self.core.releaser.send(release);
+        }
     }
 }
 

@@ -206,16 +206,29 @@ impl Watchdog {
         let mut keys = Vec::with_capacity(ids.len());
         let mut args = Vec::with_capacity(ids.len() + 1);
         args.push(Value::from(self.lease_ms as i64));
+        let mut lease_end: Option<Instant> = None;
         for id in &ids {
             if let Some(tracked) = self.tracked.get(id) {
                 keys.push(Key::from(&*tracked.hold.name));
                 args.push(Value::from(&*tracked.hold.field));
+                let end = tracked.leased_at + self.timeout;
+                lease_end = Some(lease_end.map_or(end, |earliest| earliest.min(end)));
             }
         }
         let redis = self.redis.clone();
+        // A reply after the earliest lease has ended comes too late to keep that hold: give up
+        // then, so that the loss is reported when it happens, not when fred's timeout fires.
+        let limit = lease_end.unwrap_or_else(|| Instant::now() + self.timeout);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
-            let result = LOCK_RENEW.run::<Vec<i64>>(&redis, keys, args).await;
+            let renewal = LOCK_RENEW.run::<Vec<i64>>(&redis, keys, args);
+            let result = match tokio::time::timeout_at(limit, renewal).await {
+                Ok(result) => result,
+                Err(_) => Err(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    "no reply before the lease ran out",
+                )),
+            };
             (ids, sent_at, result)
         });
     }

@@ -760,3 +760,152 @@ async fn queries_force_unlock_and_shutdown() {
     })
     .await;
 }
+
+/// Parses `INFO commandstats` into (command, calls).
+async fn command_calls(raw: &Client) -> std::collections::HashMap<String, u64> {
+    let info: String = raw
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// An uncontended acquire is one EVALSHA and a release is one EVALSHA: nothing else is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let lock = client.lock("cost");
+        // Warm the script cache (the first call of each script may need EVAL).
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        let before = command_calls(&raw).await;
+        for _ in 0..10 {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }
+        let after = command_calls(&raw).await;
+        let mut delta: Vec<(String, u64)> = after
+            .iter()
+            .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
+            .filter(|(name, calls)| *calls > 0 && name != "info")
+            .collect();
+        delta.sort();
+        // EVALSHA itself, and the commands the scripts ran inside it.
+        let outside: Vec<_> = delta
+            .iter()
+            .filter(|(name, _)| {
+                !["exists", "hexists", "hincrby", "pexpire", "del", "publish"]
+                    .contains(&name.as_str())
+            })
+            .collect();
+        assert_eq!(outside, vec![&("evalsha".to_string(), 20)], "{delta:?}");
+    })
+    .await;
+}
+
+/// After SCRIPT FLUSH the scripts are loaded again transparently (NOSCRIPT fallback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_reload_after_script_flush() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let lock = client.lock("flushed");
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        let _: () = raw.script_flush(false).await.unwrap();
+        let guard = lock.lock().await.unwrap();
+        let _: () = raw.script_flush(false).await.unwrap();
+        guard.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+    })
+    .await;
+}
+
+/// A pinned owner id makes holds taken in different tasks one owner's reentrant holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_owner_reenters_across_tasks() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let owner = OwnerId::unique();
+        let lock = client.lock("pinned").with_owner(owner);
+        let first = {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+                .await
+                .unwrap()
+        };
+        let second = {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.try_lock(Duration::ZERO, None).await.unwrap() })
+                .await
+                .unwrap()
+                .expect("the same pinned owner reenters from another task")
+        };
+        assert_eq!(lock.hold_count().await.unwrap(), 2);
+        assert_eq!(first.owner_field(), client.owner_field(owner));
+        // The current task is another owner and is excluded.
+        let unpinned = client.lock("pinned");
+        assert!(unpinned
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        first.unlock().await.unwrap();
+        second.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+    })
+    .await;
+}
+
+/// Many waiters of one lock in one client share one subscription, and leave none behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_share_one_subscription() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let guard = holder.lock("shared-sub").lock().await.unwrap();
+        let waiters: Vec<_> = (0..20)
+            .map(|_| {
+                let lock = client.lock("shared-sub");
+                tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+            })
+            .collect();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                client.stats().wait_entries == 1 && client.stats().subscriptions == 1
+            })
+            .await
+        );
+        let counts: Vec<(String, i64)> = raw
+            .pubsub_numsub("redisson_lock__channel:{shared-sub}")
+            .await
+            .unwrap();
+        assert_eq!(counts[0].1, 1, "one subscription for 20 waiters");
+        guard.unlock().await.unwrap();
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                client.stats().subscriptions == 0
+            })
+            .await
+        );
+    })
+    .await;
+}

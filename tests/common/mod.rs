@@ -28,12 +28,18 @@ pub async fn bounded<F: Future<Output = ()>>(body: F) {
 pub struct RedisServer {
     port: u16,
     dir: PathBuf,
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
 impl RedisServer {
     /// Starts a server on a free port and waits until it answers PING.
     pub fn start() -> RedisServer {
+        RedisServer::start_with(&[], free_port)
+    }
+
+    /// Starts a server with extra arguments, on a port chosen by `pick_port`.
+    pub fn start_with(extra: &[&str], pick_port: fn() -> u16) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "fredlock-test-{}-{}",
             std::process::id(),
@@ -42,10 +48,11 @@ impl RedisServer {
         std::fs::create_dir_all(&dir).expect("create server directory");
         // Another process may take the port between our probe and the server's bind: retry.
         for _ in 0..10 {
-            let port = free_port();
+            let port = pick_port();
             let mut server = RedisServer {
                 port,
                 dir: dir.clone(),
+                extra: extra.iter().map(|arg| arg.to_string()).collect(),
                 child: None,
             };
             if server.spawn() {
@@ -93,6 +100,7 @@ impl RedisServer {
             .args(["--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
@@ -140,6 +148,77 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Three masters of a Redis cluster on loopback, slots spread over them, no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(
+                    &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
+                    free_cluster_port,
+                )
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run redis-cli --cluster create");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !nodes.iter().all(|node| cluster_ok(node.port)) {
+            assert!(Instant::now() < deadline, "cluster did not become ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// The `redis-cluster://` URL of the first node; fred discovers the rest.
+    pub fn url(&self) -> String {
+        format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port)
+    }
+
+    /// A plain fred cluster client.
+    pub async fn raw(&self) -> Client {
+        let client = Builder::from_config(Config::from_url(&self.url()).unwrap())
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+        client
+    }
+}
+
+/// A free port whose cluster bus port (port + 10000) is free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000
+            && TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port + 10_000)).is_ok()
+        {
+            return port;
+        }
+    }
+}
+
+fn cluster_ok(port: u16) -> bool {
+    Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "cluster", "info"])
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok"))
+        .unwrap_or(false)
 }
 
 static NEXT_DIR: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

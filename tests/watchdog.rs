@@ -1,0 +1,129 @@
+//! The watchdog: loss reaches every guard, Redis errors are retried until the lease ends, and
+//! renewal works across the slots of a cluster.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, eventually, RedisCluster, RedisServer};
+use fred::prelude::*;
+use tokio::time::Instant;
+
+/// A lock deleted behind its owner's back marks every guard of that owner lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_reaches_every_nested_guard() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(Duration::from_millis(900)).await;
+        let lock = client.lock("nested-loss");
+        let outer = lock.lock().await.unwrap();
+        let inner = lock.lock().await.unwrap();
+        let _: i64 = raw.del("nested-loss").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(2), async {
+            outer.lost().await;
+            inner.lost().await;
+        })
+        .await
+        .expect("both guards learn of the loss");
+        // A new hold of the same owner starts afresh, not lost.
+        let fresh = lock.lock().await.unwrap();
+        assert!(!fresh.is_lost());
+        drop((outer, inner));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            lock.is_locked().await.unwrap(),
+            "stale guards released the fresh hold"
+        );
+        fresh.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// With Redis gone, renewal is retried and the lock is reported lost only when its lease would
+/// have run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_loses_lock_at_lease_end() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let watchdog = Duration::from_millis(1500);
+        let client = server.lock_client(watchdog).await;
+        let guard = client.lock("unreachable").lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await; // at least one renewal
+        server.kill();
+        let killed = Instant::now();
+        tokio::time::timeout(watchdog + Duration::from_secs(1), guard.lost())
+            .await
+            .expect("lost once the lease has run out");
+        let after = killed.elapsed();
+        // The last renewal was at most a period before the kill, so the lease ran at least
+        // 2/3 of the watchdog timeout past it: an earlier loss would mean errors were not retried.
+        assert!(
+            after >= Duration::from_millis(900),
+            "lost after only {after:?}"
+        );
+    })
+    .await;
+}
+
+/// On a 3-master cluster, watchdog locks spread over many slots stay held through several
+/// renewal periods, and a waiter on another client is woken by an unlock on another node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_renews_across_slots_and_wakes_waiters() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let raw = cluster.raw().await;
+        let watchdog = Duration::from_millis(1200);
+        let client = fredlock::LockClient::builder()
+            .url(cluster.url())
+            .watchdog_timeout(watchdog)
+            .build()
+            .await
+            .unwrap();
+        let names: Vec<String> = (0..150).map(|i| format!("cluster-lock:{i}")).collect();
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(client.lock(name.as_str()).lock().await.unwrap());
+        }
+        tokio::time::sleep(watchdog * 3).await;
+        for name in &names {
+            let ttl: i64 = raw.pttl(name.as_str()).await.unwrap();
+            assert!(ttl > 0, "{name} expired: renewal missed its slot");
+        }
+        assert!(guards.iter().all(|guard| !guard.is_lost()));
+
+        // A waiter on another client, woken through the cluster's pub/sub.
+        let other = fredlock::LockClient::builder()
+            .url(cluster.url())
+            .build()
+            .await
+            .unwrap();
+        let lock = other.lock(names[7].as_str());
+        let waiter = tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            (Instant::now(), guard)
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                other.stats().subscriptions == 1
+            })
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let guard = guards.remove(7);
+        guard.unlock().await.unwrap();
+        let unlocked = Instant::now();
+        let (acquired, taken) = waiter.await.unwrap();
+        assert!(acquired.duration_since(unlocked) < Duration::from_millis(250));
+        taken.unlock().await.unwrap();
+
+        for guard in guards {
+            guard.unlock().await.unwrap();
+        }
+        for name in &names {
+            let exists: bool = raw.exists(name.as_str()).await.unwrap();
+            assert!(!exists, "{name} still held after unlock");
+        }
+    })
+    .await;
+}

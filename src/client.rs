@@ -119,10 +119,36 @@ pub struct ClientStats {
     pub subscriptions: usize,
 }
 
+/// Closes a half-built client's connections unless disarmed.
+struct CloseOnDrop(Option<(Client, SubscriberClient)>);
+
+impl CloseOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let (Some((redis, subscriber)), Ok(runtime)) =
+            (self.0.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
+                let _ = subscriber.quit().await;
+                let _ = redis.quit().await;
+            });
+        }
+    }
+}
+
 impl LockClient {
     /// Connects to the Redis server at `url` with default settings.
     ///
     /// Equivalent to `LockClient::builder().url(url).build().await`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future closes any connection it opened.
     pub async fn connect(url: &str) -> Result<LockClient> {
         LockClient::builder().url(url).build().await
     }
@@ -156,11 +182,11 @@ impl LockClient {
         };
         let redis = builder.build().map_err(connect_error)?;
         let subscriber = builder.build_subscriber_client().map_err(connect_error)?;
+        // Until the client exists, a failure or a dropped future must not leave connections open.
+        let connecting = CloseOnDrop(Some((redis.clone(), subscriber.clone())));
         redis.init().await.map_err(connect_error)?;
-        if let Err(error) = subscriber.init().await {
-            let _ = redis.quit().await;
-            return Err(connect_error(error));
-        }
+        subscriber.init().await.map_err(connect_error)?;
+        connecting.disarm();
 
         let shutdown = CancellationToken::new();
         let resubscriber = subscriber.manage_subscriptions();

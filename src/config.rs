@@ -88,6 +88,10 @@ impl LockClientBuilder {
     ///
     /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL or a zero timeout,
     /// and with [`Error::Redis`] when the server cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future closes any connection it opened.
     pub async fn build(self) -> Result<LockClient> {
         if self.watchdog_timeout.is_zero() {
             return Err(Error::InvalidArgument(

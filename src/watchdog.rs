@@ -110,33 +110,36 @@ impl Watchdog {
             return;
         }
         let times = hold.times();
-        let (mode, due) = if hold.watchdog_guards() > 0 {
-            (Mode::Renew, times.leased_at + self.period)
-        } else {
-            (Mode::Expire, times.expires_at)
+        let renew = hold.watchdog_guards() > 0;
+        let due_after = |leased_at: Instant| {
+            if renew {
+                leased_at + self.period
+            } else {
+                times.expires_at
+            }
         };
         match self.tracked.get_mut(&id) {
             Some(tracked) => {
-                tracked.mode = mode;
+                tracked.mode = if renew { Mode::Renew } else { Mode::Expire };
                 tracked.leased_at = tracked.leased_at.max(times.leased_at);
-                tracked.due = due;
+                tracked.due = due_after(tracked.leased_at);
                 // An in-flight renewal reschedules the hold when it returns.
                 if !tracked.in_flight {
                     match &tracked.timer {
-                        Some(timer) => self.queue.reset_at(timer, due),
-                        None => tracked.timer = Some(self.queue.insert_at(id, due)),
+                        Some(timer) => self.queue.reset_at(timer, tracked.due),
+                        None => tracked.timer = Some(self.queue.insert_at(id, tracked.due)),
                     }
                 }
             }
             None => {
+                let due = due_after(times.leased_at);
                 let timer = Some(self.queue.insert_at(id, due));
-                let leased_at = times.leased_at;
                 self.tracked.insert(
                     id,
                     Tracked {
                         hold,
-                        mode,
-                        leased_at,
+                        mode: if renew { Mode::Renew } else { Mode::Expire },
+                        leased_at: times.leased_at,
                         timer,
                         in_flight: false,
                         due,

@@ -13,6 +13,15 @@ use tokio::time::Instant;
 
 const DEFAULT_WATCHDOG: Duration = fredlock::DEFAULT_WATCHDOG_TIMEOUT;
 
+/// Clients, locks and guards cross tasks: a guard may be unlocked on another task.
+const _: () = {
+    const fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<LockClient>();
+    shareable::<fredlock::Lock>();
+    shareable::<fredlock::LockGuard>();
+    shareable::<Error>();
+};
+
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_exclusion_of_read_sleep_write() {

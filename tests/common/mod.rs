@@ -125,11 +125,7 @@ impl RedisServer {
 
     /// A plain fred client on this server, for checking what fredlock wrote.
     pub async fn raw(&self) -> Client {
-        let client = Builder::from_config(Config::from_url(&self.url()).unwrap())
-            .build()
-            .unwrap();
-        client.init().await.unwrap();
-        client
+        raw_client(&self.url()).await
     }
 
     /// A fredlock client with the given watchdog timeout.
@@ -193,12 +189,17 @@ impl RedisCluster {
 
     /// A plain fred cluster client.
     pub async fn raw(&self) -> Client {
-        let client = Builder::from_config(Config::from_url(&self.url()).unwrap())
-            .build()
-            .unwrap();
-        client.init().await.unwrap();
-        client
+        raw_client(&self.url()).await
     }
+}
+
+/// A plain fred client (standalone or cluster, by URL scheme), for checking what fredlock wrote.
+pub async fn raw_client(url: &str) -> Client {
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    client
 }
 
 /// A free port whose cluster bus port (port + 10000) is free too.

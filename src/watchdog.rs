@@ -219,9 +219,14 @@ impl Watchdog {
             }
         }
         let redis = self.redis.clone();
-        // A reply after the earliest lease has ended comes too late to keep that hold: give up
-        // then, so that the loss is reported when it happens, not when fred's timeout fires.
-        let limit = lease_end.unwrap_or_else(|| Instant::now() + self.timeout);
+        // A renewal still unanswered when the earliest lease has ended is given up then, so that
+        // in an outage the loss is reported when it happens, not when fred's timeout fires. The
+        // lease end is a lower bound, counted from when a command was sent; a command that sat in
+        // a reconnect queue can leave it already past while the lock is fine, so every renewal
+        // gets at least a period to prove the field is still there.
+        let limit = lease_end
+            .unwrap_or_else(Instant::now)
+            .max(Instant::now() + self.period);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
             let renewal = LOCK_RENEW.run::<Vec<i64>>(&redis, keys, args);

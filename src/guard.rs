@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{Core, LockClient};
 use crate::error::{Error, Result};
 use crate::holds::{Hold, Lease};
+use crate::inflight::InFlight;
 use crate::names::UNLOCK_MESSAGE;
 use crate::scripts::LOCK_RELEASE;
 
@@ -69,8 +70,8 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the release is sent by a task of its own, so dropping this future does not
-    /// stop it; only its outcome is not reported.
+    /// Cancel safe: once sent, a release dropped mid-way finishes in a task of its own; only its
+    /// outcome is not reported.
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
         let core = self.client.core().clone();
@@ -80,9 +81,9 @@ impl LockGuard {
         }
         core.ensure_open()?;
         let release = self.release();
-        let task = tokio::spawn(async move { release.run(&core).await });
-        match task.await {
-            Ok(Ok(Some(_))) => {
+        let outcome = InFlight::new(async move { release.run(&core).await }).await;
+        match outcome {
+            Ok(Some(_)) => {
                 tracing::debug!(
                     lock = %self.hold.name, owner = %self.hold.field,
                     held_ms = self.acquired_at.elapsed().as_millis() as u64,
@@ -90,13 +91,12 @@ impl LockGuard {
                 );
                 Ok(())
             }
-            Ok(Ok(None)) => Err(self.not_held()),
-            Ok(Err(error)) => Err(Error::from_redis(
+            Ok(None) => Err(self.not_held()),
+            Err(error) => Err(Error::from_redis(
                 &self.hold.name,
                 Some(&self.hold.field),
                 error,
             )),
-            Err(_) => Err(Error::Shutdown),
         }
     }
 

@@ -80,6 +80,7 @@ mod config;
 mod error;
 mod guard;
 mod holds;
+mod inflight;
 mod lock;
 mod names;
 mod owner;

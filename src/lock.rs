@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::client::{Core, LockClient};
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, Release};
 use crate::holds::Lease;
+use crate::inflight::InFlight;
 use crate::names;
 use crate::owner::OwnerId;
 use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK};
@@ -325,9 +325,9 @@ impl Lock {
         }
     }
 
-    /// Runs the acquire script once, in a task of its own so that the outcome is always observed:
-    /// a hold it won reaches the caller as an [`Unclaimed`], which gives the hold back if the
-    /// caller is gone, whether the reply could not be sent or was sent and never read.
+    /// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
+    /// the call finishes in a task of its own ([`InFlight`]), and a hold it won arrives as an
+    /// [`Unclaimed`], which gives the hold back when nobody claims it.
     async fn attempt(
         &self,
         core: &Arc<Core>,
@@ -336,7 +336,6 @@ impl Lock {
         deadline: Option<Instant>,
         unbounded: bool,
     ) -> Result<Attempt> {
-        let (reply_tx, reply_rx) = oneshot::channel();
         let lease_ms = lease.millis(core.watchdog_timeout);
         let release = Release {
             name: self.name.clone(),
@@ -345,7 +344,7 @@ impl Lock {
             lease_ms,
         };
         let task_core = core.clone();
-        tokio::spawn(async move {
+        let call = InFlight::new(async move {
             let sent_at = Instant::now();
             let reply = LOCK_ACQUIRE
                 .run::<Option<i64>>(
@@ -361,20 +360,18 @@ impl Lock {
                     }),
                     Some(pttl) => Err(pttl),
                 });
-            let _ = reply_tx.send((sent_at, reply));
+            (sent_at, reply)
         });
-        let reply = match deadline.filter(|_| !unbounded) {
+        let (sent_at, reply) = match deadline.filter(|_| !unbounded) {
             Some(deadline) => {
                 let deadline = deadline.max(Instant::now() + ATTEMPT_GRACE);
-                match tokio::time::timeout_at(deadline, reply_rx).await {
+                match tokio::time::timeout_at(deadline, call).await {
                     Ok(reply) => reply,
                     Err(_) => return Ok(Attempt::TimedOut),
                 }
             }
-            None => reply_rx.await,
+            None => call.await,
         };
-        // The task ends without replying only when the runtime is shutting down.
-        let (sent_at, reply) = reply.map_err(|_| Error::Shutdown)?;
         match reply {
             Ok(Ok(won)) => {
                 won.claim();

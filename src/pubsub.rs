@@ -5,7 +5,8 @@
 //! - the *manager* owns SUBSCRIBE and UNSUBSCRIBE. Joining and leaving only name a channel to
 //!   it; it compares which channels have wait entries with which it is subscribed to, and fixes
 //!   the difference. Orders of joins and leaves therefore cannot leave a live entry unsubscribed
-//!   or a dead one subscribed.
+//!   or a dead one subscribed. Waiters are told a channel is subscribed only once the server
+//!   has the subscription, which is what makes "subscribe, then attempt again" race-free.
 //! - the *dispatcher* reads the subscriber's messages and hands each to the entry of its
 //!   channel. A reader that fell behind, or a reconnect, may have lost messages: then every
 //!   waiter is woken to try again.
@@ -17,8 +18,10 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use fred::clients::SubscriberClient;
-use fred::interfaces::{EventInterface, PubsubInterface};
-use fred::types::Value;
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::config::Options;
+use fred::types::{ClusterHash, Value};
+use fred::util::redis_keyslot;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Notify, Semaphore};
@@ -238,7 +241,11 @@ async fn manage(
         }
         if !subscribe.is_empty() {
             let names: Vec<String> = subscribe.iter().map(|c| c.to_string()).collect();
-            match subscriber.subscribe(names).await {
+            let subscribed_now = async {
+                subscriber.subscribe(names).await?;
+                in_effect(&subscriber).await
+            };
+            match subscribed_now.await {
                 Ok(()) => {
                     for channel in subscribe {
                         if let Some(entry) = shared.entries.get(&channel) {
@@ -273,6 +280,27 @@ async fn manage(
             .subscriptions
             .store(subscribed.len(), Ordering::Release);
     }
+}
+
+/// Waits until SUBSCRIBEs already sent are in effect on the server.
+///
+/// fred completes a SUBSCRIBE as soon as it is written, not when Redis has processed it. A
+/// waiter told "subscribed" too early would make its second attempt (on the other connection)
+/// possibly before the subscription exists, and miss an unlock published in between. Redis runs
+/// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
+/// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
+async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
+    let options = Options {
+        cluster_hash: subscriber
+            .is_clustered()
+            .then(|| ClusterHash::Custom(redis_keyslot(subscriber.id().as_bytes()))),
+        ..Options::default()
+    };
+    subscriber
+        .with_options(&options)
+        .ping::<Value>(None)
+        .await
+        .map(drop)
 }
 
 async fn dispatch(subscriber: SubscriberClient, shared: Arc<Shared>, shutdown: CancellationToken) {

@@ -918,3 +918,40 @@ async fn waiters_share_one_subscription() {
     })
     .await;
 }
+
+/// An unlock that lands while a waiter is still subscribing must not be missed: on fresh
+/// channels, with the unlock at random moments just after the waiter starts, every waiter
+/// acquires promptly (a missed message would cost it the holder's 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unlock_during_subscription_is_not_missed() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let mut rounds = Vec::new();
+        for round in 0..150 {
+            let name = format!("subscribe-race:{round}");
+            let guard = holder.lock(name.as_str()).lock().await.unwrap();
+            let lock = waiter_client.lock(name.as_str());
+            let waiter = tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(2), lock.lock())
+                    .await
+                    .map(|guard| drop(guard.unwrap()))
+            });
+            let yields = rand::thread_rng().gen_range(0..200);
+            for _ in 0..yields {
+                tokio::task::yield_now().await;
+            }
+            guard.unlock().await.unwrap();
+            rounds.push(waiter);
+        }
+        let mut missed = 0;
+        for waiter in rounds {
+            if waiter.await.unwrap().is_err() {
+                missed += 1;
+            }
+        }
+        assert_eq!(missed, 0, "{missed} of 150 waiters missed the unlock");
+    })
+    .await;
+}

@@ -1,9 +1,11 @@
 //! The watchdog: one task per client that keeps watchdog-mode holds alive and notices lost ones.
 //!
-//! It keeps one timer per hold on a [`DelayQueue`]. When one comes due it renews, in the same
-//! script calls, every other hold due within the next half period, so holds taken at different
-//! moments fall into step and a period costs about `holds / 100` calls per cluster slot. Holds
-//! with a fixed lease are tracked too, only to report them lost when the lease runs out.
+//! Its timer wheel is a [`DelayQueue`] holding one renewal *tick* for all watchdog holds, and
+//! one timer per fixed-lease hold (only to report it lost when the lease runs out). When the
+//! tick fires, every watchdog hold due within the next period is renewed, in script calls of up
+//! to 100 keys, one cluster slot per call. Pulling holds forward costs some of them one early
+//! renewal and puts every hold on one schedule, so a period costs about `holds / 100` calls per
+//! slot, and a renewal touches no per-hold timer.
 //!
 //! The state of a hold lives in [`Hold`]; the registry sends the hold here whenever its guards
 //! change and the watchdog reconciles, so the messages carry no state that could arrive stale.
@@ -37,14 +39,21 @@ enum Mode {
 
 struct Tracked {
     hold: Arc<Hold>,
+    /// The hold's key and field as sent to Redis, built once: renewals clone reference counts.
+    key: Key,
+    field: Value,
     mode: Mode,
     /// When the TTL was last set by a command this client sent (acquire or renewal).
     leased_at: Instant,
-    /// The timer, absent while a renewal of this hold is in flight.
+    /// The lease-end timer of a fixed-lease hold; watchdog holds share the renewal tick.
     timer: Option<delay_queue::Key>,
     in_flight: bool,
+    /// When the hold next needs renewing (watchdog) or its lease ends (fixed).
     due: Instant,
 }
+
+/// The [`DelayQueue`] entry of the renewal tick; hold ids start at 1.
+const TICK: u64 = 0;
 
 type BatchResult = (Vec<u64>, Instant, Result<Vec<i64>, fred::error::Error>);
 
@@ -55,6 +64,8 @@ pub(crate) struct Watchdog {
     retry: Duration,
     lease_ms: u64,
     queue: DelayQueue<u64>,
+    /// The renewal tick's entry and when it fires.
+    tick: Option<(delay_queue::Key, Instant)>,
     tracked: HashMap<u64, Tracked>,
     batches: JoinSet<BatchResult>,
 }
@@ -71,6 +82,7 @@ impl Watchdog {
             retry: (period / 4).clamp(Duration::from_millis(20), Duration::from_secs(1)),
             lease_ms: Lease::Watchdog.millis(timeout),
             queue: DelayQueue::new(),
+            tick: None,
             tracked: HashMap::new(),
             batches: JoinSet::new(),
         }
@@ -87,7 +99,13 @@ impl Watchdog {
                 _ = shutdown.cancelled() => break,
                 Some(hold) = changes.recv() => self.reconcile(hold),
                 Some(expired) = poll_fn(|cx| self.queue.poll_expired(cx)), if !self.queue.is_empty() => {
-                    self.on_due(expired.into_inner());
+                    match expired.into_inner() {
+                        TICK => {
+                            self.tick = None;
+                            self.renew_due(Instant::now());
+                        }
+                        id => self.on_lease_end(id),
+                    }
                 }
                 Some(done) = self.batches.join_next(), if !self.batches.is_empty() => {
                     if let Ok(result) = done {
@@ -110,42 +128,55 @@ impl Watchdog {
             return;
         }
         let times = hold.times();
-        let renew = hold.watchdog_guards() > 0;
-        let due_after = |leased_at: Instant| {
-            if renew {
-                leased_at + self.period
-            } else {
-                times.expires_at
-            }
+        let mode = if hold.watchdog_guards() > 0 {
+            Mode::Renew
+        } else {
+            Mode::Expire
         };
-        match self.tracked.get_mut(&id) {
-            Some(tracked) => {
-                tracked.mode = if renew { Mode::Renew } else { Mode::Expire };
-                tracked.leased_at = tracked.leased_at.max(times.leased_at);
-                tracked.due = due_after(tracked.leased_at);
+        let tracked = self.tracked.entry(id).or_insert_with(|| Tracked {
+            key: Key::from(&*hold.name),
+            field: Value::from(&*hold.field),
+            hold,
+            mode: Mode::Renew,
+            leased_at: times.leased_at,
+            timer: None,
+            in_flight: false,
+            due: times.leased_at,
+        });
+        tracked.leased_at = tracked.leased_at.max(times.leased_at);
+        tracked.mode = mode;
+        let in_flight = tracked.in_flight;
+        match tracked.mode {
+            Mode::Renew => {
+                tracked.due = tracked.leased_at + self.period;
+                let due = tracked.due;
+                if let Some(timer) = tracked.timer.take() {
+                    self.queue.remove(&timer);
+                }
                 // An in-flight renewal reschedules the hold when it returns.
-                if !tracked.in_flight {
-                    match &tracked.timer {
-                        Some(timer) => self.queue.reset_at(timer, tracked.due),
-                        None => tracked.timer = Some(self.queue.insert_at(id, tracked.due)),
-                    }
+                if !in_flight {
+                    self.schedule_tick(due);
                 }
             }
-            None => {
-                let due = due_after(times.leased_at);
-                let timer = Some(self.queue.insert_at(id, due));
-                self.tracked.insert(
-                    id,
-                    Tracked {
-                        hold,
-                        mode: if renew { Mode::Renew } else { Mode::Expire },
-                        leased_at: times.leased_at,
-                        timer,
-                        in_flight: false,
-                        due,
-                    },
-                );
+            Mode::Expire => {
+                tracked.due = times.expires_at;
+                match &tracked.timer {
+                    Some(timer) => self.queue.reset_at(timer, tracked.due),
+                    None => tracked.timer = Some(self.queue.insert_at(id, tracked.due)),
+                }
             }
+        }
+    }
+
+    /// Makes the renewal tick fire no later than `due`.
+    fn schedule_tick(&mut self, due: Instant) {
+        match &self.tick {
+            Some((_, at)) if *at <= due => {}
+            Some((key, _)) => {
+                self.queue.reset_at(key, due);
+                self.tick = Some((*key, due));
+            }
+            None => self.tick = Some((self.queue.insert_at(TICK, due), due)),
         }
     }
 
@@ -157,38 +188,37 @@ impl Watchdog {
         }
     }
 
-    fn on_due(&mut self, id: u64) {
-        let now = Instant::now();
+    /// A fixed-lease hold's timer fired: report it lost if the lease really ended.
+    fn on_lease_end(&mut self, id: u64) {
         let Some(tracked) = self.tracked.get_mut(&id) else {
             return;
         };
         tracked.timer = None;
-        match tracked.mode {
-            Mode::Expire => {
-                let hold = tracked.hold.clone();
-                if hold.watchdog_guards() == 0 && now >= hold.times().expires_at {
-                    tracing::debug!(lock = %hold.name, owner = %hold.field, "lease ran out");
-                    hold.lost.cancel();
-                    self.tracked.remove(&id);
-                } else {
-                    self.reconcile(hold);
-                }
-            }
-            Mode::Renew => self.renew_due(now),
+        let hold = tracked.hold.clone();
+        if hold.watchdog_guards() == 0 && Instant::now() >= hold.times().expires_at {
+            tracing::debug!(lock = %hold.name, owner = %hold.field, "lease ran out");
+            hold.lost.cancel();
+            self.tracked.remove(&id);
+        } else {
+            self.reconcile(hold);
         }
     }
 
-    /// Renews every hold due within half a period, grouped by cluster slot, in batches.
+    /// Renews every hold due within the next period, grouped by cluster slot, in batches. Pulling
+    /// them all forward costs some holds one early renewal, and puts every hold on one schedule:
+    /// afterwards one firing per period renews them all in `holds / 100` calls per slot.
     fn renew_due(&mut self, now: Instant) {
-        let horizon = now + self.period / 2;
+        let horizon = now + self.period;
         let clustered = self.redis.is_clustered();
         let mut groups: BTreeMap<u16, Vec<u64>> = BTreeMap::new();
+        let mut next: Option<Instant> = None;
         for (id, tracked) in self.tracked.iter_mut() {
-            if !matches!(tracked.mode, Mode::Renew) || tracked.in_flight || tracked.due > horizon {
+            if !matches!(tracked.mode, Mode::Renew) || tracked.in_flight {
                 continue;
             }
-            if let Some(timer) = tracked.timer.take() {
-                self.queue.remove(&timer);
+            if tracked.due > horizon {
+                next = Some(next.map_or(tracked.due, |next| next.min(tracked.due)));
+                continue;
             }
             tracked.in_flight = true;
             let slot = if clustered {
@@ -203,6 +233,9 @@ impl Watchdog {
                 self.send_batch(chunk.to_vec());
             }
         }
+        if let Some(next) = next {
+            self.schedule_tick(next);
+        }
     }
 
     fn send_batch(&mut self, ids: Vec<u64>) {
@@ -212,8 +245,8 @@ impl Watchdog {
         let mut lease_end: Option<Instant> = None;
         for id in &ids {
             if let Some(tracked) = self.tracked.get(id) {
-                keys.push(Key::from(&*tracked.hold.name));
-                args.push(Value::from(&*tracked.hold.field));
+                keys.push(tracked.key.clone());
+                args.push(tracked.field.clone());
                 let end = tracked.leased_at + self.timeout;
                 lease_end = Some(lease_end.map_or(end, |earliest| earliest.min(end)));
             }
@@ -264,7 +297,8 @@ impl Watchdog {
                     if now < lease_end {
                         // Try again before the lease can run out; the last try is at its end.
                         tracked.due = (now + self.retry).min(lease_end);
-                        tracked.timer = Some(self.queue.insert_at(id, tracked.due));
+                        let due = tracked.due;
+                        self.schedule_tick(due);
                         continue;
                     }
                     tracing::warn!(
@@ -276,12 +310,14 @@ impl Watchdog {
             };
             if renewed {
                 tracked.leased_at = tracked.leased_at.max(sent_at);
+                // A hold that switched to a fixed lease meanwhile is back under its own timer.
                 if matches!(tracked.mode, Mode::Renew) {
                     tracked.due = tracked.leased_at + self.period;
+                    let due = tracked.due;
+                    self.schedule_tick(due);
                 } else {
-                    tracked.due = hold.times().expires_at;
+                    self.reconcile(hold);
                 }
-                tracked.timer = Some(self.queue.insert_at(id, tracked.due));
             } else {
                 if result.is_ok() {
                     tracing::warn!(

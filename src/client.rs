@@ -193,7 +193,6 @@ impl LockClient {
         let mut tasks = Vec::new();
         let (pubsub, pubsub_tasks) = PubSub::start(subscriber.clone(), shutdown.clone());
         tasks.extend(pubsub_tasks);
-        let (watchdog_tx, watchdog_rx) = mpsc::unbounded_channel();
         let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();
         let id = Uuid::new_v4();
         let core = Arc::new(Core {
@@ -202,13 +201,13 @@ impl LockClient {
             redis: redis.clone(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
-            holds: Holds::new(watchdog_tx, settings.watchdog_timeout),
+            holds: Holds::new(settings.watchdog_timeout),
             pubsub,
             releaser: releaser_tx,
             shutdown: shutdown.clone(),
         });
         tasks.push(tokio::spawn(
-            Watchdog::new(redis, settings.watchdog_timeout).run(watchdog_rx, shutdown.clone()),
+            Watchdog::new(core.clone()).run(shutdown.clone()),
         ));
         tasks.push(tokio::spawn(releaser::run(
             core.clone(),

@@ -39,7 +39,8 @@ use crate::scripts::LOCK_RELEASE;
 pub struct LockGuard {
     client: LockClient,
     hold: Arc<Hold>,
-    channel: Arc<str>,
+    key: Key,
+    channel: Key,
     lease: Lease,
     acquired_at: Instant,
     released: bool,
@@ -49,12 +50,13 @@ impl LockGuard {
     pub(crate) fn new(
         client: LockClient,
         hold: Arc<Hold>,
-        channel: Arc<str>,
+        (key, channel): (Key, Key),
         lease: Lease,
     ) -> LockGuard {
         LockGuard {
             client,
             hold,
+            key,
             channel,
             lease,
             acquired_at: Instant::now(),
@@ -75,8 +77,11 @@ impl LockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
         let core = self.client.core().clone();
+        // Judged before detaching: without its watchdog guard a hold's loss would be judged by
+        // the lease estimate, which a renewal may not have refreshed yet.
+        let lost = self.hold.is_lost();
         core.holds.detach(&self.hold, self.lease);
-        if self.hold.is_lost() {
+        if lost {
             return Err(self.not_held());
         }
         core.ensure_open()?;
@@ -114,13 +119,13 @@ impl LockGuard {
     ///
     /// Cancel safe: it only watches.
     pub async fn lost(&self) {
-        self.hold.lost.cancelled().await
+        self.hold.lost().await
     }
 
     /// A token cancelled when the lock is known lost, for `select!` or for handing to work that
     /// takes a [`CancellationToken`]. Cancelling it yourself affects only that token.
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.hold.lost.child_token()
+        self.hold.lost_token()
     }
 
     /// The lock's name.
@@ -144,6 +149,7 @@ impl LockGuard {
     fn release(&self) -> Release {
         Release {
             name: self.hold.name.clone(),
+            key: self.key.clone(),
             channel: self.channel.clone(),
             field: self.hold.field.clone(),
             lease_ms: self.lease.millis(self.client.core().watchdog_timeout),
@@ -164,8 +170,9 @@ impl Drop for LockGuard {
             return;
         }
         let core = self.client.core();
+        let lost = self.hold.is_lost();
         core.holds.detach(&self.hold, self.lease);
-        if !self.hold.is_lost() {
+        if !lost {
             // Fails only when the client is gone; the lease then ends the lock.
             let _ = core.releaser.send(self.release());
         }
@@ -185,8 +192,10 @@ impl fmt::Debug for LockGuard {
 
 /// Everything needed to give back one hold.
 pub(crate) struct Release {
+    /// For messages; `key` is the same name as sent to Redis.
     pub(crate) name: Arc<str>,
-    pub(crate) channel: Arc<str>,
+    pub(crate) key: Key,
+    pub(crate) channel: Key,
     pub(crate) field: Arc<str>,
     pub(crate) lease_ms: u64,
 }
@@ -195,15 +204,16 @@ impl Release {
     /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
     pub(crate) async fn run(&self, core: &Core) -> Result<Option<i64>, fred::error::Error> {
         LOCK_RELEASE
-            .run(
-                &core.redis,
-                vec![Key::from(&*self.name), Key::from(&*self.channel)],
-                vec![
-                    Value::from(UNLOCK_MESSAGE),
-                    Value::from(self.lease_ms as i64),
-                    Value::from(&*self.field),
-                ],
-            )
+            .run(&core.redis, || {
+                (
+                    vec![self.key.clone(), self.channel.clone()],
+                    vec![
+                        Value::from(UNLOCK_MESSAGE),
+                        Value::from(self.lease_ms as i64),
+                        Value::from(&*self.field),
+                    ],
+                )
+            })
             .await
     }
 

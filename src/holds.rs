@@ -1,12 +1,15 @@
 //! The holds this client has: one [`Hold`] per (lock, owner) pair, shared by every guard of that
 //! owner on that lock, so that the watchdog renews each pair once and a loss reaches every guard.
+//!
+//! The registry is also what the watchdog scans each period; acquiring and releasing only touch
+//! the registry, never the watchdog task.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::mpsc::UnboundedSender;
+use fred::types::{Key, Value};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -23,11 +26,16 @@ impl Lease {
     /// The lease in whole milliseconds, at least 1 (a sub-millisecond lease must not become a
     /// zero, which Redis rejects).
     pub(crate) fn millis(self, watchdog_timeout: Duration) -> u64 {
-        let lease = match self {
+        u64::try_from(self.duration(watchdog_timeout).as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn duration(self, watchdog_timeout: Duration) -> Duration {
+        match self {
             Lease::Watchdog => watchdog_timeout,
             Lease::Fixed(lease) => lease,
-        };
-        u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
+        }
     }
 }
 
@@ -37,15 +45,13 @@ pub(crate) struct LeaseTimes {
     /// When the last command that set the TTL was sent (acquire, partial release, renewal). The
     /// server set the TTL after this, so expiry estimates from it are on the safe side.
     pub(crate) leased_at: Instant,
-    /// For holds without a watchdog guard: when the fixed lease runs out.
+    /// When the TTL set then runs out unless renewed.
     pub(crate) expires_at: Instant,
 }
 
 /// One owner's holds on one lock.
 #[derive(Debug)]
 pub(crate) struct Hold {
-    /// Identifies the hold to the watchdog.
-    pub(crate) id: u64,
     pub(crate) name: Arc<str>,
     pub(crate) field: Arc<str>,
     /// Live guards. Changed only under the registry's shard lock.
@@ -53,8 +59,13 @@ pub(crate) struct Hold {
     /// Live guards in watchdog mode. Changed only under the registry's shard lock.
     watchdog_guards: AtomicUsize,
     times: Mutex<LeaseTimes>,
-    /// Cancelled when the hold is known lost; every guard holds a child of it.
-    pub(crate) lost: CancellationToken,
+    /// Cancelled when the hold is known lost; every guard's token is a child of it.
+    lost: CancellationToken,
+    /// Set by the watchdog while a renewal of this hold is on its way.
+    pub(crate) renewing: AtomicBool,
+    /// The key and field as sent in renewals, built by the watchdog on the first one: holds
+    /// released within a period never pay for them.
+    pub(crate) renewal_args: OnceLock<(Key, Value)>,
 }
 
 impl Hold {
@@ -66,40 +77,80 @@ impl Hold {
         self.watchdog_guards.load(Ordering::Acquire)
     }
 
-    pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled()
-    }
-
     pub(crate) fn times(&self) -> LeaseTimes {
         *self.times.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn set_lease(&self, sent_at: Instant, lease: Lease, watchdog_timeout: Duration) {
+    /// Whether the hold is known lost: reported lost, or, with no watchdog guard to renew it,
+    /// past the end of its fixed lease.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled() || self.lease_ended(Instant::now())
+    }
+
+    fn lease_ended(&self, now: Instant) -> bool {
+        self.watchdog_guards() == 0 && now >= self.times().expires_at
+    }
+
+    /// Marks the hold lost; every guard's `lost()` completes.
+    pub(crate) fn mark_lost(&self) {
+        self.lost.cancel();
+    }
+
+    /// Completes when the hold is known lost.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let until = self.times().expires_at;
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(until), if self.watchdog_guards() == 0 => {
+                    // The lease may have been extended meanwhile (reentry, watchdog guard).
+                    if self.lease_ended(Instant::now()) {
+                        return;
+                    }
+                }
+                // A watchdog guard may leave; look again now and then.
+                _ = tokio::time::sleep(Duration::from_secs(1)), if self.watchdog_guards() > 0 => {}
+            }
+        }
+    }
+
+    /// A token cancelled when the hold is known lost.
+    pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
+        let token = self.lost.child_token();
+        if self.watchdog_guards() == 0 {
+            // A fixed lease ends by time alone, which nothing else would signal.
+            let hold = self.clone();
+            let child = token.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = hold.lost() => child.cancel(),
+                    _ = child.cancelled() => {}
+                }
+            });
+        }
+        token
+    }
+
+    /// Records that a command sent at `sent_at` set the TTL to `lease`.
+    pub(crate) fn leased(&self, sent_at: Instant, lease: Duration) {
         let mut times = self.times.lock().unwrap_or_else(PoisonError::into_inner);
-        times.leased_at = sent_at;
-        times.expires_at = sent_at
-            + match lease {
-                Lease::Watchdog => watchdog_timeout,
-                Lease::Fixed(lease) => lease,
-            };
+        if sent_at >= times.leased_at {
+            times.leased_at = sent_at;
+            times.expires_at = sent_at + lease;
+        }
     }
 }
-
-static NEXT_HOLD_ID: AtomicU64 = AtomicU64::new(1);
 
 /// The registry of holds, keyed by (lock name, owner field).
 pub(crate) struct Holds {
     map: DashMap<(Arc<str>, Arc<str>), Arc<Hold>>,
-    /// Tells the watchdog to look at a hold whose guards changed.
-    watchdog: UnboundedSender<Arc<Hold>>,
     watchdog_timeout: Duration,
 }
 
 impl Holds {
-    pub(crate) fn new(watchdog: UnboundedSender<Arc<Hold>>, watchdog_timeout: Duration) -> Holds {
+    pub(crate) fn new(watchdog_timeout: Duration) -> Holds {
         Holds {
             map: DashMap::new(),
-            watchdog,
             watchdog_timeout,
         }
     }
@@ -112,28 +163,27 @@ impl Holds {
         lease: Lease,
         sent_at: Instant,
     ) -> Arc<Hold> {
+        let lease_len = lease.duration(self.watchdog_timeout);
         let mut slot = self
             .map
             .entry((name.clone(), field.clone()))
-            .or_insert_with(|| new_hold(name, field, sent_at));
-        // A lost hold's guards keep their own (cancelled) hold; a new acquire starts afresh.
+            .or_insert_with(|| new_hold(name, field, sent_at, lease_len));
+        // A lost hold's guards keep their own hold; a new acquire starts afresh.
         if slot.is_lost() {
-            *slot = new_hold(name, field, sent_at);
+            *slot = new_hold(name, field, sent_at, lease_len);
         }
         let hold = slot.clone();
+        drop(slot);
         hold.guards.fetch_add(1, Ordering::AcqRel);
         if lease == Lease::Watchdog {
             hold.watchdog_guards.fetch_add(1, Ordering::AcqRel);
         }
-        hold.set_lease(sent_at, lease, self.watchdog_timeout);
-        // Sent under the shard lock so the watchdog sees changes to one hold in order.
-        let _ = self.watchdog.send(hold.clone());
-        drop(slot);
+        hold.leased(sent_at, lease_len);
         hold
     }
 
-    /// Records that one guard is gone (released or dropped). The watchdog stops renewing the hold
-    /// when its last watchdog guard leaves.
+    /// Records that one guard is gone (released or dropped). The watchdog no longer renews a
+    /// hold without watchdog guards.
     pub(crate) fn detach(&self, hold: &Arc<Hold>, lease: Lease) {
         let key = (hold.name.clone(), hold.field.clone());
         let forget = |hold: &Hold| {
@@ -142,19 +192,26 @@ impl Holds {
             }
             hold.guards.fetch_sub(1, Ordering::AcqRel) == 1
         };
-        let mut done = false;
+        let mut registered = false;
         let removed = self.map.remove_if(&key, |_, current| {
-            done = Arc::ptr_eq(current, hold);
-            done && forget(hold)
+            registered = Arc::ptr_eq(current, hold);
+            registered && forget(hold)
         });
-        if !done {
+        if !registered {
             // Not the registered hold (it was lost and replaced): only its own counts change.
             forget(hold);
         }
-        if removed.is_none() && done && hold.guards() > 0 {
-            hold.set_lease(Instant::now(), lease, self.watchdog_timeout);
+        if removed.is_none() && registered && hold.guards() > 0 {
+            // The release about to be sent sets the remaining holds' TTL to this lease.
+            hold.leased(Instant::now(), lease.duration(self.watchdog_timeout));
         }
-        let _ = self.watchdog.send(hold.clone());
+    }
+
+    /// Every hold, for the watchdog's scan.
+    pub(crate) fn each(&self, mut visit: impl FnMut(&Arc<Hold>)) {
+        for entry in self.map.iter() {
+            visit(entry.value());
+        }
     }
 
     /// Number of (lock, owner) pairs held.
@@ -164,23 +221,22 @@ impl Holds {
 
     /// Marks every hold lost: nothing renews them once the client shuts down.
     pub(crate) fn lose_all(&self) {
-        for hold in self.map.iter() {
-            hold.lost.cancel();
-        }
+        self.each(|hold| hold.mark_lost());
     }
 }
 
-fn new_hold(name: &Arc<str>, field: &Arc<str>, sent_at: Instant) -> Arc<Hold> {
+fn new_hold(name: &Arc<str>, field: &Arc<str>, sent_at: Instant, lease: Duration) -> Arc<Hold> {
     Arc::new(Hold {
-        id: NEXT_HOLD_ID.fetch_add(1, Ordering::Relaxed),
         name: name.clone(),
         field: field.clone(),
         guards: AtomicUsize::new(0),
         watchdog_guards: AtomicUsize::new(0),
         times: Mutex::new(LeaseTimes {
             leased_at: sent_at,
-            expires_at: sent_at,
+            expires_at: sent_at + lease,
         }),
         lost: CancellationToken::new(),
+        renewing: AtomicBool::new(false),
+        renewal_args: OnceLock::new(),
     })
 }

@@ -59,7 +59,11 @@ const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
 pub struct Lock {
     client: LockClient,
     name: Arc<str>,
-    channel: Arc<str>,
+    /// The name and the unlock channel as sent to Redis, built once: clones share the bytes.
+    key: Key,
+    channel: Key,
+    /// The channel's name, for the client's shared subscription.
+    channel_name: Arc<str>,
     owner: Option<OwnerId>,
 }
 
@@ -77,11 +81,13 @@ enum Attempt {
 
 impl Lock {
     pub(crate) fn new(client: LockClient, name: String) -> Lock {
-        let channel = names::lock_channel(&name).into();
+        let channel_name: Arc<str> = names::lock_channel(&name).into();
         Lock {
             client,
+            key: Key::from(name.as_str()),
+            channel: Key::from(&*channel_name),
+            channel_name,
             name: name.into(),
-            channel,
             owner: None,
         }
     }
@@ -227,11 +233,12 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         let core = self.ready()?;
         let deleted: i64 = LOCK_FORCE_UNLOCK
-            .run(
-                &core.redis,
-                vec![Key::from(&*self.name), Key::from(&*self.channel)],
-                vec![Value::from(names::UNLOCK_MESSAGE)],
-            )
+            .run(&core.redis, || {
+                (
+                    vec![self.key.clone(), self.channel.clone()],
+                    vec![Value::from(names::UNLOCK_MESSAGE)],
+                )
+            })
             .await
             .map_err(|error| Error::from_redis(&self.name, None, error))?;
         Ok(deleted == 1)
@@ -289,7 +296,7 @@ impl Lock {
         }
 
         tracing::debug!(lock = %self.name, owner = %field, "waiting");
-        let waiter = core.pubsub.join(&self.channel);
+        let waiter = core.pubsub.join(&self.channel_name);
         let subscribed_by = bounded(Instant::now() + pause, deadline);
         tokio::select! {
             biased;
@@ -339,6 +346,7 @@ impl Lock {
         let lease_ms = lease.millis(core.watchdog_timeout);
         let release = Release {
             name: self.name.clone(),
+            key: self.key.clone(),
             channel: self.channel.clone(),
             field: field.clone(),
             lease_ms,
@@ -347,11 +355,12 @@ impl Lock {
         let call = InFlight::new(async move {
             let sent_at = Instant::now();
             let reply = LOCK_ACQUIRE
-                .run::<Option<i64>>(
-                    &task_core.redis,
-                    vec![Key::from(&*release.name)],
-                    vec![Value::from(lease_ms as i64), Value::from(&*release.field)],
-                )
+                .run::<Option<i64>>(&task_core.redis, || {
+                    (
+                        vec![release.key.clone()],
+                        vec![Value::from(lease_ms as i64), Value::from(&*release.field)],
+                    )
+                })
                 .await
                 .map(|pttl| match pttl {
                     None => Ok(Unclaimed {
@@ -398,7 +407,12 @@ impl Lock {
             waited_ms = started.elapsed().as_millis() as u64,
             "acquired"
         );
-        LockGuard::new(self.client.clone(), hold, self.channel.clone(), lease)
+        LockGuard::new(
+            self.client.clone(),
+            hold,
+            (self.key.clone(), self.channel.clone()),
+            lease,
+        )
     }
 }
 

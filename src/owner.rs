@@ -1,5 +1,6 @@
 //! Who holds a lock: the owner id half of the `<client uuid>:<owner id>` hash field.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,14 +30,22 @@ static NEXT_LOCAL_ID: AtomicU64 = AtomicU64::new(LOCAL_ID_BASE);
 
 thread_local! {
     static THREAD_OWNER: u64 = NEXT_LOCAL_ID.fetch_add(1, Ordering::Relaxed);
+    /// The last task id seen on this thread and its integer, to skip re-parsing it.
+    static LAST_TASK: Cell<Option<(tokio::task::Id, u64)>> = const { Cell::new(None) };
 }
 
 impl OwnerId {
     /// The owner id of the calling task, or of the calling thread outside a tokio task.
     pub fn current() -> OwnerId {
         if let Some(id) = tokio::task::try_id() {
+            if let Some((last, raw)) = LAST_TASK.get() {
+                if last == id {
+                    return OwnerId(raw);
+                }
+            }
             // tokio exposes the task id only through Display, which prints the integer.
             if let Ok(raw) = id.to_string().parse::<u64>() {
+                LAST_TASK.set(Some((id, raw)));
                 return OwnerId(raw);
             }
         }

@@ -23,19 +23,20 @@ impl Script {
 
     /// Runs the script: one round trip when the server has it cached, two the first time.
     ///
-    /// `Key` and `Value` hold reference-counted bytes, so keeping a copy for the fallback costs
-    /// no allocation.
+    /// `call` makes the keys and arguments; it is called again only for the `EVAL` fallback,
+    /// so the common path builds them once.
     pub(crate) async fn run<R: FromValue>(
         &self,
         redis: &Client,
-        keys: Vec<Key>,
-        args: Vec<Value>,
+        call: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, fred::error::Error> {
+        let (keys, args) = call();
         match redis
-            .evalsha::<R, _, _, _>(self.sha.as_str(), keys.clone(), args.clone())
+            .evalsha::<R, _, _, _>(self.sha.as_str(), keys, args)
             .await
         {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
+                let (keys, args) = call();
                 redis.eval(self.body, keys, args).await
             }
             other => other,

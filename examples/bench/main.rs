@@ -1,0 +1,332 @@
+//! fredlock's benchmark: lock cost against the Redis round trip, and against other lock crates.
+//!
+//! ```text
+//! cargo run --release --example bench                  # the full run (about 4 minutes)
+//! cargo run --release --example bench -- --quick       # a short smoke run
+//! cargo run --release --example bench -- --json        # JSON on stdout, the table on stderr
+//! cargo run --release --example bench -- --only 1,3    # some scenarios
+//! cargo run --release --example bench -- --chart PATH  # where the wake-up chart goes
+//! cargo run --release --example bench -- --locks N     # locks and waiters in scenarios 5, 6
+//! cargo run --release --example bench -- --current-thread  # one runtime thread instead of one per core
+//! ```
+//!
+//! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and
+//! points every library at it, and only at it. Each scenario runs after a warm-up and repeats;
+//! rows give the median with min and max over the rounds. See BENCHMARKS.md.
+
+#[path = "../../tests/common/mod.rs"]
+mod harness;
+
+mod chart;
+mod libs;
+mod measure;
+mod scenarios;
+
+use std::path::PathBuf;
+
+use measure::Summary;
+use serde_json::json;
+
+#[global_allocator]
+static ALLOCATOR: measure::CountingAlloc = measure::CountingAlloc;
+
+/// One line of the result table.
+pub struct Row {
+    scenario: String,
+    library: String,
+    metric: String,
+    unit: String,
+    summary: Summary,
+}
+
+impl Row {
+    pub fn new(scenario: &str, library: &str, metric: &str, unit: &str, summary: Summary) -> Row {
+        Row {
+            scenario: scenario.into(),
+            library: library.into(),
+            metric: metric.into(),
+            unit: unit.into(),
+            summary,
+        }
+    }
+
+    pub fn single(scenario: &str, library: &str, metric: &str, unit: &str, value: f64) -> Row {
+        Row::new(scenario, library, metric, unit, Summary::of(&[value]))
+    }
+
+    pub fn ratio(scenario: &str, what: &str, value: f64) -> Row {
+        Row::single(scenario, what, "ratio of medians", "x", value)
+    }
+
+    fn median(&self) -> f64 {
+        self.summary.median
+    }
+}
+
+struct Options {
+    current_thread: bool,
+    locks: Option<usize>,
+    json: bool,
+    quick: bool,
+    only: Option<Vec<u8>>,
+    chart: PathBuf,
+}
+
+fn options() -> Options {
+    let mut options = Options {
+        current_thread: false,
+        locks: None,
+        json: false,
+        quick: false,
+        only: None,
+        chart: PathBuf::from("target/bench/wakeup-latency.svg"),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--json" => options.json = true,
+            "--quick" => options.quick = true,
+            "--current-thread" => options.current_thread = true,
+            "--locks" => options.locks = args.next().and_then(|n| n.parse().ok()),
+            "--only" => {
+                options.only = args.next().map(|list| {
+                    list.split(',')
+                        .filter_map(|n| n.trim().parse().ok())
+                        .collect()
+                })
+            }
+            "--chart" => {
+                if let Some(path) = args.next() {
+                    options.chart = PathBuf::from(path);
+                }
+            }
+            // `cargo bench` passes --bench; nothing else is expected.
+            "--bench" => {}
+            other => {
+                eprintln!("unknown argument {other}; see the top of examples/bench/main.rs");
+                std::process::exit(2);
+            }
+        }
+    }
+    options
+}
+
+fn find<'a>(rows: &'a [Row], scenario: &str, library: &str, metric: &str) -> Option<&'a Row> {
+    rows.iter().find(|row| {
+        row.scenario == scenario && row.library == library && row.metric.starts_with(metric)
+    })
+}
+
+/// The targets of issue 3, as (what, measured, target, met).
+fn targets(rows: &[Row], many: usize) -> Vec<(String, f64, String, bool)> {
+    let mut checks = Vec::new();
+    let mut check =
+        |what: &str, value: Option<f64>, target: String, met: fn(f64, f64) -> bool, bound: f64| {
+            if let Some(value) = value {
+                checks.push((what.to_string(), value, target, met(value, bound)));
+            }
+        };
+    let le = |v: f64, b: f64| v <= b;
+    let ge = |v: f64, b: f64| v >= b;
+    check(
+        "1 uncontended: fredlock / raw",
+        find(rows, "1 uncontended", "fredlock / raw", "ratio").map(Row::median),
+        "<= 1.15".into(),
+        le,
+        1.15,
+    );
+    check(
+        "2 throughput: fredlock / raw",
+        find(rows, "2 throughput", "fredlock / raw", "ratio").map(Row::median),
+        ">= 0.85".into(),
+        ge,
+        0.85,
+    );
+    check(
+        "3 wake-up: fredlock median / PING median",
+        find(rows, "3 wake-up", "fredlock / PING", "ratio").map(Row::median),
+        "<= 3".into(),
+        le,
+        3.0,
+    );
+    if let Some(ours) = find(rows, "3 wake-up", "fredlock", "unlock").map(Row::median) {
+        for peer in &libs::NAMES[1..] {
+            let speedup = find(rows, "3 wake-up", peer, "unlock").map(|row| row.median() / ours);
+            check(
+                &format!("3 wake-up: {peer} median / fredlock median"),
+                speedup,
+                ">= 50".into(),
+                ge,
+                50.0,
+            );
+        }
+    }
+    let calls = many as f64 / 100.0 + 1.0;
+    check(
+        "5 watchdog: renewal calls per period",
+        find(rows, "5 watchdog", "fredlock", "renewal").map(Row::median),
+        format!("<= {calls} (locks/100 + 1 slot)"),
+        le,
+        calls,
+    );
+    check(
+        "5 watchdog: client CPU",
+        find(rows, "5 watchdog", "fredlock", "client CPU").map(Row::median),
+        "< 5 % of a core".into(),
+        le,
+        5.0,
+    );
+    check(
+        "6 memory: heap per held lock",
+        find(rows, "6 memory", "fredlock", "heap per held").map(Row::median),
+        "< 2048 bytes".into(),
+        le,
+        2048.0,
+    );
+    check(
+        "6 memory: heap per waiting task",
+        find(rows, "6 memory", "fredlock", "heap per waiting").map(Row::median),
+        "< 2048 bytes".into(),
+        le,
+        2048.0,
+    );
+    checks
+}
+
+fn table(rows: &[Row], checks: &[(String, f64, String, bool)]) -> String {
+    let mut out = String::new();
+    out.push_str("| scenario | library | metric | median | min | max | unit |\n");
+    out.push_str("| --- | --- | --- | ---: | ---: | ---: | --- |\n");
+    for row in rows {
+        let s = row.summary;
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            row.scenario,
+            row.library,
+            row.metric,
+            fmt(s.median),
+            fmt(s.min),
+            fmt(s.max),
+            row.unit
+        ));
+    }
+    out.push_str("\n| target | measured | wanted | met |\n| --- | ---: | --- | --- |\n");
+    for (what, value, target, met) in checks {
+        out.push_str(&format!(
+            "| {what} | {} | {target} | {} |\n",
+            fmt(*value),
+            if *met { "yes" } else { "**no**" }
+        ));
+    }
+    out
+}
+
+fn fmt(value: f64) -> String {
+    match value.abs() {
+        v if v.is_nan() => "-".into(),
+        v if v >= 1000.0 => format!("{value:.0}"),
+        v if v >= 10.0 => format!("{value:.1}"),
+        v if v >= 1.0 => format!("{value:.2}"),
+        _ => format!("{value:.3}"),
+    }
+}
+
+fn main() {
+    let options = options();
+    let mut runtime = if options.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    match runtime.enable_all().build() {
+        Ok(runtime) => runtime.block_on(run(options)),
+        Err(error) => eprintln!("no tokio runtime: {error}"),
+    }
+}
+
+async fn run(options: Options) {
+    let mut sizes = if options.quick {
+        scenarios::Sizes::quick()
+    } else {
+        scenarios::Sizes::full()
+    };
+    if let Some(locks) = options.locks {
+        sizes.many = locks;
+    }
+    let wanted = |n: u8| options.only.as_ref().map_or(true, |only| only.contains(&n));
+    let server = harness::RedisServer::start();
+    let url = server.url();
+    let machine = measure::machine();
+    let flavor = if options.current_thread {
+        "current-thread"
+    } else {
+        "multi-thread"
+    };
+    eprintln!("fredlock benchmark on {machine}, {flavor} runtime; redis-server at {url}");
+
+    let mut rows = Vec::new();
+    let mut chart_written = None;
+    if wanted(1) {
+        eprintln!("1/6 uncontended latency");
+        rows.extend(scenarios::uncontended(&url, sizes).await);
+    }
+    if wanted(2) {
+        eprintln!("2/6 throughput");
+        rows.extend(scenarios::throughput(&url, sizes).await);
+    }
+    if wanted(3) {
+        eprintln!("3/6 wake-up latency");
+        let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
+        let ping =
+            find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
+        rows.extend(wakeup_rows);
+        if let Some(dir) = options.chart.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match chart::wakeup_cdf(&options.chart, &series, ping) {
+            Ok(()) => chart_written = Some(options.chart.display().to_string()),
+            Err(error) => eprintln!("chart not written: {error}"),
+        }
+    }
+    if wanted(4) {
+        eprintln!("4/6 contention");
+        rows.extend(scenarios::contention(&url, sizes).await);
+    }
+    if wanted(5) {
+        eprintln!("5/6 watchdog at scale");
+        rows.extend(scenarios::watchdog(&url, sizes).await);
+    }
+    if wanted(6) {
+        eprintln!("6/6 memory");
+        rows.extend(scenarios::memory(&url, sizes).await);
+    }
+    drop(server);
+
+    let checks = targets(&rows, sizes.many);
+    let report = table(&rows, &checks);
+    if options.json {
+        eprintln!("{report}");
+        let json = json!({
+            "machine": machine,
+            "runtime": if options.current_thread { "current-thread" } else { "multi-thread" },
+            "quick": options.quick,
+            "chart": chart_written,
+            "rows": rows.iter().map(|row| json!({
+                "scenario": row.scenario, "library": row.library, "metric": row.metric,
+                "unit": row.unit, "summary": row.summary.json(),
+            })).collect::<Vec<_>>(),
+            "targets": checks.iter().map(|(what, value, target, met)| json!({
+                "what": what, "measured": value, "wanted": target, "met": met,
+            })).collect::<Vec<_>>(),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).unwrap_or_default()
+        );
+    } else {
+        println!("{report}");
+        if let Some(chart) = chart_written {
+            println!("wake-up chart: {chart}");
+        }
+    }
+}

@@ -1,0 +1,586 @@
+//! The measured scenarios. Each returns its rows; `main` prints them and checks the targets.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::InfoKind;
+use fredlock::LockClient;
+use tokio::time::Instant;
+
+use crate::libs::{self, Library};
+use crate::measure::{self, Summary};
+use crate::Row;
+
+/// How much work each scenario does; `--quick` shrinks it for a smoke run.
+#[derive(Clone, Copy)]
+pub struct Sizes {
+    pub rounds: usize,
+    pub cycles: usize,
+    pub run_for: Duration,
+    pub wakeups: usize,
+    pub many: usize,
+    pub watch_for: Duration,
+}
+
+impl Sizes {
+    pub fn full() -> Sizes {
+        Sizes {
+            rounds: 5,
+            cycles: 20_000,
+            run_for: Duration::from_secs(5),
+            wakeups: 100,
+            many: 10_000,
+            watch_for: Duration::from_secs(10),
+        }
+    }
+
+    pub fn quick() -> Sizes {
+        Sizes {
+            rounds: 5,
+            cycles: 1_000,
+            run_for: Duration::from_millis(500),
+            wakeups: 20,
+            many: 2_000,
+            watch_for: Duration::from_secs(3),
+        }
+    }
+}
+
+async fn raw_client(url: &str) -> Client {
+    let mut builder = Builder::from_config(Config::from_url(url).expect("url"));
+    // The settings LockClient gives its own fred client, so that only the lock differs.
+    builder
+        .set_performance_config(fred::types::config::PerformanceConfig {
+            default_command_timeout: fredlock::DEFAULT_COMMAND_TIMEOUT,
+            broadcast_channel_capacity: 4096,
+            ..Default::default()
+        })
+        .set_connection_config(fred::types::config::ConnectionConfig {
+            max_command_attempts: 1,
+            ..Default::default()
+        });
+    let client = builder.build().expect("fred client");
+    client.init().await.expect("connect");
+    client
+}
+
+/// Our acquire and release scripts, run straight through fred: the floor fredlock sits on.
+struct RawScripts {
+    acquire: String,
+    release: String,
+}
+
+impl RawScripts {
+    async fn load(redis: &Client) -> RawScripts {
+        let acquire: String = redis
+            .script_load(include_str!("../../lua/lock_acquire.lua"))
+            .await
+            .expect("load acquire");
+        let release: String = redis
+            .script_load(include_str!("../../lua/lock_release.lua"))
+            .await
+            .expect("load release");
+        RawScripts { acquire, release }
+    }
+
+    async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {
+        let _: Option<i64> = redis
+            .evalsha(&self.acquire, vec![name], vec!["30000", field])
+            .await
+            .expect("raw acquire");
+        let _: Option<i64> = redis
+            .evalsha(
+                &self.release,
+                vec![name, channel],
+                vec!["0", "30000", field],
+            )
+            .await
+            .expect("raw release");
+    }
+}
+
+/// Runs `body` in a task of its own, as application code runs.
+async fn in_task<F, T>(body: F) -> T
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(body).await.expect("benchmark task")
+}
+
+/// Scenario 1: Uncontended latency of lock() + unlock(), against two raw EVALSHA calls of our scripts.
+pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
+    let client = LockClient::connect(url).await.expect("connect");
+    let raw = raw_client(url).await;
+    let scripts = Arc::new(RawScripts::load(&raw).await);
+    let cycles = sizes.cycles;
+    let ours_once = |n: usize| {
+        let lock = client.lock("bench:uncontended");
+        in_task(async move {
+            let started = Instant::now();
+            for _ in 0..n {
+                lock.lock()
+                    .await
+                    .expect("lock")
+                    .unlock()
+                    .await
+                    .expect("unlock");
+            }
+            started.elapsed().as_secs_f64() * 1e6 / n as f64
+        })
+    };
+    let raw_once = |n: usize| {
+        let (raw, scripts) = (raw.clone(), scripts.clone());
+        in_task(async move {
+            let started = Instant::now();
+            for _ in 0..n {
+                scripts
+                    .cycle(
+                        &raw,
+                        "bench:raw",
+                        "redisson_lock__channel:{bench:raw}",
+                        "raw:1",
+                    )
+                    .await;
+            }
+            started.elapsed().as_secs_f64() * 1e6 / n as f64
+        })
+    };
+    ours_once(cycles / 10).await;
+    raw_once(cycles / 10).await;
+    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
+    // Interleaved, so that drift of a shared machine hits both alike.
+    for _ in 0..sizes.rounds {
+        ours.push(ours_once(cycles).await);
+        baseline.push(raw_once(cycles).await);
+    }
+    let ours = Summary::of(&ours);
+    let baseline = Summary::of(&baseline);
+    let mut rows = vec![
+        Row::new("1 uncontended", "fredlock", "lock+unlock", "µs", ours),
+        Row::new(
+            "1 uncontended",
+            "raw EVALSHA x2",
+            "acquire+release scripts",
+            "µs",
+            baseline,
+        ),
+        Row::ratio(
+            "1 uncontended",
+            "fredlock / raw",
+            ours.median / baseline.median,
+        ),
+    ];
+    for name in &libs::NAMES[1..] {
+        let library: Arc<dyn Library> = libs::connect(name, url).await.into();
+        let mut samples = Vec::new();
+        let peer_cycles = (cycles / 4).max(100);
+        for round in 0..=sizes.rounds {
+            let handle = library.handle("bench:uncontended:peer");
+            let n = if round == 0 {
+                peer_cycles / 10
+            } else {
+                peer_cycles
+            };
+            let per_cycle = in_task(async move {
+                let started = Instant::now();
+                for _ in 0..n {
+                    handle.acquire().await.release().await;
+                }
+                started.elapsed().as_secs_f64() * 1e6 / n as f64
+            })
+            .await;
+            if round > 0 {
+                samples.push(per_cycle);
+            }
+        }
+        rows.push(Row::new(
+            "1 uncontended",
+            name,
+            "lock+unlock",
+            "µs",
+            Summary::of(&samples),
+        ));
+    }
+    client.shutdown().await;
+    rows
+}
+
+/// Scenario 2: Throughput of 64 tasks on 64 names through one client, against raw EVALSHA pairs.
+pub async fn throughput(url: &str, sizes: Sizes) -> Vec<Row> {
+    const TASKS: usize = 64;
+    let client = LockClient::connect(url).await.expect("connect");
+    let raw = raw_client(url).await;
+    let scripts = Arc::new(RawScripts::load(&raw).await);
+    let run = |ours: bool| {
+        let done = Arc::new(AtomicU64::new(0));
+        let stop_at = Instant::now() + sizes.run_for;
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let (done, lock, raw, scripts) = (
+                    done.clone(),
+                    client.lock(format!("bench:tp:{i}")),
+                    raw.clone(),
+                    scripts.clone(),
+                );
+                let (name, channel, field) = (
+                    format!("bench:tpraw:{i}"),
+                    format!("redisson_lock__channel:{{bench:tpraw:{i}}}"),
+                    format!("raw:{i}"),
+                );
+                tokio::spawn(async move {
+                    while Instant::now() < stop_at {
+                        if ours {
+                            lock.lock()
+                                .await
+                                .expect("lock")
+                                .unlock()
+                                .await
+                                .expect("unlock");
+                        } else {
+                            scripts.cycle(&raw, &name, &channel, &field).await;
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        async move {
+            let started = Instant::now();
+            for task in tasks {
+                task.await.expect("throughput task");
+            }
+            done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+        }
+    };
+    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
+    for round in 0..=sizes.rounds {
+        let (o, b) = (run(true).await, run(false).await);
+        if round > 0 {
+            ours.push(o);
+            baseline.push(b);
+        }
+    }
+    client.shutdown().await;
+    let (ours, baseline) = (Summary::of(&ours), Summary::of(&baseline));
+    vec![
+        Row::new(
+            "2 throughput",
+            "fredlock",
+            "64 tasks, 64 names",
+            "cycles/s",
+            ours,
+        ),
+        Row::new(
+            "2 throughput",
+            "raw EVALSHA x2",
+            "64 tasks, 64 names",
+            "cycles/s",
+            baseline,
+        ),
+        Row::ratio(
+            "2 throughput",
+            "fredlock / raw",
+            ours.median / baseline.median,
+        ),
+    ]
+}
+
+/// Scenario 3: Wake-up latency: from the holder's unlock returning to the blocked waiter's lock
+/// returning, for every library; plus one PING round trip for scale. Returns the samples (ms)
+/// per library for the chart.
+pub async fn wakeup(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec<f64>)>) {
+    let raw = raw_client(url).await;
+    let mut pings = Vec::new();
+    for _ in 0..1000 {
+        let started = Instant::now();
+        let _: String = raw.ping(None).await.expect("ping");
+        pings.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    let ping = Summary::of(&pings);
+    let mut rows = vec![Row::new(
+        "3 wake-up",
+        "PING round trip",
+        "median over 1000",
+        "ms",
+        ping,
+    )];
+    let mut series = Vec::new();
+    for name in libs::NAMES {
+        let holder_lib = libs::connect(name, url).await;
+        let waiter_lib: Arc<dyn Library> = libs::connect(name, url).await.into();
+        let resource = format!("bench:wakeup:{name}");
+        let holder = holder_lib.handle(&resource);
+        let mut samples = Vec::new();
+        for round in 0..=sizes.wakeups {
+            let held = holder.acquire().await;
+            let waiter = {
+                let handle = waiter_lib.handle(&resource);
+                tokio::spawn(async move {
+                    let held = handle.acquire().await;
+                    let at = Instant::now();
+                    held.release().await;
+                    at
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            held.release().await;
+            let unlocked = Instant::now();
+            let acquired = waiter.await.expect("waiter");
+            if round > 0 {
+                samples.push(acquired.saturating_duration_since(unlocked).as_secs_f64() * 1e3);
+            }
+        }
+        let summary = Summary::of(&samples);
+        rows.push(Row::new(
+            "3 wake-up",
+            name,
+            "unlock -> waiter holds",
+            "ms",
+            summary,
+        ));
+        rows.push(Row::ratio(
+            "3 wake-up",
+            &format!("{name} / PING"),
+            summary.median / ping.median,
+        ));
+        series.push((name.to_string(), samples));
+    }
+    (rows, series)
+}
+
+/// Scenario 4: Contention: 2 clients x 8 tasks on one name, empty critical section.
+pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
+    const CLIENTS: usize = 2;
+    const TASKS: usize = 8;
+    let mut rows = Vec::new();
+    for name in libs::NAMES {
+        let mut libraries: Vec<Arc<dyn Library>> = Vec::new();
+        for _ in 0..CLIENTS {
+            libraries.push(libs::connect(name, url).await.into());
+        }
+        let (mut rates, mut handoffs, mut min_share, mut max_share) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..sizes.rounds {
+            let order = Arc::new(Mutex::new(Vec::<usize>::new()));
+            let stop = Arc::new(AtomicBool::new(false));
+            let tasks: Vec<_> = (0..CLIENTS * TASKS)
+                .map(|task| {
+                    let handle = libraries[task % CLIENTS].handle("bench:contention");
+                    let (order, stop) = (order.clone(), stop.clone());
+                    tokio::spawn(async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            let held = handle.acquire().await;
+                            order.lock().expect("order").push(task);
+                            held.release().await;
+                        }
+                    })
+                })
+                .collect();
+            let started = Instant::now();
+            tokio::time::sleep(sizes.run_for).await;
+            stop.store(true, Ordering::Relaxed);
+            let order = std::mem::take(&mut *order.lock().expect("order"));
+            let elapsed = started.elapsed().as_secs_f64();
+            for task in tasks {
+                task.await.expect("contention task");
+            }
+            let mut per_task: HashMap<usize, usize> = HashMap::new();
+            for task in &order {
+                *per_task.entry(*task).or_default() += 1;
+            }
+            let counts: Vec<f64> = (0..CLIENTS * TASKS)
+                .map(|task| per_task.get(&task).copied().unwrap_or(0) as f64)
+                .collect();
+            rates.push(order.len() as f64 / elapsed);
+            handoffs.push(order.windows(2).filter(|w| w[0] != w[1]).count() as f64 / elapsed);
+            min_share.push(counts.iter().copied().fold(f64::INFINITY, f64::min));
+            max_share.push(counts.iter().copied().fold(0.0, f64::max));
+        }
+        rows.push(Row::new(
+            "4 contention",
+            name,
+            "acquisitions",
+            "1/s",
+            Summary::of(&rates),
+        ));
+        rows.push(Row::new(
+            "4 contention",
+            name,
+            "hand-offs to another task",
+            "1/s",
+            Summary::of(&handoffs),
+        ));
+        rows.push(Row::new(
+            "4 contention",
+            name,
+            "fewest per task",
+            "count",
+            Summary::of(&min_share),
+        ));
+        rows.push(Row::new(
+            "4 contention",
+            name,
+            "most per task",
+            "count",
+            Summary::of(&max_share),
+        ));
+    }
+    rows
+}
+
+async fn evalsha_calls(raw: &Client) -> u64 {
+    let info: String = raw.info(Some(InfoKind::CommandStats)).await.expect("info");
+    info.lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix("cmdstat_evalsha:calls=")?;
+            rest.split(',').next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Takes `count` watchdog locks on distinct names, 100 acquisitions at a time.
+async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredlock::LockGuard> {
+    let mut guards = Vec::with_capacity(count);
+    for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
+        let batch: Vec<_> = chunk
+            .iter()
+            .map(|i| {
+                let lock = client.lock(format!("{prefix}:{i}"));
+                tokio::spawn(async move { lock.lock().await.expect("lock") })
+            })
+            .collect();
+        for guard in batch {
+            guards.push(guard.await.expect("holder task"));
+        }
+    }
+    guards
+}
+
+/// Scenario 5: Watchdog at scale: renewal commands per period and CPU for many held locks.
+pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
+    let watchdog = Duration::from_secs(3);
+    let period = watchdog / 3;
+    let client = LockClient::builder()
+        .url(url)
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .expect("connect");
+    let raw = raw_client(url).await;
+    let guards = hold_many(&client, "bench:watchdog", sizes.many).await;
+    // Let the renewals of locks taken at different moments fall into step.
+    tokio::time::sleep(period * 2).await;
+    let cpu_before = measure::cpu_time();
+    let started = Instant::now();
+    let mut last = evalsha_calls(&raw).await;
+    let mut per_period = Vec::new();
+    while started.elapsed() < sizes.watch_for {
+        tokio::time::sleep(period).await;
+        let now = evalsha_calls(&raw).await;
+        per_period.push((now - last) as f64);
+        last = now;
+    }
+    let cpu = (measure::cpu_time() - cpu_before).as_secs_f64() / started.elapsed().as_secs_f64();
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    assert_eq!(lost, 0, "watchdog lost locks during the benchmark");
+    drop(guards);
+    client.shutdown().await;
+    vec![
+        Row::new(
+            "5 watchdog",
+            "fredlock",
+            &format!(
+                "renewal calls per {}s period, {} locks",
+                period.as_secs(),
+                sizes.many
+            ),
+            "calls",
+            Summary::of(&per_period),
+        ),
+        Row::single(
+            "5 watchdog",
+            "fredlock",
+            "client CPU over the period",
+            "% of a core",
+            cpu * 100.0,
+        ),
+    ]
+}
+
+/// Scenario 6: Memory per held lock and per waiting task, from the live heap (counting allocator) and
+/// the resident set.
+pub async fn memory(url: &str, sizes: Sizes) -> Vec<Row> {
+    let client = LockClient::connect(url).await.expect("connect");
+    let other = LockClient::connect(url).await.expect("connect");
+    let (mut held_heap, mut held_rss, mut wait_heap, mut wait_rss) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let per = |before: isize, after: isize| (after - before) as f64 / sizes.many as f64;
+    measure::count_heap(true);
+    for _ in 0..sizes.rounds {
+        let (heap, rss) = (measure::live_heap_bytes(), measure::rss_bytes() as isize);
+        let guards = hold_many(&client, "bench:memory", sizes.many).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held_heap.push(per(heap, measure::live_heap_bytes()));
+        held_rss.push(per(rss, measure::rss_bytes() as isize));
+        drop(guards);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let blocker = other.lock("bench:memory:wait").lock().await.expect("lock");
+        let (heap, rss) = (measure::live_heap_bytes(), measure::rss_bytes() as isize);
+        let waiters: Vec<_> = (0..sizes.many)
+            .map(|_| {
+                let lock = client.lock("bench:memory:wait");
+                tokio::spawn(async move { lock.lock().await.map(drop) })
+            })
+            .collect();
+        // Waiting means two attempts made and the subscription joined: give them time.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        wait_heap.push(per(heap, measure::live_heap_bytes()));
+        wait_rss.push(per(rss, measure::rss_bytes() as isize));
+        for waiter in &waiters {
+            waiter.abort();
+        }
+        for waiter in waiters {
+            let _ = waiter.await;
+        }
+        blocker.unlock().await.expect("unlock");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    measure::count_heap(false);
+    client.shutdown().await;
+    other.shutdown().await;
+    vec![
+        Row::new(
+            "6 memory",
+            "fredlock",
+            "heap per held lock",
+            "bytes",
+            Summary::of(&held_heap),
+        ),
+        Row::new(
+            "6 memory",
+            "fredlock",
+            "resident per held lock",
+            "bytes",
+            Summary::of(&held_rss),
+        ),
+        Row::new(
+            "6 memory",
+            "fredlock",
+            "heap per waiting task",
+            "bytes",
+            Summary::of(&wait_heap),
+        ),
+        Row::new(
+            "6 memory",
+            "fredlock",
+            "resident per waiting task",
+            "bytes",
+            Summary::of(&wait_rss),
+        ),
+    ]
+}

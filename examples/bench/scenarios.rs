@@ -400,34 +400,21 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
             min_share.push(counts.iter().copied().fold(f64::INFINITY, f64::min));
             max_share.push(counts.iter().copied().fold(0.0, f64::max));
         }
-        rows.push(Row::new(
-            "4 contention",
-            name,
-            "acquisitions",
-            "1/s",
-            Summary::of(&rates),
-        ));
-        rows.push(Row::new(
-            "4 contention",
-            name,
-            "hand-offs to another task",
-            "1/s",
-            Summary::of(&handoffs),
-        ));
-        rows.push(Row::new(
-            "4 contention",
-            name,
-            "fewest per task",
-            "count",
-            Summary::of(&min_share),
-        ));
-        rows.push(Row::new(
-            "4 contention",
-            name,
-            "most per task",
-            "count",
-            Summary::of(&max_share),
-        ));
+        let per_round = [
+            ("acquisitions", "1/s", &rates),
+            ("hand-offs to another task", "1/s", &handoffs),
+            ("fewest per task", "count", &min_share),
+            ("most per task", "count", &max_share),
+        ];
+        for (metric, unit, samples) in per_round {
+            rows.push(Row::new(
+                "4 contention",
+                name,
+                metric,
+                unit,
+                Summary::of(samples),
+            ));
+        }
     }
     rows
 }

@@ -102,6 +102,12 @@ impl RawScripts {
     }
 }
 
+/// One fredlock lock() + unlock().
+async fn lock_cycle(lock: &fredlock::Lock) {
+    let guard = lock.lock().await.expect("lock");
+    guard.unlock().await.expect("unlock");
+}
+
 /// Runs `body` in a task of its own, as application code runs.
 async fn in_task<F, T>(body: F) -> T
 where
@@ -122,12 +128,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
         in_task(async move {
             let started = Instant::now();
             for _ in 0..n {
-                lock.lock()
-                    .await
-                    .expect("lock")
-                    .unlock()
-                    .await
-                    .expect("unlock");
+                lock_cycle(&lock).await;
             }
             started.elapsed().as_secs_f64() * 1e6 / n as f64
         })
@@ -234,12 +235,7 @@ pub async fn throughput(url: &str, sizes: Sizes) -> Vec<Row> {
                 tokio::spawn(async move {
                     while Instant::now() < stop_at {
                         if ours {
-                            lock.lock()
-                                .await
-                                .expect("lock")
-                                .unlock()
-                                .await
-                                .expect("unlock");
+                            lock_cycle(&lock).await;
                         } else {
                             scripts.cycle(&raw, &name, &channel, &field).await;
                         }

@@ -96,15 +96,31 @@ impl Drop for Handle {
     fn drop(&mut self) {
         self.core.shutdown.cancel();
         self.resubscriber.abort();
-        // Close the connections too when a runtime is still there to do it.
+        let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
+        // Guards dropped just before the client queued releases: let the stop sequence send
+        // them before it closes the connections, when a runtime is still there to do it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (redis, subscriber) = (self.core.redis.clone(), self.core.subscriber.clone());
-            runtime.spawn(async move {
-                let _ = subscriber.quit().await;
-                let _ = redis.quit().await;
-            });
+            runtime.spawn(stop(self.core.clone(), tasks));
         }
     }
+}
+
+/// Waits for the background tasks to end (the releaser first sends the releases queued by
+/// dropped guards), marks every remaining hold lost, and closes the connections.
+async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+    core.holds.lose_all();
+    let _ = core.subscriber.quit().await;
+    let _ = core.redis.quit().await;
+    tracing::debug!(client = %core.id, "lock client shut down");
 }
 
 /// A snapshot of a client's bookkeeping, for metrics and tests.
@@ -272,22 +288,9 @@ impl LockClient {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        if tasks.is_empty() {
-            return;
+        if !tasks.is_empty() {
+            stop(core.clone(), tasks).await;
         }
-        for task in tasks {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(3), task)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
-        }
-        core.holds.lose_all();
-        let _ = core.subscriber.quit().await;
-        let _ = core.redis.quit().await;
-        tracing::debug!(client = %core.id, "lock client shut down");
     }
 
     pub(crate) fn core(&self) -> &Arc<Core> {

@@ -955,3 +955,30 @@ async fn unlock_during_subscription_is_not_missed() {
     })
     .await;
 }
+
+/// A guard dropped just before its client (the end of an ordinary scope) is still released:
+/// the client's last handle closes the connections only after queued releases are sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guard_dropped_with_its_client_is_released() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        for round in 0..20 {
+            let name = format!("scope-end:{round}");
+            {
+                let client = server.lock_client(DEFAULT_WATCHDOG).await;
+                let _guard = client.lock(name.as_str()).lock().await.unwrap();
+            } // guard, then client, dropped here
+            let released = eventually(Duration::from_secs(2), || async {
+                let exists: bool = raw.exists(name.as_str()).await.unwrap();
+                !exists
+            })
+            .await;
+            assert!(
+                released,
+                "round {round}: the lock outlived its dropped client"
+            );
+        }
+    })
+    .await;
+}

@@ -221,15 +221,15 @@ impl Release {
     pub(crate) async fn run_dropped(self, core: Arc<Core>) {
         match self.run(&core).await {
             Ok(Some(_)) => {
-                tracing::debug!(lock = %self.name, owner = %self.field, "released (dropped guard)")
+                tracing::debug!(lock = %self.name, owner = %self.field, "released (nobody waited for it)")
             }
             Ok(None) => tracing::debug!(
                 lock = %self.name, owner = %self.field,
-                "dropped guard's lock was no longer held"
+                "lock to release in the background was no longer held"
             ),
             Err(error) => tracing::warn!(
                 lock = %self.name, owner = %self.field, %error,
-                "could not release a dropped guard's lock; it ends with its lease"
+                "could not release a lock in the background; it ends with its lease"
             ),
         }
     }

@@ -15,6 +15,7 @@ use crate::holds::Lease;
 use crate::inflight::InFlight;
 use crate::names;
 use crate::owner::OwnerId;
+use crate::pubsub::Waiter;
 use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK};
 
 /// An attempt that began before the wait's deadline may run this much past it, so that a
@@ -259,9 +260,10 @@ impl Lock {
         Ok(core)
     }
 
-    /// The acquisition loop: attempt; subscribe; attempt again (an unlock published before the
-    /// subscription existed would otherwise be missed); then sleep until woken or until the
-    /// holder's TTL would end, and attempt again, until the deadline.
+    /// The acquisition loop: attempt; when held, join the lock's channel and attempt again once
+    /// subscribed (an unlock published before the subscription existed would otherwise be
+    /// missed); after that, sleep until woken or until the holder's TTL would end, and attempt
+    /// again, until the deadline.
     async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
         let core = self.ready()?;
         if lease == Lease::Fixed(Duration::ZERO) {
@@ -275,59 +277,53 @@ impl Lock {
         let deadline = wait.map(|wait| started + wait);
         let single_attempt = wait == Some(Duration::ZERO);
         let mut error_pause = MIN_ERROR_PAUSE;
-
-        let mut pause = match self
-            .attempt(core, &field, lease, deadline, single_attempt)
-            .await
-        {
-            Ok(Attempt::Acquired { sent_at }) => {
-                return Ok(Some(self.guard(core, field, lease, sent_at, started)))
-            }
-            Ok(Attempt::Held { retry_after }) => retry_after,
-            Ok(Attempt::TimedOut) => return Ok(None),
-            Err(error) if error.is_transient() && !single_attempt => {
-                tracing::warn!(lock = %self.name, owner = %field, %error, "acquire failed; retrying");
-                error_pause
-            }
-            Err(error) => return Err(error),
-        };
-        if single_attempt {
-            return Ok(None);
-        }
-
-        tracing::debug!(lock = %self.name, owner = %field, "waiting");
-        let waiter = core.pubsub.join(&self.channel_name);
-        let subscribed_by = bounded(Instant::now() + pause, deadline);
-        tokio::select! {
-            biased;
-            _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-            _ = waiter.subscribed(Some(subscribed_by)) => {}
-        }
+        let mut waiter: Option<Waiter> = None;
         loop {
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Ok(None);
-            }
-            match self.attempt(core, &field, lease, deadline, false).await {
+            let pause = match self
+                .attempt(core, &field, lease, deadline, single_attempt)
+                .await
+            {
                 Ok(Attempt::Acquired { sent_at }) => {
                     return Ok(Some(self.guard(core, field, lease, sent_at, started)))
                 }
                 Ok(Attempt::Held { retry_after }) => {
-                    pause = retry_after;
                     error_pause = MIN_ERROR_PAUSE;
+                    retry_after
                 }
                 Ok(Attempt::TimedOut) => return Ok(None),
-                Err(error) if error.is_transient() => {
+                Err(error) if error.is_transient() && !single_attempt => {
                     tracing::debug!(lock = %self.name, owner = %field, %error, "acquire failed; retrying");
-                    pause = error_pause;
+                    let pause = error_pause;
                     error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
+                    pause
                 }
                 Err(error) => return Err(error),
+            };
+            if single_attempt {
+                return Ok(None);
             }
             let until = bounded(Instant::now() + pause, deadline);
-            tokio::select! {
-                biased;
-                _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                _ = waiter.wait(until) => {}
+            match &waiter {
+                None => {
+                    tracing::debug!(lock = %self.name, owner = %field, "waiting");
+                    let joined = core.pubsub.join(&self.channel_name);
+                    tokio::select! {
+                        biased;
+                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                        _ = joined.subscribed(Some(until)) => {}
+                    }
+                    waiter = Some(joined);
+                }
+                Some(waiter) => {
+                    tokio::select! {
+                        biased;
+                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                        _ = waiter.wait(until) => {}
+                    }
+                }
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(None);
             }
         }
     }

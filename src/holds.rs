@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use fred::types::{Key, Value};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,9 @@ pub(crate) struct Hold {
     times: Mutex<LeaseTimes>,
     /// Cancelled when the hold is known lost; every guard's token is a child of it.
     lost: CancellationToken,
+    /// Signalled whenever the lease changes (acquire, partial release, renewal), which includes
+    /// every change of guards that leaves some behind: [`Hold::lost`] looks again then.
+    changed: Notify,
     /// Set by the watchdog while a renewal of this hold is on its way.
     pub(crate) renewing: AtomicBool,
     /// The key and field as sent in renewals, built by the watchdog on the first one: holds
@@ -99,17 +103,17 @@ impl Hold {
     /// Completes when the hold is known lost.
     pub(crate) async fn lost(&self) {
         loop {
+            // Created before the state is read, so that no change between the two is missed.
+            let changed = self.changed.notified();
+            if self.is_lost() {
+                return;
+            }
+            let renewed = self.watchdog_guards() > 0;
             let until = self.times().expires_at;
             tokio::select! {
                 _ = self.lost.cancelled() => return,
-                _ = tokio::time::sleep_until(until), if self.watchdog_guards() == 0 => {
-                    // The lease may have been extended meanwhile (reentry, watchdog guard).
-                    if self.lease_ended(Instant::now()) {
-                        return;
-                    }
-                }
-                // A watchdog guard may leave; look again now and then.
-                _ = tokio::time::sleep(Duration::from_secs(1)), if self.watchdog_guards() > 0 => {}
+                _ = tokio::time::sleep_until(until), if !renewed => {}
+                _ = changed => {}
             }
         }
     }
@@ -138,6 +142,8 @@ impl Hold {
             times.leased_at = sent_at;
             times.expires_at = sent_at + lease;
         }
+        drop(times);
+        self.changed.notify_waiters();
     }
 }
 
@@ -236,6 +242,7 @@ fn new_hold(name: &Arc<str>, field: &Arc<str>, sent_at: Instant, lease: Duration
             expires_at: sent_at + lease,
         }),
         lost: CancellationToken::new(),
+        changed: Notify::new(),
         renewing: AtomicBool::new(false),
         renewal_args: OnceLock::new(),
     })

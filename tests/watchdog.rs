@@ -127,3 +127,44 @@ async fn cluster_renews_across_slots_and_wakes_waiters() {
     })
     .await;
 }
+
+/// When the last watchdog guard of a hold leaves, the guards that remain (fixed lease) are
+/// reported lost when the lease the release left on the key runs out, not later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loss_follows_the_lease_once_the_watchdog_guard_leaves() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let watchdog = Duration::from_millis(600);
+        let client = server.lock_client(watchdog).await;
+        let lock = client.lock("mixed");
+        let outer = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+        let inner = lock.lock().await.unwrap();
+        let watching = tokio::spawn(async move {
+            outer.lost().await;
+            Instant::now()
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The release leaves the watchdog lease (600 ms) on the key, and nothing renews it.
+        inner.unlock().await.unwrap();
+        let unlocked = Instant::now();
+        let lost_at = tokio::time::timeout(Duration::from_secs(3), watching)
+            .await
+            .expect("outer guard learns that its lock ended")
+            .unwrap();
+        let after = lost_at.duration_since(unlocked);
+        assert!(
+            after <= watchdog + Duration::from_millis(300),
+            "lost after {after:?}"
+        );
+        // The client's estimate starts before the release is sent, so it errs early by up to a
+        // round trip; the key itself must be gone right after.
+        let gone = common::eventually(Duration::from_millis(300), || async {
+            let exists: bool = raw.exists("mixed").await.unwrap();
+            !exists
+        })
+        .await;
+        assert!(gone, "reported lost while the key lived on");
+    })
+    .await;
+}

@@ -16,12 +16,13 @@ use uuid::Uuid;
 
 use crate::config::LockClientBuilder;
 use crate::error::{Error, Result};
-use crate::guard::Release;
+use crate::fair_lock::FairLock;
 use crate::holds::Holds;
+use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::owner::OwnerId;
 use crate::pubsub::PubSub;
-use crate::releaser;
+use crate::releaser::{self, Cleanup};
 use crate::watchdog::Watchdog;
 
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
@@ -37,9 +38,11 @@ pub(crate) struct Core {
     pub(crate) redis: Client,
     subscriber: SubscriberClient,
     pub(crate) watchdog_timeout: Duration,
+    /// A fair-lock waiter's slot.
+    pub(crate) fair_wait_timeout: Duration,
     pub(crate) holds: Holds,
     pub(crate) pubsub: PubSub,
-    pub(crate) releaser: UnboundedSender<Release>,
+    pub(crate) releaser: UnboundedSender<Cleanup>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -217,6 +220,7 @@ impl LockClient {
             redis: redis.clone(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
+            fair_wait_timeout: settings.fair_wait_timeout,
             holds: Holds::new(settings.watchdog_timeout),
             pubsub,
             releaser: releaser_tx,
@@ -248,7 +252,13 @@ impl LockClient {
     /// A reentrant lock named `name` (the Redis key). Creating it costs nothing and sends
     /// nothing; an empty name is reported by the first operation.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(self.clone(), LockKeys::reentrant(name.into()))
+    }
+
+    /// A fair lock named `name`: reentrant like [`lock`](Self::lock), and granted to waiters in
+    /// the order they arrived. Creating it costs nothing and sends nothing.
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.clone(), name.into())
     }
 
     /// The hash field this client writes for `owner`: `<client uuid>:<owner id>`.

@@ -10,6 +10,10 @@ use crate::error::{Error, Result};
 /// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a fair lock's waiter keeps its place in line without trying again. Redisson's
+/// default is 5 minutes, which is how long a crashed waiter at the head can stall its lock there.
+pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long one Redis command may take before it fails with [`Error::Redis`].
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -33,6 +37,7 @@ pub struct LockClientBuilder {
     pub(crate) config: Option<Config>,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
+    pub(crate) fair_wait_timeout: Duration,
     pub(crate) reconnect_policy: ReconnectPolicy,
 }
 
@@ -43,6 +48,7 @@ impl Default for LockClientBuilder {
             config: None,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
             // Forever, backing off from 100 ms to 2 s: a lock client that stops reconnecting
             // strands every waiter and every watchdog lock.
             reconnect_policy: ReconnectPolicy::new_exponential(0, 100, 2_000, 2),
@@ -71,9 +77,21 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long a fair lock's waiter keeps its place in line without trying again. Redisson's
+    /// default is 5 minutes, which is how long a crashed waiter at the head can stall its lock there.
+    pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
     /// How long one Redis command may take before it fails. Default 5 s.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// A [`FairLock`](crate::FairLock) waiter's slot: how long it keeps its place in line
+    /// without trying again. Live waiters try again every third of this, so it bounds how long a
+    /// waiter whose process died can hold up the line. Default 5 s.
+    pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_wait_timeout = timeout;
         self
     }
 
@@ -86,7 +104,8 @@ impl LockClientBuilder {
 
     /// Connects and starts the client's background tasks.
     ///
-    /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL or a zero timeout,
+    /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL or a timeout of zero
+    /// (or, for `fair_wait_timeout`, under a millisecond),
     /// and with [`Error::Redis`] when the server cannot be reached.
     ///
     /// # Cancel safety
@@ -101,6 +120,11 @@ impl LockClientBuilder {
         if self.command_timeout.is_zero() {
             return Err(Error::InvalidArgument(
                 "command_timeout must be greater than zero".into(),
+            ));
+        }
+        if self.fair_wait_timeout < Duration::from_millis(1) {
+            return Err(Error::InvalidArgument(
+                "fair_wait_timeout must be at least 1 ms".into(),
             ));
         }
         LockClient::start(self).await

@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -12,10 +11,11 @@ use crate::client::{Core, LockClient};
 use crate::error::{Error, Result};
 use crate::holds::{Hold, Lease};
 use crate::inflight::InFlight;
-use crate::names::UNLOCK_MESSAGE;
-use crate::scripts::LOCK_RELEASE;
+use crate::keys::LockKeys;
+use crate::releaser::Cleanup;
 
-/// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock) and friends.
+/// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock),
+/// [`FairLock::lock`](crate::FairLock::lock) and friends.
 ///
 /// - [`unlock`](Self::unlock) gives the hold back and reports whether it was still held.
 /// - Dropping the guard gives it back too, in the background, within milliseconds.
@@ -39,8 +39,7 @@ use crate::scripts::LOCK_RELEASE;
 pub struct LockGuard {
     client: LockClient,
     hold: Arc<Hold>,
-    key: Key,
-    channel: Key,
+    keys: Arc<LockKeys>,
     lease: Lease,
     acquired_at: Instant,
     released: bool,
@@ -50,21 +49,21 @@ impl LockGuard {
     pub(crate) fn new(
         client: LockClient,
         hold: Arc<Hold>,
-        (key, channel): (Key, Key),
+        keys: Arc<LockKeys>,
         lease: Lease,
     ) -> LockGuard {
         LockGuard {
             client,
             hold,
-            key,
-            channel,
+            keys,
             lease,
             acquired_at: Instant::now(),
             released: false,
         }
     }
 
-    /// Gives this hold back. The last hold of the owner deletes the lock and wakes the waiters.
+    /// Gives this hold back. The last hold of the owner deletes the lock and wakes the waiters
+    /// (of a fair lock, the first waiter only).
     ///
     /// Fails with [`Error::NotHeld`] when the lock was lost before the call (the owner's field
     /// is gone), and with [`Error::Redis`] when the release could not be confirmed; the lock
@@ -148,9 +147,7 @@ impl LockGuard {
 
     fn release(&self) -> Release {
         Release {
-            name: self.hold.name.clone(),
-            key: self.key.clone(),
-            channel: self.channel.clone(),
+            keys: self.keys.clone(),
             field: self.hold.field.clone(),
             lease_ms: self.lease.millis(self.client.core().watchdog_timeout),
         }
@@ -174,7 +171,7 @@ impl Drop for LockGuard {
         core.holds.detach(&self.hold, self.lease);
         if !lost {
             // Fails only when the client is gone; the lease then ends the lock.
-            let _ = core.releaser.send(self.release());
+            let _ = core.releaser.send(Cleanup::Release(self.release()));
         }
     }
 }
@@ -192,10 +189,7 @@ impl fmt::Debug for LockGuard {
 
 /// Everything needed to give back one hold.
 pub(crate) struct Release {
-    /// For messages; `key` is the same name as sent to Redis.
-    pub(crate) name: Arc<str>,
-    pub(crate) key: Key,
-    pub(crate) channel: Key,
+    pub(crate) keys: Arc<LockKeys>,
     pub(crate) field: Arc<str>,
     pub(crate) lease_ms: u64,
 }
@@ -203,17 +197,8 @@ pub(crate) struct Release {
 impl Release {
     /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
     pub(crate) async fn run(&self, core: &Core) -> Result<Option<i64>, fred::error::Error> {
-        LOCK_RELEASE
-            .run(&core.redis, || {
-                (
-                    vec![self.key.clone(), self.channel.clone()],
-                    vec![
-                        Value::from(UNLOCK_MESSAGE),
-                        Value::from(self.lease_ms as i64),
-                        Value::from(&*self.field),
-                    ],
-                )
-            })
+        self.keys
+            .release(&core.redis, self.lease_ms, &self.field)
             .await
     }
 
@@ -221,14 +206,14 @@ impl Release {
     pub(crate) async fn run_dropped(self, core: Arc<Core>) {
         match self.run(&core).await {
             Ok(Some(_)) => {
-                tracing::debug!(lock = %self.name, owner = %self.field, "released (nobody waited for it)")
+                tracing::debug!(lock = %self.keys.name, owner = %self.field, "released (nobody waited for it)")
             }
             Ok(None) => tracing::debug!(
-                lock = %self.name, owner = %self.field,
+                lock = %self.keys.name, owner = %self.field,
                 "lock to release in the background was no longer held"
             ),
             Err(error) => tracing::warn!(
-                lock = %self.name, owner = %self.field, %error,
+                lock = %self.keys.name, owner = %self.field, %error,
                 "could not release a lock in the background; it ends with its lease"
             ),
         }

@@ -78,9 +78,11 @@
 mod client;
 mod config;
 mod error;
+mod fair_lock;
 mod guard;
 mod holds;
 mod inflight;
+mod keys;
 mod lock;
 mod names;
 mod owner;
@@ -90,8 +92,11 @@ mod scripts;
 mod watchdog;
 
 pub use client::{ClientStats, LockClient};
-pub use config::{LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT};
+pub use config::{
+    LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+};
 pub use error::{Error, Result};
+pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use owner::OwnerId;

@@ -5,18 +5,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
-use fred::types::{Key, Value};
 use tokio::time::Instant;
 
 use crate::client::{Core, LockClient};
 use crate::error::{Error, Result};
+use crate::fair_lock::Leave;
 use crate::guard::{LockGuard, Release};
 use crate::holds::Lease;
 use crate::inflight::InFlight;
-use crate::names;
+use crate::keys::LockKeys;
 use crate::owner::OwnerId;
 use crate::pubsub::Waiter;
-use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK};
+use crate::releaser::{Cleanup, Undo};
 
 /// An attempt that began before the wait's deadline may run this much past it, so that a
 /// request already on the wire is not thrown away (and undone) for being a little late.
@@ -56,15 +56,14 @@ const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// A [`FairLock`](crate::FairLock) is a `Lock` too (see [`FairLock::as_lock`]
+/// (crate::FairLock::as_lock)): its methods are these, with waiters served in arrival order.
 #[derive(Clone)]
 pub struct Lock {
     client: LockClient,
-    name: Arc<str>,
-    /// The name and the unlock channel as sent to Redis, built once: clones share the bytes.
-    key: Key,
-    channel: Key,
-    /// The channel's name, for the client's shared subscription.
-    channel_name: Arc<str>,
+    /// The name, the keys and channels derived from it, and the scripts of the lock's kind.
+    keys: Arc<LockKeys>,
     owner: Option<OwnerId>,
 }
 
@@ -80,22 +79,32 @@ enum Attempt {
     TimedOut,
 }
 
+/// What an acquire call did in Redis, carried out of [`InFlight`] with its undo armed, so that
+/// an abandoned call undoes itself.
+enum Outcome {
+    Won(Undo),
+    /// Held by another owner: the TTL in ms, and for a fair lock the place in its queue.
+    Held(i64, Option<Undo>),
+}
+
 impl Lock {
-    pub(crate) fn new(client: LockClient, name: String) -> Lock {
-        let channel_name: Arc<str> = names::lock_channel(&name).into();
+    pub(crate) fn new(client: LockClient, keys: LockKeys) -> Lock {
         Lock {
             client,
-            key: Key::from(name.as_str()),
-            channel: Key::from(&*channel_name),
-            channel_name,
-            name: name.into(),
+            keys: Arc::new(keys),
             owner: None,
         }
     }
 
     /// The lock's name, which is its Redis key.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.keys.name
+    }
+
+    /// Whether waiters are served in arrival order (a lock made by
+    /// [`LockClient::fair_lock`](crate::LockClient::fair_lock)).
+    pub fn is_fair(&self) -> bool {
+        self.keys.is_fair()
     }
 
     /// The same lock, owned by `owner` instead of the current task: for work that acquires in
@@ -177,10 +186,10 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         let core = self.ready()?;
         core.redis
-            .exists::<u32, _>(&*self.name)
+            .exists::<u32, _>(self.keys.key.clone())
             .await
             .map(|count| count > 0)
-            .map_err(|error| Error::from_redis(&self.name, None, error))
+            .map_err(|error| Error::from_redis(self.name(), None, error))
     }
 
     /// Whether the current task (or the pinned owner) holds the lock.
@@ -201,10 +210,10 @@ impl Lock {
         let core = self.ready()?;
         let field = core.field(self.owner());
         core.redis
-            .hget::<Option<u32>, _, _>(&*self.name, &*field)
+            .hget::<Option<u32>, _, _>(self.keys.key.clone(), &*field)
             .await
             .map(Option::unwrap_or_default)
-            .map_err(|error| Error::from_redis(&self.name, Some(&field), error))
+            .map_err(|error| Error::from_redis(self.name(), Some(&field), error))
     }
 
     /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
@@ -216,13 +225,14 @@ impl Lock {
         let core = self.ready()?;
         let ttl = core
             .redis
-            .pttl::<i64, _>(&*self.name)
+            .pttl::<i64, _>(self.keys.key.clone())
             .await
-            .map_err(|error| Error::from_redis(&self.name, None, error))?;
+            .map_err(|error| Error::from_redis(self.name(), None, error))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
     }
 
-    /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held.
+    /// Deletes the lock whoever holds it and wakes its waiters (of a fair lock, the first in
+    /// line, which keeps its place); `true` if it was held.
     ///
     /// The holder is not told directly; its watchdog finds the lock gone within a third of the
     /// watchdog timeout and marks its guards lost.
@@ -233,16 +243,10 @@ impl Lock {
     /// dropped before reporting it.
     pub async fn force_unlock(&self) -> Result<bool> {
         let core = self.ready()?;
-        let deleted: i64 = LOCK_FORCE_UNLOCK
-            .run(&core.redis, || {
-                (
-                    vec![self.key.clone(), self.channel.clone()],
-                    vec![Value::from(names::UNLOCK_MESSAGE)],
-                )
-            })
+        self.keys
+            .force_unlock(&core.redis)
             .await
-            .map_err(|error| Error::from_redis(&self.name, None, error))?;
-        Ok(deleted == 1)
+            .map_err(|error| Error::from_redis(self.name(), None, error))
     }
 
     fn owner(&self) -> OwnerId {
@@ -252,7 +256,7 @@ impl Lock {
     fn ready(&self) -> Result<&Arc<Core>> {
         let core = self.client.core();
         core.ensure_open()?;
-        if self.name.is_empty() {
+        if self.keys.name.is_empty() {
             return Err(Error::InvalidArgument(
                 "a lock name must not be empty".into(),
             ));
@@ -260,39 +264,55 @@ impl Lock {
         Ok(core)
     }
 
-    /// The acquisition loop: attempt; when held, join the lock's channel and attempt again once
-    /// subscribed (an unlock published before the subscription existed would otherwise be
+    /// The acquisition loop: attempt; when held, join the waiter's channel and attempt again once
+    /// subscribed (a message published before the subscription existed would otherwise be
     /// missed); after that, sleep until woken or until the holder's TTL would end, and attempt
     /// again, until the deadline.
+    ///
+    /// A fair lock's waiter also holds a place in the lock's queue from its first attempt on. It
+    /// keeps it by trying again at least every third of its slot, and gives it up on every way
+    /// out but success: at once when its wait times out, through the releaser when the future is
+    /// dropped or fails.
     async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
         let core = self.ready()?;
         if lease == Lease::Fixed(Duration::ZERO) {
             return Err(Error::InvalidArgument(format!(
                 "the lease of lock {:?} must be greater than zero",
-                self.name
+                self.name()
             )));
         }
         let field = core.field(self.owner());
         let started = Instant::now();
         let deadline = wait.map(|wait| started + wait);
         let single_attempt = wait == Some(Duration::ZERO);
+        // Only a waiter queues: a single attempt leaves no trace in a fair lock's queue.
+        let slot = (self.keys.is_fair() && !single_attempt).then_some(core.fair_wait_timeout);
+        let place = slot.map(|_| self.leave_undo(core, &field));
         let mut error_pause = MIN_ERROR_PAUSE;
         let mut waiter: Option<Waiter> = None;
         loop {
             let pause = match self
-                .attempt(core, &field, lease, deadline, single_attempt)
+                .attempt(core, &field, lease, slot, deadline, single_attempt)
                 .await
             {
                 Ok(Attempt::Acquired { sent_at }) => {
-                    return Ok(Some(self.guard(core, field, lease, sent_at, started)))
+                    // The acquire script took the waiter out of the queue.
+                    if let Some(place) = place {
+                        place.claim();
+                    }
+                    return Ok(Some(self.guard(core, field, lease, sent_at, started)));
                 }
                 Ok(Attempt::Held { retry_after }) => {
                     error_pause = MIN_ERROR_PAUSE;
-                    retry_after
+                    // Trying again is what keeps a queued waiter's place.
+                    slot.map_or(retry_after, |slot| retry_after.min(slot / 3))
                 }
-                Ok(Attempt::TimedOut) => return Ok(None),
+                Ok(Attempt::TimedOut) => {
+                    leave_now(place).await;
+                    return Ok(None);
+                }
                 Err(error) if error.is_transient() && !single_attempt => {
-                    tracing::debug!(lock = %self.name, owner = %field, %error, "acquire failed; retrying");
+                    tracing::debug!(lock = %self.name(), owner = %field, %error, "acquire failed; retrying");
                     let pause = error_pause;
                     error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
                     pause
@@ -305,8 +325,8 @@ impl Lock {
             let until = bounded(Instant::now() + pause, deadline);
             match &waiter {
                 None => {
-                    tracing::debug!(lock = %self.name, owner = %field, "waiting");
-                    let joined = core.pubsub.join(&self.channel_name);
+                    tracing::debug!(lock = %self.name(), owner = %field, "waiting");
+                    let joined = core.pubsub.join(&self.keys.wait_channel(&field));
                     tokio::select! {
                         biased;
                         _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
@@ -323,51 +343,58 @@ impl Lock {
                 }
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                leave_now(place).await;
                 return Ok(None);
             }
         }
     }
 
     /// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
-    /// the call finishes in a task of its own ([`InFlight`]), and a hold it won arrives as an
-    /// [`Unclaimed`], which gives the hold back when nobody claims it.
+    /// the call finishes in a task of its own ([`InFlight`]), and what it did arrives as an armed
+    /// [`Undo`] (the won hold is released, the queue place left) unless the caller claims it.
     async fn attempt(
         &self,
         core: &Arc<Core>,
         field: &Arc<str>,
         lease: Lease,
+        slot: Option<Duration>,
         deadline: Option<Instant>,
-        unbounded: bool,
+        single_attempt: bool,
     ) -> Result<Attempt> {
         let lease_ms = lease.millis(core.watchdog_timeout);
-        let release = Release {
-            name: self.name.clone(),
-            key: self.key.clone(),
-            channel: self.channel.clone(),
-            field: field.clone(),
-            lease_ms,
-        };
+        let slot_ms = slot.map(|slot| u64::try_from(slot.as_millis()).unwrap_or(u64::MAX));
+        let keys = self.keys.clone();
+        let task_field = field.clone();
         let task_core = core.clone();
         let call = InFlight::new(async move {
             let sent_at = Instant::now();
-            let reply = LOCK_ACQUIRE
-                .run::<Option<i64>>(&task_core.redis, || {
-                    (
-                        vec![release.key.clone()],
-                        vec![Value::from(lease_ms as i64), Value::from(&*release.field)],
-                    )
-                })
+            let reply = keys
+                .acquire(&task_core.redis, lease_ms, &task_field, slot_ms)
                 .await
-                .map(|pttl| match pttl {
-                    None => Ok(Unclaimed {
-                        release: Some(release),
-                        core: task_core,
-                    }),
-                    Some(pttl) => Err(pttl),
+                .map(|reply| match reply {
+                    None => {
+                        let release = Release {
+                            keys,
+                            field: task_field,
+                            lease_ms,
+                        };
+                        Outcome::Won(Undo::new(Cleanup::Release(release), task_core))
+                    }
+                    Some(pttl) => {
+                        let place = slot_ms.map(|_| {
+                            let leave = Leave {
+                                keys,
+                                field: task_field,
+                            };
+                            Undo::new(Cleanup::Leave(leave), task_core)
+                        });
+                        Outcome::Held(pttl, place)
+                    }
                 });
             (sent_at, reply)
         });
-        let (sent_at, reply) = match deadline.filter(|_| !unbounded) {
+        // A single attempt waits for its reply whatever the deadline.
+        let (sent_at, reply) = match deadline.filter(|_| !single_attempt) {
             Some(deadline) => {
                 let deadline = deadline.max(Instant::now() + ATTEMPT_GRACE);
                 match tokio::time::timeout_at(deadline, call).await {
@@ -378,15 +405,30 @@ impl Lock {
             None => call.await,
         };
         match reply {
-            Ok(Ok(won)) => {
+            Ok(Outcome::Won(won)) => {
                 won.claim();
                 Ok(Attempt::Acquired { sent_at })
             }
-            Ok(Err(pttl)) => Ok(Attempt::Held {
-                retry_after: retry_after(pttl, core.watchdog_timeout),
-            }),
-            Err(error) => Err(Error::from_redis(&self.name, Some(field), error)),
+            Ok(Outcome::Held(pttl, place)) => {
+                // The waiter's own place (armed since before its first attempt) covers this one.
+                if let Some(place) = place {
+                    place.claim();
+                }
+                Ok(Attempt::Held {
+                    retry_after: retry_after(pttl, core.watchdog_timeout),
+                })
+            }
+            Err(error) => Err(Error::from_redis(self.name(), Some(field), error)),
         }
+    }
+
+    /// The undo that takes `field` out of this fair lock's queue.
+    fn leave_undo(&self, core: &Arc<Core>, field: &Arc<str>) -> Undo {
+        let leave = Leave {
+            keys: self.keys.clone(),
+            field: field.clone(),
+        };
+        Undo::new(Cleanup::Leave(leave), core.clone())
     }
 
     fn guard(
@@ -397,45 +439,21 @@ impl Lock {
         sent_at: Instant,
         started: Instant,
     ) -> LockGuard {
-        let hold = core.holds.attach(&self.name, &field, lease, sent_at);
+        let hold = core.holds.attach(&self.keys.name, &field, lease, sent_at);
         tracing::debug!(
-            lock = %self.name, owner = %field,
+            lock = %self.name(), owner = %field,
             waited_ms = started.elapsed().as_millis() as u64,
             "acquired"
         );
-        LockGuard::new(
-            self.client.clone(),
-            hold,
-            (self.key.clone(), self.channel.clone()),
-            lease,
-        )
+        LockGuard::new(self.client.clone(), hold, self.keys.clone(), lease)
     }
 }
 
-/// A hold won by an acquire script and not yet turned into a guard. Dropping it unclaimed (the
-/// caller was cancelled) queues its release, so a won hold can never be lost on the way.
-struct Unclaimed {
-    release: Option<Release>,
-    core: Arc<Core>,
-}
-
-impl Unclaimed {
-    /// The caller takes the hold over; nothing is released.
-    fn claim(mut self) {
-        self.release = None;
-    }
-}
-
-impl Drop for Unclaimed {
-    fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
-            tracing::debug!(
-                lock = %release.name, owner = %release.field,
-                "undoing an acquire whose caller went away"
-            );
-            // Fails only once the client is gone; the lease then ends the hold.
-            let _ = self.core.releaser.send(release);
-        }
+/// A waiter that gives up leaves its queue place before returning, so that the next one moves up
+/// at once and a later attempt of the same owner is not overtaken by its own departure.
+async fn leave_now(place: Option<Undo>) {
+    if let Some(place) = place {
+        place.now().await;
     }
 }
 
@@ -456,7 +474,8 @@ fn bounded(until: Instant, deadline: Option<Instant>) -> Instant {
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("name", &self.name)
+            .field("name", &self.keys.name)
+            .field("fair", &self.keys.is_fair())
             .field("owner", &self.owner)
             .finish_non_exhaustive()
     }

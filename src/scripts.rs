@@ -56,3 +56,32 @@ pub(crate) static LOCK_RENEW: LazyLock<Script> =
 /// Deletes a lock whoever holds it.
 pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_force_unlock.lua")));
+
+/// Takes, re-enters or queues for a fair lock.
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/fair_queue.lua"),
+        include_str!("../lua/fair_acquire.lua")
+    ))
+});
+/// Gives back one hold of a fair lock, telling the first waiter when it is free.
+pub(crate) static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/fair_queue.lua"),
+        include_str!("../lua/fair_release.lua")
+    ))
+});
+/// Takes a waiter out of a fair lock's queue.
+pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/fair_queue.lua"),
+        include_str!("../lua/fair_leave.lua")
+    ))
+});
+/// Deletes a fair lock whoever holds it, telling the first waiter.
+pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/fair_queue.lua"),
+        include_str!("../lua/fair_force_unlock.lua")
+    ))
+});

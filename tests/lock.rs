@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{bounded, eventually, RedisServer};
+use common::{bounded, eventually, Kind, RedisServer};
 use fred::prelude::*;
 use fredlock::{Error, LockClient, OwnerId};
 use rand::Rng;
@@ -22,307 +22,280 @@ const _: () = {
     shareable::<Error>();
 };
 
+// Every test in this list runs once per lock kind: the fair lock shares the reentrant lock's
+// behaviour (issue 4, point 5).
+for_each_kind!(
+    mutual_exclusion_of_read_sleep_write,
+    reentrant_hold_count_and_foreign_unlock,
+    stale_guard_cannot_release_another_owners_lock,
+    watchdog_keeps_lock_and_stops_after_unlock,
+    fixed_lease_expires,
+    waiter_wakes_promptly_on_unlock,
+    missed_message_costs_at_most_the_ttl,
+    try_lock_waits_about_wait,
+    lost_lock_is_reported,
+    cancelled_acquisitions_leave_nothing,
+    dropped_and_moved_guards_release,
+);
+
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mutual_exclusion_of_read_sleep_write() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let mut tasks = Vec::new();
-        for _ in 0..3 {
-            let client = server.lock_client(DEFAULT_WATCHDOG).await;
-            for _ in 0..8 {
-                let lock = client.lock("counter-lock");
-                let raw = raw.clone();
-                tasks.push(tokio::spawn(async move {
-                    for _ in 0..50 {
-                        let guard = lock.lock().await.unwrap();
-                        let value: Option<i64> = raw.get("counter").await.unwrap();
-                        tokio::time::sleep(Duration::from_micros(200)).await;
-                        let _: () = raw
-                            .set("counter", value.unwrap_or(0) + 1, None, None, false)
-                            .await
-                            .unwrap();
-                        guard.unlock().await.unwrap();
-                    }
-                }));
-            }
+async fn mutual_exclusion_of_read_sleep_write(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        for _ in 0..8 {
+            let lock = kind.lock(&client, "counter-lock");
+            let raw = raw.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..50 {
+                    let guard = lock.lock().await.unwrap();
+                    let value: Option<i64> = raw.get("counter").await.unwrap();
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                    let _: () = raw
+                        .set("counter", value.unwrap_or(0) + 1, None, None, false)
+                        .await
+                        .unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            }));
         }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        let total: i64 = raw.get("counter").await.unwrap();
-        assert_eq!(total, 1200);
-    })
-    .await;
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let total: i64 = raw.get("counter").await.unwrap();
+    assert_eq!(total, 1200);
 }
 
 /// 2. Reentrancy: the hash's count follows the nesting depth; the key goes with the last unlock;
-/// nobody but the owner can release it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reentrant_hold_count_and_foreign_unlock() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG).await;
-        let lock = client.lock("reentrant");
-        let field = client.owner_field(OwnerId::current());
+///    nobody but the owner can release it.
+async fn reentrant_hold_count_and_foreign_unlock(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let lock = kind.lock(&client, "reentrant");
+    let field = client.owner_field(OwnerId::current());
 
-        let mut guards = Vec::new();
-        for depth in 1..=3u32 {
-            guards.push(lock.lock().await.unwrap());
+    let mut guards = Vec::new();
+    for depth in 1..=3u32 {
+        guards.push(lock.lock().await.unwrap());
+        let count: u32 = raw.hget("reentrant", &field).await.unwrap();
+        assert_eq!(count, depth);
+        assert_eq!(lock.hold_count().await.unwrap(), depth);
+    }
+    assert!(lock.is_held_by_current_task().await.unwrap());
+
+    // Another owner (another task) holds nothing and cannot take it meanwhile.
+    let other = lock.clone();
+    let seen = tokio::spawn(async move {
+        let none = other.try_lock(Duration::ZERO, None).await.unwrap();
+        (none.is_none(), other.hold_count().await.unwrap())
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, (true, 0));
+
+    // The release script run for another owner's field is refused and changes nothing.
+    let foreign = client.owner_field(OwnerId::unique());
+    let reply = kind.raw_release(&raw, "reentrant", &foreign).await;
+    assert_eq!(reply, None);
+    let count: u32 = raw.hget("reentrant", &field).await.unwrap();
+    assert_eq!(count, 3);
+
+    for depth in (0..3u32).rev() {
+        guards.pop().unwrap().unlock().await.unwrap();
+        let exists: bool = raw.exists("reentrant").await.unwrap();
+        assert_eq!(exists, depth > 0);
+        if depth > 0 {
             let count: u32 = raw.hget("reentrant", &field).await.unwrap();
             assert_eq!(count, depth);
-            assert_eq!(lock.hold_count().await.unwrap(), depth);
         }
-        assert!(lock.is_held_by_current_task().await.unwrap());
-
-        // Another owner (another task) holds nothing and cannot take it meanwhile.
-        let other = lock.clone();
-        let seen = tokio::spawn(async move {
-            let none = other.try_lock(Duration::ZERO, None).await.unwrap();
-            (none.is_none(), other.hold_count().await.unwrap())
-        })
-        .await
-        .unwrap();
-        assert_eq!(seen, (true, 0));
-
-        // The release script run for another owner's field is refused and changes nothing.
-        let foreign = client.owner_field(OwnerId::unique());
-        let reply: Option<i64> = raw
-            .eval(
-                include_str!("../lua/lock_release.lua"),
-                vec!["reentrant", "redisson_lock__channel:{reentrant}"],
-                vec!["0".to_string(), "30000".to_string(), foreign],
-            )
-            .await
-            .unwrap();
-        assert_eq!(reply, None);
-        let count: u32 = raw.hget("reentrant", &field).await.unwrap();
-        assert_eq!(count, 3);
-
-        for depth in (0..3u32).rev() {
-            guards.pop().unwrap().unlock().await.unwrap();
-            let exists: bool = raw.exists("reentrant").await.unwrap();
-            assert_eq!(exists, depth > 0);
-            if depth > 0 {
-                let count: u32 = raw.hget("reentrant", &field).await.unwrap();
-                assert_eq!(count, depth);
-            }
-        }
-    })
-    .await;
+    }
 }
 
 /// 2b. A stale guard (its lock lost and since taken by another owner) cannot release the new
-/// owner's lock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_guard_cannot_release_another_owners_lock() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let holder = server.lock_client(Duration::from_millis(900)).await;
-        let other = server.lock_client(DEFAULT_WATCHDOG).await;
-        let stale = holder.lock("stale").lock().await.unwrap();
-        let _: i64 = raw.del("stale").await.unwrap();
-        let fresh = other.lock("stale").lock().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(2), stale.lost())
-            .await
-            .unwrap();
-        assert!(matches!(stale.unlock().await, Err(Error::NotHeld { .. })));
-        assert!(other.lock("stale").is_locked().await.unwrap());
-        assert!(!fresh.is_lost());
-        fresh.unlock().await.unwrap();
-    })
-    .await;
+///     owner's lock.
+async fn stale_guard_cannot_release_another_owners_lock(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let holder = server.lock_client(Duration::from_millis(900)).await;
+    let other = server.lock_client(DEFAULT_WATCHDOG).await;
+    let stale = kind.lock(&holder, "stale").lock().await.unwrap();
+    let _: i64 = raw.del("stale").await.unwrap();
+    let fresh = kind.lock(&other, "stale").lock().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), stale.lost())
+        .await
+        .unwrap();
+    assert!(matches!(stale.unlock().await, Err(Error::NotHeld { .. })));
+    assert!(kind.lock(&other, "stale").is_locked().await.unwrap());
+    assert!(!fresh.is_lost());
+    fresh.unlock().await.unwrap();
 }
 
 /// 3. Watchdog: a 1 s watchdog keeps a lock for 5 s; no renewal brings it back after unlock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watchdog_keeps_lock_and_stops_after_unlock() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let holder = server.lock_client(Duration::from_secs(1)).await;
-        let other = server.lock_client(Duration::from_secs(1)).await;
-        let guard = holder.lock("watched").lock().await.unwrap();
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(5) {
-            let attempt = other
-                .lock("watched")
-                .try_lock(Duration::ZERO, None)
-                .await
-                .unwrap();
-            assert!(attempt.is_none(), "lock taken while its holder lived");
-            let ttl: i64 = raw.pttl("watched").await.unwrap();
-            assert!(ttl > 0 && ttl <= 1000, "ttl {ttl}");
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        assert!(!guard.is_lost());
-        guard.unlock().await.unwrap();
-        for _ in 0..10 {
-            let exists: bool = raw.exists("watched").await.unwrap();
-            assert!(!exists, "a renewal re-created the released lock");
-            tokio::time::sleep(Duration::from_millis(150)).await;
-        }
-    })
-    .await;
+async fn watchdog_keeps_lock_and_stops_after_unlock(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let holder = server.lock_client(Duration::from_secs(1)).await;
+    let other = server.lock_client(Duration::from_secs(1)).await;
+    let guard = kind.lock(&holder, "watched").lock().await.unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        let attempt = kind
+            .lock(&other, "watched")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap();
+        assert!(attempt.is_none(), "lock taken while its holder lived");
+        let ttl: i64 = raw.pttl("watched").await.unwrap();
+        assert!(ttl > 0 && ttl <= 1000, "ttl {ttl}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(!guard.is_lost());
+    guard.unlock().await.unwrap();
+    for _ in 0..10 {
+        let exists: bool = raw.exists("watched").await.unwrap();
+        assert!(!exists, "a renewal re-created the released lock");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
 }
 
 /// 4. A fixed lease ends by itself; another client then acquires.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fixed_lease_expires() {
-    bounded(async {
-        let server = RedisServer::start();
-        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
-        let other = server.lock_client(DEFAULT_WATCHDOG).await;
-        let guard = holder
-            .lock("leased")
-            .lock_with_lease(Duration::from_millis(300))
-            .await
-            .unwrap();
-        assert_eq!(guard.lease(), Some(Duration::from_millis(300)));
-        let started = Instant::now();
-        let taken = other
-            .lock("leased")
-            .try_lock(Duration::from_secs(3), None)
-            .await
-            .unwrap()
-            .expect("acquired after the lease ended");
-        let waited = started.elapsed();
-        assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
-        assert!(guard.is_lost(), "the holder learns that its lease ended");
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
-        assert!(!taken.is_lost());
-        taken.unlock().await.unwrap();
-    })
-    .await;
+async fn fixed_lease_expires(kind: Kind) {
+    let server = RedisServer::start();
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let other = server.lock_client(DEFAULT_WATCHDOG).await;
+    let guard = kind
+        .lock(&holder, "leased")
+        .lock_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert_eq!(guard.lease(), Some(Duration::from_millis(300)));
+    let started = Instant::now();
+    let taken = kind
+        .lock(&other, "leased")
+        .try_lock(Duration::from_secs(3), None)
+        .await
+        .unwrap()
+        .expect("acquired after the lease ended");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+    assert!(guard.is_lost(), "the holder learns that its lease ended");
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    assert!(!taken.is_lost());
+    taken.unlock().await.unwrap();
 }
 
 /// 5. A waiter is woken by the unlock message, not by the 30 s TTL.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_wakes_promptly_on_unlock() {
-    bounded(async {
-        let server = RedisServer::start();
-        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
-        let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
-        let guard = holder.lock("prompt").lock().await.unwrap();
-        let lock = waiter_client.lock("prompt");
-        let waiter = tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
-        assert!(
-            eventually(Duration::from_secs(5), || async {
-                waiter_client.stats().subscriptions == 1
-            })
-            .await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+async fn waiter_wakes_promptly_on_unlock(kind: Kind) {
+    let server = RedisServer::start();
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let guard = kind.lock(&holder, "prompt").lock().await.unwrap();
+    let lock = kind.lock(&waiter_client, "prompt");
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = Instant::now();
         guard.unlock().await.unwrap();
-        let unlocked = Instant::now();
-        let acquired = waiter.await.unwrap();
-        let latency = acquired.duration_since(unlocked);
-        assert!(
-            latency <= Duration::from_millis(250),
-            "woke after {latency:?}"
-        );
-    })
-    .await;
+        at
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            waiter_client.stats().subscriptions == 1
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.unlock().await.unwrap();
+    let unlocked = Instant::now();
+    let acquired = waiter.await.unwrap();
+    let latency = acquired.duration_since(unlocked);
+    assert!(
+        latency <= Duration::from_millis(250),
+        "woke after {latency:?}"
+    );
 }
 
 /// 6. A missed message (plain DEL, nothing published) costs at most the lock's remaining TTL.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missed_message_costs_at_most_the_ttl() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let holder = server.lock_client(Duration::from_secs(2)).await;
-        let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
-        let _guard = holder.lock("missed").lock().await.unwrap();
-        let lock = waiter_client.lock("missed");
-        let waiter = tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let ttl: i64 = raw.pttl("missed").await.unwrap();
-        let _: i64 = raw.del("missed").await.unwrap();
-        let deleted = Instant::now();
-        let acquired = waiter.await.unwrap();
-        let waited = acquired.duration_since(deleted);
-        let bound = Duration::from_millis(ttl as u64 + 300);
-        assert!(
-            waited <= bound,
-            "waited {waited:?}, remaining ttl was {ttl} ms"
-        );
-    })
-    .await;
+async fn missed_message_costs_at_most_the_ttl(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let holder = server.lock_client(Duration::from_secs(2)).await;
+    let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let _guard = kind.lock(&holder, "missed").lock().await.unwrap();
+    let lock = kind.lock(&waiter_client, "missed");
+    let waiter = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ttl: i64 = raw.pttl("missed").await.unwrap();
+    let _: i64 = raw.del("missed").await.unwrap();
+    let deleted = Instant::now();
+    let acquired = waiter.await.unwrap();
+    let waited = acquired.duration_since(deleted);
+    let bound = Duration::from_millis(ttl as u64 + 300);
+    assert!(
+        waited <= bound,
+        "waited {waited:?}, remaining ttl was {ttl} ms"
+    );
 }
 
 /// 7. try_lock gives up after about `wait` when held, and succeeds at once when free.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn try_lock_waits_about_wait() {
-    bounded(async {
-        let server = RedisServer::start();
-        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
-        let other = server.lock_client(DEFAULT_WATCHDOG).await;
-        let free = Instant::now();
-        let guard = holder
-            .lock("try")
-            .try_lock(Duration::from_secs(2), None)
-            .await
-            .unwrap()
-            .expect("free lock");
-        assert!(free.elapsed() < Duration::from_millis(200));
+async fn try_lock_waits_about_wait(kind: Kind) {
+    let server = RedisServer::start();
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let other = server.lock_client(DEFAULT_WATCHDOG).await;
+    let free = Instant::now();
+    let guard = kind
+        .lock(&holder, "try")
+        .try_lock(Duration::from_secs(2), None)
+        .await
+        .unwrap()
+        .expect("free lock");
+    assert!(free.elapsed() < Duration::from_millis(200));
 
-        let started = Instant::now();
-        let none = other
-            .lock("try")
-            .try_lock(Duration::from_millis(500), None)
-            .await
-            .unwrap();
-        let waited = started.elapsed();
-        assert!(none.is_none());
-        assert!(
-            waited >= Duration::from_millis(500),
-            "gave up after {waited:?}"
-        );
-        assert!(
-            waited < Duration::from_millis(900),
-            "gave up after {waited:?}"
-        );
-        assert_eq!(other.stats().wait_entries, 0);
-        guard.unlock().await.unwrap();
-    })
-    .await;
+    let started = Instant::now();
+    let none = kind
+        .lock(&other, "try")
+        .try_lock(Duration::from_millis(500), None)
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(none.is_none());
+    assert!(
+        waited >= Duration::from_millis(500),
+        "gave up after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(900),
+        "gave up after {waited:?}"
+    );
+    assert_eq!(other.stats().wait_entries, 0);
+    guard.unlock().await.unwrap();
 }
 
 /// 8. A lock deleted behind its holder's back is reported lost within a watchdog period.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_lock_is_reported() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let watchdog = Duration::from_millis(1500);
-        let holder = server.lock_client(watchdog).await;
-        let guard = holder.lock("lost").lock().await.unwrap();
-        let token = guard.cancellation_token();
-        let _: i64 = raw.del("lost").await.unwrap();
-        let deleted = Instant::now();
-        tokio::time::timeout(watchdog / 3 + Duration::from_millis(500), guard.lost())
-            .await
-            .expect("lost() completes");
-        assert!(deleted.elapsed() <= watchdog / 3 + Duration::from_millis(500));
-        assert!(guard.is_lost());
-        assert!(token.is_cancelled());
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
-    })
-    .await;
+async fn lost_lock_is_reported(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let watchdog = Duration::from_millis(1500);
+    let holder = server.lock_client(watchdog).await;
+    let guard = kind.lock(&holder, "lost").lock().await.unwrap();
+    let token = guard.cancellation_token();
+    let _: i64 = raw.del("lost").await.unwrap();
+    let deleted = Instant::now();
+    tokio::time::timeout(watchdog / 3 + Duration::from_millis(500), guard.lost())
+        .await
+        .expect("lost() completes");
+    assert!(deleted.elapsed() <= watchdog / 3 + Duration::from_millis(500));
+    assert!(guard.is_lost());
+    assert!(token.is_cancelled());
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
 }
 
 /// Helper process for `crashed_holder_frees_lock`: takes the lock, says so, waits to be killed.
@@ -395,115 +368,117 @@ async fn crashed_holder_frees_lock() {
     .await;
 }
 
-/// 10. 200 lock() futures cancelled at random points leave no hold, entry or subscription.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cancelled_acquisitions_leave_nothing() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let holder_client = server.lock_client(DEFAULT_WATCHDOG).await;
-        let client = server.lock_client(DEFAULT_WATCHDOG).await;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let holder = {
-            let lock = holder_client.lock("cancel");
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let guard = lock.lock().await.unwrap();
-                    let hold = rand::thread_rng().gen_range(0..3000);
-                    tokio::time::sleep(Duration::from_micros(hold)).await;
-                    guard.unlock().await.unwrap();
-                    tokio::task::yield_now().await;
-                }
-            })
-        };
-        let mut tasks = Vec::new();
-        for i in 0..200 {
-            let lock = client.lock("cancel");
-            // Timers tick in milliseconds, longer than a round trip on loopback; yields cancel
-            // at finer points, inside the acquire script's round trip too.
-            let (yields, after) = {
-                let mut rng = rand::thread_rng();
-                (
-                    rng.gen_range(0..400),
-                    Duration::from_micros(rng.gen_range(0..4000)),
-                )
-            };
-            tasks.push(tokio::spawn(async move {
-                // Whatever it got before being cancelled is released when the guard drops.
-                if i % 2 == 0 {
-                    tokio::select! {
-                        _ = lock.lock() => {}
-                        _ = async { for _ in 0..yields { tokio::task::yield_now().await } } => {}
-                    }
-                } else {
-                    let _ = tokio::time::timeout(after, lock.lock()).await;
-                }
-            }));
-            if i % 10 == 9 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
+/// 10. 200 lock() futures cancelled at random points leave no hold, entry or subscription (and,
+///     for a fair lock, no queue place).
+async fn cancelled_acquisitions_leave_nothing(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    // Waiter slots far longer than the test: a queue place left behind cannot expire meanwhile.
+    let holder_client = server.fair_client(Duration::from_secs(120)).await;
+    let client = server.fair_client(Duration::from_secs(120)).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holder = {
+        let lock = kind.lock(&holder_client, "cancel");
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let guard = lock.lock().await.unwrap();
+                let hold = rand::thread_rng().gen_range(0..3000);
+                tokio::time::sleep(Duration::from_micros(hold)).await;
+                guard.unlock().await.unwrap();
+                tokio::task::yield_now().await;
             }
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        // A hold leaked by a cancelled acquire would stall the holder for a whole 30 s lease.
-        tokio::time::timeout(Duration::from_secs(5), holder)
-            .await
-            .expect("the holder was not blocked by a leaked hold")
-            .unwrap();
-        let clean = eventually(Duration::from_secs(5), || async {
-            let exists: bool = raw.exists("cancel").await.unwrap();
-            let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
-            let stats = client.stats();
-            !exists && channels.is_empty() && stats.wait_entries == 0 && stats.held == 0
         })
-        .await;
-        let fields: std::collections::HashMap<String, i64> = raw.hgetall("cancel").await.unwrap();
-        assert!(
-            clean,
-            "left behind: fields {fields:?}, stats {:?}",
-            client.stats()
-        );
+    };
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let lock = kind.lock(&client, "cancel");
+        // Timers tick in milliseconds, longer than a round trip on loopback; yields cancel
+        // at finer points, inside the acquire script's round trip too.
+        let (yields, after) = {
+            let mut rng = rand::thread_rng();
+            (
+                rng.gen_range(0..400),
+                Duration::from_micros(rng.gen_range(0..4000)),
+            )
+        };
+        tasks.push(tokio::spawn(async move {
+            // Whatever it got before being cancelled is released when the guard drops.
+            if i % 2 == 0 {
+                tokio::select! {
+                    _ = lock.lock() => {}
+                    _ = async { for _ in 0..yields { tokio::task::yield_now().await } } => {}
+                }
+            } else {
+                let _ = tokio::time::timeout(after, lock.lock()).await;
+            }
+        }));
+        if i % 10 == 9 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // A hold leaked by a cancelled acquire would stall the holder for a whole 30 s lease.
+    tokio::time::timeout(Duration::from_secs(5), holder)
+        .await
+        .expect("the holder was not blocked by a leaked hold")
+        .unwrap();
+    let clean = eventually(Duration::from_secs(5), || async {
+        let exists: u32 = raw
+            .exists(vec![
+                "cancel",
+                "redisson_lock_queue:{cancel}",
+                "redisson_lock_timeout:{cancel}",
+            ])
+            .await
+            .unwrap();
+        let exists = exists > 0;
+        let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+        let stats = client.stats();
+        !exists && channels.is_empty() && stats.wait_entries == 0 && stats.held == 0
     })
     .await;
+    let fields: std::collections::HashMap<String, i64> = raw.hgetall("cancel").await.unwrap();
+    assert!(
+        clean,
+        "left behind: fields {fields:?}, stats {:?}",
+        client.stats()
+    );
 }
 
 /// 11. Dropping a guard releases the lock; a guard moved to another task unlocks there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropped_and_moved_guards_release() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG).await;
-        let other = server.lock_client(DEFAULT_WATCHDOG).await;
+async fn dropped_and_moved_guards_release(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let other = server.lock_client(DEFAULT_WATCHDOG).await;
 
-        let guard = client.lock("dropped").lock().await.unwrap();
-        drop(guard);
-        let started = Instant::now();
-        let taken = other
-            .lock("dropped")
-            .try_lock(Duration::from_secs(2), None)
-            .await
-            .unwrap()
-            .expect("the dropped guard released the lock");
-        assert!(started.elapsed() < Duration::from_millis(250));
-        taken.unlock().await.unwrap();
+    let guard = kind.lock(&client, "dropped").lock().await.unwrap();
+    drop(guard);
+    let started = Instant::now();
+    let taken = kind
+        .lock(&other, "dropped")
+        .try_lock(Duration::from_secs(2), None)
+        .await
+        .unwrap()
+        .expect("the dropped guard released the lock");
+    assert!(started.elapsed() < Duration::from_millis(250));
+    taken.unlock().await.unwrap();
 
-        let guard = client.lock("moved").lock().await.unwrap();
-        tokio::spawn(async move { guard.unlock().await })
-            .await
-            .unwrap()
-            .unwrap();
-        let exists: bool = raw.exists("moved").await.unwrap();
-        assert!(!exists);
-    })
-    .await;
+    let guard = kind.lock(&client, "moved").lock().await.unwrap();
+    tokio::spawn(async move { guard.unlock().await })
+        .await
+        .unwrap()
+        .unwrap();
+    let exists: bool = raw.exists("moved").await.unwrap();
+    assert!(!exists);
 }
 
 /// 12. Redisson's layout: a hash with field `<client uuid>:<digits>`, and `0` published on
-/// `redisson_lock__channel:{name}` once, on the final unlock only.
+///     `redisson_lock__channel:{name}` once, on the final unlock only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wire_layout_matches_redisson() {
     bounded(async {
@@ -770,26 +745,6 @@ async fn queries_force_unlock_and_shutdown() {
     .await;
 }
 
-/// Parses `INFO commandstats` into (command, calls).
-async fn command_calls(raw: &Client) -> std::collections::HashMap<String, u64> {
-    let info: String = raw
-        .info(Some(fred::types::InfoKind::CommandStats))
-        .await
-        .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .strip_prefix("calls=")?
-                .split(',')
-                .next()?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
-}
-
 /// An uncontended acquire is one EVALSHA and a release is one EVALSHA: nothing else is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
@@ -800,11 +755,11 @@ async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
         let lock = client.lock("cost");
         // Warm the script cache (the first call of each script may need EVAL).
         lock.lock().await.unwrap().unlock().await.unwrap();
-        let before = command_calls(&raw).await;
+        let before = common::command_calls(&raw).await;
         for _ in 0..10 {
             lock.lock().await.unwrap().unlock().await.unwrap();
         }
-        let after = command_calls(&raw).await;
+        let after = common::command_calls(&raw).await;
         let mut delta: Vec<(String, u64)> = after
             .iter()
             .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))

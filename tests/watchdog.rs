@@ -5,65 +5,64 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bounded, eventually, RedisCluster, RedisServer};
+use common::{bounded, eventually, Kind, RedisCluster, RedisServer};
 use fred::prelude::*;
 use tokio::time::Instant;
 
+// Each runs once per lock kind (issue 4, point 5).
+for_each_kind!(
+    loss_reaches_every_nested_guard,
+    unreachable_redis_loses_lock_at_lease_end,
+    loss_follows_the_lease_once_the_watchdog_guard_leaves,
+);
+
 /// A lock deleted behind its owner's back marks every guard of that owner lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loss_reaches_every_nested_guard() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let client = server.lock_client(Duration::from_millis(900)).await;
-        let lock = client.lock("nested-loss");
-        let outer = lock.lock().await.unwrap();
-        let inner = lock.lock().await.unwrap();
-        let _: i64 = raw.del("nested-loss").await.unwrap();
-        tokio::time::timeout(Duration::from_secs(2), async {
-            outer.lost().await;
-            inner.lost().await;
-        })
-        .await
-        .expect("both guards learn of the loss");
-        // A new hold of the same owner starts afresh, not lost.
-        let fresh = lock.lock().await.unwrap();
-        assert!(!fresh.is_lost());
-        drop((outer, inner));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            lock.is_locked().await.unwrap(),
-            "stale guards released the fresh hold"
-        );
-        fresh.unlock().await.unwrap();
+async fn loss_reaches_every_nested_guard(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let client = server.lock_client(Duration::from_millis(900)).await;
+    let lock = kind.lock(&client, "nested-loss");
+    let outer = lock.lock().await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    let _: i64 = raw.del("nested-loss").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), async {
+        outer.lost().await;
+        inner.lost().await;
     })
-    .await;
+    .await
+    .expect("both guards learn of the loss");
+    // A new hold of the same owner starts afresh, not lost.
+    let fresh = lock.lock().await.unwrap();
+    assert!(!fresh.is_lost());
+    drop((outer, inner));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        lock.is_locked().await.unwrap(),
+        "stale guards released the fresh hold"
+    );
+    fresh.unlock().await.unwrap();
 }
 
 /// With Redis gone, renewal is retried and the lock is reported lost only when its lease would
 /// have run out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_redis_loses_lock_at_lease_end() {
-    bounded(async {
-        let mut server = RedisServer::start();
-        let watchdog = Duration::from_millis(1500);
-        let client = server.lock_client(watchdog).await;
-        let guard = client.lock("unreachable").lock().await.unwrap();
-        tokio::time::sleep(Duration::from_millis(800)).await; // at least one renewal
-        server.kill();
-        let killed = Instant::now();
-        tokio::time::timeout(watchdog + Duration::from_secs(1), guard.lost())
-            .await
-            .expect("lost once the lease has run out");
-        let after = killed.elapsed();
-        // The last renewal was at most a period before the kill, so the lease ran at least
-        // 2/3 of the watchdog timeout past it: an earlier loss would mean errors were not retried.
-        assert!(
-            after >= Duration::from_millis(900),
-            "lost after only {after:?}"
-        );
-    })
-    .await;
+async fn unreachable_redis_loses_lock_at_lease_end(kind: Kind) {
+    let mut server = RedisServer::start();
+    let watchdog = Duration::from_millis(1500);
+    let client = server.lock_client(watchdog).await;
+    let guard = kind.lock(&client, "unreachable").lock().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await; // at least one renewal
+    server.kill();
+    let killed = Instant::now();
+    tokio::time::timeout(watchdog + Duration::from_secs(1), guard.lost())
+        .await
+        .expect("lost once the lease has run out");
+    let after = killed.elapsed();
+    // The last renewal was at most a period before the kill, so the lease ran at least
+    // 2/3 of the watchdog timeout past it: an earlier loss would mean errors were not retried.
+    assert!(
+        after >= Duration::from_millis(900),
+        "lost after only {after:?}"
+    );
 }
 
 /// On a 3-master cluster, watchdog locks spread over many slots stay held through several
@@ -130,41 +129,37 @@ async fn cluster_renews_across_slots_and_wakes_waiters() {
 
 /// When the last watchdog guard of a hold leaves, the guards that remain (fixed lease) are
 /// reported lost when the lease the release left on the key runs out, not later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loss_follows_the_lease_once_the_watchdog_guard_leaves() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let watchdog = Duration::from_millis(600);
-        let client = server.lock_client(watchdog).await;
-        let lock = client.lock("mixed");
-        let outer = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
-        let inner = lock.lock().await.unwrap();
-        let watching = tokio::spawn(async move {
-            outer.lost().await;
-            Instant::now()
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        // The release leaves the watchdog lease (600 ms) on the key, and nothing renews it.
-        inner.unlock().await.unwrap();
-        let unlocked = Instant::now();
-        let lost_at = tokio::time::timeout(Duration::from_secs(3), watching)
-            .await
-            .expect("outer guard learns that its lock ended")
-            .unwrap();
-        let after = lost_at.duration_since(unlocked);
-        assert!(
-            after <= watchdog + Duration::from_millis(300),
-            "lost after {after:?}"
-        );
-        // The client's estimate starts before the release is sent, so it errs early by up to a
-        // round trip; the key itself must be gone right after.
-        let gone = common::eventually(Duration::from_millis(300), || async {
-            let exists: bool = raw.exists("mixed").await.unwrap();
-            !exists
-        })
-        .await;
-        assert!(gone, "reported lost while the key lived on");
+async fn loss_follows_the_lease_once_the_watchdog_guard_leaves(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let watchdog = Duration::from_millis(600);
+    let client = server.lock_client(watchdog).await;
+    let lock = kind.lock(&client, "mixed");
+    let outer = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let inner = lock.lock().await.unwrap();
+    let watching = tokio::spawn(async move {
+        outer.lost().await;
+        Instant::now()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The release leaves the watchdog lease (600 ms) on the key, and nothing renews it.
+    inner.unlock().await.unwrap();
+    let unlocked = Instant::now();
+    let lost_at = tokio::time::timeout(Duration::from_secs(3), watching)
+        .await
+        .expect("outer guard learns that its lock ended")
+        .unwrap();
+    let after = lost_at.duration_since(unlocked);
+    assert!(
+        after <= watchdog + Duration::from_millis(300),
+        "lost after {after:?}"
+    );
+    // The client's estimate starts before the release is sent, so it errs early by up to a
+    // round trip; the key itself must be gone right after.
+    let gone = common::eventually(Duration::from_millis(300), || async {
+        let exists: bool = raw.exists("mixed").await.unwrap();
+        !exists
     })
     .await;
+    assert!(gone, "reported lost while the key lived on");
 }

@@ -128,6 +128,16 @@ impl RedisServer {
         raw_client(&self.url()).await
     }
 
+    /// A fredlock client with the given fair-lock waiter slot (and the default watchdog).
+    pub async fn fair_client(&self, fair_wait: Duration) -> fredlock::LockClient {
+        fredlock::LockClient::builder()
+            .url(self.url())
+            .fair_wait_timeout(fair_wait)
+            .build()
+            .await
+            .unwrap()
+    }
+
     /// A fredlock client with the given watchdog timeout.
     pub async fn lock_client(&self, watchdog: Duration) -> fredlock::LockClient {
         fredlock::LockClient::builder()
@@ -269,4 +279,95 @@ pub fn read_line(child: &mut Child) -> String {
     let mut line = String::new();
     let _ = BufReader::new(stdout).read_line(&mut line);
     line
+}
+
+/// The lock kinds that share `Lock`'s behaviour, for tests run once per kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Reentrant,
+    Fair,
+}
+
+impl Kind {
+    /// The lock of this kind named `name`.
+    pub fn lock(self, client: &fredlock::LockClient, name: &str) -> fredlock::Lock {
+        match self {
+            Kind::Reentrant => client.lock(name),
+            Kind::Fair => client.fair_lock(name).into(),
+        }
+    }
+
+    /// Runs this kind's release script for `field` directly, as a foreign client would.
+    pub async fn raw_release(self, raw: &Client, name: &str, field: &str) -> Option<i64> {
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        match self {
+            Kind::Reentrant => raw
+                .eval(
+                    include_str!("../../lua/lock_release.lua"),
+                    vec![name.to_string(), channel],
+                    vec!["0".to_string(), "30000".to_string(), field.to_string()],
+                )
+                .await
+                .unwrap(),
+            Kind::Fair => raw
+                .eval(
+                    concat!(
+                        include_str!("../../lua/fair_queue.lua"),
+                        include_str!("../../lua/fair_release.lua")
+                    ),
+                    vec![
+                        name.to_string(),
+                        format!("redisson_lock_queue:{{{name}}}"),
+                        format!("redisson_lock_timeout:{{{name}}}"),
+                    ],
+                    vec![
+                        channel,
+                        "0".to_string(),
+                        "30000".to_string(),
+                        field.to_string(),
+                    ],
+                )
+                .await
+                .unwrap(),
+        }
+    }
+}
+
+/// Runs `async fn $test(kind: Kind)` as one test per lock kind: `$test::reentrant` and
+/// `$test::fair`.
+#[macro_export]
+macro_rules! for_each_kind {
+    ($($test:ident),* $(,)?) => {$(
+        mod $test {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn reentrant() {
+                $crate::common::bounded(super::$test($crate::common::Kind::Reentrant)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn fair() {
+                $crate::common::bounded(super::$test($crate::common::Kind::Fair)).await
+            }
+        }
+    )*};
+}
+
+/// Parses `INFO commandstats` into (command, calls).
+pub async fn command_calls(raw: &Client) -> std::collections::HashMap<String, u64> {
+    let info: String = raw
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
 }

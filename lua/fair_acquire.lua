@@ -1,0 +1,58 @@
+-- Take, take again, or queue for a fair lock (see fair_queue.lua for the keys).
+--
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field
+-- ARGV[3]  slot length in milliseconds: how long a queued waiter keeps its
+--          place without trying again
+-- ARGV[4]  channel prefix
+-- ARGV[5]  unlock message
+-- ARGV[6]  "1" to join (or stay in) the queue if the lock cannot be had now,
+--          "0" for a single attempt that leaves no trace
+--
+-- Reply: nil when the caller holds the lock after this call. Otherwise the
+-- longest the caller should sleep before trying again, in ms: the lock's TTL
+-- (-1 when it has none) or, when the lock is free but an earlier waiter comes
+-- first, the end of that waiter's slot.
+local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
+local lease, owner, slot = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local channel, message, join = ARGV[4], ARGV[5], ARGV[6] == '1'
+
+-- HEXISTS first: a key of another type fails here, before anything is written.
+local reentry = redis.call('hexists', name, owner) == 1
+local now = server_now()
+local previous_head = redis.call('lindex', queue, 0)
+local head = purge(queue, timeouts, now)
+local free = redis.call('exists', name) == 0
+
+if reentry or (free and (not head or head == owner)) then
+    if head == owner then
+        redis.call('lpop', queue)
+        redis.call('zrem', timeouts, owner)
+    end
+    redis.call('hincrby', name, owner, 1)
+    redis.call('pexpire', name, lease)
+    return nil
+end
+
+if join then
+    if redis.call('zadd', timeouts, now + slot, owner) == 1 then
+        redis.call('rpush', queue, owner)
+    end
+    -- The line's keys outlive its last slot by nothing, so waiters that all
+    -- died leave no garbage.
+    local last = redis.call('zrange', timeouts, -1, -1, 'withscores')
+    local keep = math.max(tonumber(last[2]) - now, 1)
+    redis.call('pexpire', queue, keep)
+    redis.call('pexpire', timeouts, keep)
+end
+
+if not free then
+    return redis.call('pttl', name)
+end
+
+-- Free, and an earlier waiter comes first. If the purge just made it the head,
+-- nobody has told it yet.
+if head ~= previous_head then
+    redis.call('publish', channel .. ':' .. head, message)
+end
+return math.max(tonumber(redis.call('zscore', timeouts, head)) - now, 1)

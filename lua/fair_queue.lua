@@ -1,0 +1,48 @@
+-- Shared head of every fair-lock script (prepended to each by src/scripts.rs).
+--
+-- A fair lock is the reentrant lock's hash plus a waiting line:
+--   KEYS[1]  lock name (hash: owner field -> hold count)
+--   KEYS[2]  queue: list of waiter fields in arrival order
+--   KEYS[3]  timeouts: zset of waiter field -> end of its slot, in ms on the
+--            server's clock
+-- Each waiter has its own channel, "<channel prefix>:<waiter field>"; a free
+-- lock is announced to the first waiter only.
+
+-- Milliseconds since the epoch by the server's clock: the one clock every
+-- client agrees on.
+local function server_now()
+    local time = redis.call('time')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Removes every waiter whose slot has ended, wherever it stands in the queue,
+-- and any head without a slot (which nobody could ever purge otherwise).
+-- Returns the first waiter after that, or false.
+local function purge(queue, timeouts, now)
+    local expired = redis.call('zrangebyscore', timeouts, '-inf', now)
+    if #expired > 0 then
+        for _, waiter in ipairs(expired) do
+            redis.call('lrem', queue, 0, waiter)
+        end
+        redis.call('zremrangebyscore', timeouts, '-inf', now)
+    end
+    while true do
+        local head = redis.call('lindex', queue, 0)
+        if not head or redis.call('zscore', timeouts, head) then
+            return head
+        end
+        redis.call('lpop', queue)
+    end
+end
+
+-- Tells the first waiter that the lock is free, if it is.
+local function notify_head(name, queue, channel, message)
+    if redis.call('exists', name) == 1 then
+        return
+    end
+    local head = redis.call('lindex', queue, 0)
+    if head then
+        redis.call('publish', channel .. ':' .. head, message)
+    end
+end
+

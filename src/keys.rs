@@ -1,0 +1,209 @@
+//! The Redis keys of one lock and the scripts that change them: what differs between the
+//! reentrant lock and the fair lock. Everything else (waiting, guards, the watchdog) is shared.
+
+use std::sync::Arc;
+
+use fred::clients::Client;
+use fred::types::{Key, Value};
+
+use crate::names::{self, UNLOCK_MESSAGE};
+use crate::scripts::{
+    FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, LOCK_ACQUIRE, LOCK_FORCE_UNLOCK,
+    LOCK_RELEASE,
+};
+
+type RedisResult<T> = Result<T, fred::error::Error>;
+
+/// A lock's name and the keys derived from it, built once per lock handle; clones of the handle,
+/// its guards and its releases share them.
+#[derive(Debug)]
+pub(crate) struct LockKeys {
+    pub(crate) name: Arc<str>,
+    /// The name as sent to Redis: the hash of holds.
+    pub(crate) key: Key,
+    /// Reentrant lock: the channel every final unlock is published on. Fair lock: the prefix of
+    /// each waiter's own channel, `<prefix>:<waiter field>`.
+    channel: Key,
+    channel_name: Arc<str>,
+    /// The fair lock's waiting line; `None` for the reentrant lock.
+    queue: Option<QueueKeys>,
+}
+
+#[derive(Debug)]
+struct QueueKeys {
+    /// List of waiter fields in arrival order.
+    queue: Key,
+    /// Zset of waiter field -> end of its slot (server clock, ms).
+    timeouts: Key,
+}
+
+impl LockKeys {
+    pub(crate) fn reentrant(name: String) -> LockKeys {
+        LockKeys::new(name, None)
+    }
+
+    pub(crate) fn fair(name: String) -> LockKeys {
+        let queue = QueueKeys {
+            queue: Key::from(names::fair_queue(&name)),
+            timeouts: Key::from(names::fair_timeouts(&name)),
+        };
+        LockKeys::new(name, Some(queue))
+    }
+
+    fn new(name: String, queue: Option<QueueKeys>) -> LockKeys {
+        let channel_name: Arc<str> = names::lock_channel(&name).into();
+        LockKeys {
+            key: Key::from(name.as_str()),
+            channel: Key::from(&*channel_name),
+            channel_name,
+            name: name.into(),
+            queue,
+        }
+    }
+
+    pub(crate) fn is_fair(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// The channel on which `field` hears that it may try again.
+    pub(crate) fn wait_channel(&self, field: &str) -> Arc<str> {
+        match self.queue {
+            None => self.channel_name.clone(),
+            Some(_) => names::waiter_channel(&self.channel_name, field).into(),
+        }
+    }
+
+    /// Runs the acquire script once: `None` when `field` holds the lock afterwards, else how
+    /// long to sleep at most before trying again (ms; -1 for a key without expiry).
+    ///
+    /// `slot` is the fair lock's waiter slot: `Some` joins the queue (or keeps the place and
+    /// refreshes it) when the lock cannot be had, `None` makes a single attempt that leaves no
+    /// trace. The reentrant lock has no queue and ignores it.
+    pub(crate) async fn acquire(
+        &self,
+        redis: &Client,
+        lease_ms: u64,
+        field: &str,
+        slot: Option<u64>,
+    ) -> RedisResult<Option<i64>> {
+        let Some(line) = &self.queue else {
+            return LOCK_ACQUIRE
+                .run(redis, || {
+                    (
+                        vec![self.key.clone()],
+                        vec![Value::from(lease_ms as i64), Value::from(field)],
+                    )
+                })
+                .await;
+        };
+        FAIR_ACQUIRE
+            .run(redis, || {
+                (
+                    line.keys(self),
+                    vec![
+                        Value::from(lease_ms as i64),
+                        Value::from(field),
+                        Value::from(slot.unwrap_or_default() as i64),
+                        Value::from(self.channel.clone()),
+                        Value::from(UNLOCK_MESSAGE),
+                        Value::from(if slot.is_some() { "1" } else { "0" }),
+                    ],
+                )
+            })
+            .await
+    }
+
+    /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
+    pub(crate) async fn release(
+        &self,
+        redis: &Client,
+        lease_ms: u64,
+        field: &str,
+    ) -> RedisResult<Option<i64>> {
+        let Some(line) = &self.queue else {
+            return LOCK_RELEASE
+                .run(redis, || {
+                    (
+                        vec![self.key.clone(), self.channel.clone()],
+                        vec![
+                            Value::from(UNLOCK_MESSAGE),
+                            Value::from(lease_ms as i64),
+                            Value::from(field),
+                        ],
+                    )
+                })
+                .await;
+        };
+        FAIR_RELEASE
+            .run(redis, || {
+                (
+                    line.keys(self),
+                    vec![
+                        Value::from(self.channel.clone()),
+                        Value::from(UNLOCK_MESSAGE),
+                        Value::from(lease_ms as i64),
+                        Value::from(field),
+                    ],
+                )
+            })
+            .await
+    }
+
+    /// Takes `field` out of the fair lock's queue: `true` if it was queued. The reentrant lock
+    /// has no queue: `false`.
+    pub(crate) async fn leave(&self, redis: &Client, field: &str) -> RedisResult<bool> {
+        let Some(line) = &self.queue else {
+            return Ok(false);
+        };
+        FAIR_LEAVE
+            .run::<i64>(redis, || {
+                (
+                    line.keys(self),
+                    vec![
+                        Value::from(self.channel.clone()),
+                        Value::from(UNLOCK_MESSAGE),
+                        Value::from(field),
+                    ],
+                )
+            })
+            .await
+            .map(|removed| removed == 1)
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiter(s): `true` if it was held.
+    pub(crate) async fn force_unlock(&self, redis: &Client) -> RedisResult<bool> {
+        let deleted: i64 = match &self.queue {
+            None => {
+                LOCK_FORCE_UNLOCK
+                    .run(redis, || {
+                        (
+                            vec![self.key.clone(), self.channel.clone()],
+                            vec![Value::from(UNLOCK_MESSAGE)],
+                        )
+                    })
+                    .await?
+            }
+            Some(line) => {
+                FAIR_FORCE_UNLOCK
+                    .run(redis, || {
+                        (
+                            line.keys(self),
+                            vec![
+                                Value::from(self.channel.clone()),
+                                Value::from(UNLOCK_MESSAGE),
+                            ],
+                        )
+                    })
+                    .await?
+            }
+        };
+        Ok(deleted == 1)
+    }
+}
+
+impl QueueKeys {
+    /// KEYS of every fair-lock script: hash, queue, timeouts.
+    fn keys(&self, lock: &LockKeys) -> Vec<Key> {
+        vec![lock.key.clone(), self.queue.clone(), self.timeouts.clone()]
+    }
+}

@@ -353,7 +353,8 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     const CLIENTS: usize = 2;
     const TASKS: usize = 8;
     let mut rows = Vec::new();
-    for name in libs::NAMES {
+    let names = [libs::NAMES[0], libs::FAIR, libs::NAMES[1], libs::NAMES[2]];
+    for name in names {
         let mut libraries: Vec<Arc<dyn Library>> = Vec::new();
         for _ in 0..CLIENTS {
             libraries.push(libs::connect(name, url).await.into());

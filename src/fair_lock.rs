@@ -35,6 +35,15 @@ use crate::owner::OwnerId;
 /// Reentry by the holder does not queue. Locking the same name as a plain [`Lock`] elsewhere
 /// bypasses the line; use one kind per name.
 ///
+/// # Redisson compatibility
+///
+/// The hash, queue, slot zset and channels are Redisson's, so Java and Rust clients exclude each
+/// other and wait in one line. Slot ends are milliseconds since the epoch, as Redisson writes
+/// them. Two differences in behaviour: Redisson gives its waiters 5-minute slots computed from
+/// its own clock, and when a Redisson client takes the lock it shortens every remaining slot by
+/// that wait time, which makes fredlock's waiters rejoin at the end of the line. Mixed waiters
+/// thus keep mutual exclusion but not always strict order.
+///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// let tickets = client.fair_lock("tickets");

@@ -25,7 +25,8 @@
 //! One [`LockClient`] per process owns a command connection, one subscriber connection shared
 //! by all waiters, a watchdog task that renews every watchdog-held lock every
 //! `watchdog_timeout / 3` (up to 100 locks per script call), and a task that releases dropped
-//! guards. Locks ([`Lock`]) are cheap handles; acquiring one returns a [`LockGuard`].
+//! guards. Locks ([`Lock`], and [`FairLock`] for first-come-first-served order) are cheap
+//! handles; acquiring one returns a [`LockGuard`].
 //!
 //! - An uncontended acquire is one Redis round trip (`EVALSHA`), and so is a release.
 //! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most
@@ -66,7 +67,8 @@
 //! hold count; the final unlock publishes `0` on `redisson_lock__channel:{name}` (the braces keep
 //! every key of one lock in one cluster slot; a name that already contains `{` is not braced
 //! again). The same scripts' rules are followed, so each side sees the other's holds as its own
-//! kind.
+//! kind. A fair lock adds Redisson's queue `redisson_lock_queue:{name}`, its slot zset
+//! `redisson_lock_timeout:{name}` and one channel per waiter; see [`FairLock`].
 //!
 //! # Observability
 //!

@@ -57,8 +57,9 @@ const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
 /// # Ok(()) }
 /// ```
 ///
-/// A [`FairLock`](crate::FairLock) is a `Lock` too (see [`FairLock::as_lock`]
-/// (crate::FairLock::as_lock)): its methods are these, with waiters served in arrival order.
+/// A [`FairLock`](crate::FairLock) converts into a `Lock` (and
+/// [`as_lock`](crate::FairLock::as_lock) lends one) for code that takes either kind: its methods
+/// are these, with waiters served in arrival order; [`is_fair`](Self::is_fair) tells them apart.
 #[derive(Clone)]
 pub struct Lock {
     client: LockClient,

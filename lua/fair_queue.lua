@@ -8,6 +8,11 @@
 -- Each waiter has its own channel, "<channel prefix>:<waiter field>"; a free
 -- lock is announced to the first waiter only.
 
+-- Reading the clock makes a script non-deterministic: Redis before 5 replicates
+-- such a script only by its effects, and only when asked to first. Redis 7
+-- always does, and ignores the call.
+redis.replicate_commands()
+
 -- Milliseconds since the epoch by the server's clock: the one clock every
 -- client agrees on.
 local function server_now()

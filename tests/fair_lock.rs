@@ -407,9 +407,10 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
         let ended = Instant::now();
         let clean = eventually(Duration::from_secs(2), || async {
             line_is_empty(&raw, "dropped").await
-                && clients
-                    .iter()
-                    .all(|client| client.stats().wait_entries == 0)
+                && clients.iter().all(|client| {
+                    let stats = client.stats();
+                    stats.wait_entries == 0 && stats.subscriptions == 0
+                })
         })
         .await;
         assert!(

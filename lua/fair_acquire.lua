@@ -1,11 +1,11 @@
 -- Take, take again, or queue for a fair lock (see fair_queue.lua for the keys).
 --
--- ARGV[1]  lease in milliseconds
--- ARGV[2]  owner field
--- ARGV[3]  slot length in milliseconds: how long a queued waiter keeps its
+-- ARGV[1]  channel prefix
+-- ARGV[2]  unlock message
+-- ARGV[3]  lease in milliseconds
+-- ARGV[4]  owner field
+-- ARGV[5]  slot length in milliseconds: how long a queued waiter keeps its
 --          place without trying again
--- ARGV[4]  channel prefix
--- ARGV[5]  unlock message
 -- ARGV[6]  "1" to join (or stay in) the queue if the lock cannot be had now,
 --          "0" for a single attempt that leaves no trace
 --
@@ -14,8 +14,8 @@
 -- (-1 when it has none) or, when the lock is free but an earlier waiter comes
 -- first, the end of that waiter's slot.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, slot = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local channel, message, join = ARGV[4], ARGV[5], ARGV[6] == '1'
+local channel, message = ARGV[1], ARGV[2]
+local lease, owner, slot, join = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 
 -- HEXISTS first: a key of another type fails here, before anything is written.
 local reentry = redis.call('hexists', name, owner) == 1

@@ -96,21 +96,15 @@ impl LockKeys {
                 })
                 .await;
         };
-        FAIR_ACQUIRE
-            .run(redis, || {
-                (
-                    line.keys(self),
-                    vec![
-                        Value::from(lease_ms as i64),
-                        Value::from(field),
-                        Value::from(slot.unwrap_or_default() as i64),
-                        Value::from(self.channel.clone()),
-                        Value::from(UNLOCK_MESSAGE),
-                        Value::from(if slot.is_some() { "1" } else { "0" }),
-                    ],
-                )
-            })
-            .await
+        let args = || {
+            vec![
+                Value::from(lease_ms as i64),
+                Value::from(field),
+                Value::from(slot.unwrap_or_default() as i64),
+                Value::from(if slot.is_some() { "1" } else { "0" }),
+            ]
+        };
+        FAIR_ACQUIRE.run(redis, || line.call(self, args())).await
     }
 
     /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
@@ -134,19 +128,8 @@ impl LockKeys {
                 })
                 .await;
         };
-        FAIR_RELEASE
-            .run(redis, || {
-                (
-                    line.keys(self),
-                    vec![
-                        Value::from(self.channel.clone()),
-                        Value::from(UNLOCK_MESSAGE),
-                        Value::from(lease_ms as i64),
-                        Value::from(field),
-                    ],
-                )
-            })
-            .await
+        let args = || vec![Value::from(lease_ms as i64), Value::from(field)];
+        FAIR_RELEASE.run(redis, || line.call(self, args())).await
     }
 
     /// Takes `field` out of the fair lock's queue: `true` if it was queued. The reentrant lock
@@ -156,16 +139,7 @@ impl LockKeys {
             return Ok(false);
         };
         FAIR_LEAVE
-            .run::<i64>(redis, || {
-                (
-                    line.keys(self),
-                    vec![
-                        Value::from(self.channel.clone()),
-                        Value::from(UNLOCK_MESSAGE),
-                        Value::from(field),
-                    ],
-                )
-            })
+            .run::<i64>(redis, || line.call(self, vec![Value::from(field)]))
             .await
             .map(|removed| removed == 1)
     }
@@ -185,15 +159,7 @@ impl LockKeys {
             }
             Some(line) => {
                 FAIR_FORCE_UNLOCK
-                    .run(redis, || {
-                        (
-                            line.keys(self),
-                            vec![
-                                Value::from(self.channel.clone()),
-                                Value::from(UNLOCK_MESSAGE),
-                            ],
-                        )
-                    })
+                    .run(redis, || line.call(self, Vec::new()))
                     .await?
             }
         };
@@ -202,8 +168,16 @@ impl LockKeys {
 }
 
 impl QueueKeys {
-    /// KEYS of every fair-lock script: hash, queue, timeouts.
-    fn keys(&self, lock: &LockKeys) -> Vec<Key> {
-        vec![lock.key.clone(), self.queue.clone(), self.timeouts.clone()]
+    /// A fair-lock script's keys and arguments: every one takes the hash, queue and timeouts as
+    /// KEYS, and the channel prefix and unlock message (to tell the next waiter) before `args`.
+    fn call(&self, lock: &LockKeys, args: Vec<Value>) -> (Vec<Key>, Vec<Value>) {
+        let mut argv = Vec::with_capacity(args.len() + 2);
+        argv.push(Value::from(lock.channel.clone()));
+        argv.push(Value::from(UNLOCK_MESSAGE));
+        argv.extend(args);
+        (
+            vec![lock.key.clone(), self.queue.clone(), self.timeouts.clone()],
+            argv,
+        )
     }
 }

@@ -1,6 +1,7 @@
 //! The Lua scripts in `lua/`, compiled in and run with `EVALSHA`, falling back on `EVAL` when
 //! the server does not have them cached (after a restart, a `SCRIPT FLUSH` or a failover).
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use fred::clients::Client;
@@ -9,15 +10,27 @@ use fred::types::{FromValue, Key, Value};
 
 /// A script whose SHA1 is computed once per process.
 pub(crate) struct Script {
-    body: &'static str,
+    body: Cow<'static, str>,
     sha: String,
 }
+
+/// The functions every fair-lock script starts with.
+const FAIR_QUEUE: &str = include_str!("../lua/fair_queue.lua");
 
 impl Script {
     fn new(body: &'static str) -> Script {
         Script {
-            body,
             sha: fred::util::sha1_hash(body),
+            body: Cow::Borrowed(body),
+        }
+    }
+
+    /// A fair-lock script: `body` behind the shared functions of `lua/fair_queue.lua`.
+    fn fair(body: &str) -> Script {
+        let body = format!("{FAIR_QUEUE}{body}");
+        Script {
+            sha: fred::util::sha1_hash(&body),
+            body: Cow::Owned(body),
         }
     }
 
@@ -37,7 +50,7 @@ impl Script {
         {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
                 let (keys, args) = call();
-                redis.eval(self.body, keys, args).await
+                redis.eval(&*self.body, keys, args).await
             }
             other => other,
         }
@@ -58,30 +71,14 @@ pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/lock_force_unlock.lua")));
 
 /// Takes, re-enters or queues for a fair lock.
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/fair_queue.lua"),
-        include_str!("../lua/fair_acquire.lua")
-    ))
-});
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::fair(include_str!("../lua/fair_acquire.lua")));
 /// Gives back one hold of a fair lock, telling the first waiter when it is free.
-pub(crate) static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/fair_queue.lua"),
-        include_str!("../lua/fair_release.lua")
-    ))
-});
+pub(crate) static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::fair(include_str!("../lua/fair_release.lua")));
 /// Takes a waiter out of a fair lock's queue.
-pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/fair_queue.lua"),
-        include_str!("../lua/fair_leave.lua")
-    ))
-});
+pub(crate) static FAIR_LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::fair(include_str!("../lua/fair_leave.lua")));
 /// Deletes a fair lock whoever holds it, telling the first waiter.
-pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/fair_queue.lua"),
-        include_str!("../lua/fair_force_unlock.lua")
-    ))
-});
+pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::fair(include_str!("../lua/fair_force_unlock.lua")));

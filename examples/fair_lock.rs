@@ -18,15 +18,7 @@ use fredlock::LockClient;
 
 #[tokio::main]
 async fn main() -> fredlock::Result<()> {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = harness::RedisServer::start();
-            let url = server.url();
-            println!("started a throw-away redis-server at {url}");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = harness::redis_from_env();
 
     // Two service instances share the counter. A waiter whose process dies keeps its place for
     // at most `fair_wait_timeout` (2 s here; 5 s by default).

@@ -16,15 +16,7 @@ use fredlock::LockClient;
 
 #[tokio::main]
 async fn main() -> fredlock::Result<()> {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = harness::RedisServer::start();
-            let url = server.url();
-            println!("started a throw-away redis-server at {url}");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = harness::redis_from_env();
 
     // A short watchdog timeout so that the lost-lock demo below is quick; the default is 30 s.
     let client = LockClient::builder()

@@ -39,6 +39,15 @@ async fn slots(raw: &Client, name: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// The server's clock, in ms since the epoch.
+async fn server_time_ms(raw: &Client) -> u64 {
+    let (seconds, micros): (String, String) = raw
+        .custom(fred::cmd!("TIME"), Vec::<String>::new())
+        .await
+        .unwrap();
+    seconds.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000
+}
+
 /// Whether `name`'s queue and timeout keys are both gone.
 async fn line_is_empty(raw: &Client, name: &str) -> bool {
     let exists: u32 = raw
@@ -48,12 +57,61 @@ async fn line_is_empty(raw: &Client, name: &str) -> bool {
     exists == 0
 }
 
+/// Waits (up to 2 s) until `name`'s queue holds `len` waiters.
+async fn queue_reaches(raw: &Client, name: &str, len: usize) -> bool {
+    eventually(Duration::from_secs(2), || async {
+        queue(raw, name).await.len() == len
+    })
+    .await
+}
+
+/// Spawns a task that waits for `lock`, releases it at once, and returns when it got it.
+fn time_acquisition(lock: FairLock) -> tokio::task::JoinHandle<Instant> {
+    tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    })
+}
+
+/// Who got the lock, in the order they got it.
+type Served = Arc<Mutex<Vec<usize>>>;
+
+/// Starts `count` waiters on `name`, `spacing` apart, taking turns over `clients`; waiter `i`
+/// records `i` when it gets the lock, holds it for `hold` and releases it.
+async fn line_up(
+    clients: &[&LockClient],
+    name: &str,
+    count: usize,
+    hold: Duration,
+    spacing: Duration,
+) -> (Vec<tokio::task::JoinHandle<()>>, Served) {
+    let order = Served::default();
+    let mut tasks = Vec::new();
+    for id in 0..count {
+        let lock = clients[id % clients.len()].fair_lock(name);
+        tasks.push(queue_up(lock, id, hold, order.clone()));
+        tokio::time::sleep(spacing).await;
+    }
+    (tasks, order)
+}
+
+/// Waits for the waiters of [`line_up`] and returns the order they were served in.
+async fn served(tasks: Vec<tokio::task::JoinHandle<()>>, order: Served) -> Vec<usize> {
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order = order.lock().unwrap();
+    order.clone()
+}
+
 /// Spawns a task that takes `lock`, records its `id` in `order`, holds it for `hold`, releases.
 fn queue_up(
     lock: FairLock,
     id: usize,
     hold: Duration,
-    order: Arc<Mutex<Vec<usize>>>,
+    order: Served,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let guard = lock.lock().await.unwrap();
@@ -79,19 +137,17 @@ async fn waiters_acquire_in_arrival_order() {
                 .await,
         ];
         let holder = clients[0].fair_lock("line").lock().await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for id in 0..20 {
-            let lock = clients[id % 2].fair_lock("line");
-            tasks.push(queue_up(lock, id, Duration::from_millis(2), order.clone()));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (tasks, order) = line_up(
+            &[&clients[0], &clients[1]],
+            "line",
+            20,
+            Duration::from_millis(2),
+            Duration::from_millis(20),
+        )
+        .await;
         assert_eq!(queue(&raw, "line").await.len(), 20);
         holder.unlock().await.unwrap();
-        for task in tasks {
-            task.await.unwrap();
-        }
-        assert_eq!(*order.lock().unwrap(), (0..20).collect::<Vec<_>>());
+        assert_eq!(served(tasks, order).await, (0..20).collect::<Vec<_>>());
         assert!(line_is_empty(&raw, "line").await);
     })
     .await;
@@ -117,18 +173,8 @@ async fn timed_out_waiter_leaves_and_the_next_moves_up() {
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         let staying = client.fair_lock("leaver");
-        let stayer = tokio::spawn(async move {
-            let guard = staying.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                queue(&raw, "leaver").await.len() == 2
-            })
-            .await
-        );
+        let stayer = time_acquisition(staying);
+        assert!(queue_reaches(&raw, "leaver", 2).await);
         let line = queue(&raw, "leaver").await;
 
         assert!(leaver.await.unwrap(), "the lock was held throughout");
@@ -214,18 +260,8 @@ async fn dead_waiter_at_the_head_stalls_at_most_one_slot() {
         sigkill(child);
 
         let lock = client.fair_lock("dead-head");
-        let live = tokio::spawn(async move {
-            let guard = lock.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                queue(&raw, "dead-head").await.len() == 2
-            })
-            .await
-        );
+        let live = time_acquisition(lock);
+        assert!(queue_reaches(&raw, "dead-head", 2).await);
         assert_eq!(queue(&raw, "dead-head").await[0], dead, "dead waiter first");
         holder.unlock().await.unwrap();
         let unlocked = Instant::now();
@@ -251,19 +287,14 @@ async fn dead_waiter_is_purged_wherever_it_stands() {
         let slot = Duration::from_millis(900);
         let client = server.fair_client(slot).await;
         let holder = client.fair_lock("dead-middle").lock().await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
+        let order = Served::default();
         let first = queue_up(
             client.fair_lock("dead-middle"),
             1,
             Duration::from_millis(50),
             order.clone(),
         );
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                queue(&raw, "dead-middle").await.len() == 1
-            })
-            .await
-        );
+        assert!(queue_reaches(&raw, "dead-middle", 1).await);
         let (child, dead) = queued_child(&server, "dead-middle", slot).await;
         let last = queue_up(
             client.fair_lock("dead-middle"),
@@ -271,12 +302,7 @@ async fn dead_waiter_is_purged_wherever_it_stands() {
             Duration::ZERO,
             order.clone(),
         );
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                queue(&raw, "dead-middle").await.len() == 3
-            })
-            .await
-        );
+        assert!(queue_reaches(&raw, "dead-middle", 3).await);
         assert_eq!(queue(&raw, "dead-middle").await[1], dead);
         sigkill(child);
 
@@ -313,17 +339,14 @@ async fn live_waiters_keep_their_places_beyond_their_slots() {
         let slot = Duration::from_millis(600);
         let client = server.fair_client(slot).await;
         let holder = client.fair_lock("patient").lock().await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for id in 0..3 {
-            tasks.push(queue_up(
-                client.fair_lock("patient"),
-                id,
-                Duration::ZERO,
-                order.clone(),
-            ));
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
+        let (tasks, order) = line_up(
+            &[&client],
+            "patient",
+            3,
+            Duration::ZERO,
+            Duration::from_millis(30),
+        )
+        .await;
         let line = queue(&raw, "patient").await;
         assert_eq!(line.len(), 3);
         tokio::time::sleep(slot * 5).await;
@@ -333,10 +356,7 @@ async fn live_waiters_keep_their_places_beyond_their_slots() {
             "a live waiter lost its place"
         );
         holder.unlock().await.unwrap();
-        for task in tasks {
-            task.await.unwrap();
-        }
-        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert_eq!(served(tasks, order).await, vec![0, 1, 2]);
     })
     .await;
 }
@@ -461,11 +481,7 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
         // Another client's waiter (a Redisson one, say) is first in line, its slot a minute
         // long, and the lock is free for a moment: a no-wait attempt does not take it.
         let foreign = "c0ffee00-0000-4000-8000-000000000000:1";
-        let (seconds, _): (String, String) = raw
-            .custom(fred::cmd!("TIME"), Vec::<String>::new())
-            .await
-            .unwrap();
-        let slot_end = (seconds.parse::<u64>().unwrap() + 60) * 1000;
+        let slot_end = server_time_ms(&raw).await + 60_000;
         let _: i64 = raw.rpush(queue_key("no-wait"), foreign).await.unwrap();
         let _: i64 = raw
             .zadd(
@@ -519,28 +535,20 @@ async fn wire_layout_and_one_message_per_release() {
             .unwrap();
 
         let holder = client.fair_lock("layout").lock().await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for id in 0..3 {
-            tasks.push(queue_up(
-                client.fair_lock("layout"),
-                id,
-                Duration::from_millis(30),
-                order.clone(),
-            ));
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
+        let (tasks, order) = line_up(
+            &[&client],
+            "layout",
+            3,
+            Duration::from_millis(30),
+            Duration::from_millis(30),
+        )
+        .await;
         let line = queue(&raw, "layout").await;
         assert_eq!(line.len(), 3);
         let prefix = format!("{}:", client.id());
         assert!(line.iter().all(|field| field.starts_with(&prefix)));
         // Slots end one slot after the waiter's last attempt, by the server's clock.
-        let (seconds, micros): (String, String) = raw
-            .custom(fred::cmd!("TIME"), Vec::<String>::new())
-            .await
-            .unwrap();
-        let server_now =
-            seconds.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
+        let server_now = server_time_ms(&raw).await;
         for field in &line {
             let end: f64 = raw.zscore(timeout_key("layout"), field).await.unwrap();
             let ahead = end as i64 - server_now as i64;
@@ -554,9 +562,7 @@ async fn wire_layout_and_one_message_per_release() {
         assert!(ttl > 0 && ttl <= slot.as_millis() as i64, "queue ttl {ttl}");
 
         holder.unlock().await.unwrap();
-        for task in tasks {
-            task.await.unwrap();
-        }
+        assert_eq!(served(tasks, order).await, vec![0, 1, 2]);
         let mut heard = Vec::new();
         while let Ok(Ok(message)) =
             tokio::time::timeout(Duration::from_millis(300), messages.recv()).await
@@ -577,7 +583,6 @@ async fn wire_layout_and_one_message_per_release() {
             })
             .collect();
         assert_eq!(heard, expected);
-        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
         assert!(line_is_empty(&raw, "layout").await);
         listener.quit().await.unwrap();
     })
@@ -673,26 +678,20 @@ async fn fair_lock_on_a_cluster() {
             .await
             .unwrap();
         let holder = client.fair_lock("clustered").lock().await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut tasks = Vec::new();
-        for id in 0..4 {
-            tasks.push(queue_up(
-                client.fair_lock("clustered"),
-                id,
-                Duration::from_millis(10),
-                order.clone(),
-            ));
-            tokio::time::sleep(Duration::from_millis(30)).await;
-        }
+        let (tasks, order) = line_up(
+            &[&client],
+            "clustered",
+            4,
+            Duration::from_millis(10),
+            Duration::from_millis(30),
+        )
+        .await;
         assert_eq!(queue(&raw, "clustered").await.len(), 4);
         holder.unlock().await.unwrap();
         let unlocked = Instant::now();
-        for task in tasks {
-            task.await.unwrap();
-        }
+        assert_eq!(served(tasks, order).await, vec![0, 1, 2, 3]);
         // Woken by messages, not by the 30 s lease or a slot.
         assert!(unlocked.elapsed() < Duration::from_secs(1));
-        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
     })
     .await;
 }

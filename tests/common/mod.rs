@@ -281,6 +281,20 @@ pub fn read_line(child: &mut Child) -> String {
     line
 }
 
+/// For the examples: the Redis at `REDIS_URL` when it is set, otherwise a throw-away server on a
+/// free loopback port, which lives as long as the returned handle.
+pub fn redis_from_env() -> (Option<RedisServer>, String) {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = RedisServer::start();
+            let url = server.url();
+            println!("started a throw-away redis-server at {url}");
+            (Some(server), url)
+        }
+    }
+}
+
 /// The lock kinds that share `Lock`'s behaviour, for tests run once per kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

@@ -11,7 +11,7 @@
 //!   channel. A reader that fell behind, or a reconnect, may have lost messages: then every
 //!   waiter is woken to try again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +33,11 @@ const WAKE_ALL_MESSAGE: i64 = 1;
 
 /// Delay before a failed SUBSCRIBE or UNSUBSCRIBE is tried again.
 const RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// How long a channel stays subscribed after its last waiter left. A task that waits for the
+/// same lock again soon (a worker loop; every fair-lock waiter, whose channel is its own) then
+/// finds it subscribed, instead of paying a SUBSCRIBE, a PING and an UNSUBSCRIBE every time.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// The waiters of one channel in this client.
 #[derive(Debug)]
@@ -214,8 +219,11 @@ async fn manage(
 ) {
     let mut subscribed: HashSet<Arc<str>> = HashSet::new();
     let mut retry: HashSet<Arc<str>> = HashSet::new();
+    // Subscribed channels without waiters, with when they left: unsubscribed after LINGER.
+    let mut idle: HashMap<Arc<str>, Instant> = HashMap::new();
     loop {
         let mut pending: HashSet<Arc<str>> = std::mem::take(&mut retry);
+        let next_expiry = idle.values().min().map(|left| *left + LINGER);
         tokio::select! {
             _ = shutdown.cancelled() => break,
             changed = changes.recv() => match changed {
@@ -223,22 +231,37 @@ async fn manage(
                 None => break,
             },
             _ = tokio::time::sleep(RETRY_DELAY), if !pending.is_empty() => {}
+            _ = sleep_until(next_expiry), if next_expiry.is_some() => {}
         }
         // Fold everything queued meanwhile into one SUBSCRIBE and one UNSUBSCRIBE.
         while let Ok(channel) = changes.try_recv() {
             pending.insert(channel);
         }
+        let now = Instant::now();
         let mut subscribe = Vec::new();
         let mut unsubscribe = Vec::new();
         for channel in pending {
             let wanted = shared.entries.get(&channel).map(|entry| entry.clone());
             match (wanted, subscribed.contains(&channel)) {
-                (Some(entry), true) => entry.mark_subscribed(),
+                (Some(entry), true) => {
+                    idle.remove(&channel);
+                    entry.mark_subscribed();
+                }
                 (Some(_), false) => subscribe.push(channel),
-                (None, true) => unsubscribe.push(channel),
+                (None, true) => {
+                    idle.entry(channel).or_insert(now);
+                }
                 (None, false) => {}
             }
         }
+        // Idle long enough, and nobody came back (a waiter that did would have an entry).
+        idle.retain(|channel, left| {
+            let expired = now >= *left + LINGER && !shared.entries.contains_key(channel);
+            if expired {
+                unsubscribe.push(channel.clone());
+            }
+            !expired && !shared.entries.contains_key(channel)
+        });
         if !subscribe.is_empty() {
             let names: Vec<String> = subscribe.iter().map(|c| c.to_string()).collect();
             let subscribed_now = async {
@@ -289,6 +312,12 @@ async fn manage(
 /// possibly before the subscription exists, and miss an unlock published in between. Redis runs
 /// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
 /// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
+async fn sleep_until(deadline: Option<Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
 async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
     let options = Options {
         cluster_hash: subscriber

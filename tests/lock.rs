@@ -36,6 +36,7 @@ for_each_kind!(
     lost_lock_is_reported,
     cancelled_acquisitions_leave_nothing,
     dropped_and_moved_guards_release,
+    waiter_survives_redis_restart,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -614,39 +615,35 @@ async fn subscriptions_do_not_leak() {
 }
 
 /// 14. Redis killed and restarted on the same port while a task waits: the waiter acquires.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_survives_redis_restart() {
-    bounded(async {
-        let mut server = RedisServer::start();
-        let holder = server.lock_client(Duration::from_secs(3)).await;
-        let waiter_client = server.lock_client(Duration::from_secs(3)).await;
-        let guard = holder.lock("restart").lock().await.unwrap();
-        let lock = waiter_client.lock("restart");
-        let waiter = tokio::spawn(async move { lock.lock().await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+async fn waiter_survives_redis_restart(kind: Kind) {
+    let mut server = RedisServer::start();
+    let holder = server.lock_client(Duration::from_secs(3)).await;
+    let waiter_client = server.lock_client(Duration::from_secs(3)).await;
+    let guard = kind.lock(&holder, "restart").lock().await.unwrap();
+    let lock = kind.lock(&waiter_client, "restart");
+    let waiter = tokio::spawn(async move { lock.lock().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
 
-        server.kill();
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        // While Redis is down, a single attempt reports the failure.
-        let down = waiter_client
-            .lock("other")
-            .try_lock(Duration::ZERO, None)
-            .await;
-        assert!(matches!(down, Err(Error::Redis { .. })), "{down:?}");
-        server.start_again();
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // While Redis is down, a single attempt reports the failure.
+    let down = kind
+        .lock(&waiter_client, "other")
+        .try_lock(Duration::ZERO, None)
+        .await;
+    assert!(matches!(down, Err(Error::Redis { .. })), "{down:?}");
+    server.start_again();
 
-        let acquired = tokio::time::timeout(Duration::from_secs(15), waiter)
-            .await
-            .expect("waiter acquires after the restart")
-            .unwrap()
-            .expect("lock() succeeds");
-        // The restarted server lost the holder's lock; its watchdog says so.
-        tokio::time::timeout(Duration::from_secs(5), guard.lost())
-            .await
-            .expect("holder learns of the loss");
-        acquired.unlock().await.unwrap();
-    })
-    .await;
+    let acquired = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("waiter acquires after the restart")
+        .unwrap()
+        .expect("lock() succeeds");
+    // The restarted server lost the holder's lock; its watchdog says so.
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("holder learns of the loss");
+    acquired.unlock().await.unwrap();
 }
 
 /// 15. Bad input is refused before Redis is touched; a key of another type is left alone.

@@ -59,7 +59,9 @@ impl Undo {
     /// Undoes it now, reporting only to tracing.
     pub(crate) async fn now(mut self) {
         if let Some(cleanup) = self.cleanup.take() {
-            cleanup.run_dropped(self.core.clone()).await;
+            // Boxed: a script call's future is over 5 KiB, and inline it would make every
+            // caller's future (each waiting task) that large for a path taken only on timeout.
+            Box::pin(cleanup.run_dropped(self.core.clone())).await;
         }
     }
 }

@@ -934,3 +934,44 @@ async fn guard_dropped_with_its_client_is_released() {
     })
     .await;
 }
+
+/// A task that waits for the same lock again within a second finds its channel still
+/// subscribed: one SUBSCRIBE for three waits, and the subscription ends a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_waits_reuse_the_subscription() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let before = common::command_calls(&raw).await;
+        let lock = client.lock("again");
+        for _ in 0..3 {
+            let guard = holder.lock("again").lock().await.unwrap();
+            let waiter = {
+                let lock = lock.clone();
+                tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+            };
+            assert!(
+                eventually(Duration::from_secs(2), || async {
+                    client.stats().wait_entries == 1 && client.stats().subscriptions == 1
+                })
+                .await
+            );
+            guard.unlock().await.unwrap();
+            waiter.await.unwrap();
+        }
+        let after = common::command_calls(&raw).await;
+        let subscribes = after.get("subscribe").copied().unwrap_or(0)
+            - before.get("subscribe").copied().unwrap_or(0);
+        assert_eq!(subscribes, 1, "one SUBSCRIBE for three waits");
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                client.stats().subscriptions == 0
+            })
+            .await,
+            "the idle subscription was not dropped"
+        );
+    })
+    .await;
+}

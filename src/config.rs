@@ -77,10 +77,6 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a fair lock's waiter keeps its place in line without trying again. Redisson's
-    /// default is 5 minutes, which is how long a crashed waiter at the head can stall its lock there.
-    pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
-
     /// How long one Redis command may take before it fails. Default 5 s.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;

@@ -231,7 +231,7 @@ async fn manage(
                 None => break,
             },
             _ = tokio::time::sleep(RETRY_DELAY), if !pending.is_empty() => {}
-            _ = sleep_until(next_expiry), if next_expiry.is_some() => {}
+            _ = sleep_until(next_expiry) => {}
         }
         // Fold everything queued meanwhile into one SUBSCRIBE and one UNSUBSCRIBE.
         while let Ok(channel) = changes.try_recv() {
@@ -256,11 +256,14 @@ async fn manage(
         }
         // Idle long enough, and nobody came back (a waiter that did would have an entry).
         idle.retain(|channel, left| {
-            let expired = now >= *left + LINGER && !shared.entries.contains_key(channel);
-            if expired {
-                unsubscribe.push(channel.clone());
+            if shared.entries.contains_key(channel) {
+                return false; // back in use; its join is in `pending` and marks it
             }
-            !expired && !shared.entries.contains_key(channel)
+            if now < *left + LINGER {
+                return true;
+            }
+            unsubscribe.push(channel.clone());
+            false
         });
         if !subscribe.is_empty() {
             let names: Vec<String> = subscribe.iter().map(|c| c.to_string()).collect();
@@ -312,12 +315,6 @@ async fn manage(
 /// possibly before the subscription exists, and miss an unlock published in between. Redis runs
 /// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
 /// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
-async fn sleep_until(deadline: Option<Instant>) {
-    if let Some(deadline) = deadline {
-        tokio::time::sleep_until(deadline).await;
-    }
-}
-
 async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
     let options = Options {
         cluster_hash: subscriber
@@ -330,6 +327,14 @@ async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Err
         .ping::<Value>(None)
         .await
         .map(drop)
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn dispatch(subscriber: SubscriberClient, shared: Arc<Shared>, shutdown: CancellationToken) {

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Core;
 use crate::fair_lock::Leave;
 use crate::guard::Release;
+use crate::inflight::InFlight;
 
 /// How long shutdown waits for queued requests before giving up on them (leases and waiter
 /// slots still end what they would have undone).
@@ -57,11 +58,13 @@ impl Undo {
     }
 
     /// Undoes it now, reporting only to tracing.
+    ///
+    /// Cancel safe: dropped before its first poll, the undo is still armed and goes to the
+    /// releaser; dropped later, the call finishes in a task of its own ([`InFlight`], which
+    /// also keeps the 5 KiB script-call future off the caller's, i.e. every waiter's, stack).
     pub(crate) async fn now(mut self) {
         if let Some(cleanup) = self.cleanup.take() {
-            // Boxed: a script call's future is over 5 KiB, and inline it would make every
-            // caller's future (each waiting task) that large for a path taken only on timeout.
-            Box::pin(cleanup.run_dropped(self.core.clone())).await;
+            InFlight::new(cleanup.run_dropped(self.core.clone())).await;
         }
     }
 }

@@ -361,8 +361,9 @@ async fn live_waiters_keep_their_places_beyond_their_slots() {
     .await;
 }
 
-/// 4. Waiters whose futures are dropped (timeouts, `select!`, aborted tasks) at random points
-///    leave no queue or timeout entries behind, long before their slots would have ended.
+/// 4. Waiters whose futures are dropped (timeouts, `select!`, aborted tasks, `try_lock`s dropped
+///    while they leave) at random points leave no queue or timeout entries behind, long before
+///    their slots would have ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropped_waiters_leave_nothing_in_the_queue() {
     bounded(async {
@@ -378,7 +379,7 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
         let holder = holder_client.fair_lock("dropped").lock().await.unwrap();
         let mut waiting = Vec::new();
         let mut aborted = Vec::new();
-        for i in 0..60 {
+        for i in 0..80 {
             let lock = clients[i % 2].fair_lock("dropped");
             let (yields, after) = {
                 let mut rng = rand::thread_rng();
@@ -388,7 +389,7 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
                 )
             };
             let task = tokio::spawn(async move {
-                match i % 3 {
+                match i % 4 {
                     0 => {
                         tokio::select! {
                             _ = lock.lock() => panic!("acquired a held lock"),
@@ -398,13 +399,24 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
                     1 => {
                         let _ = tokio::time::timeout(after, lock.lock()).await;
                     }
-                    _ => {
+                    2 => {
                         let _ = lock.lock().await;
                         panic!("acquired a held lock");
                     }
+                    _ => {
+                        // Dropped just as its wait ends, i.e. while it leaves the queue.
+                        let wait = Duration::from_millis(50);
+                        tokio::select! {
+                            _ = lock.try_lock(wait, None) => {}
+                            _ = async {
+                                tokio::time::sleep(wait).await;
+                                for _ in 0..yields % 40 { tokio::task::yield_now().await }
+                            } => {}
+                        }
+                    }
                 }
             });
-            if i % 3 == 2 {
+            if i % 4 == 2 {
                 aborted.push(task);
             } else {
                 waiting.push(task);

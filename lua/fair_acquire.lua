@@ -1,13 +1,12 @@
--- Take, take again, or queue for a fair lock (see fair_queue.lua for the keys).
+-- Take, take again, or queue for a fair lock (see holds.lua and fair_queue.lua).
 --
 -- ARGV[1]  channel prefix
 -- ARGV[2]  unlock message
 -- ARGV[3]  lease in milliseconds
 -- ARGV[4]  owner field
 -- ARGV[5]  slot length in milliseconds: how long a queued waiter keeps its
---          place without trying again
--- ARGV[6]  "1" to join (or stay in) the queue if the lock cannot be had now,
---          "0" for a single attempt that leaves no trace
+--          place without trying again; it joins (or stays in) the queue if the
+--          lock cannot be had now. 0 makes a single attempt that leaves no trace.
 --
 -- Reply: nil when the caller holds the lock after this call. Otherwise the
 -- longest the caller should sleep before trying again, in ms: the lock's TTL
@@ -15,7 +14,7 @@
 -- first, the end of that waiter's slot.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
-local lease, owner, slot, join = ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
+local lease, owner, slot = ARGV[3], ARGV[4], tonumber(ARGV[5])
 
 -- HEXISTS first: a key of another type fails here, before anything is written.
 local reentry = redis.call('hexists', name, owner) == 1
@@ -29,12 +28,11 @@ if reentry or (free and (not head or head == owner)) then
         redis.call('lpop', queue)
         redis.call('zrem', timeouts, owner)
     end
-    redis.call('hincrby', name, owner, 1)
-    redis.call('pexpire', name, lease)
+    take_hold(name, owner, lease)
     return nil
 end
 
-if join then
+if slot > 0 then
     if redis.call('zadd', timeouts, now + slot, owner) == 1 then
         redis.call('rpush', queue, owner)
     end

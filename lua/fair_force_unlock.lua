@@ -1,5 +1,5 @@
 -- Delete a fair lock whoever holds it, and tell its first waiter (see
--- fair_queue.lua for the keys). The queue itself is kept: its waiters still
+-- holds.lua and fair_queue.lua). The queue itself is kept: its waiters still
 -- come in their order.
 --
 -- ARGV[1]  channel prefix
@@ -10,15 +10,9 @@
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
 
-local kind = redis.call('type', name).ok
-if kind == 'none' then
-    return 0
+local deleted = delete_lock(name)
+if deleted == 1 then
+    purge(queue, timeouts, server_now())
+    notify_head(name, queue, channel, message)
 end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
-
-redis.call('del', name)
-purge(queue, timeouts, server_now())
-notify_head(name, queue, channel, message)
-return 1
+return deleted

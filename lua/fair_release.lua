@@ -1,4 +1,4 @@
--- Give back one hold of a fair lock (see fair_queue.lua for the keys); the
+-- Give back one hold of a fair lock (see holds.lua and fair_queue.lua); the
 -- last hold deletes the lock and tells only the first waiter.
 --
 -- ARGV[1]  channel prefix
@@ -12,19 +12,10 @@ local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message, lease, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 purge(queue, timeouts, server_now())
-
-if redis.call('hexists', name, owner) == 0 then
-    -- The lock may have expired without a word to anyone: wake the first
-    -- waiter in case it is free.
+local released = give_back_hold(name, owner, lease)
+if released ~= 0 then
+    -- Released now, or not held at all: then the lock may have expired without
+    -- a word to anyone. Either way the first waiter is told if it is free.
     notify_head(name, queue, channel, message)
-    return nil
 end
-
-if redis.call('hincrby', name, owner, -1) > 0 then
-    redis.call('pexpire', name, lease)
-    return 0
-end
-
-redis.call('del', name)
-notify_head(name, queue, channel, message)
-return 1
+return released

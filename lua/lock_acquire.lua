@@ -1,5 +1,4 @@
--- Take, or take again, a reentrant lock stored in Redisson's layout:
--- hash KEYS[1], one field per owner ("<client uuid>:<owner id>") holding its hold count.
+-- Take, or take again, a reentrant lock (see holds.lua for the layout).
 --
 -- KEYS[1]  lock name
 -- ARGV[1]  lease in milliseconds
@@ -14,8 +13,7 @@ local name, lease, owner = KEYS[1], ARGV[1], ARGV[2]
 -- HEXISTS raises WRONGTYPE on a key of another type, leaving it untouched.
 local free = redis.call('exists', name) == 0
 if free or redis.call('hexists', name, owner) == 1 then
-    redis.call('hincrby', name, owner, 1)
-    redis.call('pexpire', name, lease)
+    take_hold(name, owner, lease)
     return nil
 end
 

@@ -1,5 +1,6 @@
--- Give back one hold of a reentrant lock; the last hold deletes the lock and
--- announces it on the lock's channel so that waiters retry at once.
+-- Give back one hold of a reentrant lock (see holds.lua); the last hold
+-- deletes the lock and announces it on the lock's channel so that waiters
+-- retry at once.
 --
 -- KEYS[1]  lock name
 -- KEYS[2]  unlock channel ("redisson_lock__channel:{name}")
@@ -7,20 +8,10 @@
 -- ARGV[2]  lease in milliseconds, applied again while holds remain
 -- ARGV[3]  owner field
 --
--- Reply: nil when the owner holds nothing (never held, expired or deleted),
--- 0 when holds remain, 1 when the lock was released.
-local name, channel = KEYS[1], KEYS[2]
-local message, lease, owner = ARGV[1], ARGV[2], ARGV[3]
-
-if redis.call('hexists', name, owner) == 0 then
-    return nil
+-- Reply: nil when the owner holds nothing, 0 when holds remain, 1 when the
+-- lock was released.
+local released = give_back_hold(KEYS[1], ARGV[3], ARGV[2])
+if released == 1 then
+    redis.call('publish', KEYS[2], ARGV[1])
 end
-
-if redis.call('hincrby', name, owner, -1) > 0 then
-    redis.call('pexpire', name, lease)
-    return 0
-end
-
-redis.call('del', name)
-redis.call('publish', channel, message)
-return 1
+return released

@@ -76,9 +76,10 @@ impl LockKeys {
     /// Runs the acquire script once: `None` when `field` holds the lock afterwards, else how
     /// long to sleep at most before trying again (ms; -1 for a key without expiry).
     ///
-    /// `slot` is the fair lock's waiter slot: `Some` joins the queue (or keeps the place and
-    /// refreshes it) when the lock cannot be had, `None` makes a single attempt that leaves no
-    /// trace. The reentrant lock has no queue and ignores it.
+    /// `slot` is the fair lock's waiter slot (at least 1 ms, the builder makes sure): `Some`
+    /// joins the queue (or keeps the place and refreshes it) when the lock cannot be had, `None`
+    /// makes a single attempt that leaves no trace. The reentrant lock has no queue and ignores
+    /// it.
     pub(crate) async fn acquire(
         &self,
         redis: &Client,
@@ -101,7 +102,6 @@ impl LockKeys {
                 Value::from(lease_ms as i64),
                 Value::from(field),
                 Value::from(slot.unwrap_or_default() as i64),
-                Value::from(if slot.is_some() { "1" } else { "0" }),
             ]
         };
         FAIR_ACQUIRE.run(redis, || line.call(self, args())).await

@@ -1,7 +1,6 @@
 //! The Lua scripts in `lua/`, compiled in and run with `EVALSHA`, falling back on `EVAL` when
 //! the server does not have them cached (after a restart, a `SCRIPT FLUSH` or a failover).
 
-use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use fred::clients::Client;
@@ -10,28 +9,33 @@ use fred::types::{FromValue, Key, Value};
 
 /// A script whose SHA1 is computed once per process.
 pub(crate) struct Script {
-    body: Cow<'static, str>,
+    body: String,
     sha: String,
 }
 
-/// The functions every fair-lock script starts with.
+/// The rules of the hash of holds, which every lock script but the renewal starts with.
+const HOLDS: &str = include_str!("../lua/holds.lua");
+/// The queue functions every fair-lock script starts with, after [`HOLDS`].
 const FAIR_QUEUE: &str = include_str!("../lua/fair_queue.lua");
 
 impl Script {
-    fn new(body: &'static str) -> Script {
+    /// A script made of `parts`, in order: shared functions first, then the script itself.
+    fn new(parts: &[&str]) -> Script {
+        let body = parts.concat();
         Script {
-            sha: fred::util::sha1_hash(body),
-            body: Cow::Borrowed(body),
+            sha: fred::util::sha1_hash(&body),
+            body,
         }
     }
 
-    /// A fair-lock script: `body` behind the shared functions of `lua/fair_queue.lua`.
+    /// A reentrant-lock script.
+    fn reentrant(body: &str) -> Script {
+        Script::new(&[HOLDS, body])
+    }
+
+    /// A fair-lock script.
     fn fair(body: &str) -> Script {
-        let body = format!("{FAIR_QUEUE}{body}");
-        Script {
-            sha: fred::util::sha1_hash(&body),
-            body: Cow::Owned(body),
-        }
+        Script::new(&[HOLDS, FAIR_QUEUE, body])
     }
 
     /// Runs the script: one round trip when the server has it cached, two the first time.
@@ -50,7 +54,7 @@ impl Script {
         {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
                 let (keys, args) = call();
-                redis.eval(&*self.body, keys, args).await
+                redis.eval(self.body.as_str(), keys, args).await
             }
             other => other,
         }
@@ -59,16 +63,16 @@ impl Script {
 
 /// Takes or re-enters a reentrant lock.
 pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_acquire.lua")));
+    LazyLock::new(|| Script::reentrant(include_str!("../lua/lock_acquire.lua")));
 /// Gives back one hold of a reentrant lock.
 pub(crate) static LOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_release.lua")));
+    LazyLock::new(|| Script::reentrant(include_str!("../lua/lock_release.lua")));
 /// Extends many watchdog-held locks in one call.
 pub(crate) static LOCK_RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_renew.lua")));
+    LazyLock::new(|| Script::new(&[include_str!("../lua/lock_renew.lua")]));
 /// Deletes a lock whoever holds it.
 pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/lock_force_unlock.lua")));
+    LazyLock::new(|| Script::reentrant(include_str!("../lua/lock_force_unlock.lua")));
 
 /// Takes, re-enters or queues for a fair lock.
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =

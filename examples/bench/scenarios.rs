@@ -76,11 +76,17 @@ struct RawScripts {
 impl RawScripts {
     async fn load(redis: &Client) -> RawScripts {
         let acquire: String = redis
-            .script_load(include_str!("../../lua/lock_acquire.lua"))
+            .script_load(concat!(
+                include_str!("../../lua/holds.lua"),
+                include_str!("../../lua/lock_acquire.lua")
+            ))
             .await
             .expect("load acquire");
         let release: String = redis
-            .script_load(include_str!("../../lua/lock_release.lua"))
+            .script_load(concat!(
+                include_str!("../../lua/holds.lua"),
+                include_str!("../../lua/lock_release.lua")
+            ))
             .await
             .expect("load release");
         RawScripts { acquire, release }

@@ -317,7 +317,10 @@ impl Kind {
         match self {
             Kind::Reentrant => raw
                 .eval(
-                    include_str!("../../lua/lock_release.lua"),
+                    concat!(
+                        include_str!("../../lua/holds.lua"),
+                        include_str!("../../lua/lock_release.lua")
+                    ),
                     vec![name.to_string(), channel],
                     vec!["0".to_string(), "30000".to_string(), field.to_string()],
                 )
@@ -326,6 +329,7 @@ impl Kind {
             Kind::Fair => raw
                 .eval(
                     concat!(
+                        include_str!("../../lua/holds.lua"),
                         include_str!("../../lua/fair_queue.lua"),
                         include_str!("../../lua/fair_release.lua")
                     ),

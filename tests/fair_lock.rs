@@ -4,11 +4,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{bounded, eventually, RedisCluster, RedisServer};
+use common::{bounded, eventually, sigkill, RedisCluster, RedisServer};
 use fred::prelude::*;
 use fredlock::{FairLock, LockClient};
 use rand::Rng;
@@ -221,15 +221,14 @@ async fn dead_waiter_child() {
 async fn queued_child(server: &RedisServer, name: &str, slot: Duration) -> (Child, String) {
     let raw = server.raw().await;
     let before = queue(&raw, name).await.len();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "dead_waiter_child", "--nocapture"])
-        .env("FREDLOCK_CHILD_URL", server.url())
-        .env("FREDLOCK_CHILD_LOCK", name)
-        .env("FREDLOCK_CHILD_SLOT_MS", slot.as_millis().to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = common::spawn_test_child(
+        "dead_waiter_child",
+        &[
+            ("FREDLOCK_CHILD_URL", server.url()),
+            ("FREDLOCK_CHILD_LOCK", name.to_string()),
+            ("FREDLOCK_CHILD_SLOT_MS", slot.as_millis().to_string()),
+        ],
+    );
     assert!(
         eventually(Duration::from_secs(20), || async {
             queue(&raw, name).await.len() == before + 1
@@ -239,11 +238,6 @@ async fn queued_child(server: &RedisServer, name: &str, slot: Duration) -> (Chil
     );
     let field = queue(&raw, name).await.pop().unwrap();
     (child, field)
-}
-
-fn sigkill(mut child: Child) {
-    child.kill().unwrap(); // SIGKILL: no chance to leave the queue
-    child.wait().unwrap();
 }
 
 /// 3. A waiter killed with SIGKILL at the head of the queue holds up a live waiter behind it by

@@ -299,7 +299,7 @@ async fn lost_lock_is_reported(kind: Kind) {
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
 }
 
-/// Helper process for `crashed_holder_frees_lock`: takes the lock, says so, waits to be killed.
+/// Helper process for `crashed_holder_frees_lock`: takes the lock and waits to be killed.
 #[tokio::test]
 #[ignore = "run by crashed_holder_frees_lock as a child process"]
 async fn crash_child_holds_lock() {
@@ -313,7 +313,6 @@ async fn crash_child_holds_lock() {
         .await
         .unwrap();
     let _guard = client.lock("crash").lock().await.unwrap();
-    println!("LOCKED");
     tokio::time::sleep(Duration::from_secs(60)).await;
 }
 
@@ -322,40 +321,17 @@ async fn crash_child_holds_lock() {
 async fn crashed_holder_frees_lock() {
     bounded(async {
         let server = RedisServer::start();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "crash_child_holds_lock",
-                "--nocapture",
-            ])
-            .env("FREDLOCK_CRASH_URL", server.url())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let line = tokio::task::spawn_blocking({
-            let mut stdout = child.stdout.take().unwrap();
-            move || {
-                use std::io::BufRead;
-                let mut reader = std::io::BufReader::new(&mut stdout);
-                let mut line = String::new();
-                while !line.contains("LOCKED") {
-                    line.clear();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        break;
-                    }
-                }
-                line
-            }
-        })
-        .await
-        .unwrap();
-        assert!(line.contains("LOCKED"), "child did not take the lock");
+        let child = common::spawn_test_child(
+            "crash_child_holds_lock",
+            &[("FREDLOCK_CRASH_URL", server.url())],
+        );
         let client = server.lock_client(DEFAULT_WATCHDOG).await;
-        assert!(client.lock("crash").is_locked().await.unwrap());
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
+        let taken = eventually(Duration::from_secs(20), || async {
+            client.lock("crash").is_locked().await.unwrap()
+        })
+        .await;
+        assert!(taken, "child did not take the lock");
+        common::sigkill(child);
         let killed = Instant::now();
         let guard = client
             .lock("crash")

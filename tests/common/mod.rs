@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -65,10 +65,6 @@ impl RedisServer {
     /// The `redis://` URL of this server.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    pub fn port(&self) -> u16 {
-        self.port
     }
 
     /// Kills the server (SIGKILL): no clean shutdown, no goodbye to clients.
@@ -273,12 +269,22 @@ where
     }
 }
 
-/// Reads one line from a child's stdout (used by the crash test's helper process).
-pub fn read_line(child: &mut Child) -> String {
-    let stdout = child.stdout.as_mut().expect("piped stdout");
-    let mut line = String::new();
-    let _ = BufReader::new(stdout).read_line(&mut line);
-    line
+/// Runs `test`, an `#[ignore]`d test of the calling test binary, as a child process with `env`
+/// set and its output discarded: for tests that need a process to kill.
+pub fn spawn_test_child(test: &str, env: &[(&str, String)]) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--ignored", "--exact", test, "--nocapture"])
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the test binary as a child")
+}
+
+/// Kills a child with SIGKILL (no chance to clean up) and reaps it.
+pub fn sigkill(mut child: Child) {
+    child.kill().expect("SIGKILL the child");
+    child.wait().expect("reap the child");
 }
 
 /// For the examples: the Redis at `REDIS_URL` when it is set, otherwise a throw-away server on a

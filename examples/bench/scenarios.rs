@@ -75,21 +75,20 @@ struct RawScripts {
 
 impl RawScripts {
     async fn load(redis: &Client) -> RawScripts {
-        let acquire: String = redis
-            .script_load(concat!(
-                include_str!("../../lua/holds.lua"),
-                include_str!("../../lua/lock_acquire.lua")
-            ))
-            .await
-            .expect("load acquire");
-        let release: String = redis
-            .script_load(concat!(
-                include_str!("../../lua/holds.lua"),
-                include_str!("../../lua/lock_release.lua")
-            ))
-            .await
-            .expect("load release");
-        RawScripts { acquire, release }
+        // Composed as fredlock composes them, so the SHAs are fredlock's own.
+        let load = |body: &str| {
+            let script = format!("{}{body}", include_str!("../../lua/holds.lua"));
+            async move {
+                redis
+                    .script_load::<String, _>(script)
+                    .await
+                    .expect("load script")
+            }
+        };
+        RawScripts {
+            acquire: load(include_str!("../../lua/lock_acquire.lua")).await,
+            release: load(include_str!("../../lua/lock_release.lua")).await,
+        }
     }
 
     async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {

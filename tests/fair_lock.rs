@@ -8,7 +8,7 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{bounded, eventually, sigkill, RedisCluster, RedisServer};
+use common::{bounded, eventually, queue_key, sigkill, timeout_key, RedisCluster, RedisServer};
 use fred::prelude::*;
 use fredlock::{FairLock, LockClient};
 use rand::Rng;
@@ -18,14 +18,6 @@ const _: () = {
     const fn shareable<T: Send + Sync + 'static>() {}
     shareable::<FairLock>();
 };
-
-fn queue_key(name: &str) -> String {
-    format!("redisson_lock_queue:{{{name}}}")
-}
-
-fn timeout_key(name: &str) -> String {
-    format!("redisson_lock_timeout:{{{name}}}")
-}
 
 /// The waiter fields in the queue, first first.
 async fn queue(raw: &Client, name: &str) -> Vec<String> {

@@ -406,9 +406,9 @@ async fn cancelled_acquisitions_leave_nothing(kind: Kind) {
     let clean = eventually(Duration::from_secs(5), || async {
         let exists: u32 = raw
             .exists(vec![
-                "cancel",
-                "redisson_lock_queue:{cancel}",
-                "redisson_lock_timeout:{cancel}",
+                "cancel".to_string(),
+                common::queue_key("cancel"),
+                common::timeout_key("cancel"),
             ])
             .await
             .unwrap();

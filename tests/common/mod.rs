@@ -301,6 +301,16 @@ pub fn redis_from_env() -> (Option<RedisServer>, String) {
     }
 }
 
+/// A fair lock's queue key, as Redisson names it (the library's own naming is private).
+pub fn queue_key(name: &str) -> String {
+    format!("redisson_lock_queue:{{{name}}}")
+}
+
+/// A fair lock's timeout zset key.
+pub fn timeout_key(name: &str) -> String {
+    format!("redisson_lock_timeout:{{{name}}}")
+}
+
 /// The lock kinds that share `Lock`'s behaviour, for tests run once per kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -339,11 +349,7 @@ impl Kind {
                         include_str!("../../lua/fair_queue.lua"),
                         include_str!("../../lua/fair_release.lua")
                     ),
-                    vec![
-                        name.to_string(),
-                        format!("redisson_lock_queue:{{{name}}}"),
-                        format!("redisson_lock_timeout:{{{name}}}"),
-                    ],
+                    vec![name.to_string(), queue_key(name), timeout_key(name)],
                     vec![
                         channel,
                         "0".to_string(),

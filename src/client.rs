@@ -36,6 +36,8 @@ pub(crate) struct Core {
     /// `id` in Redisson's text form, the first half of every owner field.
     id_text: String,
     pub(crate) redis: Client,
+    /// The configured server address(es), `host:port[,host:port..]`, for messages naming a node.
+    pub(crate) address: Arc<str>,
     subscriber: SubscriberClient,
     pub(crate) watchdog_timeout: Duration,
     /// A fair-lock waiter's slot.
@@ -179,6 +181,13 @@ impl LockClient {
 
     pub(crate) async fn start(settings: LockClientBuilder) -> Result<LockClient> {
         let config = settings.redis_config()?;
+        let address = config
+            .server
+            .hosts()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         let performance = PerformanceConfig {
             default_command_timeout: settings.command_timeout,
             broadcast_channel_capacity: MESSAGE_BUFFER,
@@ -218,6 +227,7 @@ impl LockClient {
             id,
             id_text: id.hyphenated().to_string(),
             redis: redis.clone(),
+            address: address.into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
             fair_wait_timeout: settings.fair_wait_timeout,

@@ -1,6 +1,7 @@
 //! The error type of every fallible fredlock operation.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A specialized `Result` for fredlock operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -51,6 +52,144 @@ pub enum Error {
     /// The client was shut down with [`LockClient::shutdown`](crate::LockClient::shutdown).
     #[error("the lock client has been shut down")]
     Shutdown,
+
+    /// A [`RedLock`](crate::RedLock) was not acquired because too many nodes failed (timed out,
+    /// were unreachable, rejected the request) for a majority to be reached, or because reaching
+    /// it took longer than the ttl allowed. A lock that is merely held elsewhere is `Ok(None)`
+    /// from [`try_lock`](crate::RedLock::try_lock), not this error.
+    ///
+    /// `failures` lists every node that did not grant the lock, and why.
+    #[error(
+        "Redlock {lock:?} not acquired: {granted} of {nodes} nodes granted it, {needed} needed{}; {}",
+        late(*granted, *needed, *elapsed), NodeList(failures)
+    )]
+    NoQuorum {
+        /// The lock's name (its key on every node).
+        lock: String,
+        /// Nodes that granted the lock (all of it was released again).
+        granted: usize,
+        /// The majority: `nodes / 2 + 1`.
+        needed: usize,
+        /// Nodes in the Redlock.
+        nodes: usize,
+        /// How long the last attempt took, from sending to deciding.
+        elapsed: Duration,
+        /// The nodes that did not grant it.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// A [`RedLockGuard`](crate::RedLockGuard)'s release was not confirmed by a majority of its
+    /// nodes, so the lock may still stand until its ttl ends there. Nodes that confirmed deleted
+    /// the key (or no longer had it); `failures` are the ones that did not answer.
+    #[error(
+        "Redlock {lock:?}: release confirmed by {confirmed} of {nodes} nodes, so the lock may stand until its ttl ends; {}",
+        NodeList(failures)
+    )]
+    Unreleased {
+        /// The lock's name.
+        lock: String,
+        /// Nodes that deleted the key or no longer had it.
+        confirmed: usize,
+        /// Nodes in the Redlock.
+        nodes: usize,
+        /// The nodes that did not confirm.
+        failures: Vec<NodeFailure>,
+    },
+
+    /// Members of a [`MultiLock`](crate::MultiLock) failed to unlock; one error per failed
+    /// member, each naming its lock. Every other member was released.
+    #[error("{} member(s) of the multi-lock failed: {}", .0.len(), ErrorList(.0))]
+    Members(Vec<Error>),
+}
+
+/// One [`RedLock`](crate::RedLock) node that did not do what was asked, and why.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// The node's position in the list given to [`RedLock::new`](crate::RedLock::new).
+    pub index: usize,
+    /// The node's address as its client was configured (`host:port`).
+    pub node: String,
+    /// What went wrong there.
+    pub reason: NodeFailureReason,
+}
+
+/// Why a [`RedLock`](crate::RedLock) node failed; see [`NodeFailure`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum NodeFailureReason {
+    /// No reply within the per-node timeout. The request may still run on the node later; what
+    /// it wrote carries this acquisition's token and ends with the ttl.
+    TimedOut(Duration),
+    /// The key carries another token: another acquisition (of this or any Redlock client)
+    /// holds it there.
+    HeldByOther,
+    /// Extending or releasing: the key is gone from the node (expired or deleted).
+    NotHeld,
+    /// The node could not be reached: its client was not connected (the node is down, refuses
+    /// connections, or fred is reconnecting), or the connection failed under the request.
+    Unreachable(Option<fred::error::Error>),
+    /// The node answered with an error, e.g. `WRONGTYPE` when the key is not a string.
+    Rejected(fred::error::Error),
+    /// The node's [`LockClient`](crate::LockClient) was shut down.
+    Shutdown,
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({}) ", self.index, self.node)?;
+        match &self.reason {
+            NodeFailureReason::TimedOut(after) => write!(f, "timed out after {after:?}"),
+            NodeFailureReason::HeldByOther => f.write_str("is held by another token"),
+            NodeFailureReason::NotHeld => f.write_str("no longer has the key"),
+            NodeFailureReason::Unreachable(None) => {
+                f.write_str("is unreachable (not connected; refused or reconnecting)")
+            }
+            NodeFailureReason::Unreachable(Some(error)) => write!(f, "is unreachable: {error}"),
+            NodeFailureReason::Rejected(error) => write!(f, "rejected the request: {error}"),
+            NodeFailureReason::Shutdown => f.write_str("has a shut-down client"),
+        }
+    }
+}
+
+/// `"; took 1.2s, longer than the ttl allowed"` when a majority granted the lock too slowly.
+fn late(granted: usize, needed: usize, elapsed: Duration) -> String {
+    if granted >= needed {
+        format!(" but acquiring took {elapsed:?}, which left no validity")
+    } else {
+        String::new()
+    }
+}
+
+struct NodeList<'a>(&'a [NodeFailure]);
+
+impl fmt::Display for NodeList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("no node failed");
+        }
+        for (i, failure) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{failure}")?;
+        }
+        Ok(())
+    }
+}
+
+struct ErrorList<'a>(&'a [Error]);
+
+impl fmt::Display for ErrorList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, error) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{error}")?;
+        }
+        Ok(())
+    }
 }
 
 impl Error {

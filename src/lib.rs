@@ -86,9 +86,11 @@ mod holds;
 mod inflight;
 mod keys;
 mod lock;
+mod multi_lock;
 mod names;
 mod owner;
 mod pubsub;
+mod redlock;
 mod releaser;
 mod scripts;
 mod watchdog;
@@ -97,11 +99,16 @@ pub use client::{ClientStats, LockClient};
 pub use config::{
     LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
-pub use error::{Error, Result};
+pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use guard::LockGuard;
 pub use lock::Lock;
+pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use owner::OwnerId;
+pub use redlock::{
+    RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_TTL,
+    DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
+};
 
 /// The fred types that appear in fredlock's API.
 pub use fred;

@@ -250,6 +250,11 @@ impl Lock {
             .map_err(|error| Error::from_redis(self.name(), None, error))
     }
 
+    /// The client this lock belongs to.
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
     fn owner(&self) -> OwnerId {
         self.owner.unwrap_or_else(OwnerId::current)
     }
@@ -274,7 +279,11 @@ impl Lock {
     /// keeps it by trying again at least every third of its slot, and gives it up on every way
     /// out but success: at once when its wait times out, through the releaser when the future is
     /// dropped or fails.
-    async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<LockGuard>> {
+    pub(crate) async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Lease,
+    ) -> Result<Option<LockGuard>> {
         let core = self.ready()?;
         if lease == Lease::Fixed(Duration::ZERO) {
             return Err(Error::InvalidArgument(format!(

@@ -86,3 +86,10 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> =
 /// Deletes a fair lock whoever holds it, telling the first waiter.
 pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::fair(include_str!("../lua/fair_force_unlock.lua")));
+
+/// Deletes a Redlock node's key if it carries the given token.
+pub(crate) static REDLOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&[include_str!("../lua/redlock_release.lua")]));
+/// Sets a new TTL on a Redlock node's key if it carries the given token.
+pub(crate) static REDLOCK_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&[include_str!("../lua/redlock_extend.lua")]));

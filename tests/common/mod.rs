@@ -62,6 +62,11 @@ impl RedisServer {
         panic!("could not start redis-server (is it on PATH?)");
     }
 
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The `redis://` URL of this server.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
@@ -380,6 +385,137 @@ macro_rules! for_each_kind {
             }
         }
     )*};
+}
+
+/// A TCP proxy on loopback in front of one server: it forwards both ways until
+/// [`stall`](Self::stall) is called, then accepts and reads but never answers (what it holds is
+/// delivered if [`resume`](Self::resume) is called). A node that hangs without closing its
+/// connections, which a client notices only by timing out.
+pub struct StallingProxy {
+    port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    /// Starts forwarding a free loopback port to `target_port` on loopback.
+    pub fn start(target_port: u16) -> StallingProxy {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let listener =
+            TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).expect("bind the proxy");
+        listener.set_nonblocking(true).expect("non-blocking accept");
+        let port = listener.local_addr().expect("proxy address").port();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flags, done) = (stalled.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let Ok(server) =
+                            TcpStream::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, target_port))
+                        else {
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        for (from, to) in [
+                            (client.try_clone(), server.try_clone()),
+                            (server.try_clone(), client.try_clone()),
+                        ] {
+                            if let (Ok(from), Ok(to)) = (from, to) {
+                                let (flags, done) = (flags.clone(), done.clone());
+                                std::thread::spawn(move || pump(from, to, &flags, &done));
+                            }
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        StallingProxy {
+            port,
+            stalled,
+            stop,
+        }
+    }
+
+    /// The `redis://` URL clients should use.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// From now on, nothing is forwarded either way; connections stay open.
+    pub fn stall(&self) {
+        self.stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Forwards again, including what was held.
+    pub fn resume(&self) {
+        self.stalled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for StallingProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk while `stalled`, until either side closes or `stop`.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    stalled: &std::sync::atomic::AtomicBool,
+    stop: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut buffer = [0u8; 16 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        let read = match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        };
+        while stalled.load(Ordering::SeqCst) && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if to.write_all(&buffer[..read]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// One fredlock client per URL, each with the default settings: the nodes of a Redlock.
+pub async fn clients(urls: &[String]) -> Vec<fredlock::LockClient> {
+    let mut clients = Vec::new();
+    for url in urls {
+        clients.push(fredlock::LockClient::connect(url).await.unwrap());
+    }
+    clients
+}
+
+/// The URLs of `servers`.
+pub fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+/// `count` servers, each an independent master.
+pub fn start_servers(count: usize) -> Vec<RedisServer> {
+    (0..count).map(|_| RedisServer::start()).collect()
 }
 
 /// Parses `INFO commandstats` into (command, calls).

@@ -1,0 +1,344 @@
+//! One request to every Redlock node at once, each bounded by the per-node timeout, and the
+//! tally of their replies.
+//!
+//! The requests are polled together in the caller's task; the caller reads replies in the order
+//! they arrive and stops as soon as it can decide, so a node that never answers holds up nobody.
+//! fred hands a command to its connection on the future's first poll, and the first poll of
+//! [`Replies::tally`] polls every request: from then on every request is on its way, in order
+//! behind anything sent before on that node's connection and ahead of anything sent after. That
+//! order is what makes a release sent after an abandoned acquisition delete what it wrote, and
+//! dropping unread requests harmless (fred still runs them; their replies are discarded).
+
+use std::fmt;
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::{Expiration, Key, SetOptions, Value};
+use rand::RngCore;
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::error::{is_transient, NodeFailure, NodeFailureReason};
+use crate::scripts::{REDLOCK_EXTEND, REDLOCK_RELEASE};
+
+/// Random bytes in a token: the Redlock specification asks for at least 20.
+const TOKEN_BYTES: usize = 20;
+
+/// The value one acquisition writes on every node: 20 random bytes, hex encoded. Release and
+/// extension act only on keys carrying it.
+#[derive(Clone)]
+pub(crate) struct Token(Arc<str>);
+
+impl Token {
+    pub(crate) fn new() -> Token {
+        let mut bytes = [0u8; TOKEN_BYTES];
+        rand::thread_rng().fill_bytes(&mut bytes);
+        let text: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+        Token(text.into())
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What one node answered.
+pub(crate) enum Reply {
+    /// Set, extended or deleted.
+    Done,
+    /// No such key (extend, release).
+    Missing,
+    /// The key carries another token.
+    Other,
+    Failed(NodeFailureReason),
+}
+
+/// The nodes of one Redlock and the key they share.
+pub(crate) struct Nodes {
+    pub(crate) clients: Vec<LockClient>,
+    pub(crate) key: Key,
+}
+
+impl Nodes {
+    pub(crate) fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// A majority: `N / 2 + 1`.
+    pub(crate) fn quorum(&self) -> usize {
+        self.clients.len() / 2 + 1
+    }
+
+    /// `SET key token NX PX ttl` on every node.
+    pub(crate) fn acquire(&self, token: &Token, ttl_ms: u64, timeout: Duration) -> Replies {
+        self.on_every_node(token, timeout, move |redis, key, token| async move {
+            let reply: Option<String> = redis
+                .set(
+                    key,
+                    token.as_str(),
+                    Some(Expiration::PX(ttl_ms as i64)),
+                    Some(SetOptions::NX),
+                    false,
+                )
+                .await?;
+            Ok(if reply.is_some() {
+                Reply::Done
+            } else {
+                Reply::Other
+            })
+        })
+    }
+
+    /// Compare-and-pexpire on every node.
+    pub(crate) fn extend(&self, token: &Token, ttl_ms: u64, timeout: Duration) -> Replies {
+        self.on_every_node(token, timeout, move |redis, key, token| async move {
+            let reply: i64 = REDLOCK_EXTEND
+                .run(&redis, || {
+                    (
+                        vec![key.clone()],
+                        vec![Value::from(token.as_str()), Value::from(ttl_ms as i64)],
+                    )
+                })
+                .await?;
+            Ok(script_reply(reply))
+        })
+    }
+
+    /// Compare-and-delete on every node.
+    pub(crate) fn release(&self, token: &Token, timeout: Duration) -> Replies {
+        self.on_every_node(token, timeout, move |redis, key, token| async move {
+            let reply: i64 = REDLOCK_RELEASE
+                .run(&redis, || {
+                    (vec![key.clone()], vec![Value::from(token.as_str())])
+                })
+                .await?;
+            Ok(script_reply(reply))
+        })
+    }
+
+    /// `request` for every node, each bounded by `timeout`; nothing is sent before the first
+    /// poll of [`Replies::tally`].
+    ///
+    /// A node whose client is not connected is not sent anything (fred would hold the request
+    /// until it reconnects and send it then, long after anyone waits for it): it fails at once
+    /// as unreachable.
+    fn on_every_node<F, Fut>(&self, token: &Token, timeout: Duration, request: F) -> Replies
+    where
+        F: Fn(Client, Key, Token) -> Fut,
+        Fut: Future<Output = Result<Reply, fred::error::Error>> + Send + 'static,
+    {
+        let calls = self
+            .clients
+            .iter()
+            .map(|client| {
+                let core = client.core();
+                if core.shutdown.is_cancelled() {
+                    return Call::Done(Reply::Failed(NodeFailureReason::Shutdown));
+                }
+                if !core.redis.is_connected() {
+                    return Call::Done(Reply::Failed(NodeFailureReason::Unreachable(None)));
+                }
+                let call = request(core.redis.clone(), self.key.clone(), token.clone());
+                Call::Pending(Box::pin(async move {
+                    match tokio::time::timeout(timeout, call).await {
+                        Err(_) => Reply::Failed(NodeFailureReason::TimedOut(timeout)),
+                        Ok(Ok(reply)) => reply,
+                        Ok(Err(error)) if is_transient(&error) => {
+                            Reply::Failed(NodeFailureReason::Unreachable(Some(error)))
+                        }
+                        Ok(Err(error)) => Reply::Failed(NodeFailureReason::Rejected(error)),
+                    }
+                }))
+            })
+            .collect();
+        Replies {
+            calls,
+            started: Instant::now(),
+            sent: false,
+        }
+    }
+
+    /// Sends `replies`' requests and drops them: for releases nobody waits for.
+    pub(crate) fn send_and_forget(replies: Replies) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Read to the end, so that each request is polled until its reply or timeout.
+                let mut replies = replies;
+                while replies.next().await.is_some() {}
+            });
+        }
+    }
+
+    /// The failure of node `index`, for errors and logs.
+    pub(crate) fn failure(&self, index: usize, reason: NodeFailureReason) -> NodeFailure {
+        NodeFailure {
+            index,
+            node: self.clients[index].core().address.to_string(),
+            reason,
+        }
+    }
+}
+
+fn script_reply(reply: i64) -> Reply {
+    match reply {
+        1 => Reply::Done,
+        0 => Reply::Missing,
+        _ => Reply::Other,
+    }
+}
+
+/// When a caller may stop reading replies.
+#[derive(Clone, Copy)]
+pub(crate) enum Until<'a> {
+    /// As soon as a majority did it; otherwise when every node answered (or timed out).
+    Quorum,
+    /// When every node answered (or timed out).
+    All,
+    /// When these nodes answered (or timed out).
+    Answered(&'a [usize]),
+}
+
+type NodeCall = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// One node's request.
+enum Call {
+    Pending(NodeCall),
+    /// Decided without a request (not connected, shut down), not yet read.
+    Done(Reply),
+    Read,
+}
+
+/// Replies of one request to every node, in the order they arrive.
+#[must_use = "requests are sent when their replies are read"]
+pub(crate) struct Replies {
+    calls: Vec<Call>,
+    /// When the requests were made: the base of a validity, earlier than any node saw them.
+    pub(crate) started: Instant,
+    /// Whether every request has been polled, i.e. handed to its connection.
+    sent: bool,
+}
+
+impl Replies {
+    /// The next reply to arrive, polling every pending request; `None` once all are read.
+    async fn next(&mut self) -> Option<(usize, Reply)> {
+        self.sent = true;
+        poll_fn(|cx| {
+            let mut pending = false;
+            let mut ready = None;
+            for (index, call) in self.calls.iter_mut().enumerate() {
+                match call {
+                    Call::Pending(request) => {
+                        // Every pending request is polled, even after one is ready: the first
+                        // poll is what sends it.
+                        if let Poll::Ready(reply) = request.as_mut().poll(cx) {
+                            *call = Call::Done(reply);
+                        } else {
+                            pending = true;
+                            continue;
+                        }
+                    }
+                    Call::Done(_) => {}
+                    Call::Read => continue,
+                }
+                if ready.is_none() {
+                    if let Call::Done(reply) = std::mem::replace(call, Call::Read) {
+                        ready = Some((index, reply));
+                    }
+                }
+            }
+            match ready {
+                Some(ready) => Poll::Ready(Some(ready)),
+                None if pending => Poll::Pending,
+                None => Poll::Ready(None),
+            }
+        })
+        .await
+    }
+
+    /// Reads replies until `until` is met. Cancel safe: the requests were all sent on the first
+    /// poll; replies not read are discarded.
+    pub(crate) async fn tally(mut self, nodes: &Nodes, until: Until<'_>) -> Tally {
+        let quorum = nodes.quorum();
+        let mut tally = Tally {
+            done: Vec::new(),
+            missing: 0,
+            other: 0,
+            failures: Vec::new(),
+            decided_at: self.started,
+        };
+        let mut answered = vec![false; nodes.len()];
+        loop {
+            let enough = match until {
+                Until::Quorum => tally.done.len() >= quorum,
+                Until::All => false,
+                Until::Answered(indices) => indices.iter().all(|&index| answered[index]),
+            };
+            if enough {
+                break;
+            }
+            let Some((index, reply)) = self.next().await else {
+                break;
+            };
+            answered[index] = true;
+            match reply {
+                Reply::Done => tally.done.push(index),
+                Reply::Missing => tally.missing += 1,
+                Reply::Other => {
+                    tally.other += 1;
+                    tally
+                        .failures
+                        .push(nodes.failure(index, NodeFailureReason::HeldByOther));
+                }
+                Reply::Failed(reason) => tally.failures.push(nodes.failure(index, reason)),
+            }
+        }
+        tally.decided_at = Instant::now();
+        tally.failures.sort_by_key(|failure| failure.index);
+        if !self.sent {
+            // Nothing was read, so nothing was sent: the requests still have to go out.
+            Nodes::send_and_forget(self);
+        }
+        tally
+    }
+}
+
+/// What a request to every node achieved.
+pub(crate) struct Tally {
+    /// Nodes that did it.
+    pub(crate) done: Vec<usize>,
+    /// Nodes without the key (extend, release).
+    pub(crate) missing: usize,
+    /// Nodes where the key carries another token.
+    pub(crate) other: usize,
+    /// Nodes that failed, including those with another token (`HeldByOther`).
+    pub(crate) failures: Vec<NodeFailure>,
+    /// When the last reply read arrived.
+    pub(crate) decided_at: Instant,
+}
+
+impl Tally {
+    /// Nodes that failed for a reason that trying again will not fix: they rejected the request
+    /// (the key is not a string) or their client is shut down.
+    pub(crate) fn permanent_failures(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|failure| {
+                matches!(
+                    failure.reason,
+                    NodeFailureReason::Rejected(_) | NodeFailureReason::Shutdown
+                )
+            })
+            .count()
+    }
+}

@@ -1,0 +1,669 @@
+//! Redlock over five independent `redis-server` processes.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{bounded, clients, start_servers, urls, RedisServer, StallingProxy};
+use fred::prelude::*;
+use fred::types::{Expiration, SetOptions};
+use fredlock::{Error, LockClient, NodeFailureReason, RedLock};
+use tokio::time::Instant;
+
+const NAME: &str = "payments:42";
+
+/// A Redlock over `nodes` that retries quickly, for tests with contention.
+fn quick(nodes: Vec<LockClient>, ttl: Duration) -> RedLock {
+    RedLock::builder(nodes, NAME)
+        .ttl(ttl)
+        .retry_delay(Duration::ZERO..=Duration::from_millis(3))
+        .build()
+        .unwrap()
+}
+
+/// `SET name token NX PX ttl` as any Redlock client sends it; true if it was set.
+async fn raw_set(raw: &Client, token: &str, ttl: Duration) -> bool {
+    let reply: Option<String> = raw
+        .set(
+            NAME,
+            token,
+            Some(Expiration::PX(ttl.as_millis() as i64)),
+            Some(SetOptions::NX),
+            false,
+        )
+        .await
+        .unwrap();
+    reply.is_some()
+}
+
+async fn raws(servers: &[RedisServer]) -> Vec<Client> {
+    let mut raws = Vec::new();
+    for server in servers {
+        raws.push(server.raw().await);
+    }
+    raws
+}
+
+/// The value of the key on each node.
+async fn values(raws: &[Client]) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    for raw in raws {
+        values.push(raw.get(NAME).await.unwrap());
+    }
+    values
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_redlocks_never_both_hold() {
+    bounded(async {
+        const ROUNDS: usize = 1000;
+        let servers = start_servers(5);
+        let ttl = Duration::from_secs(2);
+        let redlocks = [
+            quick(clients(&urls(&servers)).await, ttl),
+            quick(clients(&urls(&servers)).await, ttl),
+        ];
+        let inside = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicUsize::new(0));
+        let wins = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+        let mut tasks = Vec::new();
+        for task in 0..8 {
+            let redlock = redlocks[task % 2].clone();
+            let (inside, rounds, wins) = (inside.clone(), rounds.clone(), wins[task % 2].clone());
+            tasks.push(tokio::spawn(async move {
+                while rounds.load(Ordering::SeqCst) < ROUNDS {
+                    // Half the tasks use the watchdog, half a fixed ttl.
+                    let guard = if task % 4 < 2 {
+                        redlock.lock().await.unwrap()
+                    } else {
+                        match redlock.try_lock(Duration::from_secs(20), Some(ttl)).await {
+                            Ok(Some(guard)) => guard,
+                            other => panic!("task {task}: no guard after 20 s: {other:?}"),
+                        }
+                    };
+                    assert!(
+                        !inside.swap(true, Ordering::SeqCst),
+                        "two Redlock holders at once"
+                    );
+                    assert!(guard.validity() > Duration::ZERO);
+                    tokio::task::yield_now().await;
+                    inside.store(false, Ordering::SeqCst);
+                    rounds.fetch_add(1, Ordering::SeqCst);
+                    wins.fetch_add(1, Ordering::SeqCst);
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let (a, b) = (
+            wins[0].load(Ordering::SeqCst),
+            wins[1].load(Ordering::SeqCst),
+        );
+        println!("{} rounds: client A {a}, client B {b}", a + b);
+        assert!(a + b >= ROUNDS);
+        assert!(a > 0 && b > 0, "one client never won: {a} / {b}");
+        let raws = raws(&servers).await;
+        let clean = common::eventually(Duration::from_secs(2), || async {
+            values(&raws).await.iter().all(Option::is_none)
+        })
+        .await;
+        assert!(clean, "a key was left behind: {:?}", values(&raws).await);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_dead_nodes_are_tolerated_three_are_reported() {
+    bounded(async {
+        let mut servers = start_servers(5);
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .ttl(Duration::from_secs(5))
+            .node_timeout(Duration::from_millis(50))
+            .retry_delay(Duration::from_millis(10)..=Duration::from_millis(20))
+            .build()
+            .unwrap();
+        servers[1].kill();
+        servers[3].kill();
+
+        let guard = redlock
+            .try_lock(Duration::from_secs(2), Some(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .expect("three of five nodes are enough");
+        assert!(guard.validity() > Duration::from_secs(4));
+        // Released on the three live nodes: a majority, so the unlock succeeds.
+        guard.unlock().await.unwrap();
+
+        servers[4].kill();
+        let wait = Duration::from_millis(300);
+        let started = Instant::now();
+        let outcome = redlock.try_lock(wait, Some(Duration::from_secs(5))).await;
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < wait + Duration::from_millis(500),
+            "try_lock took {elapsed:?}"
+        );
+        match outcome {
+            Err(Error::NoQuorum {
+                granted,
+                needed,
+                nodes,
+                failures,
+                ..
+            }) => {
+                assert_eq!((granted, needed, nodes), (2, 3, 5));
+                let failed: Vec<usize> = failures.iter().map(|failure| failure.index).collect();
+                assert_eq!(failed, [1, 3, 4], "{failures:?}");
+                for failure in &failures {
+                    assert_eq!(
+                        failure.node,
+                        format!("127.0.0.1:{}", servers[failure.index].port())
+                    );
+                    assert!(
+                        matches!(
+                            failure.reason,
+                            NodeFailureReason::Unreachable(_) | NodeFailureReason::TimedOut(_)
+                        ),
+                        "{failure}"
+                    );
+                }
+                let message = Error::NoQuorum {
+                    lock: NAME.into(),
+                    granted,
+                    needed,
+                    nodes,
+                    elapsed,
+                    failures,
+                }
+                .to_string();
+                println!("{message}");
+                assert!(message.contains(&format!("127.0.0.1:{}", servers[4].port())));
+            }
+            other => panic!("expected NoQuorum listing nodes 1, 3, 4, got {other:?}"),
+        }
+        // Nothing is left on the two live nodes.
+        for index in [0, 2] {
+            let value: Option<String> = servers[index].raw().await.get(NAME).await.unwrap();
+            assert_eq!(value, None);
+        }
+
+        // lock() keeps trying through the outage and gets the lock once a majority is back
+        // (node 4 restarted empty: in production it would have to stay down a whole ttl).
+        let waiting = tokio::spawn({
+            let redlock = redlock.clone();
+            async move { redlock.lock().await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "acquired with two of five nodes");
+        servers[4].start_again();
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("lock() did not recover")
+            .unwrap()
+            .unwrap();
+        guard.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_node_costs_at_most_the_node_timeout() {
+    bounded(async {
+        let servers = start_servers(5);
+        let proxies = [
+            StallingProxy::start(servers[3].port()),
+            StallingProxy::start(servers[4].port()),
+        ];
+        let mut node_urls = urls(&servers[..3]);
+        node_urls.extend(proxies.iter().map(StallingProxy::url));
+        let node_timeout = Duration::from_millis(300);
+        let redlock = RedLock::builder(clients(&node_urls).await, NAME)
+            .node_timeout(node_timeout)
+            .build()
+            .unwrap();
+        for proxy in &proxies {
+            proxy.stall();
+        }
+        let ttl = Duration::from_secs(10);
+
+        // Two stalled nodes: the three others are a majority, and nobody waits for the stalled.
+        let started = Instant::now();
+        let guard = redlock.try_lock(Duration::ZERO, Some(ttl)).await.unwrap();
+        let elapsed = started.elapsed();
+        let guard = guard.expect("three live nodes are a majority");
+        println!("acquired past two stalled nodes in {elapsed:?}");
+        assert!(elapsed < node_timeout, "acquisition took {elapsed:?}");
+        // The unlock waits for every node, the stalled ones up to the node timeout.
+        let started = Instant::now();
+        guard.unlock().await.unwrap();
+        let unlock = started.elapsed();
+        assert!(
+            unlock < node_timeout + Duration::from_millis(200),
+            "{unlock:?}"
+        );
+
+        // Now the majority depends on the stalled nodes: another client holds node 0, so only
+        // two live nodes can grant it. The attempt fails once the stalled nodes time out.
+        let raw = servers[0].raw().await;
+        assert!(raw_set(&raw, "foreign", ttl).await);
+        let started = Instant::now();
+        let outcome = redlock.try_lock(Duration::ZERO, Some(ttl)).await;
+        let elapsed = started.elapsed();
+        println!("failed on two stalled nodes in {elapsed:?}: {outcome:?}");
+        assert!(
+            elapsed >= node_timeout,
+            "decided before the stalled nodes timed out"
+        );
+        assert!(
+            elapsed < node_timeout + Duration::from_millis(200),
+            "the stall cost {elapsed:?}, more than the node timeout"
+        );
+        match outcome {
+            Err(Error::NoQuorum { failures, .. }) => {
+                let reasons: Vec<(usize, String)> = failures
+                    .iter()
+                    .map(|failure| (failure.index, format!("{:?}", failure.reason)))
+                    .collect();
+                assert_eq!(
+                    reasons,
+                    [
+                        (0, "HeldByOther".to_string()),
+                        (3, format!("TimedOut({node_timeout:?})")),
+                        (4, format!("TimedOut({node_timeout:?})")),
+                    ]
+                );
+            }
+            other => panic!("expected NoQuorum, got {other:?}"),
+        }
+        // The two live nodes that granted it were released before try_lock returned.
+        for server in &servers[1..3] {
+            let value: Option<String> = server.raw().await.get(NAME).await.unwrap();
+            assert_eq!(value, None);
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn validity_is_below_ttl_minus_elapsed() {
+    bounded(async {
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let redlock = RedLock::new(clients(&urls(&servers)).await, NAME).unwrap();
+        let ttl = Duration::from_millis(1500);
+        let drift = ttl.mul_f64(fredlock::DEFAULT_DRIFT_FACTOR) + fredlock::DRIFT_ALLOWANCE;
+        for _ in 0..20 {
+            let started = Instant::now();
+            let guard = redlock
+                .try_lock(Duration::ZERO, Some(ttl))
+                .await
+                .unwrap()
+                .unwrap();
+            let elapsed = started.elapsed();
+            let validity = guard.validity();
+            assert!(
+                validity < ttl - elapsed,
+                "{validity:?} >= {ttl:?} - {elapsed:?}"
+            );
+            assert!(
+                validity + drift + elapsed + Duration::from_millis(20) >= ttl,
+                "validity {validity:?} far below {ttl:?} - {elapsed:?} - {drift:?}"
+            );
+            assert_eq!(guard.ttl(), Some(ttl));
+            guard.unlock().await.unwrap();
+        }
+
+        // A fixed-ttl guard is lost when its validity ends, while the keys are still there or
+        // just gone: never after the nodes dropped them.
+        let started = Instant::now();
+        let guard = redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .unwrap();
+        let token = guard.token().to_string();
+        guard.lost().await;
+        let lost_after = started.elapsed();
+        assert!(guard.is_lost());
+        assert_eq!(guard.validity(), Duration::ZERO);
+        assert!(
+            lost_after >= ttl - drift - Duration::from_millis(20),
+            "{lost_after:?}"
+        );
+        assert!(
+            lost_after < ttl,
+            "lost reported after the ttl: {lost_after:?}"
+        );
+        let held = values(&raws)
+            .await
+            .into_iter()
+            .filter(|value| value.as_deref() == Some(token.as_str()))
+            .count();
+        println!("lost after {lost_after:?}; token still on {held} nodes");
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+
+        // A ttl that the drift allowance eats whole is refused before anything is sent.
+        assert!(matches!(
+            redlock
+                .try_lock(Duration::ZERO, Some(Duration::from_millis(2)))
+                .await,
+            Err(Error::InvalidArgument(_))
+        ));
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extension_keeps_it_for_five_ttls_and_losing_a_majority_is_reported() {
+    bounded(async {
+        let mut servers = start_servers(5);
+        let ttl = Duration::from_millis(800);
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(50))
+            .build()
+            .unwrap();
+        let rival = RedLock::new(clients(&urls(&servers)).await, NAME).unwrap();
+        let guard = redlock.lock().await.unwrap();
+        assert_eq!(guard.ttl(), None);
+        let held_until = Instant::now() + ttl * 5;
+        while Instant::now() < held_until {
+            assert!(!guard.is_lost());
+            assert!(guard.validity() > Duration::ZERO);
+            assert!(
+                rival
+                    .try_lock(Duration::ZERO, None)
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "a rival acquired an extended Redlock"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        for index in [0, 2, 4] {
+            servers[index].kill();
+        }
+        let killed = Instant::now();
+        tokio::time::timeout(ttl, guard.lost())
+            .await
+            .expect("lost() did not fire within the ttl after three of five nodes died");
+        println!("lost {:?} after three nodes died", killed.elapsed());
+        assert!(guard.is_lost());
+        assert_eq!(guard.validity(), Duration::ZERO);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
+    bounded(async {
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let ttl = Duration::from_millis(900);
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .ttl(ttl)
+            .build()
+            .unwrap();
+        let guard = redlock.lock().await.unwrap();
+        // Someone (an operator, a buggy client) replaces the key on three nodes.
+        for raw in &raws[..3] {
+            let _: () = raw.set(NAME, "intruder", None, None, false).await.unwrap();
+        }
+        let changed = Instant::now();
+        tokio::time::timeout(ttl / 3 + Duration::from_millis(200), guard.lost())
+            .await
+            .expect("lost() did not fire at the next extension");
+        println!("lost {:?} after the overwrite", changed.elapsed());
+        // The intruder's keys survive our unlock; only our own two are deleted.
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        let after = values(&raws).await;
+        assert_eq!(
+            after[..3],
+            [
+                Some("intruder".to_string()),
+                Some("intruder".into()),
+                Some("intruder".into())
+            ]
+        );
+        assert_eq!(after[3..], [None, None]);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_hold_stops_the_extensions() {
+    bounded(async {
+        let servers = start_servers(5);
+        let ttl = Duration::from_millis(600);
+        let limit = Duration::from_millis(1500);
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .ttl(ttl)
+            .max_hold(limit)
+            .build()
+            .unwrap();
+        let rival = quick(clients(&urls(&servers)).await, ttl);
+        let started = Instant::now();
+        let guard = redlock.lock().await.unwrap();
+        // Extended past its first ttl...
+        tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+        assert!(!guard.is_lost());
+        // ...and lost when the limit is reached, with the keys gone on the nodes then too.
+        guard.lost().await;
+        let lost_after = started.elapsed();
+        println!("lost after {lost_after:?} (limit {limit:?})");
+        assert!(
+            lost_after <= limit + Duration::from_millis(50),
+            "{lost_after:?}"
+        );
+        assert!(
+            lost_after >= limit - Duration::from_millis(100),
+            "{lost_after:?}"
+        );
+        let rival_guard = rival
+            .try_lock(Duration::from_millis(500), None)
+            .await
+            .unwrap()
+            .expect("the limited lock did not end on the nodes");
+        println!("rival acquired after {:?}", started.elapsed());
+        drop(guard);
+        rival_guard.unlock().await.unwrap();
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
+    bounded(async {
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .retry_delay(Duration::from_millis(5)..=Duration::from_millis(20))
+            .build()
+            .unwrap();
+        let ttl = Duration::from_secs(10);
+
+        // A raw SET NX PX writer holds all five nodes: we cannot get it.
+        for raw in &raws {
+            assert!(raw_set(raw, "foreign-token", ttl).await);
+        }
+        assert!(redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .is_none());
+        let started = Instant::now();
+        assert!(redlock
+            .try_lock(Duration::from_millis(300), Some(ttl))
+            .await
+            .unwrap()
+            .is_none());
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        for raw in &raws {
+            let _: i64 = raw.del(NAME).await.unwrap();
+        }
+
+        // We hold it: the raw writer gets no node, and sees one token of at least 20 random
+        // bytes, new for every acquisition.
+        let guard = redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .unwrap();
+        for raw in &raws {
+            assert!(!raw_set(raw, "foreign-token", ttl).await);
+            let pttl: i64 = raw.pttl(NAME).await.unwrap();
+            assert!(pttl > 9_000 && pttl <= 10_000, "PTTL {pttl}");
+        }
+        let first = values(&raws).await;
+        assert!(first
+            .iter()
+            .all(|value| value.as_deref() == Some(guard.token())));
+        assert!(guard.token().len() >= 40 && guard.token().chars().all(|c| c.is_ascii_hexdigit()));
+        guard.unlock().await.unwrap();
+        let guard = redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_ne!(first[0].as_deref(), Some(guard.token()));
+        guard.unlock().await.unwrap();
+
+        // A minority held by the foreign writer: we take the rest, and our unlock deletes only
+        // our own keys.
+        for raw in &raws[..2] {
+            assert!(raw_set(raw, "foreign-token", ttl).await);
+        }
+        let guard = redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .unwrap();
+        guard.unlock().await.unwrap();
+        let after = values(&raws).await;
+        assert_eq!(
+            after[..2],
+            [
+                Some("foreign-token".to_string()),
+                Some("foreign-token".into())
+            ]
+        );
+        assert_eq!(after[2..], [None, None, None]);
+        for raw in &raws[..2] {
+            let _: i64 = raw.del(NAME).await.unwrap();
+        }
+
+        // rslock, another Redlock implementation, on the same five nodes.
+        let rslock = rslock::LockManager::new(urls(&servers));
+        let theirs = rslock.lock(NAME, ttl).await.expect("rslock lock");
+        assert!(redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .is_none());
+        rslock.unlock(&theirs).await;
+        let ours = redlock
+            .try_lock(Duration::ZERO, Some(ttl))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut rslock = rslock;
+        rslock.set_retry(2, Duration::from_millis(10));
+        assert!(
+            rslock.lock(NAME, ttl).await.is_err(),
+            "rslock acquired our Redlock"
+        );
+        ours.unlock().await.unwrap();
+        let theirs = rslock
+            .lock(NAME, ttl)
+            .await
+            .expect("rslock after our unlock");
+        rslock.unlock(&theirs).await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropped_acquisitions_and_guards_leave_no_key() {
+    bounded(async {
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let redlock = quick(clients(&urls(&servers)).await, Duration::from_secs(30));
+        let rival = quick(clients(&urls(&servers)).await, Duration::from_secs(30));
+        // Acquisitions dropped at random points, some contended by a rival.
+        for round in 0..100u64 {
+            let rival_guard = if round % 3 == 0 {
+                Some(rival.lock().await.unwrap())
+            } else {
+                None
+            };
+            let cut = Duration::from_micros((round * 37) % 800);
+            let _ = tokio::time::timeout(cut, redlock.lock()).await;
+            drop(rival_guard);
+        }
+        let clean = common::eventually(Duration::from_secs(2), || async {
+            values(&raws).await.iter().all(Option::is_none)
+        })
+        .await;
+        assert!(
+            clean,
+            "a dropped acquisition left a key: {:?}",
+            values(&raws).await
+        );
+
+        // A dropped guard is released in the background.
+        let guard = redlock.lock().await.unwrap();
+        drop(guard);
+        let freed = common::eventually(Duration::from_secs(2), || async {
+            values(&raws).await.iter().all(Option::is_none)
+        })
+        .await;
+        assert!(freed);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_settings_are_refused() {
+    bounded(async {
+        let server = RedisServer::start();
+        let one = LockClient::connect(&server.url()).await.unwrap();
+        let two = LockClient::connect(&server.url()).await.unwrap();
+        let invalid =
+            |result: fredlock::Result<RedLock>| matches!(result, Err(Error::InvalidArgument(_)));
+        assert!(invalid(RedLock::new(vec![], NAME)));
+        assert!(invalid(RedLock::new(vec![one.clone(), one.clone()], NAME)));
+        assert!(invalid(RedLock::new(vec![one.clone()], "")));
+        assert!(invalid(
+            RedLock::builder(vec![one.clone()], NAME)
+                .drift_factor(1.0)
+                .build()
+        ));
+        assert!(invalid(
+            RedLock::builder(vec![one.clone()], NAME)
+                .ttl(Duration::from_millis(1))
+                .build()
+        ));
+        assert!(invalid(
+            RedLock::builder(vec![one.clone()], NAME)
+                .node_timeout(Duration::ZERO)
+                .build()
+        ));
+        let redlock = RedLock::new(vec![one.clone(), two.clone()], NAME).unwrap();
+        assert_eq!(redlock.quorum(), 2);
+        // Nodes whose clients are shut down: a majority is out of reach for good, so even
+        // lock() gives up.
+        one.shutdown().await;
+        two.shutdown().await;
+        let outcome = redlock.lock().await;
+        assert!(
+            matches!(&outcome, Err(Error::NoQuorum { .. })),
+            "{outcome:?}"
+        );
+    })
+    .await
+}

@@ -28,6 +28,10 @@
 //! guards. Locks ([`Lock`], and [`FairLock`] for first-come-first-served order) are cheap
 //! handles; acquiring one returns a [`LockGuard`].
 //!
+//! Two locks are built from several of those: [`RedLock`], the Redlock algorithm over a
+//! `LockClient` per independent master (held while a majority holds it), and [`MultiLock`],
+//! several locks held all or nothing without deadlock.
+//!
 //! - An uncontended acquire is one Redis round trip (`EVALSHA`), and so is a release.
 //! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most
 //!   until the holder's lease would end, so a lost message costs time, never a hang.
@@ -47,8 +51,8 @@
 //! knows*. Outside that, the usual limits of Redis locks apply:
 //!
 //! - **Replication is asynchronous.** If the master fails after granting a lock and before the
-//!   replica received it, the promoted replica may grant it again. Use Redlock over independent
-//!   masters where that matters.
+//!   replica received it, the promoted replica may grant it again. Use [`RedLock`] over
+//!   independent masters where that matters, under the conditions its documentation lists.
 //! - **Pauses.** A holder stalled longer than its lease (GC, swap, a stopped VM, a blocked
 //!   runtime thread) may resume believing it holds a lock that has expired and been taken. The
 //!   watchdog narrows this (it tells the guard via [`LockGuard::lost`]), but cannot close it:

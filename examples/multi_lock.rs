@@ -58,7 +58,10 @@ async fn main() -> fredlock::Result<()> {
     let total: i64 = balances.iter().map(|b| b.load(Ordering::SeqCst)).sum();
     println!(
         "120 transfers done; balances {:?}, total {total} (was 300)",
-        balances.iter().map(|b| b.load(Ordering::SeqCst)).collect::<Vec<_>>()
+        balances
+            .iter()
+            .map(|b| b.load(Ordering::SeqCst))
+            .collect::<Vec<_>>()
     );
     assert_eq!(total, 300, "a transfer overlapped another");
 

@@ -48,14 +48,20 @@ async fn main() -> fredlock::Result<()> {
     // 1. Instance A takes the lock; B cannot while A holds it.
     let guard = a.lock().await?;
     println!("A holds it; safe for another {:?}", guard.validity());
-    assert!(b.try_lock(Duration::from_millis(200), None).await?.is_none());
+    assert!(b
+        .try_lock(Duration::from_millis(200), None)
+        .await?
+        .is_none());
     println!("B gave up after 200 ms: A holds a majority");
     guard.unlock().await?;
 
     // 2. A fixed ttl: validity() is what is left of it after acquiring and the drift allowance.
     let ttl = Duration::from_secs(2);
     if let Some(guard) = b.try_lock(Duration::from_secs(1), Some(ttl)).await? {
-        println!("B holds it for a {ttl:?} ttl; validity {:?}", guard.validity());
+        println!(
+            "B holds it for a {ttl:?} ttl; validity {:?}",
+            guard.validity()
+        );
         guard.unlock().await?;
     }
 
@@ -67,7 +73,10 @@ async fn main() -> fredlock::Result<()> {
     servers[0].kill();
     servers[1].kill();
     let guard = a.lock().await?;
-    println!("with two masters down, A still got it (validity {:?})", guard.validity());
+    println!(
+        "with two masters down, A still got it (validity {:?})",
+        guard.validity()
+    );
 
     // 4. A third dies while A holds it: the extensions fail on a majority, and A is told.
     servers[2].kill();

@@ -1,7 +1,7 @@
 //! fredlock's benchmark: lock cost against the Redis round trip, and against other lock crates.
 //!
 //! ```text
-//! cargo run --release --example bench                  # the full run (about 4 minutes)
+//! cargo run --release --example bench                  # the full run (about 5 minutes)
 //! cargo run --release --example bench -- --quick       # a short smoke run
 //! cargo run --release --example bench -- --json        # JSON on stdout, the table on stderr
 //! cargo run --release --example bench -- --only 1,3    # some scenarios
@@ -20,6 +20,7 @@ mod harness;
 mod chart;
 mod libs;
 mod measure;
+mod redlock;
 mod scenarios;
 
 use std::path::PathBuf;
@@ -190,6 +191,19 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, f64, String, bool)> {
         le,
         2048.0,
     );
+    check(
+        "7 redlock: fredlock RedLock / raw",
+        find(
+            rows,
+            "7 redlock (5 nodes)",
+            "fredlock RedLock / raw",
+            "ratio",
+        )
+        .map(Row::median),
+        "<= 1.15".into(),
+        le,
+        1.15,
+    );
     checks
 }
 
@@ -267,15 +281,15 @@ async fn run(options: Options) {
     let mut rows = Vec::new();
     let mut chart_written = None;
     if wanted(1) {
-        eprintln!("1/6 uncontended latency");
+        eprintln!("1/7 uncontended latency");
         rows.extend(scenarios::uncontended(&url, sizes).await);
     }
     if wanted(2) {
-        eprintln!("2/6 throughput");
+        eprintln!("2/7 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/6 wake-up latency");
+        eprintln!("3/7 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -289,18 +303,22 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/6 contention");
+        eprintln!("4/7 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/6 watchdog at scale");
+        eprintln!("5/7 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/6 memory");
+        eprintln!("6/7 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     drop(server);
+    if wanted(7) {
+        eprintln!("7/7 Redlock over five servers");
+        rows.extend(redlock::redlock(sizes).await);
+    }
 
     let checks = targets(&rows, sizes.many);
     let report = table(&rows, &checks);

@@ -49,7 +49,7 @@ impl Sizes {
     }
 }
 
-async fn raw_client(url: &str) -> Client {
+pub async fn raw_client(url: &str) -> Client {
     let mut builder = Builder::from_config(Config::from_url(url).expect("url"));
     // The settings LockClient gives its own fred client, so that only the lock differs.
     builder
@@ -114,7 +114,7 @@ async fn lock_cycle(lock: &fredlock::Lock) {
 }
 
 /// Runs `body` in a task of its own, as application code runs.
-async fn in_task<F, T>(body: F) -> T
+pub async fn in_task<F, T>(body: F) -> T
 where
     F: std::future::Future<Output = T> + Send + 'static,
     T: Send + 'static,

@@ -117,8 +117,8 @@ pub struct RedLockGuard {
     ttl: Duration,
     fixed: bool,
     acquired_at: Instant,
-    /// Stops the keeper task when the guard goes.
-    _stop: DropGuard,
+    /// Stops the keeper task when the guard goes, or when unlocking begins.
+    stop: Option<DropGuard>,
     released: bool,
 }
 
@@ -152,7 +152,7 @@ impl RedLockGuard {
             ttl,
             fixed,
             acquired_at: started,
-            _stop: stop.drop_guard(),
+            stop: Some(stop.drop_guard()),
             released: false,
         }
     }
@@ -232,6 +232,8 @@ impl RedLockGuard {
     /// the caller; only its outcome is not reported.
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
+        // An extension racing the release would find the keys going and cry loss.
+        drop(self.stop.take());
         let was_lost = self.is_lost();
         let shared = self.shared.clone();
         let token = self.token.clone();
@@ -367,7 +369,8 @@ impl Keeper {
                 tokio::time::sleep_until(valid_until).await;
                 return "its hold limit (max_hold) was reached";
             }
-            let replies = nodes.extend(&self.token, millis(ttl), settings.node_timeout(ttl));
+            let timeout = settings.node_timeout(self.ttl);
+            let replies = nodes.extend(&self.token, millis(ttl), timeout);
             let started = replies.started;
             let tally = tokio::select! {
                 tally = replies.tally(nodes, Until::Quorum) => tally,

@@ -87,9 +87,12 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> =
 pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::fair(include_str!("../lua/fair_force_unlock.lua")));
 
+/// The token check both Redlock scripts start with.
+const REDLOCK_TOKEN: &str = include_str!("../lua/redlock_token.lua");
+
 /// Deletes a Redlock node's key if it carries the given token.
 pub(crate) static REDLOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[include_str!("../lua/redlock_release.lua")]));
+    LazyLock::new(|| Script::new(&[REDLOCK_TOKEN, include_str!("../lua/redlock_release.lua")]));
 /// Sets a new TTL on a Redlock node's key if it carries the given token.
 pub(crate) static REDLOCK_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[include_str!("../lua/redlock_extend.lua")]));
+    LazyLock::new(|| Script::new(&[REDLOCK_TOKEN, include_str!("../lua/redlock_extend.lua")]));

@@ -19,7 +19,8 @@ const SCENARIO: &str = "7 redlock (5 nodes)";
 const TTL: Duration = Duration::from_secs(10);
 
 /// Redlock's acquire and release, by hand: SET NX PX on the five nodes at once, then the
-/// compare-and-delete script on the five at once. What fredlock's Redlock cannot beat.
+/// compare-and-delete script (fredlock's own, the same SHA) on the five at once. What
+/// fredlock's Redlock cannot beat.
 struct Raw {
     nodes: [Client; 5],
     release_sha: String,
@@ -37,7 +38,10 @@ impl Raw {
         let mut release_sha = String::new();
         for node in &nodes {
             release_sha = node
-                .script_load(include_str!("../../lua/redlock_release.lua"))
+                .script_load(concat!(
+                    include_str!("../../lua/redlock_token.lua"),
+                    include_str!("../../lua/redlock_release.lua")
+                ))
                 .await
                 .expect("SCRIPT LOAD");
         }

@@ -77,7 +77,10 @@
 //! # Observability
 //!
 //! `tracing` events: `acquired` (with `waited_ms`), `waiting`, `released`, renewal failures and
-//! lost locks (`warn`), renewals (`trace`). [`LockClient::stats`] counts holds, wait entries and
+//! lost locks (`warn`), renewals (`trace`). A [`RedLock`] logs `Redlock acquired` (with
+//! `waited_ms` and `validity_ms`), failed attempts (`debug`; the first one caused by node
+//! failures at `warn`, naming each node), failed extensions and its loss (`warn`), extensions
+//! (`trace`) and `Redlock released`. [`LockClient::stats`] counts holds, wait entries and
 //! subscriptions.
 #![warn(missing_docs)]
 

@@ -143,8 +143,10 @@ async fn two_dead_nodes_are_tolerated_three_are_reported() {
         let started = Instant::now();
         let outcome = redlock.try_lock(wait, Some(Duration::from_secs(5))).await;
         let elapsed = started.elapsed();
+        println!("three dead nodes: try_lock({wait:?}) returned after {elapsed:?}");
+        // The wait, plus at most one attempt in flight at its end (one node timeout) and slack.
         assert!(
-            elapsed < wait + Duration::from_millis(500),
+            elapsed < wait + Duration::from_millis(50 + 100),
             "try_lock took {elapsed:?}"
         );
         match outcome {

@@ -61,7 +61,9 @@ impl MultiLock {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for an empty list or a lock listed twice (the same name on the
-    /// same client).
+    /// same client). The same name through two clients of one Redis server cannot be told
+    /// apart from two locks, but it is one lock with two owners: such a multi-lock never
+    /// succeeds.
     pub fn new(locks: Vec<Lock>) -> Result<MultiLock> {
         if locks.is_empty() {
             return Err(Error::InvalidArgument(

@@ -361,6 +361,9 @@ impl RedLock {
     /// of the nodes that long. `wait` zero makes exactly one attempt. `ttl` `None` extends the
     /// lock until the guard goes; `Some(ttl)` holds it for that long at most.
     ///
+    /// An attempt already on its way when the wait ends is finished, so the call may take up
+    /// to one per-node timeout longer than `wait`.
+    ///
     /// # Errors
     ///
     /// [`Error::NoQuorum`] when the last attempt failed for node failures (timeouts, unreachable

@@ -669,3 +669,40 @@ async fn bad_settings_are_refused() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_extension_confirmed_after_the_validity_ended_does_not_count() {
+    bounded(async {
+        let servers = start_servers(5);
+        let proxies: Vec<StallingProxy> = servers[..3]
+            .iter()
+            .map(|server| StallingProxy::start(server.port()))
+            .collect();
+        let mut node_urls: Vec<String> = proxies.iter().map(StallingProxy::url).collect();
+        node_urls.extend(urls(&servers[3..]));
+        let ttl = Duration::from_millis(600);
+        // A node timeout longer than the ttl: only the validity can end a stalled extension.
+        let redlock = RedLock::builder(clients(&node_urls).await, NAME)
+            .ttl(ttl)
+            .node_timeout(Duration::from_secs(3))
+            .build()
+            .unwrap();
+        let guard = redlock.lock().await.unwrap();
+        for proxy in &proxies {
+            proxy.stall();
+        }
+        let stalled = Instant::now();
+        tokio::time::timeout(ttl, guard.lost())
+            .await
+            .expect("lost() waited for the stalled extension instead of the validity");
+        println!("lost {:?} after three nodes stalled", stalled.elapsed());
+        // The stalled extensions arrive late and extend the keys, but the guard stays lost.
+        for proxy in &proxies {
+            proxy.resume();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(guard.is_lost());
+        assert_eq!(guard.validity(), Duration::ZERO);
+    })
+    .await
+}

@@ -23,13 +23,18 @@ pub(crate) enum Lease {
     Fixed(Duration),
 }
 
+/// A TTL in whole milliseconds as Redis takes it: at least 1 (a sub-millisecond duration must not
+/// become a zero, which `PX` and `PEXPIRE` reject), saturating at `u64::MAX`.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
 impl Lease {
-    /// The lease in whole milliseconds, at least 1 (a sub-millisecond lease must not become a
-    /// zero, which Redis rejects).
+    /// The lease in whole milliseconds; see [`millis`].
     pub(crate) fn millis(self, watchdog_timeout: Duration) -> u64 {
-        u64::try_from(self.duration(watchdog_timeout).as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
+        millis(self.duration(watchdog_timeout))
     }
 
     fn duration(self, watchdog_timeout: Duration) -> Duration {

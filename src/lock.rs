@@ -11,7 +11,7 @@ use crate::client::{Core, LockClient};
 use crate::error::{Error, Result};
 use crate::fair_lock::Leave;
 use crate::guard::{LockGuard, Release};
-use crate::holds::Lease;
+use crate::holds::{self, Lease};
 use crate::inflight::InFlight;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
@@ -372,7 +372,7 @@ impl Lock {
         single_attempt: bool,
     ) -> Result<Attempt> {
         let lease_ms = lease.millis(core.watchdog_timeout);
-        let slot_ms = slot.map(|slot| u64::try_from(slot.as_millis()).unwrap_or(u64::MAX));
+        let slot_ms = slot.map(holds::millis);
         let keys = self.keys.clone();
         let task_field = field.clone();
         let task_core = core.clone();

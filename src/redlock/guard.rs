@@ -10,8 +10,9 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::nodes::{Nodes, Tally, Token, Until};
-use super::{millis, Shared};
+use super::Shared;
 use crate::error::{Error, NodeFailureReason, Result};
+use crate::holds::millis;
 use crate::inflight::InFlight;
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also

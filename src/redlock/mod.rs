@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::error::{Error, Result};
+use crate::holds::millis;
 pub use guard::RedLockGuard;
 use nodes::{Nodes, Tally, Token, Until};
 
@@ -485,13 +486,6 @@ fn unreachable_without_deadline(name: &str) -> Result<RedLockGuard> {
     Err(Error::InvalidArgument(format!(
         "Redlock {name:?}: a wait without a deadline ended without a guard"
     )))
-}
-
-/// A duration in whole milliseconds, at least 1 (Redis rejects `PX 0`).
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
 }
 
 impl fmt::Debug for RedLock {

@@ -38,7 +38,13 @@ impl Token {
     pub(crate) fn new() -> Token {
         let mut bytes = [0u8; TOKEN_BYTES];
         rand::thread_rng().fill_bytes(&mut bytes);
-        let text: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+        // Once per acquisition: hex by table, one allocation.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut text = String::with_capacity(TOKEN_BYTES * 2);
+        for byte in bytes {
+            text.push(char::from(HEX[usize::from(byte >> 4)]));
+            text.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
         Token(text.into())
     }
 

@@ -706,3 +706,68 @@ async fn an_extension_confirmed_after_the_validity_ended_does_not_count() {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_nobody_waits_for_still_runs_its_eval_fallback() {
+    bounded(async {
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let proxies = [
+            StallingProxy::start(servers[3].port()),
+            StallingProxy::start(servers[4].port()),
+        ];
+        let mut node_urls = urls(&servers[..3]);
+        node_urls.extend(proxies.iter().map(StallingProxy::url));
+        let node_timeout = Duration::from_millis(300);
+        let redlock = RedLock::builder(clients(&node_urls).await, NAME)
+            .node_timeout(node_timeout)
+            .build()
+            .unwrap();
+        let ttl = Duration::from_secs(10);
+        // Nodes 0 and 1 are held by another client; nodes 3 and 4 stall and have forgotten
+        // their scripts (as after a restart), so a release there needs EVAL after NOSCRIPT.
+        for raw in &raws[..2] {
+            assert!(raw_set(raw, "foreign", ttl).await);
+        }
+        for raw in &raws[3..] {
+            let _: () = raw.script_flush(false).await.unwrap();
+        }
+        for proxy in &proxies {
+            proxy.stall();
+        }
+        let outcome = redlock.try_lock(Duration::ZERO, Some(ttl)).await;
+        assert!(
+            matches!(outcome, Err(Error::NoQuorum { .. })),
+            "{outcome:?}"
+        );
+        // The stalled SETs land now, with the releases behind them, which nobody waits for.
+        for proxy in &proxies {
+            proxy.resume();
+        }
+        // Judge only once both nodes ran the SET and answered the release with NOSCRIPT.
+        let delivered = common::eventually(Duration::from_secs(2), || async {
+            let mut delivered = true;
+            for raw in &raws[3..] {
+                let calls = common::command_calls(raw).await;
+                delivered &= calls.get("set").is_some_and(|&n| n >= 1)
+                    && calls.get("evalsha").is_some_and(|&n| n >= 1);
+            }
+            delivered
+        })
+        .await;
+        assert!(delivered, "the stalled requests never arrived");
+        let released = common::eventually(Duration::from_secs(2), || async {
+            values(&raws).await[2..].iter().all(Option::is_none)
+        })
+        .await;
+        assert!(
+            released,
+            "an abandoned release left our key behind: {:?}",
+            values(&raws).await
+        );
+        for raw in &raws[3..] {
+            assert!(common::command_calls(raw).await.contains_key("eval"));
+        }
+    })
+    .await
+}

@@ -9,11 +9,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::nodes::{Nodes, Tally, Token, Until};
+use super::nodes::{Tally, Token, Until};
 use super::Shared;
 use crate::error::{Error, NodeFailureReason, Result};
 use crate::holds::millis;
-use crate::inflight::InFlight;
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also
 /// when the attempt is dropped half-way.
@@ -35,7 +34,7 @@ impl Written {
     }
 
     /// Releases on every node, waiting for the replies of `wait_for` only. Cancel safe: the
-    /// release is sent to every node on the first poll.
+    /// rest finishes in a task of its own.
     pub(super) async fn release(mut self, wait_for: &[usize]) {
         self.armed = false;
         let timeout = self.shared.settings.node_timeout(self.ttl);
@@ -67,8 +66,9 @@ impl Written {
 impl Drop for Written {
     fn drop(&mut self) {
         if self.armed {
+            // Dropped unread, the release goes out in a task of its own.
             let timeout = self.shared.settings.node_timeout(self.ttl);
-            Nodes::send_and_forget(self.shared.nodes.release(&self.token, timeout));
+            drop(self.shared.nodes.release(&self.token, timeout));
         }
     }
 }
@@ -236,14 +236,7 @@ impl RedLockGuard {
         // An extension racing the release would find the keys going and cry loss.
         drop(self.stop.take());
         let was_lost = self.is_lost();
-        let shared = self.shared.clone();
-        let token = self.token.clone();
-        let timeout = shared.settings.node_timeout(self.ttl);
-        let tally = InFlight::new(async move {
-            let replies = shared.nodes.release(&token, timeout);
-            replies.tally(&shared.nodes, Until::All).await
-        })
-        .await;
+        let tally = release_everywhere(&self.shared, &self.token, self.ttl).await;
         let nodes = &self.shared.nodes;
         let confirmed = tally.done.len() + tally.missing + tally.other;
         if was_lost || tally.done.is_empty() && confirmed >= nodes.quorum() {
@@ -269,6 +262,14 @@ impl RedLockGuard {
     }
 }
 
+/// Deletes the key wherever it carries `token`, waiting for every node (each at most the node
+/// timeout). Cancel safe: the requests finish without the caller.
+async fn release_everywhere(shared: &Shared, token: &Token, ttl: Duration) -> Tally {
+    let timeout = shared.settings.node_timeout(ttl);
+    let replies = shared.nodes.release(token, timeout);
+    replies.tally(&shared.nodes, Until::All).await
+}
+
 fn log_released(shared: &Shared, tally: &Tally, acquired_at: Instant) {
     let unconfirmed = tally.failures.len() - tally.other;
     if unconfirmed > 0 {
@@ -291,13 +292,10 @@ impl Drop for RedLockGuard {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = self.shared.clone();
-            let token = self.token.clone();
-            let timeout = shared.settings.node_timeout(self.ttl);
-            let acquired_at = self.acquired_at;
+            let (shared, token) = (self.shared.clone(), self.token.clone());
+            let (ttl, acquired_at) = (self.ttl, self.acquired_at);
             runtime.spawn(async move {
-                let replies = shared.nodes.release(&token, timeout);
-                let tally = replies.tally(&shared.nodes, Until::All).await;
+                let tally = release_everywhere(&shared, &token, ttl).await;
                 log_released(&shared, &tally, acquired_at);
             });
         }

@@ -6,8 +6,9 @@
 //! fred hands a command to its connection on the future's first poll, and the first poll of
 //! [`Replies::tally`] polls every request: from then on every request is on its way, in order
 //! behind anything sent before on that node's connection and ahead of anything sent after. That
-//! order is what makes a release sent after an abandoned acquisition delete what it wrote, and
-//! dropping unread requests harmless (fred still runs them; their replies are discarded).
+//! order is what makes a release sent after an abandoned acquisition delete what it wrote.
+//! Requests nobody reads to the end (dropped unpolled, or still out when the caller decided) are
+//! finished in a task: a script call may need its second step, the `EVAL` after a `NOSCRIPT`.
 
 use std::fmt;
 use std::future::{poll_fn, Future};
@@ -171,18 +172,6 @@ impl Nodes {
         Replies {
             calls,
             started: Instant::now(),
-            sent: false,
-        }
-    }
-
-    /// Sends `replies`' requests and drops them: for releases nobody waits for.
-    pub(crate) fn send_and_forget(replies: Replies) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // Read to the end, so that each request is polled until its reply or timeout.
-                let mut replies = replies;
-                while replies.next().await.is_some() {}
-            });
         }
     }
 
@@ -225,20 +214,17 @@ enum Call {
     Read,
 }
 
-/// Replies of one request to every node, in the order they arrive.
-#[must_use = "requests are sent when their replies are read"]
+/// Replies of one request to every node, in the order they arrive. Requests still out when it
+/// is dropped finish in a task of their own.
 pub(crate) struct Replies {
     calls: Vec<Call>,
     /// When the requests were made: the base of a validity, earlier than any node saw them.
     pub(crate) started: Instant,
-    /// Whether every request has been polled, i.e. handed to its connection.
-    sent: bool,
 }
 
 impl Replies {
     /// The next reply to arrive, polling every pending request; `None` once all are read.
     async fn next(&mut self) -> Option<(usize, Reply)> {
-        self.sent = true;
         poll_fn(|cx| {
             let mut pending = false;
             let mut ready = None;
@@ -272,8 +258,8 @@ impl Replies {
         .await
     }
 
-    /// Reads replies until `until` is met. Cancel safe: the requests were all sent on the first
-    /// poll; replies not read are discarded.
+    /// Reads replies until `until` is met. Cancel safe: requests not read to the end finish in a
+    /// task of their own.
     pub(crate) async fn tally(mut self, nodes: &Nodes, until: Until<'_>) -> Tally {
         let quorum = nodes.quorum();
         let mut tally = Tally {
@@ -311,12 +297,47 @@ impl Replies {
         }
         tally.decided_at = Instant::now();
         tally.failures.sort_by_key(|failure| failure.index);
-        if !self.sent {
-            // Nothing was read, so nothing was sent: the requests still have to go out.
-            Nodes::send_and_forget(self);
-        }
         tally
     }
+}
+
+impl Drop for Replies {
+    fn drop(&mut self) {
+        if !self
+            .calls
+            .iter()
+            .any(|call| matches!(call, Call::Pending(_)))
+        {
+            return;
+        }
+        // Without a runtime nothing can run them; ttls end what they would have done.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(finish(std::mem::take(&mut self.calls)));
+        }
+    }
+}
+
+/// Polls the pending requests among `calls` to their ends, dropping the replies. Not a
+/// [`Replies`], whose drop would hand them on again (and again, on a runtime shutting down).
+async fn finish(mut calls: Vec<Call>) {
+    poll_fn(|cx| {
+        let mut pending = false;
+        for call in &mut calls {
+            if let Call::Pending(request) = call {
+                if request.as_mut().poll(cx).is_ready() {
+                    *call = Call::Read;
+                } else {
+                    pending = true;
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await
 }
 
 /// What a request to every node achieved.

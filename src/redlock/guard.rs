@@ -37,11 +37,8 @@ impl Written {
     /// rest finishes in a task of its own.
     pub(super) async fn release(mut self, wait_for: &[usize]) {
         self.armed = false;
-        let timeout = self.shared.settings.node_timeout(self.ttl);
-        let replies = self.shared.nodes.release(&self.token, timeout);
-        replies
-            .tally(&self.shared.nodes, Until::Answered(wait_for))
-            .await;
+        let until = Until::Answered(wait_for);
+        release_everywhere(&self.shared, &self.token, self.ttl, until).await;
     }
 
     /// The won acquisition becomes a guard, which extends it (`fixed` false) or watches its end.
@@ -118,9 +115,9 @@ pub struct RedLockGuard {
     ttl: Duration,
     fixed: bool,
     acquired_at: Instant,
-    /// Stops the keeper task when the guard goes, or when unlocking begins.
+    /// Stops the keeper task when the guard goes; taken when unlocking begins, so `None` means
+    /// the guard released already.
     stop: Option<DropGuard>,
-    released: bool,
 }
 
 impl RedLockGuard {
@@ -154,7 +151,6 @@ impl RedLockGuard {
             fixed,
             acquired_at: started,
             stop: Some(stop.drop_guard()),
-            released: false,
         }
     }
 
@@ -232,11 +228,11 @@ impl RedLockGuard {
     /// Cancel safe: the release is sent to every node on the first poll and completes without
     /// the caller; only its outcome is not reported.
     pub async fn unlock(mut self) -> Result<()> {
-        self.released = true;
-        // An extension racing the release would find the keys going and cry loss.
+        // Stopped first: an extension racing the release would find the keys going and cry
+        // loss.
         drop(self.stop.take());
         let was_lost = self.is_lost();
-        let tally = release_everywhere(&self.shared, &self.token, self.ttl).await;
+        let tally = release_everywhere(&self.shared, &self.token, self.ttl, Until::All).await;
         let nodes = &self.shared.nodes;
         let confirmed = tally.done.len() + tally.missing + tally.other;
         if was_lost || tally.done.is_empty() && confirmed >= nodes.quorum() {
@@ -262,12 +258,17 @@ impl RedLockGuard {
     }
 }
 
-/// Deletes the key wherever it carries `token`, waiting for every node (each at most the node
-/// timeout). Cancel safe: the requests finish without the caller.
-async fn release_everywhere(shared: &Shared, token: &Token, ttl: Duration) -> Tally {
+/// Deletes the key wherever it carries `token`, reading replies `until` (each node answers
+/// within the node timeout). Cancel safe: the requests finish without the caller.
+async fn release_everywhere(
+    shared: &Shared,
+    token: &Token,
+    ttl: Duration,
+    until: Until<'_>,
+) -> Tally {
     let timeout = shared.settings.node_timeout(ttl);
     let replies = shared.nodes.release(token, timeout);
-    replies.tally(&shared.nodes, Until::All).await
+    replies.tally(&shared.nodes, until).await
 }
 
 fn log_released(shared: &Shared, tally: &Tally, acquired_at: Instant) {
@@ -288,14 +289,14 @@ fn log_released(shared: &Shared, tally: &Tally, acquired_at: Instant) {
 
 impl Drop for RedLockGuard {
     fn drop(&mut self) {
-        if self.released {
+        if self.stop.is_none() {
             return;
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (shared, token) = (self.shared.clone(), self.token.clone());
             let (ttl, acquired_at) = (self.ttl, self.acquired_at);
             runtime.spawn(async move {
-                let tally = release_everywhere(&shared, &token, ttl).await;
+                let tally = release_everywhere(&shared, &token, ttl, Until::All).await;
                 log_released(&shared, &tally, acquired_at);
             });
         }

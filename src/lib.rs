@@ -91,6 +91,7 @@ mod fair_lock;
 mod guard;
 mod holds;
 mod inflight;
+mod join;
 mod keys;
 mod lock;
 mod multi_lock;

@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::future::{poll_fn, Future};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -13,6 +12,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::holds::Lease;
+use crate::join::join_all;
 use crate::lock::Lock;
 
 /// The first pause after a failed round; it doubles with each further failed round of one
@@ -249,31 +249,6 @@ async fn release_all(held: Vec<Option<LockGuard>>) {
             tracing::warn!(%error, "multi-lock could not give back a member of a failed round");
         }
     }
-}
-
-/// Polls `futures` together in the current task (the owner of a hold is the task that takes it,
-/// so member attempts must not be spawned) and returns their outputs in order.
-async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
 }
 
 impl fmt::Debug for MultiLock {

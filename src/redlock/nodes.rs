@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::error::{is_transient, NodeFailure, NodeFailureReason};
+use crate::join::join_all;
 use crate::scripts::{REDLOCK_EXTEND, REDLOCK_RELEASE};
 
 /// Random bytes in a token: the Redlock specification asks for at least 20.
@@ -319,25 +320,15 @@ impl Drop for Replies {
 
 /// Polls the pending requests among `calls` to their ends, dropping the replies. Not a
 /// [`Replies`], whose drop would hand them on again (and again, on a runtime shutting down).
-async fn finish(mut calls: Vec<Call>) {
-    poll_fn(|cx| {
-        let mut pending = false;
-        for call in &mut calls {
-            if let Call::Pending(request) = call {
-                if request.as_mut().poll(cx).is_ready() {
-                    *call = Call::Read;
-                } else {
-                    pending = true;
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await
+async fn finish(calls: Vec<Call>) {
+    let pending = calls
+        .into_iter()
+        .filter_map(|call| match call {
+            Call::Pending(request) => Some(request),
+            Call::Done(_) | Call::Read => None,
+        })
+        .collect();
+    join_all(pending).await;
 }
 
 /// What a request to every node achieved.

@@ -234,7 +234,7 @@ impl RedLockGuard {
         let was_lost = self.is_lost();
         let tally = release_everywhere(&self.shared, &self.token, self.ttl, Until::All).await;
         let nodes = &self.shared.nodes;
-        let confirmed = tally.done.len() + tally.missing + tally.other;
+        let confirmed = tally.done.len() + tally.missing + tally.held_elsewhere();
         if was_lost || tally.done.is_empty() && confirmed >= nodes.quorum() {
             return Err(Error::NotHeld {
                 lock: self.shared.name.to_string(),
@@ -272,7 +272,7 @@ async fn release_everywhere(
 }
 
 fn log_released(shared: &Shared, tally: &Tally, acquired_at: Instant) {
-    let unconfirmed = tally.failures.len() - tally.other;
+    let unconfirmed = tally.failures.len() - tally.held_elsewhere();
     if unconfirmed > 0 {
         tracing::warn!(
             lock = %shared.name, deleted = tally.done.len(), unconfirmed,
@@ -389,7 +389,7 @@ impl Keeper {
                 next_round = started + self.ttl / 3;
                 continue;
             }
-            if tally.missing + tally.other > nodes.len() - nodes.quorum() {
+            if tally.missing + tally.held_elsewhere() > nodes.tolerated() {
                 return "a majority of its nodes no longer carry its token";
             }
             tracing::warn!(

@@ -407,8 +407,8 @@ impl RedLock {
                 Attempt::Failed { tally, elapsed } => (tally, elapsed),
             };
             let nodes = &shared.nodes;
-            let contended = tally.other > nodes.len() - nodes.quorum();
-            if tally.permanent_failures() > nodes.len() - nodes.quorum() {
+            let contended = tally.held_elsewhere() > nodes.tolerated();
+            if tally.permanent_failures() > nodes.tolerated() {
                 return Err(self.no_quorum(&tally, elapsed));
             }
             if !contended && !warned {
@@ -419,7 +419,7 @@ impl RedLock {
                 );
             } else {
                 tracing::debug!(
-                    lock = %shared.name, granted = tally.done.len(), held_elsewhere = tally.other,
+                    lock = %shared.name, granted = tally.done.len(), held_elsewhere = tally.held_elsewhere(),
                     "Redlock attempt failed; retrying"
                 );
             }

@@ -88,6 +88,11 @@ impl Nodes {
         self.clients.len() / 2 + 1
     }
 
+    /// How many nodes may refuse or fail with a majority still possible.
+    pub(crate) fn tolerated(&self) -> usize {
+        self.clients.len() - self.quorum()
+    }
+
     /// `SET key token NX PX ttl` on every node.
     pub(crate) fn acquire(&self, token: &Token, ttl_ms: u64, timeout: Duration) -> Replies {
         self.on_every_node(token, timeout, move |redis, key, token| async move {
@@ -266,7 +271,6 @@ impl Replies {
         let mut tally = Tally {
             done: Vec::new(),
             missing: 0,
-            other: 0,
             failures: Vec::new(),
             decided_at: self.started,
         };
@@ -287,12 +291,9 @@ impl Replies {
             match reply {
                 Reply::Done => tally.done.push(index),
                 Reply::Missing => tally.missing += 1,
-                Reply::Other => {
-                    tally.other += 1;
-                    tally
-                        .failures
-                        .push(nodes.failure(index, NodeFailureReason::HeldByOther));
-                }
+                Reply::Other => tally
+                    .failures
+                    .push(nodes.failure(index, NodeFailureReason::HeldByOther)),
                 Reply::Failed(reason) => tally.failures.push(nodes.failure(index, reason)),
             }
         }
@@ -337,8 +338,6 @@ pub(crate) struct Tally {
     pub(crate) done: Vec<usize>,
     /// Nodes without the key (extend, release).
     pub(crate) missing: usize,
-    /// Nodes where the key carries another token.
-    pub(crate) other: usize,
     /// Nodes that failed, including those with another token (`HeldByOther`).
     pub(crate) failures: Vec<NodeFailure>,
     /// When the last reply read arrived.
@@ -346,6 +345,14 @@ pub(crate) struct Tally {
 }
 
 impl Tally {
+    /// Nodes where the key carries another token.
+    pub(crate) fn held_elsewhere(&self) -> usize {
+        self.failures
+            .iter()
+            .filter(|failure| matches!(failure.reason, NodeFailureReason::HeldByOther))
+            .count()
+    }
+
     /// Nodes that failed for a reason that trying again will not fix: they rejected the request
     /// (the key is not a string) or their client is shut down.
     pub(crate) fn permanent_failures(&self) -> usize {

@@ -205,7 +205,8 @@ impl LockClient {
             .set_connection_config(connection)
             .set_policy(settings.reconnect_policy.clone());
         let connect_error = |source| Error::Redis {
-            context: "connecting to Redis".into(),
+            context: "connecting".into(),
+            server: address.clone(),
             source,
         };
         let redis = builder.build().map_err(connect_error)?;
@@ -227,7 +228,7 @@ impl LockClient {
             id,
             id_text: id.hyphenated().to_string(),
             redis: redis.clone(),
-            address: address.into(),
+            address: address.as_str().into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
             fair_wait_timeout: settings.fair_wait_timeout,

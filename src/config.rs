@@ -5,6 +5,7 @@ use std::time::Duration;
 use fred::types::config::{Config, ReconnectPolicy};
 
 use crate::client::LockClient;
+use crate::durations;
 use crate::error::{Error, Result};
 
 /// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.
@@ -100,29 +101,33 @@ impl LockClientBuilder {
 
     /// Connects and starts the client's background tasks.
     ///
-    /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL or a timeout of zero
-    /// (or, for `fair_wait_timeout`, under a millisecond),
-    /// and with [`Error::Redis`] when the server cannot be reached.
+    /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL, or a timeout out of
+    /// range (`watchdog_timeout` and `fair_wait_timeout` at least 3 ms, `command_timeout` at
+    /// least 1 ms, each at most [`MAX_DURATION`](crate::MAX_DURATION)), and with
+    /// [`Error::Redis`] when the server cannot be reached.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future closes any connection it opened.
     pub async fn build(self) -> Result<LockClient> {
-        if self.watchdog_timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "watchdog_timeout must be greater than zero".into(),
-            ));
-        }
-        if self.command_timeout.is_zero() {
-            return Err(Error::InvalidArgument(
-                "command_timeout must be greater than zero".into(),
-            ));
-        }
-        if self.fair_wait_timeout < Duration::from_millis(1) {
-            return Err(Error::InvalidArgument(
-                "fair_wait_timeout must be at least 1 ms".into(),
-            ));
-        }
+        // A third of each must be a timer tick at least: the renewal period, the fair waiter's
+        // retry.
+        let third_of_a_tick = Duration::from_millis(3);
+        durations::check(
+            "watchdog_timeout",
+            self.watchdog_timeout,
+            third_of_a_tick,
+        )?;
+        durations::check(
+            "fair_wait_timeout",
+            self.fair_wait_timeout,
+            third_of_a_tick,
+        )?;
+        durations::check(
+            "command_timeout",
+            self.command_timeout,
+            Duration::from_millis(1),
+        )?;
         LockClient::start(self).await
     }
 

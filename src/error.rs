@@ -28,9 +28,14 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// The lock's key exists in Redis with a type other than a hash, so it is not a lock. The key
-    /// is left untouched.
-    #[error("key {lock:?} exists with a type other than a hash, so it cannot be used as a lock")]
+    /// The lock's key exists in Redis and is not a lock: a type other than a hash, or (for
+    /// [`force_unlock`](crate::Lock::force_unlock)) a hash without the lock layout of
+    /// `<client uuid>:<owner id>` fields and hold counts. The key is left untouched.
+    #[error(
+        "key {lock:?} holds something other than a lock (a hash of `<client uuid>:<owner id>` \
+         fields and hold counts), so it cannot be used as one; it was left untouched: pick \
+         another lock name or a key prefix"
+    )]
     WrongType {
         /// The lock's name (the key).
         lock: String,
@@ -40,13 +45,43 @@ pub enum Error {
     ///
     /// After a connection failure in the middle of an acquire or a release, the outcome on the
     /// server is unknown; see the crate documentation on guarantees.
-    #[error("Redis error on {context}: {source}")]
+    #[error("Redis at {server}, {context}: {}", Described(source))]
     Redis {
         /// What was being done, naming the lock and owner where there is one.
         context: String,
+        /// The configured server address(es), `host:port[,host:port..]`.
+        server: String,
         /// The error reported by fred.
         #[source]
         source: fred::error::Error,
+    },
+
+    /// A wait for the lock ended without any attempt reaching Redis: the server was down,
+    /// unreachable or not answering the whole time. Unlike `Ok(None)` from `try_lock`, this
+    /// says nothing about whether another owner holds the lock.
+    #[error(
+        "lock {lock:?}: no attempt reached Redis at {server} within the wait{}; whether the lock \
+         is held is unknown",
+        Cause(source.as_ref())
+    )]
+    Unavailable {
+        /// The lock's name.
+        lock: String,
+        /// The configured server address(es).
+        server: String,
+        /// The last failure seen, if any: `None` when the last attempt simply got no reply.
+        #[source]
+        source: Option<fred::error::Error>,
+    },
+
+    /// The lock was lost (see [`LockGuard::lost`](crate::LockGuard::lost)) while
+    /// [`with_lock`](crate::Lock::with_lock) ran its work, which was stopped.
+    #[error("lock {lock:?} held by owner {owner} was lost while its work ran; the work was stopped")]
+    Lost {
+        /// The lock's name.
+        lock: String,
+        /// The owner field, `<client uuid>:<owner id>`.
+        owner: String,
     },
 
     /// The client was shut down with [`LockClient::shutdown`](crate::LockClient::shutdown).
@@ -145,8 +180,12 @@ impl fmt::Display for NodeFailure {
             NodeFailureReason::Unreachable(None) => {
                 f.write_str("is unreachable (not connected; refused or reconnecting)")
             }
-            NodeFailureReason::Unreachable(Some(error)) => write!(f, "is unreachable: {error}"),
-            NodeFailureReason::Rejected(error) => write!(f, "rejected the request: {error}"),
+            NodeFailureReason::Unreachable(Some(error)) => {
+                write!(f, "is unreachable: {}", Described(error))
+            }
+            NodeFailureReason::Rejected(error) => {
+                write!(f, "rejected the request: {}", Described(error))
+            }
             NodeFailureReason::Shutdown => f.write_str("has a shut-down client"),
         }
     }
@@ -193,8 +232,14 @@ impl fmt::Display for ErrorList<'_> {
 }
 
 impl Error {
-    /// Converts a fred error met while working on `lock`, recognising `WRONGTYPE` replies.
-    pub(crate) fn from_redis(lock: &str, owner: Option<&str>, source: fred::error::Error) -> Error {
+    /// Converts a fred error met on `server` while working on `lock`, recognising `WRONGTYPE`
+    /// replies.
+    pub(crate) fn from_redis(
+        server: &str,
+        lock: &str,
+        owner: Option<&str>,
+        source: fred::error::Error,
+    ) -> Error {
         if source.details().contains("WRONGTYPE") {
             return Error::WrongType {
                 lock: lock.to_owned(),
@@ -202,6 +247,7 @@ impl Error {
         }
         Error::Redis {
             context: Context { lock, owner }.to_string(),
+            server: server.to_owned(),
             source,
         }
     }
@@ -209,7 +255,11 @@ impl Error {
     /// True for failures of the connection rather than of the command: worth trying again after
     /// fred reconnects.
     pub(crate) fn is_transient(&self) -> bool {
-        matches!(self, Error::Redis { source, .. } if is_transient(source))
+        match self {
+            Error::Redis { source, .. } => is_transient(source),
+            Error::Unavailable { .. } => true,
+            _ => false,
+        }
     }
 }
 
@@ -230,6 +280,73 @@ pub(crate) fn is_transient(error: &fred::error::Error) -> bool {
             details.starts_with("LOADING")
                 || details.contains("Connection closed")
                 || details.contains("connection closed")
+        }
+    }
+}
+
+/// A fred error in one line: what failed, in words, and what to check.
+struct Described<'a>(&'a fred::error::Error);
+
+impl fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fred::error::ErrorKind;
+        let error = self.0;
+        let details = error.details();
+        // fred keeps an io::Error only in its Debug form: `Os { .., message: "Connection
+        // refused" }` or `Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }`.
+        let what = between(details, "message: \"", "\"")
+            .or_else(|| between(details, "error: ", " }"))
+            .or_else(|| between(details, "Kind(", ")"))
+            .unwrap_or(details);
+        let lower = details.to_ascii_lowercase();
+        let hint = if lower.contains("certificate") || lower.contains("unknownissuer") {
+            "the server's TLS certificate is not trusted: configure the CA that signed it, and \
+             check the host name"
+        } else if lower.contains("refused") {
+            "check that redis-server is running and listening at that address"
+        } else if lower.contains("reset")
+            || lower.contains("unexpectedeof")
+            || lower.contains("corrupt")
+            || lower.contains("invalidcontenttype")
+        {
+            "the server closed the connection: check that client and server agree on TLS \
+             (rediss:// for a TLS port, redis:// otherwise) and that it accepts more clients"
+        } else if matches!(error.kind(), ErrorKind::Timeout) {
+            "no reply in time: check that the server is up and not blocked (command_timeout sets \
+             the limit)"
+        } else if matches!(error.kind(), ErrorKind::Auth) || lower.contains("noauth") {
+            "check the user name and password in the URL"
+        } else {
+            ""
+        };
+        let kind = match error.kind() {
+            ErrorKind::IO => "connection failed".to_owned(),
+            ErrorKind::Timeout => "timed out".to_owned(),
+            other => other.to_str().to_ascii_lowercase(),
+        };
+        write!(f, "{kind}: {what}")?;
+        if !hint.is_empty() {
+            write!(f, "; {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The text between `start` and the next `end` in `text`.
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = text.find(start)? + start.len();
+    let to = text[from..].find(end)?;
+    Some(&text[from..from + to])
+}
+
+/// `": <cause>"` for an [`Error::Unavailable`], or what no cause means.
+struct Cause<'a>(Option<&'a fred::error::Error>);
+
+impl fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(error) => write!(f, " (last failure: {})", Described(error)),
+            None => f.write_str(" (no reply in time; check that the server is up and not blocked)"),
         }
     }
 }

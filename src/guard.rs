@@ -97,6 +97,7 @@ impl LockGuard {
             }
             Ok(None) => Err(self.not_held()),
             Err(error) => Err(Error::from_redis(
+                &self.client.core().address,
                 &self.hold.name,
                 Some(&self.hold.field),
                 error,

@@ -14,6 +14,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::durations;
+use crate::error::Result;
+
 /// How long a hold lasts without being renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lease {
@@ -23,18 +26,23 @@ pub(crate) enum Lease {
     Fixed(Duration),
 }
 
-/// A TTL in whole milliseconds as Redis takes it: at least 1 (a sub-millisecond duration must not
-/// become a zero, which `PX` and `PEXPIRE` reject), saturating at `u64::MAX`.
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
-
 impl Lease {
-    /// The lease in whole milliseconds; see [`millis`].
+    /// The lease in whole milliseconds; see [`durations::millis`].
     pub(crate) fn millis(self, watchdog_timeout: Duration) -> u64 {
-        millis(self.duration(watchdog_timeout))
+        durations::millis(self.duration(watchdog_timeout))
+    }
+
+    /// Fails with [`Error::InvalidArgument`] for a fixed lease Redis cannot take (under a
+    /// millisecond, or over [`MAX_DURATION`](durations::MAX_DURATION)).
+    pub(crate) fn check(self, lock: &str) -> Result<()> {
+        match self {
+            Lease::Watchdog => Ok(()),
+            Lease::Fixed(lease) => durations::check(
+                format_args!("the lease of lock {lock:?}"),
+                lease,
+                durations::MIN_LEASE,
+            ),
+        }
     }
 
     fn duration(self, watchdog_timeout: Duration) -> Duration {

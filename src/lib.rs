@@ -86,6 +86,7 @@
 
 mod client;
 mod config;
+mod durations;
 mod error;
 mod fair_lock;
 mod guard;
@@ -107,6 +108,7 @@ pub use client::{ClientStats, LockClient};
 pub use config::{
     LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use durations::MAX_DURATION;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use guard::LockGuard;

@@ -4,14 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
 use tokio::time::Instant;
 
 use crate::client::{Core, LockClient};
 use crate::error::{Error, Result};
 use crate::fair_lock::Leave;
 use crate::guard::{LockGuard, Release};
-use crate::holds::{self, Lease};
+use crate::durations;
+use crate::holds::Lease;
 use crate::inflight::InFlight;
 use crate::keys::LockKeys;
 use crate::owner::OwnerId;
@@ -126,7 +127,7 @@ impl Lock {
     ///
     /// [`Error::InvalidArgument`] for an empty name, [`Error::WrongType`] when the key is not a
     /// hash, [`Error::Redis`] when Redis rejects the script, [`Error::Shutdown`] when the client
-    /// shuts down.
+    /// shuts down. Connection failures are not errors here: it keeps trying until Redis is back.
     ///
     /// # Cancel safety
     ///
@@ -145,7 +146,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a zero lease.
+    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a lease under 1 ms or over
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
     ///
     /// # Cancel safety
     ///
@@ -164,8 +166,11 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`lock_with_lease`](Self::lock_with_lease). With a zero `wait`, a connection failure is
-    /// returned as [`Error::Redis`]; with a longer one it is retried within the wait.
+    /// As [`lock_with_lease`](Self::lock_with_lease). A connection failure is retried within the
+    /// wait; when the wait ends and no attempt got an answer from Redis (it was down, refused
+    /// connections, or did not reply), [`Error::Unavailable`] with the last failure, never
+    /// `Ok(None)`, which always means that another owner held the lock. A zero `wait` makes
+    /// one attempt, and fails at once with `Unavailable` while the client is disconnected.
     ///
     /// # Cancel safety
     ///
@@ -181,16 +186,28 @@ impl Lock {
 
     /// Whether anyone holds the lock.
     ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds another type, as [`lock`](Self::lock) says.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool> {
         let core = self.ready()?;
-        core.redis
-            .exists::<u32, _>(self.keys.key.clone())
+        let kind: String = core
+            .redis
+            .r#type(self.keys.key.clone())
             .await
-            .map(|count| count > 0)
-            .map_err(|error| Error::from_redis(self.name(), None, error))
+            .map_err(|error| Error::from_redis(&core.address, self.name(), None, error))?;
+        match kind.as_str() {
+            "none" => Ok(false),
+            "hash" => Ok(true),
+            // As `lock()` finds it: not a lock.
+            _ => Err(Error::WrongType {
+                lock: self.name().to_owned(),
+            }),
+        }
     }
 
     /// Whether the current task (or the pinned owner) holds the lock.
@@ -214,7 +231,7 @@ impl Lock {
             .hget::<Option<u32>, _, _>(self.keys.key.clone(), &*field)
             .await
             .map(Option::unwrap_or_default)
-            .map_err(|error| Error::from_redis(self.name(), Some(&field), error))
+            .map_err(|error| Error::from_redis(&core.address, self.name(), Some(&field), error))
     }
 
     /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
@@ -228,7 +245,7 @@ impl Lock {
             .redis
             .pttl::<i64, _>(self.keys.key.clone())
             .await
-            .map_err(|error| Error::from_redis(self.name(), None, error))?;
+            .map_err(|error| Error::from_redis(&core.address, self.name(), None, error))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
     }
 
@@ -237,6 +254,12 @@ impl Lock {
     ///
     /// The holder is not told directly; its watchdog finds the lock gone within a third of the
     /// watchdog timeout and marks its guards lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`], deleting nothing, when the key is not a lock: another type, or a
+    /// hash whose fields are not `<client uuid>:<owner id>` owners with hold counts (a user's own
+    /// hash that happens to have the lock's name).
     ///
     /// # Cancel safety
     ///
@@ -247,7 +270,7 @@ impl Lock {
         self.keys
             .force_unlock(&core.redis)
             .await
-            .map_err(|error| Error::from_redis(self.name(), None, error))
+            .map_err(|error| Error::from_redis(&core.address, self.name(), None, error))
     }
 
     /// The client this lock belongs to.
@@ -285,21 +308,20 @@ impl Lock {
         lease: Lease,
     ) -> Result<Option<LockGuard>> {
         let core = self.ready()?;
-        if lease == Lease::Fixed(Duration::ZERO) {
-            return Err(Error::InvalidArgument(format!(
-                "the lease of lock {:?} must be greater than zero",
-                self.name()
-            )));
-        }
+        lease.check(self.name())?;
         let field = core.field(self.owner());
         let started = Instant::now();
-        let deadline = wait.map(|wait| started + wait);
+        let deadline = wait.and_then(|wait| durations::deadline(started, wait));
         let single_attempt = wait == Some(Duration::ZERO);
         // Only a waiter queues: a single attempt leaves no trace in a fair lock's queue.
         let slot = (self.keys.is_fair() && !single_attempt).then_some(core.fair_wait_timeout);
         let place = slot.map(|_| self.leave_undo(core, &field));
         let mut error_pause = MIN_ERROR_PAUSE;
         let mut waiter: Option<Waiter> = None;
+        // Whether any attempt got an answer: a wait that ends without one reports the outage,
+        // not a lock held by someone else.
+        let mut reached = false;
+        let mut last_failure: Option<fred::error::Error> = None;
         loop {
             let pause = match self
                 .attempt(core, &field, lease, slot, deadline, single_attempt)
@@ -313,16 +335,25 @@ impl Lock {
                     return Ok(Some(self.guard(core, field, lease, sent_at, started)));
                 }
                 Ok(Attempt::Held { retry_after }) => {
+                    reached = true;
                     error_pause = MIN_ERROR_PAUSE;
                     // Trying again is what keeps a queued waiter's place.
                     slot.map_or(retry_after, |slot| retry_after.min(slot / 3))
                 }
                 Ok(Attempt::TimedOut) => {
                     leave_now(place).await;
-                    return Ok(None);
+                    return self.gave_up(core, reached, last_failure.take());
                 }
                 Err(error) if error.is_transient() && !single_attempt => {
                     tracing::debug!(lock = %self.name(), owner = %field, %error, "acquire failed; retrying");
+                    match error {
+                        Error::Redis { source, .. }
+                        | Error::Unavailable {
+                            source: Some(source),
+                            ..
+                        } => last_failure = Some(source),
+                        _ => {}
+                    }
                     let pause = error_pause;
                     error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
                     pause
@@ -333,30 +364,59 @@ impl Lock {
                 return Ok(None);
             }
             let until = bounded(Instant::now() + pause, deadline);
-            match &waiter {
-                None => {
-                    tracing::debug!(lock = %self.name(), owner = %field, "waiting");
-                    let joined = core.pubsub.join(&self.keys.wait_channel(&field));
-                    tokio::select! {
-                        biased;
-                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                        _ = joined.subscribed(Some(until)) => {}
-                    }
-                    waiter = Some(joined);
+            if !core.redis.is_connected() {
+                // Nothing to subscribe to while fred reconnects: wait for the connection (or the
+                // pause) instead, and try again at once when it is back.
+                tokio::select! {
+                    biased;
+                    _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                    _ = core.redis.wait_for_connect() => {}
+                    _ = tokio::time::sleep_until(until) => {}
                 }
-                Some(waiter) => {
-                    tokio::select! {
-                        biased;
-                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                        _ = waiter.wait(until) => {}
+            } else {
+                match &waiter {
+                    None => {
+                        tracing::debug!(lock = %self.name(), owner = %field, "waiting");
+                        let joined = core.pubsub.join(&self.keys.wait_channel(&field));
+                        tokio::select! {
+                            biased;
+                            _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                            _ = joined.subscribed(Some(until)) => {}
+                        }
+                        waiter = Some(joined);
+                    }
+                    Some(waiter) => {
+                        tokio::select! {
+                            biased;
+                            _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                            _ = waiter.wait(until) => {}
+                        }
                     }
                 }
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 leave_now(place).await;
-                return Ok(None);
+                return self.gave_up(core, reached, last_failure.take());
             }
         }
+    }
+
+    /// How a wait that ran out ends: `Ok(None)` when Redis said the lock was held, else the
+    /// outage that kept every attempt from getting an answer.
+    fn gave_up(
+        &self,
+        core: &Core,
+        reached: bool,
+        last_failure: Option<fred::error::Error>,
+    ) -> Result<Option<LockGuard>> {
+        if reached {
+            return Ok(None);
+        }
+        Err(Error::Unavailable {
+            lock: self.name().to_owned(),
+            server: core.address.to_string(),
+            source: last_failure,
+        })
     }
 
     /// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
@@ -371,8 +431,16 @@ impl Lock {
         deadline: Option<Instant>,
         single_attempt: bool,
     ) -> Result<Attempt> {
+        if !core.redis.is_connected() {
+            // fred would queue the script until it reconnects, or until the command timeout.
+            return Err(Error::Unavailable {
+                lock: self.name().to_owned(),
+                server: core.address.to_string(),
+                source: Some(not_connected()),
+            });
+        }
         let lease_ms = lease.millis(core.watchdog_timeout);
-        let slot_ms = slot.map(holds::millis);
+        let slot_ms = slot.map(durations::millis);
         let keys = self.keys.clone();
         let task_field = field.clone();
         let task_core = core.clone();
@@ -428,7 +496,7 @@ impl Lock {
                     retry_after: retry_after(pttl, core.watchdog_timeout),
                 })
             }
-            Err(error) => Err(Error::from_redis(self.name(), Some(field), error)),
+            Err(error) => Err(Error::from_redis(&core.address, self.name(), Some(field), error)),
         }
     }
 
@@ -475,6 +543,14 @@ fn retry_after(pttl: i64, watchdog_timeout: Duration) -> Duration {
         Err(_) if pttl == -1 => watchdog_timeout / 3,
         Err(_) => Duration::from_millis(1),
     }
+}
+
+/// What an attempt that could not be sent failed with.
+fn not_connected() -> fred::error::Error {
+    fred::error::Error::new(
+        fred::error::ErrorKind::IO,
+        "not connected (the server refused the connection, or fred is reconnecting)",
+    )
 }
 
 fn bounded(until: Instant, deadline: Option<Instant>) -> Instant {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+use crate::durations;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::holds::Lease;
@@ -152,16 +153,17 @@ impl MultiLock {
         wait: Option<Duration>,
         lease: Lease,
     ) -> Result<Option<MultiLockGuard>> {
-        if lease == Lease::Fixed(Duration::ZERO) {
-            return Err(Error::InvalidArgument(
-                "the lease of a multi-lock must be greater than zero".into(),
-            ));
+        for lock in self.locks.iter() {
+            lease.check(lock.name())?;
         }
         let started = Instant::now();
-        let deadline = wait.map(|wait| started + wait);
+        let deadline = wait.and_then(|wait| durations::deadline(started, wait));
         let single_round = wait == Some(Duration::ZERO);
         let mut awaited: Option<usize> = None;
         let mut backoff = MIN_BACKOFF;
+        // Whether a member was ever found held: a wait that ends without that reports the
+        // outage that kept the members from answering.
+        let mut contended = false;
         loop {
             let mut held: Vec<Option<LockGuard>> = self.locks.iter().map(|_| None).collect();
             if let Some(index) = awaited {
@@ -184,11 +186,18 @@ impl MultiLock {
             }
             // Nothing is held while waiting: that is what rules out deadlock.
             release_all(held).await;
+            contended |= round.busy.is_some();
+            let out_of_time =
+                single_round || deadline.is_some_and(|deadline| Instant::now() >= deadline);
             match round.error {
-                Some(error) if single_round || !error.is_transient() => return Err(error),
+                Some(error)
+                    if single_round || !error.is_transient() || (out_of_time && !contended) =>
+                {
+                    return Err(error)
+                }
                 _ => {}
             }
-            if single_round || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            if out_of_time {
                 return Ok(None);
             }
             awaited = round.busy;

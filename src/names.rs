@@ -1,13 +1,48 @@
-//! Redis key and channel names derived from a lock name, as Redisson derives them.
+//! Redis key and channel names derived from a lock name, as Redisson derives them, placed in
+//! the lock's cluster slot whatever the name.
 
-/// `prefix:{name}`, or `prefix:name` when the name already carries a `{hash tag}`: either way
-/// the derived key hashes to the same cluster slot as the lock itself.
+/// The part of `key` Redis hashes to choose its cluster slot, when it has one: what lies between
+/// the first `{` and the first `}` after it, if that is not empty. Otherwise Redis hashes the
+/// whole key.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// `prefix:{name}`, or `prefix:name` when the name carries a hash tag (Redisson's two forms,
+/// used for every name they keep in the lock's slot); for any other name, a key whose hash tag
+/// hashes to the name's slot. Every derived key thus lands in the cluster slot of the lock.
+///
+/// Redisson braces only names without `{`, and leaves the rest as they are. That misplaces a
+/// name with a `{` but no tag (`a{b`: braced here, so its tag is the whole name) and a name with
+/// a `}` that is no tag's end (`}{x`, `{}x`, `x{}y{z}`, `a}b`: the name's slot cannot be written
+/// as a tag of the name, so the key starts with a short tag of the same slot).
 pub(crate) fn suffixed(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
+    if hash_tag(name).is_some() {
         format!("{prefix}:{name}")
-    } else {
+    } else if !name.contains('}') {
         format!("{prefix}:{{{name}}}")
+    } else {
+        let slot = fred::util::redis_keyslot(name.as_bytes());
+        format!("{prefix}:{{{}}}:{name}", slot_tag(slot))
     }
+}
+
+/// The smallest number whose decimal form hashes to `slot`: the same on every client, so all of
+/// them derive the same keys. Every slot has one below 300 000 (see the test); finding it takes
+/// about 16 000 CRC16s of a few bytes on average, and only for names no tag can carry.
+fn slot_tag(slot: u16) -> u32 {
+    let mut text = String::new();
+    (0..u32::MAX)
+        .find(|n| {
+            use std::fmt::Write;
+            text.clear();
+            let _ = write!(text, "{n}");
+            fred::util::redis_keyslot(text.as_bytes()) == slot
+        })
+        .unwrap_or_default()
 }
 
 /// The channel on which a reentrant lock announces its release.
@@ -58,5 +93,44 @@ mod tests {
     #[test]
     fn keeps_an_existing_hash_tag() {
         assert_eq!(lock_channel("a{b}c"), "redisson_lock__channel:a{b}c");
+        assert_eq!(lock_channel("{b}"), "redisson_lock__channel:{b}");
+        assert_eq!(lock_channel("a{b}}{"), "redisson_lock__channel:a{b}}{");
+    }
+
+    /// Every derived key hashes to its lock's slot, for names of every shape.
+    #[test]
+    fn derived_keys_share_the_slot_of_the_lock() {
+        let names = [
+            "orders:1", "a{b", "}{x", "{}x", "x{}y{z}", "a}b", "{", "}", "{}", "}{", "{{}}", "a{b}c",
+            "{a}{b}", "é{ü", "{}{}",
+        ];
+        for name in names {
+            let slot = fred::util::redis_keyslot(name.as_bytes());
+            for key in [lock_channel(name), fair_queue(name), fair_timeouts(name)] {
+                assert_eq!(
+                    fred::util::redis_keyslot(key.as_bytes()),
+                    slot,
+                    "{key:?} is not in the slot of {name:?}"
+                );
+            }
+        }
+        assert_eq!(lock_channel("a{b"), "redisson_lock__channel:{a{b}");
+        let tag = slot_tag(fred::util::redis_keyslot(b"}{x"));
+        assert_eq!(lock_channel("}{x"), format!("redisson_lock__channel:{{{tag}}}:}}{{x"));
+    }
+
+    /// `slot_tag` always finds a tag: every slot is reached by a number below 300 000.
+    #[test]
+    fn every_slot_has_a_short_tag() {
+        let mut reached = vec![false; 16384];
+        let mut missing = reached.len();
+        for n in 0..300_000u32 {
+            let slot = fred::util::redis_keyslot(n.to_string().as_bytes()) as usize;
+            if !reached[slot] {
+                reached[slot] = true;
+                missing -= 1;
+            }
+        }
+        assert_eq!(missing, 0);
     }
 }

@@ -15,21 +15,33 @@ use std::sync::atomic::{AtomicU64, Ordering};
 ///   task's owner id, so they do **not** exclude each other: both would enter. Spawn a task per
 ///   contender, or give each its own id with [`Lock::with_owner`](crate::Lock::with_owner).
 /// - Outside a tokio task (for example in `block_on`), each thread has a stable owner id of its
-///   own.
+///   own, written `t<n>` (`t1` for the first thread of the process to ask, `t2` for the next).
 /// - Work that hops tasks (acquire in one, release in another, and reenter from a third) can pin
-///   an id: create one with [`OwnerId::unique`] and use [`Lock::with_owner`](crate::Lock::with_owner)
-///   everywhere. A [`LockGuard`](crate::LockGuard) remembers its owner, so moving a guard to
-///   another task and unlocking it there needs no pinning.
+///   an id: create one with [`OwnerId::unique`] (written `u<n>`) and use
+///   [`Lock::with_owner`](crate::Lock::with_owner) everywhere. A
+///   [`LockGuard`](crate::LockGuard) remembers its owner, so moving a guard to another task and
+///   unlocking it there needs no pinning.
+///
+/// In the hash field `<client uuid>:<owner id>`, a task's id is its number, as Redisson writes
+/// a thread's; the letters keep the other kinds apart from task ids and from each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OwnerId(u64);
+pub struct OwnerId(Kind);
 
-/// Ids handed out by [`OwnerId::unique`] and to threads outside tasks start here, far above any
-/// tokio task id (a counter starting at 1), so the two kinds never collide.
-const LOCAL_ID_BASE: u64 = 1 << 62;
-static NEXT_LOCAL_ID: AtomicU64 = AtomicU64::new(LOCAL_ID_BASE);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    /// A tokio task's id, or a number chosen by the caller.
+    Number(u64),
+    /// A thread outside any task.
+    Thread(u64),
+    /// Made by [`OwnerId::unique`].
+    Unique(u64),
+}
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+static NEXT_UNIQUE: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
-    static THREAD_OWNER: u64 = NEXT_LOCAL_ID.fetch_add(1, Ordering::Relaxed);
+    static THREAD_OWNER: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
     /// The last task id seen on this thread and its integer, to skip re-parsing it.
     static LAST_TASK: Cell<Option<(tokio::task::Id, u64)>> = const { Cell::new(None) };
 }
@@ -40,39 +52,66 @@ impl OwnerId {
         if let Some(id) = tokio::task::try_id() {
             if let Some((last, raw)) = LAST_TASK.get() {
                 if last == id {
-                    return OwnerId(raw);
+                    return OwnerId(Kind::Number(raw));
                 }
             }
             // tokio exposes the task id only through Display, which prints the integer.
             if let Ok(raw) = id.to_string().parse::<u64>() {
                 LAST_TASK.set(Some((id, raw)));
-                return OwnerId(raw);
+                return OwnerId(Kind::Number(raw));
             }
         }
-        OwnerId(THREAD_OWNER.with(|id| *id))
+        OwnerId(Kind::Thread(THREAD_OWNER.with(|id| *id)))
     }
 
-    /// A fresh id, distinct from every task id and every other id this process hands out.
+    /// A fresh id, distinct from every task id, every thread's id and every other id this
+    /// process hands out.
     pub fn unique() -> OwnerId {
-        OwnerId(NEXT_LOCAL_ID.fetch_add(1, Ordering::Relaxed))
+        OwnerId(Kind::Unique(NEXT_UNIQUE.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// An id chosen by the caller, for example to resume ownership recorded elsewhere.
+    /// An id chosen by the caller, for example to resume ownership recorded elsewhere; it is
+    /// written as the number, as a task id is.
     ///
-    /// The caller must keep it distinct from the ids of other owners using the same client; ids
-    /// below 2^62 may equal a tokio task id.
+    /// The caller must keep it distinct from the ids of other owners using the same client: a
+    /// number may equal a tokio task id.
     pub const fn from_raw(raw: u64) -> OwnerId {
-        OwnerId(raw)
-    }
-
-    /// The integer written into the hash field.
-    pub const fn as_u64(self) -> u64 {
-        self.0
+        OwnerId(Kind::Number(raw))
     }
 }
 
 impl fmt::Display for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        match self.0 {
+            Kind::Number(n) => write!(f, "{n}"),
+            Kind::Thread(n) => write!(f, "t{n}"),
+            Kind::Unique(n) => write!(f, "u{n}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_outside_tasks_are_readable_and_distinct() {
+        let thread = OwnerId::current().to_string();
+        assert!(thread.starts_with('t') && thread[1..].parse::<u64>().is_ok(), "{thread}");
+        assert_eq!(OwnerId::current().to_string(), thread, "stable per thread");
+        let other = std::thread::spawn(|| OwnerId::current().to_string()).join().unwrap();
+        assert_ne!(other, thread);
+        let (a, b) = (OwnerId::unique(), OwnerId::unique());
+        assert_ne!(a, b);
+        assert!(a.to_string().starts_with('u'), "{a}");
+        assert_eq!(OwnerId::from_raw(7).to_string(), "7");
+    }
+
+    #[tokio::test]
+    async fn a_task_is_its_number() {
+        let id = tokio::spawn(async { OwnerId::current().to_string() })
+            .await
+            .unwrap();
+        assert!(id.parse::<u64>().is_ok(), "{id}");
     }
 }

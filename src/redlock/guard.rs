@@ -12,7 +12,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::nodes::{Tally, Token, Until};
 use super::Shared;
 use crate::error::{Error, NodeFailureReason, Result};
-use crate::holds::millis;
+use crate::durations::millis;
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also
 /// when the attempt is dropped half-way.

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::error::{Error, Result};
-use crate::holds::millis;
+use crate::durations::{self, millis};
 pub use guard::RedLockGuard;
 use nodes::{Nodes, Tally, Token, Until};
 
@@ -232,13 +232,12 @@ impl RedLockBuilder {
                 self.name, settings.drift_factor
             ));
         }
-        if settings.node_timeout == Some(Duration::ZERO)
-            || settings.max_hold == Some(Duration::ZERO)
-        {
-            return invalid(format!(
-                "Redlock {:?}: node_timeout and max_hold must be greater than zero",
-                self.name
-            ));
+        let named = |setting: &str| format!("Redlock {:?}: {setting}", self.name);
+        if let Some(timeout) = settings.node_timeout {
+            durations::check(named("node_timeout"), timeout, durations::MIN_LEASE)?;
+        }
+        if let Some(limit) = settings.max_hold {
+            durations::check(named("max_hold"), limit, durations::MIN_LEASE)?;
         }
         if settings.retry_delay.is_empty() {
             return invalid(format!(
@@ -246,6 +245,11 @@ impl RedLockBuilder {
                 self.name
             ));
         }
+        durations::check(
+            named("the longest retry delay"),
+            *settings.retry_delay.end(),
+            Duration::ZERO,
+        )?;
         check_ttl(&self.name, &settings, settings.ttl)?;
         let nodes = Nodes {
             key: Key::from(self.name.as_str()),
@@ -261,8 +265,13 @@ impl RedLockBuilder {
     }
 }
 
-/// A ttl must leave a validity once the drift allowance is taken off.
+/// A ttl must leave a validity once the drift allowance is taken off, and be one Redis takes.
 fn check_ttl(name: &str, settings: &Settings, ttl: Duration) -> Result<()> {
+    durations::check(
+        format_args!("Redlock {name:?}: the ttl"),
+        ttl,
+        durations::MIN_LEASE,
+    )?;
     if ttl <= settings.drift(ttl) {
         return Err(Error::InvalidArgument(format!(
             "Redlock {name:?}: a ttl of {ttl:?} leaves no validity after the drift allowance of {:?}",
@@ -391,7 +400,7 @@ impl RedLock {
         let ttl = fixed_ttl.unwrap_or(shared.settings.ttl);
         check_ttl(&shared.name, &shared.settings, ttl)?;
         let started = Instant::now();
-        let deadline = wait.map(|wait| started + wait);
+        let deadline = wait.and_then(|wait| durations::deadline(started, wait));
         let mut warned = false;
         loop {
             let (tally, elapsed) = match self.attempt(ttl, fixed_ttl.is_some()).await {

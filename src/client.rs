@@ -42,6 +42,8 @@ pub(crate) struct Core {
     pub(crate) watchdog_timeout: Duration,
     /// A fair-lock waiter's slot.
     pub(crate) fair_wait_timeout: Duration,
+    /// Prepended to every lock name to make its key; see `LockClientBuilder::key_prefix`.
+    pub(crate) key_prefix: Arc<str>,
     pub(crate) holds: Holds,
     pub(crate) pubsub: PubSub,
     pub(crate) releaser: UnboundedSender<Cleanup>,
@@ -232,6 +234,7 @@ impl LockClient {
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
             fair_wait_timeout: settings.fair_wait_timeout,
+            key_prefix: settings.key_prefix.as_str().into(),
             holds: Holds::new(settings.watchdog_timeout),
             pubsub,
             releaser: releaser_tx,
@@ -260,16 +263,40 @@ impl LockClient {
         self.handle.core.id
     }
 
-    /// A reentrant lock named `name` (the Redis key). Creating it costs nothing and sends
-    /// nothing; an empty name is reported by the first operation.
+    /// A reentrant lock named `name`: its Redis key is `name`, after the client's
+    /// [`key_prefix`](LockClientBuilder::key_prefix) if it has one. Creating it costs nothing and
+    /// sends nothing; an empty name is reported by the first operation.
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), LockKeys::reentrant(name.into()))
+        Lock::new(self.clone(), LockKeys::reentrant(self.key(name.into())))
     }
 
     /// A fair lock named `name`: reentrant like [`lock`](Self::lock), and granted to waiters in
     /// the order they arrived. Creating it costs nothing and sends nothing.
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self.clone(), name.into())
+        FairLock::new(self.clone(), self.key(name.into()))
+    }
+
+    /// The Redis key of the lock named `name`: the client's key prefix, then the name. An empty
+    /// name stays empty, for the first operation to refuse.
+    pub(crate) fn key(&self, name: String) -> String {
+        let prefix = &self.handle.core.key_prefix;
+        if prefix.is_empty() || name.is_empty() {
+            name
+        } else {
+            format!("{prefix}{name}")
+        }
+    }
+
+    /// The fred client this lock client sends its commands on, for data commands that go with
+    /// the locks (one connection setup for both).
+    ///
+    /// It is configured for locks: every command is sent **once** (`max_command_attempts` 1,
+    /// so a command cut off by a reconnect fails instead of being sent again; a lock script must
+    /// never run twice), with the builder's `command_timeout` and reconnect policy. Retry your
+    /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
+    /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
+    pub fn redis(&self) -> &Client {
+        &self.handle.core.redis
     }
 
     /// The hash field this client writes for `owner`: `<client uuid>:<owner id>`.

@@ -40,6 +40,7 @@ pub struct LockClientBuilder {
     pub(crate) command_timeout: Duration,
     pub(crate) fair_wait_timeout: Duration,
     pub(crate) reconnect_policy: ReconnectPolicy,
+    pub(crate) key_prefix: String,
 }
 
 impl Default for LockClientBuilder {
@@ -53,6 +54,7 @@ impl Default for LockClientBuilder {
             // Forever, backing off from 100 ms to 2 s: a lock client that stops reconnecting
             // strands every waiter and every watchdog lock.
             reconnect_policy: ReconnectPolicy::new_exponential(0, 100, 2_000, 2),
+            key_prefix: String::new(),
         }
     }
 }
@@ -99,6 +101,19 @@ impl LockClientBuilder {
         self
     }
 
+    /// A namespace for every key and channel of this client's locks: the lock named `name` is
+    /// the key `<prefix><name>`, and its channels and fair-lock keys are derived from that key,
+    /// so two applications sharing one Redis cannot collide. Default: none, as Redisson.
+    ///
+    /// This is what a Redisson `NameMapper` that prepends the same prefix does, so a Java service
+    /// configured that way and fredlock still exclude each other. Every client (and every
+    /// [`RedLock`](crate::RedLock) node) working on the same locks needs the same prefix. It may
+    /// not contain `{` or `}`, which would change the cluster slot of the names.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
     /// Connects and starts the client's background tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL, or a timeout out of
@@ -128,6 +143,13 @@ impl LockClientBuilder {
             self.command_timeout,
             Duration::from_millis(1),
         )?;
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(Error::InvalidArgument(format!(
+                "key_prefix {:?} contains a brace, which would move lock names with a hash tag to \
+                 another cluster slot",
+                self.key_prefix
+            )));
+        }
         LockClient::start(self).await
     }
 
@@ -135,11 +157,51 @@ impl LockClientBuilder {
     pub(crate) fn redis_config(&self) -> Result<Config> {
         match (&self.config, &self.url) {
             (Some(config), _) => Ok(config.clone()),
-            (None, Some(url)) => Config::from_url(url)
-                .map_err(|error| Error::InvalidArgument(format!("Redis URL {url:?}: {error}"))),
+            (None, Some(url)) => {
+                let config = Config::from_url(url).map_err(|error| {
+                    Error::InvalidArgument(format!("Redis URL {url:?}: {}", error.details()))
+                })?;
+                check_tls_scheme(url, config.uses_tls())?;
+                Ok(config)
+            }
             (None, None) => Err(Error::InvalidArgument(
                 "no Redis server given: call url(..) or config(..) on the builder".into(),
             )),
         }
+    }
+}
+
+/// Refuses a TLS URL (`rediss://`, `rediss-cluster://`, `valkeys://`..) that fred configured
+/// without TLS, as it does when no TLS backend is compiled in: it would otherwise connect in
+/// plaintext without a word.
+fn check_tls_scheme(url: &str, tls_configured: bool) -> Result<()> {
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    let wants_tls = scheme.starts_with("rediss") || scheme.starts_with("valkeys");
+    if wants_tls && !tls_configured {
+        return Err(Error::InvalidArgument(format!(
+            "Redis URL scheme {scheme}:// asks for TLS, but fredlock was built without TLS: \
+             enable its `tls-rustls` or `tls-native-tls` feature"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_urls_need_a_tls_feature() {
+        for url in [
+            "rediss://127.0.0.1:6380",
+            "rediss-cluster://127.0.0.1:30001",
+            "valkeys://h",
+        ] {
+            let error = check_tls_scheme(url, false).unwrap_err().to_string();
+            assert!(error.contains("tls-rustls"), "{error}");
+            assert!(check_tls_scheme(url, true).is_ok());
+        }
+        assert!(check_tls_scheme("redis://127.0.0.1:6379", false).is_ok());
+        assert!(check_tls_scheme("redis-cluster://127.0.0.1:6379", false).is_ok());
     }
 }

@@ -64,7 +64,7 @@ impl FairLock {
         }
     }
 
-    /// The lock's name, which is its Redis key.
+    /// The lock's Redis key; see [`Lock::name`].
     pub fn name(&self) -> &str {
         self.lock.name()
     }
@@ -127,6 +127,23 @@ impl FairLock {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         self.lock.try_lock(wait, lease).await
+    }
+
+    /// Runs `work` while holding the lock, taken when its turn comes; see [`Lock::with_lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::with_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Lock::with_lock`]; a dropped wait gives up its place in the queue.
+    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        self.lock.with_lock(work).await
     }
 
     /// Whether anyone holds the lock.

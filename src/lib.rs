@@ -122,3 +122,5 @@ pub use redlock::{
 
 /// The fred types that appear in fredlock's API.
 pub use fred;
+/// The token [`LockGuard::cancellation_token`] returns, cancelled when the lock is lost.
+pub use tokio_util::sync::CancellationToken;

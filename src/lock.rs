@@ -98,7 +98,8 @@ impl Lock {
         }
     }
 
-    /// The lock's name, which is its Redis key.
+    /// The lock's Redis key: the name it was made with, after the client's
+    /// [`key_prefix`](crate::LockClientBuilder::key_prefix) if it has one.
     pub fn name(&self) -> &str {
         &self.keys.name
     }
@@ -182,6 +183,66 @@ impl Lock {
     ) -> Result<Option<LockGuard>> {
         let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
         self.acquire(Some(wait), lease).await
+    }
+
+    /// Runs `work` while holding the lock: acquires it as [`lock`](Self::lock) does (renewed by
+    /// the watchdog), runs the future `work` makes, and unlocks when it ends, returning its
+    /// value.
+    ///
+    /// `work` receives the guard's [`CancellationToken`](crate::CancellationToken), cancelled
+    /// when the lock is lost, for work that wants to stop cleanly at a point of its choosing. If
+    /// the lock is lost while the future runs, the future is dropped at its next await and
+    /// [`Error::Lost`] returned: the work never goes on unprotected past the moment the loss is
+    /// known.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// # async fn charge(order: u64) -> u64 { order }
+    /// let receipt = client
+    ///     .lock("orders:1001")
+    ///     .with_lock(|_lost| async { charge(1001).await })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock) when the lock cannot be acquired (`work` is not called), and
+    /// [`Error::Lost`] when it was lost while the work ran. When the work finished while the lock
+    /// was held, its value is returned even if the unlock afterwards fails (the lock then ends
+    /// with its lease; the failure is logged at `warn`).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the work where it stands and gives the hold back
+    /// in the background, as dropping a [`LockGuard`] does.
+    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.lock().await?;
+        let outcome = tokio::select! {
+            biased;
+            _ = guard.lost() => None,
+            value = work(guard.cancellation_token()) => Some(value),
+        };
+        match outcome {
+            Some(value) => {
+                if let Err(error) = guard.unlock().await {
+                    tracing::warn!(lock = %self.name(), %error, "unlock after with_lock's work failed");
+                }
+                Ok(value)
+            }
+            None => {
+                let error = Error::Lost {
+                    lock: self.name().to_owned(),
+                    owner: guard.owner_field().to_owned(),
+                };
+                drop(guard);
+                Err(error)
+            }
+        }
     }
 
     /// Whether anyone holds the lock.

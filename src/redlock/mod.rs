@@ -226,6 +226,19 @@ impl RedLockBuilder {
         if self.name.is_empty() {
             return invalid("a lock name must not be empty".into());
         }
+        let prefix = &self.nodes[0].core().key_prefix;
+        if let Some(index) = self
+            .nodes
+            .iter()
+            .position(|node| node.core().key_prefix != *prefix)
+        {
+            return invalid(format!(
+                "Redlock {:?}: node {index} has another key_prefix than node 0, so the nodes \
+                 would not hold one key",
+                self.name
+            ));
+        }
+        let name = self.nodes[0].key(self.name.clone());
         if !(0.0..1.0).contains(&settings.drift_factor) {
             return invalid(format!(
                 "Redlock {:?}: drift_factor must be in 0..1, not {}",
@@ -252,12 +265,12 @@ impl RedLockBuilder {
         )?;
         check_ttl(&self.name, &settings, settings.ttl)?;
         let nodes = Nodes {
-            key: Key::from(self.name.as_str()),
+            key: Key::from(name.as_str()),
             clients: self.nodes,
         };
         Ok(RedLock {
             shared: Arc::new(Shared {
-                name: self.name.into(),
+                name: name.into(),
                 nodes,
                 settings,
             }),

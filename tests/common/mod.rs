@@ -235,7 +235,8 @@ fn cluster_ok(port: u16) -> bool {
 
 static NEXT_DIR: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-fn free_port() -> u16 {
+/// A free loopback port, as the OS hands one out.
+pub fn free_port() -> u16 {
     TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())

@@ -1,0 +1,226 @@
+//! TLS: `rediss://` against a real `redis-server --tls-port` with a throw-away CA and server
+//! certificate made by the `openssl` command for each run; a wrong CA is a clear certificate
+//! error, and a TLS URL without a TLS feature compiled in is refused at build time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{bounded, free_port, RedisServer};
+use fredlock::{Error, LockClient};
+
+/// A directory of PEM files: `ca.pem`, `server.pem`, `server.key`, and `other-ca.pem`, a CA
+/// that signed nothing here.
+struct Certificates {
+    dir: PathBuf,
+}
+
+impl Certificates {
+    fn make() -> Certificates {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "fredlock-tls-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let status = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .expect("run openssl (apt-get install openssl)");
+            assert!(status.success(), "openssl {args:?} failed");
+        };
+        for ca in ["ca", "other-ca"] {
+            openssl(&[
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-subj", &format!("/CN=fredlock test {ca}"),
+                "-keyout", &format!("{ca}.key"), "-out", &format!("{ca}.pem"),
+            ]);
+        }
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .unwrap();
+        openssl(&[
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+            "-keyout", "server.key", "-out", "server.csr",
+        ]);
+        openssl(&[
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem",
+        ]);
+        Certificates { dir }
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).display().to_string()
+    }
+}
+
+impl Drop for Certificates {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A server with a plaintext port (the harness's) and a TLS port, and the TLS port's number.
+fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
+    let tls_port = free_port().to_string();
+    let server = RedisServer::start_with(
+        &[
+            "--tls-port", &tls_port,
+            "--tls-cert-file", &certs.path("server.pem"),
+            "--tls-key-file", &certs.path("server.key"),
+            "--tls-ca-cert-file", &certs.path("ca.pem"),
+            "--tls-auth-clients", "no",
+        ],
+        free_port,
+    );
+    (server, tls_port.parse().unwrap())
+}
+
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+fn rediss(port: u16, connector: fredlock::fred::types::config::TlsConnector) -> fredlock::fred::prelude::Config {
+    let mut config =
+        fredlock::fred::prelude::Config::from_url(&format!("rediss://127.0.0.1:{port}")).unwrap();
+    config.tls = Some(connector.into());
+    config
+}
+
+#[cfg(feature = "tls-rustls")]
+fn rustls_trusting(ca: &Path) -> fredlock::fred::types::config::TlsConnector {
+    use fredlock::fred::rustls;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(ca).unwrap()).unwrap();
+    // The provider is named: other crates in the tree may compile a second one.
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+        .into()
+}
+
+#[cfg(feature = "tls-native-tls")]
+fn native_tls_trusting(ca: &Path) -> fredlock::fred::types::config::TlsConnector {
+    use fredlock::fred::native_tls;
+    let ca = native_tls::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+    native_tls::TlsConnector::builder()
+        .add_root_certificate(ca)
+        .disable_built_in_roots(true)
+        .build()
+        .unwrap()
+        .into()
+}
+
+/// Locks over the TLS port work: the hold shows on the server's plaintext port.
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+async fn locks_over(config: fredlock::fred::prelude::Config, server: &RedisServer) {
+    use fredlock::fred::prelude::*;
+    let client = LockClient::builder().config(config).build().await.unwrap();
+    let lock = client.lock("tls-lock");
+    let guard = lock.lock().await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    let raw = server.raw().await;
+    let count: u32 = raw.hget("tls-lock", guard.owner_field()).await.unwrap();
+    assert_eq!(count, 1, "the hold is on the server behind the TLS port");
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    client.shutdown().await;
+}
+
+#[cfg(feature = "tls-rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rustls_connects_with_the_right_ca_and_refuses_a_wrong_one() {
+    bounded(async {
+        let certs = Certificates::make();
+        let (server, port) = tls_server(&certs);
+        locks_over(rediss(port, rustls_trusting(&certs.dir.join("ca.pem"))), &server).await;
+
+        let wrong = rediss(port, rustls_trusting(&certs.dir.join("other-ca.pem")));
+        let error = LockClient::builder().config(wrong).build().await.unwrap_err();
+        let message = error.to_string();
+        println!("{message}");
+        assert!(matches!(error, Error::Redis { .. }), "{error:?}");
+        assert!(message.contains("certificate"), "{message}");
+        assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    })
+    .await;
+}
+
+#[cfg(feature = "tls-native-tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_tls_connects_with_the_right_ca_and_refuses_a_wrong_one() {
+    bounded(async {
+        let certs = Certificates::make();
+        let (server, port) = tls_server(&certs);
+        locks_over(rediss(port, native_tls_trusting(&certs.dir.join("ca.pem"))), &server).await;
+
+        let wrong = rediss(port, native_tls_trusting(&certs.dir.join("other-ca.pem")));
+        let error = LockClient::builder().config(wrong).build().await.unwrap_err();
+        let message = error.to_string();
+        println!("{message}");
+        assert!(matches!(error, Error::Redis { .. }), "{error:?}");
+        assert!(message.contains("certificate"), "{message}");
+    })
+    .await;
+}
+
+/// A `rediss://` URL with the platform's roots (which do not trust the test CA) fails with a
+/// certificate error too; a plaintext URL on the TLS port fails, naming the server and TLS.
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_roots_and_plaintext_on_a_tls_port_are_clear_errors() {
+    bounded(async {
+        let certs = Certificates::make();
+        let (_server, port) = tls_server(&certs);
+        let error = LockClient::connect(&format!("rediss://127.0.0.1:{port}"))
+            .await
+            .unwrap_err()
+            .to_string();
+        println!("{error}");
+        assert!(error.contains("certificate"), "{error}");
+
+        let plaintext = LockClient::builder()
+            .url(format!("redis://127.0.0.1:{port}"))
+            .command_timeout(std::time::Duration::from_secs(2))
+            .build();
+        let error = tokio::time::timeout(std::time::Duration::from_secs(20), plaintext)
+            .await
+            .expect("a plaintext client on a TLS port gives up")
+            .unwrap_err()
+            .to_string();
+        println!("{error}");
+        assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
+    })
+    .await;
+}
+
+/// Without a TLS feature, a TLS URL is a configuration error before anything connects (fred
+/// alone would silently connect in plaintext).
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+#[tokio::test]
+async fn tls_urls_are_refused_without_a_tls_feature() {
+    bounded(async {
+        let certs = Certificates::make();
+        let (_server, port) = tls_server(&certs);
+        for url in [
+            format!("rediss://127.0.0.1:{port}"),
+            format!("rediss-cluster://127.0.0.1:{port}"),
+        ] {
+            let error = LockClient::connect(&url).await.unwrap_err();
+            assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+            assert!(error.to_string().contains("tls-rustls"), "{error}");
+        }
+    })
+    .await;
+}

@@ -1,0 +1,488 @@
+//! Production hardening (issue 10): out-of-range durations, names whose braces are no hash tag,
+//! outages told apart from a busy lock, force_unlock of keys that are not locks, readable owner
+//! ids, one-line errors naming the server, and the small additions (key prefix, `redis()`,
+//! `with_lock`). Ends with a sweep of bad input over every public method that takes a name or
+//! a duration.
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::{bounded, free_port, RedisCluster, RedisServer};
+use fred::prelude::*;
+use fredlock::{Error, LockClient, MultiLock, RedLock, MAX_DURATION};
+use tokio::time::Instant;
+
+/// Names whose braces are not a hash tag, and one that is.
+const BRACED_NAMES: [&str; 5] = ["a{b", "}{x", "{}x", "x{}y{z}", "a{tag}b"];
+
+/// The durations no API may choke on.
+const EDGE_DURATIONS: [Duration; 5] = [
+    Duration::ZERO,
+    Duration::from_nanos(1),
+    Duration::from_millis(u64::MAX),
+    Duration::from_millis(i64::MAX as u64),
+    Duration::MAX,
+];
+
+fn is_invalid<T: std::fmt::Debug>(result: fredlock::Result<T>) -> String {
+    match result {
+        Err(Error::InvalidArgument(message)) => message,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Every key on the server has a TTL (none was left without one by fredlock).
+async fn every_key_expires(raw: &Client) {
+    let keys: Vec<String> = raw.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    for key in keys {
+        let ttl: i64 = raw.pttl(&key).await.unwrap();
+        assert!(ttl > 0, "key {key:?} has no TTL ({ttl})");
+    }
+}
+
+async fn key_count(raw: &Client) -> u64 {
+    raw.dbsize().await.unwrap()
+}
+
+/// 1. Leases and timeouts out of range are refused before anything is written; huge waits wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_range_durations_are_refused_and_write_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let lock = client.lock("leases");
+        for lease in [
+            Duration::MAX,
+            Duration::from_millis(u64::MAX),
+            Duration::from_millis(i64::MAX as u64),
+            MAX_DURATION + Duration::from_millis(1),
+            Duration::ZERO,
+            Duration::from_micros(999),
+        ] {
+            let message = is_invalid(lock.lock_with_lease(lease).await);
+            assert!(message.contains("leases") && message.contains("365 days"), "{message}");
+            is_invalid(lock.try_lock(Duration::ZERO, Some(lease)).await);
+            assert_eq!(key_count(&raw).await, 0, "lease {lease:?} wrote something");
+        }
+        let guard = lock.lock_with_lease(MAX_DURATION).await.unwrap();
+        let ttl: i64 = raw.pttl("leases").await.unwrap();
+        assert!(ttl > 364 * 24 * 3600 * 1000, "{ttl}");
+        guard.unlock().await.unwrap();
+
+        for timeout in [Duration::MAX, Duration::ZERO, Duration::from_micros(1)] {
+            let builder = || LockClient::builder().url(server.url());
+            let message = is_invalid(builder().watchdog_timeout(timeout).build().await);
+            assert!(message.contains("watchdog_timeout"), "{message}");
+            is_invalid(builder().fair_wait_timeout(timeout).build().await);
+            is_invalid(builder().command_timeout(timeout).build().await);
+        }
+
+        // A wait no deadline can represent waits for ever: here, until the holder lets go.
+        let holder = lock.lock().await.unwrap();
+        let waiter = {
+            let lock = client.lock("leases");
+            tokio::spawn(async move { lock.try_lock(Duration::MAX, None).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished());
+        holder.unlock().await.unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+            .expect("acquired after the holder let go");
+        guard.unlock().await.unwrap();
+        every_key_expires(&raw).await;
+    })
+    .await;
+}
+
+/// 2. On a cluster, names whose braces are no hash tag lock, unlock, force unlock and wake
+/// waiters, for both kinds, and as Redlock and MultiLock members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn names_with_stray_braces_work_on_a_cluster() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let client = LockClient::builder()
+            .url(cluster.url())
+            .fair_wait_timeout(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap();
+        for name in BRACED_NAMES {
+            for lock in [client.lock(name), client.fair_lock(name).into()] {
+                let fair = lock.is_fair();
+                let guard = lock.lock().await.unwrap();
+                guard.unlock().await.unwrap();
+                assert!(!lock.is_locked().await.unwrap(), "{name} fair={fair}");
+
+                let holder = lock.lock().await.unwrap();
+                assert!(lock.force_unlock().await.unwrap(), "{name} fair={fair}");
+                assert!(holder.unlock().await.is_err());
+
+                // A waiter is woken by the unlock, not by the 30 s lease.
+                let holder = lock.lock().await.unwrap();
+                let waiter = {
+                    let lock = lock.clone();
+                    tokio::spawn(async move {
+                        let guard = lock.lock().await.unwrap();
+                        let woke = Instant::now();
+                        guard.unlock().await.unwrap();
+                        woke
+                    })
+                };
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let unlocked = Instant::now();
+                holder.unlock().await.unwrap();
+                let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
+                    .await
+                    .unwrap_or_else(|_| panic!("waiter on {name:?} (fair={fair}) hangs"))
+                    .unwrap();
+                assert!(woke - unlocked < Duration::from_secs(1), "{name} fair={fair}");
+            }
+        }
+        let members: Vec<fredlock::Lock> = BRACED_NAMES
+            .iter()
+            .map(|name| client.lock(format!("multi:{name}")))
+            .collect();
+        let all = MultiLock::new(members).unwrap().lock().await.unwrap();
+        all.unlock().await.unwrap();
+        for name in BRACED_NAMES {
+            let redlock = RedLock::new(vec![client.clone()], format!("red:{name}")).unwrap();
+            let guard = redlock.lock().await.unwrap();
+            guard.unlock().await.unwrap();
+        }
+        every_key_expires(&cluster.raw().await).await;
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// 4. An outage is an error, a held lock is `Ok(None)`; a brief outage is waited through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_told_apart_from_a_held_lock() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let other = LockClient::connect(&server.url()).await.unwrap();
+        let holder = other.lock("outage").lock().await.unwrap();
+        let lock = client.lock("outage");
+        assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
+        assert!(lock
+            .try_lock(Duration::from_millis(200), None)
+            .await
+            .unwrap()
+            .is_none());
+        drop(holder);
+
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let error = lock.try_lock(Duration::ZERO, None).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a single attempt waited {:?} (the command timeout is 5 s)",
+            started.elapsed()
+        );
+        assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+        let started = Instant::now();
+        let error = lock
+            .try_lock(Duration::from_millis(700), None)
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+        assert!(waited >= Duration::from_millis(700) && waited < Duration::from_secs(3), "{waited:?}");
+        let message = error.to_string();
+        println!("{message}");
+        assert!(message.contains(&format!("127.0.0.1:{}", server.port())), "{message}");
+
+        // Back within the wait: acquired.
+        let waiting = {
+            let lock = client.lock("outage");
+            tokio::spawn(async move { lock.try_lock(Duration::from_secs(20), None).await })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.start_again();
+        let guard = waiting.await.unwrap().unwrap().expect("acquired once Redis is back");
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 5. force_unlock deletes only locks; is_locked agrees with lock() about other types.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_are_not_locks_are_left_alone() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let _: () = raw
+            .hset("profile", [("name", "ada"), ("visits", "3")])
+            .await
+            .unwrap();
+        let _: () = raw
+            .hset("almost", [("6d1b1c4e-8b33-4bd8-9d0a-1f0f6b7c1d2e:1", "x")])
+            .await
+            .unwrap();
+        let _: () = raw.set("plain", "v", None, None, false).await.unwrap();
+        for name in ["profile", "almost", "plain"] {
+            for lock in [client.lock(name), client.fair_lock(name).into()] {
+                let error = lock.force_unlock().await.unwrap_err();
+                assert!(matches!(error, Error::WrongType { .. }), "{name}: {error:?}");
+            }
+        }
+        let visits: String = raw.hget("profile", "visits").await.unwrap();
+        assert_eq!(visits, "3");
+        assert_eq!(key_count(&raw).await, 3);
+
+        let plain = client.lock("plain");
+        assert!(matches!(plain.lock().await, Err(Error::WrongType { .. })));
+        assert!(matches!(plain.is_locked().await, Err(Error::WrongType { .. })));
+
+        // A Redisson-style hold is a lock.
+        let _: () = raw
+            .hset("java", [("6d1b1c4e-8b33-4bd8-9d0a-1f0f6b7c1d2e:57", 2)])
+            .await
+            .unwrap();
+        assert!(client.lock("java").force_unlock().await.unwrap());
+        assert_eq!(key_count(&raw).await, 3);
+    })
+    .await;
+}
+
+/// 6. Outside a task the owner id reads `t<n>`.
+#[test]
+fn owners_outside_a_task_are_readable() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bounded(async {
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let guard = client.lock("threaded").lock().await.unwrap();
+        let field = guard.owner_field().to_owned();
+        let (uuid, owner) = field.split_once(':').unwrap();
+        assert_eq!(uuid, client.id().to_string());
+        assert!(owner.starts_with('t') && owner[1..].parse::<u64>().is_ok(), "{field}");
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    }));
+}
+
+/// 7. Connection errors in one line: the server, what failed, what to check.
+#[tokio::test]
+async fn errors_name_the_server_and_what_to_check() {
+    bounded(async {
+        let port = free_port();
+        let error = LockClient::connect(&format!("redis://127.0.0.1:{port}"))
+            .await
+            .unwrap_err()
+            .to_string();
+        println!("{error}");
+        assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
+        assert!(error.to_lowercase().contains("connection refused"), "{error}");
+        assert!(error.contains("check that redis-server is running"), "{error}");
+        assert!(!error.contains("Os {"), "Debug form: {error}");
+        assert!(!error.contains('\n'));
+        let error = LockClient::connect("http//nonsense").await.unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    })
+    .await;
+}
+
+/// The key prefix applies to every key and channel; different prefixes never collide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_prefixes_keep_applications_apart() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let app = |prefix: &'static str| {
+            LockClient::builder()
+                .url(server.url())
+                .key_prefix(prefix)
+                .build()
+        };
+        let (one, two) = (app("one:").await.unwrap(), app("two:").await.unwrap());
+        let a = one.lock("job").lock().await.unwrap();
+        let b = two.lock("job").try_lock(Duration::ZERO, None).await.unwrap();
+        let b = b.expect("another namespace's lock of the same name is another lock");
+        assert_eq!(a.name(), "one:job");
+        let keys: Vec<String> = raw.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+        let mut keys = keys;
+        keys.sort();
+        assert_eq!(keys, ["one:job", "two:job"]);
+
+        // A fair waiter's keys and channel carry the prefix too.
+        let waiter = {
+            let lock = one.fair_lock("line");
+            let _holder = lock.lock().await.unwrap();
+            let lock = lock.clone();
+            let task = tokio::spawn(async move { lock.lock().await.map(drop) });
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let queued: u32 = raw.exists("redisson_lock_queue:{one:line}").await.unwrap();
+            assert_eq!(queued, 1);
+            let channels: Vec<String> = raw
+                .custom(fred::cmd!("PUBSUB"), vec!["CHANNELS", "*one:*"])
+                .await
+                .unwrap();
+            assert!(!channels.is_empty());
+            task
+        };
+        waiter.await.unwrap().unwrap();
+        drop((a, b));
+        assert!(matches!(app("x{").await, Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            RedLock::new(vec![one.clone(), two.clone()], "r"),
+            Err(Error::InvalidArgument(_))
+        ));
+        // One connection setup for data and locks.
+        let _: () = one.redis().set("data", 1, None, None, false).await.unwrap();
+        let data: i64 = raw.get("data").await.unwrap();
+        assert_eq!(data, 1);
+    })
+    .await;
+}
+
+/// `with_lock` returns the work's value, and stops the work when the lock is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_runs_work_under_the_lock_and_stops_it_when_lost() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(Duration::from_millis(600)).await;
+        let lock = client.lock("work");
+        let value = lock
+            .with_lock(|_| async { lock.hold_count().await.unwrap() })
+            .await
+            .unwrap();
+        assert_eq!(value, 1);
+        assert!(!lock.is_locked().await.unwrap(), "unlocked afterwards");
+
+        let finished = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = finished.clone();
+        let started = Instant::now();
+        let outcome = lock
+            .with_lock(|lost| async move {
+                let _: i64 = raw.del("work").await.unwrap();
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                lost.is_cancelled()
+            })
+            .await;
+        assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(!finished.load(std::sync::atomic::Ordering::SeqCst));
+    })
+    .await;
+}
+
+/// Runs `call` bounded by `limit`: it must end (with any result), never hang or panic.
+async fn ends<T, F: Future<Output = T>>(what: &str, limit: Duration, call: F) -> T {
+    match tokio::time::timeout(limit, call).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not end within {limit:?}"),
+    }
+}
+
+/// The sweep: every public method that takes a name or a duration, with empty, huge and
+/// brace-mixed names and edge durations: never a panic, never a hang past its bound, never a
+/// key without a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_input_sweep() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let second = LockClient::connect(&server.url()).await.unwrap();
+        let huge = "h".repeat(1 << 20);
+        let mut names: Vec<String> = vec![String::new(), huge];
+        names.extend(BRACED_NAMES.iter().map(|name| name.to_string()));
+        let limit = Duration::from_secs(10);
+        for name in &names {
+            let shown = &name[..name.len().min(12)];
+            for lock in [client.lock(name.clone()), client.fair_lock(name.clone()).into()] {
+                let what = |method: &str| format!("{method} on {shown:?} (fair: {})", lock.is_fair());
+                if let Ok(guard) = ends(&what("lock"), limit, lock.lock()).await {
+                    guard.unlock().await.unwrap();
+                }
+                let _ = ends(&what("is_locked"), limit, lock.is_locked()).await;
+                let _ = ends(&what("hold_count"), limit, lock.hold_count()).await;
+                let _ = ends(&what("held"), limit, lock.is_held_by_current_task()).await;
+                let _ = ends(&what("remaining_ttl"), limit, lock.remaining_ttl()).await;
+                let _ = ends(&what("force_unlock"), limit, lock.force_unlock()).await;
+                let _ = ends(&what("with_lock"), limit, lock.with_lock(|_| async {})).await;
+                for duration in EDGE_DURATIONS {
+                    let what = |method: &str| format!("{} {duration:?}", what(method));
+                    if let Ok(guard) = ends(&what("lock_with_lease"), limit, lock.lock_with_lease(duration)).await {
+                        guard.unlock().await.unwrap();
+                    }
+                    for lease in [None, Some(duration), Some(Duration::from_secs(5))] {
+                        let call = lock.try_lock(duration, lease);
+                        if let Ok(Some(guard)) = ends(&what("try_lock"), limit, call).await {
+                            guard.unlock().await.unwrap();
+                        }
+                    }
+                }
+            }
+            let multi = MultiLock::new(vec![client.lock(name.clone()), second.lock(name.clone())]);
+            if let Ok(multi) = multi {
+                for duration in EDGE_DURATIONS {
+                    let _ = ends("multi lock_with_lease", limit, multi.lock_with_lease(duration)).await;
+                    // Two owners of one lock never both get it: a bounded try ends with None.
+                    let wait = duration.min(Duration::from_millis(300));
+                    let _ = ends("multi try_lock", limit, multi.try_lock(wait, Some(duration))).await;
+                }
+            }
+            for duration in EDGE_DURATIONS {
+                let built = RedLock::builder(vec![client.clone()], name.clone())
+                    .ttl(duration)
+                    .build();
+                assert!(built.is_err(), "ttl {duration:?}");
+                for (i, built) in [
+                    RedLock::builder(vec![client.clone()], name.clone()).node_timeout(duration).build(),
+                    RedLock::builder(vec![client.clone()], name.clone()).max_hold(duration).build(),
+                    RedLock::builder(vec![client.clone()], name.clone())
+                        .retry_delay(duration..=duration)
+                        .build(),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    // A retry delay of 0 or 1 ns is fine; every other edge value is refused.
+                    if built.is_ok() {
+                        let short = duration <= Duration::from_nanos(1);
+                        assert!(i == 2 && short && !name.is_empty(), "{i} {duration:?}");
+                    }
+                }
+                if let Ok(redlock) = RedLock::new(vec![client.clone()], name.clone()) {
+                    if let Ok(guard) = ends("redlock lock_with_ttl", limit, redlock.lock_with_ttl(duration)).await {
+                        guard.unlock().await.unwrap();
+                    }
+                    let call = redlock.try_lock(duration, Some(Duration::from_secs(5)));
+                    if let Ok(Some(guard)) = ends("redlock try_lock", limit, call).await {
+                        guard.unlock().await.unwrap();
+                    }
+                }
+            }
+            every_key_expires(&raw).await;
+        }
+        for duration in EDGE_DURATIONS {
+            for builder in [
+                LockClient::builder().watchdog_timeout(duration),
+                LockClient::builder().fair_wait_timeout(duration),
+                LockClient::builder().command_timeout(duration),
+            ] {
+                let built = ends("build", limit, builder.url(server.url()).build()).await;
+                assert!(built.is_err(), "{duration:?} accepted");
+            }
+        }
+        every_key_expires(&raw).await;
+    })
+    .await;
+}

@@ -8,17 +8,14 @@
 //! Uses the Redis at `REDIS_URL` when it is set; otherwise starts a throw-away `redis-server`
 //! (which must be on PATH) on a free loopback port and stops it at the end.
 
-#[path = "../tests/common/mod.rs"]
-mod harness;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fredlock::LockClient;
 
 #[tokio::main]
-async fn main() -> fredlock::Result<()> {
-    let (_server, url) = harness::redis_from_env();
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (_server, url) = redis_url()?;
 
     // Two service instances share the counter. A waiter whose process dies keeps its place for
     // at most `fair_wait_timeout` (2 s here; 5 s by default).
@@ -39,7 +36,7 @@ async fn main() -> fredlock::Result<()> {
     // The clerk is busy while six customers arrive, 10 ms apart, at either instance.
     let clerk = counter.lock().await?;
     let served = Arc::new(Mutex::new(Vec::new()));
-    let mut customers = Vec::new();
+    let mut customers: Vec<tokio::task::JoinHandle<fredlock::Result<()>>> = Vec::new();
     for customer in 1..=6 {
         let counter = instances[customer % 2].fair_lock("example:tickets");
         let served = served.clone();
@@ -81,4 +78,56 @@ async fn main() -> fredlock::Result<()> {
         instance.shutdown().await;
     }
     Ok(())
+}
+
+/// A throw-away `redis-server` from PATH on a free loopback port, killed when dropped.
+struct ThrowAwayRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ThrowAwayRedis {
+    fn start() -> std::io::Result<ThrowAwayRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let server = ThrowAwayRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        Ok(server)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ThrowAwayRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The Redis at `REDIS_URL`, or a throw-away server that lives as long as the returned handle.
+fn redis_url() -> std::io::Result<(Option<ThrowAwayRedis>, String)> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        return Ok((None, url));
+    }
+    let server = ThrowAwayRedis::start()?;
+    println!("started a throw-away redis-server at {}", server.url);
+    let url = server.url.clone();
+    Ok((Some(server), url))
 }

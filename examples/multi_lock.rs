@@ -8,9 +8,6 @@
 //! Uses the Redis at `REDIS_URL` when it is set; otherwise starts a throw-away `redis-server`
 //! (which must be on PATH) on a free loopback port and stops it at the end.
 
-#[path = "../tests/common/mod.rs"]
-mod harness;
-
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,8 +15,8 @@ use std::time::Duration;
 use fredlock::{LockClient, MultiLock};
 
 #[tokio::main]
-async fn main() -> fredlock::Result<()> {
-    let (_server, url) = harness::redis_from_env();
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (_server, url) = redis_url()?;
     let client = LockClient::connect(&url).await?;
 
     // Balances kept in memory for the demo; the locks are what keep transfers apart.
@@ -30,7 +27,7 @@ async fn main() -> fredlock::Result<()> {
     ]);
 
     // Six transfers at once, pairs in both directions: 0 -> 1 and 1 -> 0, and so on.
-    let mut transfers = Vec::new();
+    let mut transfers: Vec<tokio::task::JoinHandle<fredlock::Result<()>>> = Vec::new();
     for (from, to) in [(0, 1), (1, 0), (1, 2), (2, 1), (2, 0), (0, 2)] {
         let accounts = MultiLock::new(vec![
             client.lock(format!("example:acct:{from}")),
@@ -90,4 +87,56 @@ async fn main() -> fredlock::Result<()> {
     );
     other_task.await.expect("holder task")?;
     Ok(())
+}
+
+/// A throw-away `redis-server` from PATH on a free loopback port, killed when dropped.
+struct ThrowAwayRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ThrowAwayRedis {
+    fn start() -> std::io::Result<ThrowAwayRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let server = ThrowAwayRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        Ok(server)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ThrowAwayRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The Redis at `REDIS_URL`, or a throw-away server that lives as long as the returned handle.
+fn redis_url() -> std::io::Result<(Option<ThrowAwayRedis>, String)> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        return Ok((None, url));
+    }
+    let server = ThrowAwayRedis::start()?;
+    println!("started a throw-away redis-server at {}", server.url);
+    let url = server.url.clone();
+    Ok((Some(server), url))
 }

@@ -7,16 +7,13 @@
 //! Uses the Redis at `REDIS_URL` when it is set; otherwise starts a throw-away `redis-server`
 //! (which must be on PATH) on a free loopback port and stops it at the end.
 
-#[path = "../tests/common/mod.rs"]
-mod harness;
-
 use std::time::Duration;
 
 use fredlock::LockClient;
 
 #[tokio::main]
-async fn main() -> fredlock::Result<()> {
-    let (_server, url) = harness::redis_from_env();
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (_server, url) = redis_url()?;
 
     // A short watchdog timeout so that the lost-lock demo below is quick; the default is 30 s.
     let client = LockClient::builder()
@@ -48,15 +45,12 @@ async fn main() -> fredlock::Result<()> {
             .await
             .map(|guard| guard.is_some())
     });
-    println!(
-        "other task got it while held: {}",
-        attempt.await.map_err(|_| fredlock::Error::Shutdown)??
-    );
+    println!("other task got it while held: {}", attempt.await??);
     let contender = lock.clone();
     let waiter = tokio::spawn(async move { contender.lock().await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     guard.unlock().await?;
-    let handed_over = waiter.await.map_err(|_| fredlock::Error::Shutdown)??;
+    let handed_over = waiter.await??;
     println!("waiting task got it right after the unlock");
     handed_over.unlock().await?;
 
@@ -73,4 +67,56 @@ async fn main() -> fredlock::Result<()> {
 
     client.shutdown().await;
     Ok(())
+}
+
+/// A throw-away `redis-server` from PATH on a free loopback port, killed when dropped.
+struct ThrowAwayRedis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl ThrowAwayRedis {
+    fn start() -> std::io::Result<ThrowAwayRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let server = ThrowAwayRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        Ok(server)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ThrowAwayRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The Redis at `REDIS_URL`, or a throw-away server that lives as long as the returned handle.
+fn redis_url() -> std::io::Result<(Option<ThrowAwayRedis>, String)> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        return Ok((None, url));
+    }
+    let server = ThrowAwayRedis::start()?;
+    println!("started a throw-away redis-server at {}", server.url);
+    let url = server.url.clone();
+    Ok((Some(server), url))
 }

@@ -76,7 +76,9 @@ pub enum Error {
 
     /// The lock was lost (see [`LockGuard::lost`](crate::LockGuard::lost)) while
     /// [`with_lock`](crate::Lock::with_lock) ran its work, which was stopped.
-    #[error("lock {lock:?} held by owner {owner} was lost while its work ran; the work was stopped")]
+    #[error(
+        "lock {lock:?} held by owner {owner} was lost while its work ran; the work was stopped"
+    )]
     Lost {
         /// The lock's name.
         lock: String,

@@ -8,10 +8,10 @@ use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
 use tokio::time::Instant;
 
 use crate::client::{Core, LockClient};
+use crate::durations;
 use crate::error::{Error, Result};
 use crate::fair_lock::Leave;
 use crate::guard::{LockGuard, Release};
-use crate::durations;
 use crate::holds::Lease;
 use crate::inflight::InFlight;
 use crate::keys::LockKeys;
@@ -557,7 +557,12 @@ impl Lock {
                     retry_after: retry_after(pttl, core.watchdog_timeout),
                 })
             }
-            Err(error) => Err(Error::from_redis(&core.address, self.name(), Some(field), error)),
+            Err(error) => Err(Error::from_redis(
+                &core.address,
+                self.name(),
+                Some(field),
+                error,
+            )),
         }
     }
 

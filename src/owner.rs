@@ -97,9 +97,14 @@ mod tests {
     #[test]
     fn ids_outside_tasks_are_readable_and_distinct() {
         let thread = OwnerId::current().to_string();
-        assert!(thread.starts_with('t') && thread[1..].parse::<u64>().is_ok(), "{thread}");
+        assert!(
+            thread.starts_with('t') && thread[1..].parse::<u64>().is_ok(),
+            "{thread}"
+        );
         assert_eq!(OwnerId::current().to_string(), thread, "stable per thread");
-        let other = std::thread::spawn(|| OwnerId::current().to_string()).join().unwrap();
+        let other = std::thread::spawn(|| OwnerId::current().to_string())
+            .join()
+            .unwrap();
         assert_ne!(other, thread);
         let (a, b) = (OwnerId::unique(), OwnerId::unique());
         assert_ne!(a, b);

@@ -63,7 +63,10 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
             Duration::from_micros(999),
         ] {
             let message = is_invalid(lock.lock_with_lease(lease).await);
-            assert!(message.contains("leases") && message.contains("365 days"), "{message}");
+            assert!(
+                message.contains("leases") && message.contains("365 days"),
+                "{message}"
+            );
             is_invalid(lock.try_lock(Duration::ZERO, Some(lease)).await);
             assert_eq!(key_count(&raw).await, 0, "lease {lease:?} wrote something");
         }
@@ -142,7 +145,10 @@ async fn names_with_stray_braces_work_on_a_cluster() {
                     .await
                     .unwrap_or_else(|_| panic!("waiter on {name:?} (fair={fair}) hangs"))
                     .unwrap();
-                assert!(woke - unlocked < Duration::from_secs(1), "{name} fair={fair}");
+                assert!(
+                    woke - unlocked < Duration::from_secs(1),
+                    "{name} fair={fair}"
+                );
             }
         }
         let members: Vec<fredlock::Lock> = BRACED_NAMES
@@ -196,10 +202,16 @@ async fn an_outage_is_told_apart_from_a_held_lock() {
             .unwrap_err();
         let waited = started.elapsed();
         assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
-        assert!(waited >= Duration::from_millis(700) && waited < Duration::from_secs(3), "{waited:?}");
+        assert!(
+            waited >= Duration::from_millis(700) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
         let message = error.to_string();
         println!("{message}");
-        assert!(message.contains(&format!("127.0.0.1:{}", server.port())), "{message}");
+        assert!(
+            message.contains(&format!("127.0.0.1:{}", server.port())),
+            "{message}"
+        );
 
         // Back within the wait: acquired.
         let waiting = {
@@ -208,7 +220,11 @@ async fn an_outage_is_told_apart_from_a_held_lock() {
         };
         tokio::time::sleep(Duration::from_millis(500)).await;
         server.start_again();
-        let guard = waiting.await.unwrap().unwrap().expect("acquired once Redis is back");
+        let guard = waiting
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("acquired once Redis is back");
         guard.unlock().await.unwrap();
     })
     .await;
@@ -233,7 +249,10 @@ async fn keys_that_are_not_locks_are_left_alone() {
         for name in ["profile", "almost", "plain"] {
             for lock in [client.lock(name), client.fair_lock(name).into()] {
                 let error = lock.force_unlock().await.unwrap_err();
-                assert!(matches!(error, Error::WrongType { .. }), "{name}: {error:?}");
+                assert!(
+                    matches!(error, Error::WrongType { .. }),
+                    "{name}: {error:?}"
+                );
             }
         }
         let visits: String = raw.hget("profile", "visits").await.unwrap();
@@ -242,7 +261,10 @@ async fn keys_that_are_not_locks_are_left_alone() {
 
         let plain = client.lock("plain");
         assert!(matches!(plain.lock().await, Err(Error::WrongType { .. })));
-        assert!(matches!(plain.is_locked().await, Err(Error::WrongType { .. })));
+        assert!(matches!(
+            plain.is_locked().await,
+            Err(Error::WrongType { .. })
+        ));
 
         // A Redisson-style hold is a lock.
         let _: () = raw
@@ -269,7 +291,10 @@ fn owners_outside_a_task_are_readable() {
         let field = guard.owner_field().to_owned();
         let (uuid, owner) = field.split_once(':').unwrap();
         assert_eq!(uuid, client.id().to_string());
-        assert!(owner.starts_with('t') && owner[1..].parse::<u64>().is_ok(), "{field}");
+        assert!(
+            owner.starts_with('t') && owner[1..].parse::<u64>().is_ok(),
+            "{field}"
+        );
         guard.unlock().await.unwrap();
         client.shutdown().await;
     }));
@@ -286,8 +311,14 @@ async fn errors_name_the_server_and_what_to_check() {
             .to_string();
         println!("{error}");
         assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
-        assert!(error.to_lowercase().contains("connection refused"), "{error}");
-        assert!(error.contains("check that redis-server is running"), "{error}");
+        assert!(
+            error.to_lowercase().contains("connection refused"),
+            "{error}"
+        );
+        assert!(
+            error.contains("check that redis-server is running"),
+            "{error}"
+        );
         assert!(!error.contains("Os {"), "Debug form: {error}");
         assert!(!error.contains('\n'));
         let error = LockClient::connect("http//nonsense").await.unwrap_err();
@@ -310,7 +341,11 @@ async fn key_prefixes_keep_applications_apart() {
         };
         let (one, two) = (app("one:").await.unwrap(), app("two:").await.unwrap());
         let a = one.lock("job").lock().await.unwrap();
-        let b = two.lock("job").try_lock(Duration::ZERO, None).await.unwrap();
+        let b = two
+            .lock("job")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap();
         let b = b.expect("another namespace's lock of the same name is another lock");
         assert_eq!(a.name(), "one:job");
         let keys: Vec<String> = raw.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
@@ -376,7 +411,11 @@ async fn with_lock_runs_work_under_the_lock_and_stops_it_when_lost() {
             })
             .await;
         assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(!finished.load(std::sync::atomic::Ordering::SeqCst));
     })
     .await;
@@ -406,8 +445,12 @@ async fn bad_input_sweep() {
         let limit = Duration::from_secs(10);
         for name in &names {
             let shown = &name[..name.len().min(12)];
-            for lock in [client.lock(name.clone()), client.fair_lock(name.clone()).into()] {
-                let what = |method: &str| format!("{method} on {shown:?} (fair: {})", lock.is_fair());
+            for lock in [
+                client.lock(name.clone()),
+                client.fair_lock(name.clone()).into(),
+            ] {
+                let what =
+                    |method: &str| format!("{method} on {shown:?} (fair: {})", lock.is_fair());
                 if let Ok(guard) = ends(&what("lock"), limit, lock.lock()).await {
                     guard.unlock().await.unwrap();
                 }
@@ -419,7 +462,13 @@ async fn bad_input_sweep() {
                 let _ = ends(&what("with_lock"), limit, lock.with_lock(|_| async {})).await;
                 for duration in EDGE_DURATIONS {
                     let what = |method: &str| format!("{} {duration:?}", what(method));
-                    if let Ok(guard) = ends(&what("lock_with_lease"), limit, lock.lock_with_lease(duration)).await {
+                    if let Ok(guard) = ends(
+                        &what("lock_with_lease"),
+                        limit,
+                        lock.lock_with_lease(duration),
+                    )
+                    .await
+                    {
                         guard.unlock().await.unwrap();
                     }
                     for lease in [None, Some(duration), Some(Duration::from_secs(5))] {
@@ -433,10 +482,20 @@ async fn bad_input_sweep() {
             let multi = MultiLock::new(vec![client.lock(name.clone()), second.lock(name.clone())]);
             if let Ok(multi) = multi {
                 for duration in EDGE_DURATIONS {
-                    let _ = ends("multi lock_with_lease", limit, multi.lock_with_lease(duration)).await;
+                    let _ = ends(
+                        "multi lock_with_lease",
+                        limit,
+                        multi.lock_with_lease(duration),
+                    )
+                    .await;
                     // Two owners of one lock never both get it: a bounded try ends with None.
                     let wait = duration.min(Duration::from_millis(300));
-                    let _ = ends("multi try_lock", limit, multi.try_lock(wait, Some(duration))).await;
+                    let _ = ends(
+                        "multi try_lock",
+                        limit,
+                        multi.try_lock(wait, Some(duration)),
+                    )
+                    .await;
                 }
             }
             for duration in EDGE_DURATIONS {
@@ -445,8 +504,12 @@ async fn bad_input_sweep() {
                     .build();
                 assert!(built.is_err(), "ttl {duration:?}");
                 for (i, built) in [
-                    RedLock::builder(vec![client.clone()], name.clone()).node_timeout(duration).build(),
-                    RedLock::builder(vec![client.clone()], name.clone()).max_hold(duration).build(),
+                    RedLock::builder(vec![client.clone()], name.clone())
+                        .node_timeout(duration)
+                        .build(),
+                    RedLock::builder(vec![client.clone()], name.clone())
+                        .max_hold(duration)
+                        .build(),
                     RedLock::builder(vec![client.clone()], name.clone())
                         .retry_delay(duration..=duration)
                         .build(),
@@ -461,7 +524,13 @@ async fn bad_input_sweep() {
                     }
                 }
                 if let Ok(redlock) = RedLock::new(vec![client.clone()], name.clone()) {
-                    if let Ok(guard) = ends("redlock lock_with_ttl", limit, redlock.lock_with_ttl(duration)).await {
+                    if let Ok(guard) = ends(
+                        "redlock lock_with_ttl",
+                        limit,
+                        redlock.lock_with_ttl(duration),
+                    )
+                    .await
+                    {
                         guard.unlock().await.unwrap();
                     }
                     let call = redlock.try_lock(duration, Some(Duration::from_secs(5)));

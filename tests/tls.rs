@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::{bounded, free_port, RedisServer};
@@ -37,9 +37,19 @@ impl Certificates {
         };
         for ca in ["ca", "other-ca"] {
             openssl(&[
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                "-subj", &format!("/CN=fredlock test {ca}"),
-                "-keyout", &format!("{ca}.key"), "-out", &format!("{ca}.pem"),
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN=fredlock test {ca}"),
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.pem"),
             ]);
         }
         std::fs::write(
@@ -48,12 +58,33 @@ impl Certificates {
         )
         .unwrap();
         openssl(&[
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
-            "-keyout", "server.key", "-out", "server.csr",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
         ]);
         openssl(&[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.pem",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.pem",
         ]);
         Certificates { dir }
     }
@@ -74,11 +105,16 @@ fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
     let tls_port = free_port().to_string();
     let server = RedisServer::start_with(
         &[
-            "--tls-port", &tls_port,
-            "--tls-cert-file", &certs.path("server.pem"),
-            "--tls-key-file", &certs.path("server.key"),
-            "--tls-ca-cert-file", &certs.path("ca.pem"),
-            "--tls-auth-clients", "no",
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &certs.path("server.pem"),
+            "--tls-key-file",
+            &certs.path("server.key"),
+            "--tls-ca-cert-file",
+            &certs.path("ca.pem"),
+            "--tls-auth-clients",
+            "no",
         ],
         free_port,
     );
@@ -86,7 +122,10 @@ fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
 }
 
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-fn rediss(port: u16, connector: fredlock::fred::types::config::TlsConnector) -> fredlock::fred::prelude::Config {
+fn rediss(
+    port: u16,
+    connector: fredlock::fred::types::config::TlsConnector,
+) -> fredlock::fred::prelude::Config {
     let mut config =
         fredlock::fred::prelude::Config::from_url(&format!("rediss://127.0.0.1:{port}")).unwrap();
     config.tls = Some(connector.into());
@@ -94,12 +133,14 @@ fn rediss(port: u16, connector: fredlock::fred::types::config::TlsConnector) -> 
 }
 
 #[cfg(feature = "tls-rustls")]
-fn rustls_trusting(ca: &Path) -> fredlock::fred::types::config::TlsConnector {
+fn rustls_trusting(ca: &std::path::Path) -> fredlock::fred::types::config::TlsConnector {
     use fredlock::fred::rustls;
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_file(ca).unwrap()).unwrap();
+    roots
+        .add(CertificateDer::from_pem_file(ca).unwrap())
+        .unwrap();
     // The provider is named: other crates in the tree may compile a second one.
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     rustls::ClientConfig::builder_with_provider(provider)
@@ -111,7 +152,7 @@ fn rustls_trusting(ca: &Path) -> fredlock::fred::types::config::TlsConnector {
 }
 
 #[cfg(feature = "tls-native-tls")]
-fn native_tls_trusting(ca: &Path) -> fredlock::fred::types::config::TlsConnector {
+fn native_tls_trusting(ca: &std::path::Path) -> fredlock::fred::types::config::TlsConnector {
     use fredlock::fred::native_tls;
     let ca = native_tls::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
     native_tls::TlsConnector::builder()
@@ -144,10 +185,18 @@ async fn rustls_connects_with_the_right_ca_and_refuses_a_wrong_one() {
     bounded(async {
         let certs = Certificates::make();
         let (server, port) = tls_server(&certs);
-        locks_over(rediss(port, rustls_trusting(&certs.dir.join("ca.pem"))), &server).await;
+        locks_over(
+            rediss(port, rustls_trusting(&certs.dir.join("ca.pem"))),
+            &server,
+        )
+        .await;
 
         let wrong = rediss(port, rustls_trusting(&certs.dir.join("other-ca.pem")));
-        let error = LockClient::builder().config(wrong).build().await.unwrap_err();
+        let error = LockClient::builder()
+            .config(wrong)
+            .build()
+            .await
+            .unwrap_err();
         let message = error.to_string();
         println!("{message}");
         assert!(matches!(error, Error::Redis { .. }), "{error:?}");
@@ -163,10 +212,18 @@ async fn native_tls_connects_with_the_right_ca_and_refuses_a_wrong_one() {
     bounded(async {
         let certs = Certificates::make();
         let (server, port) = tls_server(&certs);
-        locks_over(rediss(port, native_tls_trusting(&certs.dir.join("ca.pem"))), &server).await;
+        locks_over(
+            rediss(port, native_tls_trusting(&certs.dir.join("ca.pem"))),
+            &server,
+        )
+        .await;
 
         let wrong = rediss(port, native_tls_trusting(&certs.dir.join("other-ca.pem")));
-        let error = LockClient::builder().config(wrong).build().await.unwrap_err();
+        let error = LockClient::builder()
+            .config(wrong)
+            .build()
+            .await
+            .unwrap_err();
         let message = error.to_string();
         println!("{message}");
         assert!(matches!(error, Error::Redis { .. }), "{error:?}");

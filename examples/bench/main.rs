@@ -267,7 +267,7 @@ async fn run(options: Options) {
     if let Some(locks) = options.locks {
         sizes.many = locks;
     }
-    let wanted = |n: u8| options.only.as_ref().map_or(true, |only| only.contains(&n));
+    let wanted = |n: u8| options.only.as_ref().is_none_or(|only| only.contains(&n));
     let server = harness::RedisServer::start();
     let url = server.url();
     let machine = measure::machine();

@@ -11,8 +11,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::nodes::{Tally, Token, Until};
 use super::Shared;
-use crate::error::{Error, NodeFailureReason, Result};
 use crate::durations::millis;
+use crate::error::{Error, NodeFailureReason, Result};
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also
 /// when the attempt is dropped half-way.

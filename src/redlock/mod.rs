@@ -13,8 +13,8 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::error::{Error, Result};
 use crate::durations::{self, millis};
+use crate::error::{Error, Result};
 pub use guard::RedLockGuard;
 use nodes::{Nodes, Tally, Token, Until};
 

@@ -69,10 +69,28 @@
 //!
 //! A lock named `name` is a hash at key `name` with field `<client uuid>:<owner id>` holding the
 //! hold count; the final unlock publishes `0` on `redisson_lock__channel:{name}` (the braces keep
-//! every key of one lock in one cluster slot; a name that already contains `{` is not braced
-//! again). The same scripts' rules are followed, so each side sees the other's holds as its own
+//! every key of one lock in one cluster slot; a name that carries a hash tag is not braced
+//! again, and a name whose braces are no hash tag gets keys in its own slot by Redis's rule). The same scripts' rules are followed, so each side sees the other's holds as its own
 //! kind. A fair lock adds Redisson's queue `redisson_lock_queue:{name}`, its slot zset
 //! `redisson_lock_timeout:{name}` and one channel per waiter; see [`FairLock`].
+//!
+//! # Input, outages and errors
+//!
+//! Every lease and timeout is checked where it enters the API (at least 1 ms, at most
+//! [`MAX_DURATION`]), so nothing out of range reaches Redis and no lock key is ever left without
+//! a TTL; a `try_lock` wait too long for any deadline waits for ever. A wait that ends with no
+//! attempt reaching Redis fails with [`Error::Unavailable`]: `Ok(None)` always means another
+//! owner held the lock. Error messages fit on one line and name the lock, the owner, the server
+//! and what to check.
+//!
+//! # Features
+//!
+//! - `tls-rustls`: `rediss://` through rustls (ring provider).
+//! - `tls-native-tls`: `rediss://` through the platform's TLS library. With both, URLs use it.
+//!
+//! Without a TLS feature a `rediss://` URL is refused with [`Error::InvalidArgument`]. For a
+//! private CA, build a fred `Config` whose `tls` holds a `TlsConnector` that trusts it, and pass
+//! it to [`LockClientBuilder::config`].
 //!
 //! # Observability
 //!

@@ -134,7 +134,8 @@ impl MultiLock {
     /// # Errors
     ///
     /// As [`lock_with_lease`](Self::lock_with_lease). With a zero `wait`, a connection failure is
-    /// returned; with a longer one it is retried within the wait.
+    /// returned; with a longer one it is retried within the wait, and returned (e.g.
+    /// [`Error::Unavailable`]) if the wait ends without any member having been found held.
     ///
     /// # Cancel safety
     ///

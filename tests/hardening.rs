@@ -83,6 +83,23 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
             is_invalid(builder().command_timeout(timeout).build().await);
         }
 
+        // The longest accepted values work: the watchdog takes a 121-day period in its stride.
+        let longest = LockClient::builder()
+            .url(server.url())
+            .watchdog_timeout(MAX_DURATION)
+            .fair_wait_timeout(MAX_DURATION)
+            .command_timeout(MAX_DURATION)
+            .build()
+            .await
+            .unwrap();
+        for lock in [longest.lock("longest"), longest.fair_lock("longest").into()] {
+            let guard = lock.lock().await.unwrap();
+            let ttl: i64 = raw.pttl("longest").await.unwrap();
+            assert!(ttl > 364 * 24 * 3600 * 1000, "{ttl}");
+            guard.unlock().await.unwrap();
+        }
+        longest.shutdown().await;
+
         // A wait no deadline can represent waits for ever: here, until the holder lets go.
         let holder = lock.lock().await.unwrap();
         let waiter = {

@@ -163,10 +163,17 @@ fn native_tls_trusting(ca: &std::path::Path) -> fredlock::fred::types::config::T
         .into()
 }
 
-/// Locks over the TLS port work: the hold shows on the server's plaintext port.
+/// With a connector trusting the test CA, locks over the TLS port work (the hold shows on the
+/// server's plaintext port); with one trusting another CA, connecting fails with a certificate
+/// error naming the server.
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-async fn locks_over(config: fredlock::fred::prelude::Config, server: &RedisServer) {
+async fn right_ca_connects_wrong_ca_is_refused(
+    trusting: fn(&std::path::Path) -> fredlock::fred::types::config::TlsConnector,
+) {
     use fredlock::fred::prelude::*;
+    let certs = Certificates::make();
+    let (server, port) = tls_server(&certs);
+    let config = rediss(port, trusting(&certs.dir.join("ca.pem")));
     let client = LockClient::builder().config(config).build().await.unwrap();
     let lock = client.lock("tls-lock");
     let guard = lock.lock().await.unwrap();
@@ -177,59 +184,30 @@ async fn locks_over(config: fredlock::fred::prelude::Config, server: &RedisServe
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
     client.shutdown().await;
+
+    let wrong = rediss(port, trusting(&certs.dir.join("other-ca.pem")));
+    let error = LockClient::builder()
+        .config(wrong)
+        .build()
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    println!("{message}");
+    assert!(matches!(error, Error::Redis { .. }), "{error:?}");
+    assert!(message.contains("certificate"), "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
 }
 
 #[cfg(feature = "tls-rustls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rustls_connects_with_the_right_ca_and_refuses_a_wrong_one() {
-    bounded(async {
-        let certs = Certificates::make();
-        let (server, port) = tls_server(&certs);
-        locks_over(
-            rediss(port, rustls_trusting(&certs.dir.join("ca.pem"))),
-            &server,
-        )
-        .await;
-
-        let wrong = rediss(port, rustls_trusting(&certs.dir.join("other-ca.pem")));
-        let error = LockClient::builder()
-            .config(wrong)
-            .build()
-            .await
-            .unwrap_err();
-        let message = error.to_string();
-        println!("{message}");
-        assert!(matches!(error, Error::Redis { .. }), "{error:?}");
-        assert!(message.contains("certificate"), "{message}");
-        assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
-    })
-    .await;
+    bounded(right_ca_connects_wrong_ca_is_refused(rustls_trusting)).await;
 }
 
 #[cfg(feature = "tls-native-tls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_tls_connects_with_the_right_ca_and_refuses_a_wrong_one() {
-    bounded(async {
-        let certs = Certificates::make();
-        let (server, port) = tls_server(&certs);
-        locks_over(
-            rediss(port, native_tls_trusting(&certs.dir.join("ca.pem"))),
-            &server,
-        )
-        .await;
-
-        let wrong = rediss(port, native_tls_trusting(&certs.dir.join("other-ca.pem")));
-        let error = LockClient::builder()
-            .config(wrong)
-            .build()
-            .await
-            .unwrap_err();
-        let message = error.to_string();
-        println!("{message}");
-        assert!(matches!(error, Error::Redis { .. }), "{error:?}");
-        assert!(message.contains("certificate"), "{message}");
-    })
-    .await;
+    bounded(right_ca_connects_wrong_ca_is_refused(native_tls_trusting)).await;
 }
 
 /// A `rediss://` URL with the platform's roots (which do not trust the test CA) fails with a

@@ -170,7 +170,7 @@ fn native_tls_trusting(ca: &std::path::Path) -> fredlock::fred::types::config::T
 async fn right_ca_connects_wrong_ca_is_refused(
     trusting: fn(&std::path::Path) -> fredlock::fred::types::config::TlsConnector,
 ) {
-    use fredlock::fred::prelude::*;
+    use fredlock::fred::interfaces::HashesInterface;
     let certs = Certificates::make();
     let (server, port) = tls_server(&certs);
     let config = rediss(port, trusting(&certs.dir.join("ca.pem")));

@@ -487,7 +487,10 @@ async fn wire_layout_matches_redisson() {
         // A task's id is a number, as Redisson's thread id; this test body runs outside any
         // task (in `block_on`), where the id is `t<n>`.
         let number = owner.strip_prefix('t').unwrap_or(owner);
-        assert!(!number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()), "{owner}");
+        assert!(
+            !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()),
+            "{owner}"
+        );
 
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();

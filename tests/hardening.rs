@@ -9,7 +9,7 @@ mod common;
 use std::future::Future;
 use std::time::Duration;
 
-use common::{bounded, free_port, RedisCluster, RedisServer};
+use common::{bounded, free_port, RedisCluster, RedisServer, StallingProxy};
 use fred::prelude::*;
 use fredlock::{Error, LockClient, MultiLock, RedLock, MAX_DURATION};
 use tokio::time::Instant;
@@ -243,6 +243,30 @@ async fn an_outage_is_told_apart_from_a_held_lock() {
             .unwrap()
             .expect("acquired once Redis is back");
         guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
+/// 4b. A server that accepts but never answers: the wait ends with `Unavailable` (no reply),
+/// not `Ok(None)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_is_unavailable_not_busy() {
+    bounded(async {
+        let server = RedisServer::start();
+        let proxy = StallingProxy::start(server.port());
+        let client = LockClient::connect(&proxy.url()).await.unwrap();
+        let lock = client.lock("stalled");
+        proxy.stall();
+        let started = Instant::now();
+        let outcome = lock.try_lock(Duration::from_millis(300), None).await;
+        let waited = started.elapsed();
+        match outcome {
+            Err(Error::Unavailable { source: None, .. }) => {}
+            other => panic!("expected Unavailable without a reply, got {other:?}"),
+        }
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        proxy.resume();
+        client.shutdown().await;
     })
     .await;
 }

@@ -1,13 +1,13 @@
 //! fredlock's benchmark: lock cost against the Redis round trip, and against other lock crates.
 //!
 //! ```text
-//! cargo run --release --example bench                  # the full run (about 5 minutes)
-//! cargo run --release --example bench -- --quick       # a short smoke run
-//! cargo run --release --example bench -- --json        # JSON on stdout, the table on stderr
-//! cargo run --release --example bench -- --only 1,3    # some scenarios
-//! cargo run --release --example bench -- --chart PATH  # where the wake-up chart goes
-//! cargo run --release --example bench -- --locks N     # locks and waiters in scenarios 5, 6
-//! cargo run --release --example bench -- --current-thread  # one runtime thread instead of one per core
+//! cargo bench --bench bench                  # the full run (about 5 minutes)
+//! cargo bench --bench bench -- --quick       # a short smoke run
+//! cargo bench --bench bench -- --json        # JSON on stdout, the table on stderr
+//! cargo bench --bench bench -- --only 1,3    # some scenarios
+//! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes
+//! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6
+//! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and
@@ -104,7 +104,7 @@ fn options() -> Options {
             // `cargo bench` passes --bench; nothing else is expected.
             "--bench" => {}
             other => {
-                eprintln!("unknown argument {other}; see the top of examples/bench/main.rs");
+                eprintln!("unknown argument {other}; see the top of benches/bench/main.rs");
                 std::process::exit(2);
             }
         }

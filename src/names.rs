@@ -1,6 +1,9 @@
 //! Redis key and channel names derived from a lock name, as Redisson derives them, placed in
 //! the lock's cluster slot whatever the name.
 
+use std::fmt::Write;
+use std::sync::OnceLock;
+
 /// The part of `key` Redis hashes to choose its cluster slot, when it has one: what lies between
 /// the first `{` and the first `}` after it, if that is not empty. Otherwise Redis hashes the
 /// whole key.
@@ -31,19 +34,33 @@ pub(crate) fn suffixed(prefix: &str, name: &str) -> String {
 }
 
 /// The smallest number whose decimal form hashes to `slot`: the same on every client, so all of
-/// them derive the same keys. Every slot has one below 300 000 (see the test); finding it takes
-/// about 16 000 CRC16s of a few bytes on average, and only for names no tag can carry.
+/// them derive the same keys. The table of all 16384 is built on first use, in one pass over
+/// the numbers below 300 000 (see the test), and only by a process that meets such a name.
 fn slot_tag(slot: u16) -> u32 {
-    let mut text = String::new();
-    (0..u32::MAX)
-        .find(|n| {
-            use std::fmt::Write;
+    static TAGS: OnceLock<Vec<u32>> = OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; SLOTS];
+        let mut missing = SLOTS;
+        let mut text = String::new();
+        for n in 0..u32::MAX {
             text.clear();
             let _ = write!(text, "{n}");
-            fred::util::redis_keyslot(text.as_bytes()) == slot
-        })
-        .unwrap_or_default()
+            let tag = &mut tags[usize::from(fred::util::redis_keyslot(text.as_bytes()))];
+            if *tag == u32::MAX {
+                *tag = n;
+                missing -= 1;
+                if missing == 0 {
+                    break;
+                }
+            }
+        }
+        tags
+    });
+    tags.get(usize::from(slot)).copied().unwrap_or_default()
 }
+
+/// Cluster slots in Redis.
+const SLOTS: usize = 16384;
 
 /// The channel on which a reentrant lock announces its release.
 pub(crate) fn lock_channel(name: &str) -> String {
@@ -125,6 +142,11 @@ mod tests {
     /// `slot_tag` always finds a tag: every slot is reached by a number below 300 000.
     #[test]
     fn every_slot_has_a_short_tag() {
+        for slot in [0, 1, 8000, 16383] {
+            let tag = slot_tag(slot);
+            assert!(tag < 300_000, "{tag}");
+            assert_eq!(fred::util::redis_keyslot(tag.to_string().as_bytes()), slot);
+        }
         let mut reached = vec![false; 16384];
         let mut missing = reached.len();
         for n in 0..300_000u32 {

@@ -3,10 +3,12 @@
 -- that was released, expired or deleted.
 --
 -- KEYS[i]    lock names (all in one cluster slot)
--- ARGV[1]    lease in milliseconds
+-- ARGV[1]    lease in milliseconds; 0 only checks that each owner still holds
+--            its lock (holds with a fixed lease, which are never extended)
 -- ARGV[i+1]  owner field for KEYS[i]
 --
--- Reply: one integer per key, 1 = extended, 0 = the owner no longer holds it.
+-- Reply: one integer per key, 1 = extended (or still held), 0 = the owner no
+-- longer holds it.
 local lease = ARGV[1]
 local renewed = {}
 
@@ -15,7 +17,9 @@ for i, name in ipairs(KEYS) do
     -- failing the renewal of every other key in the batch.
     local held = redis.pcall('hexists', name, ARGV[i + 1])
     if held == 1 then
-        redis.call('pexpire', name, lease)
+        if lease ~= '0' then
+            redis.call('pexpire', name, lease)
+        end
         renewed[i] = 1
     else
         renewed[i] = 0

@@ -1,8 +1,10 @@
 //! The watchdog: one task per client that keeps watchdog-mode holds alive and notices lost ones.
 //!
-//! Once a period (`watchdog_timeout / 3`) it scans the client's registry of holds and renews
-//! every hold with a watchdog guard, in script calls of up to 100 keys, one cluster slot per
-//! call: a period costs `holds / 100` calls per slot. A hold taken between two scans is renewed
+//! Once a period (`watchdog_timeout / 3`), and at once after fred reconnects, it scans the
+//! client's registry of holds and renews every hold with a watchdog guard, in script calls of up
+//! to 100 keys, one cluster slot per call: a period costs `holds / 100` calls per slot. Holds with
+//! fixed leases only are checked the same way without being extended, so their guards learn of a
+//! loss (a deleted key, a restarted server) within a period too, not at the end of their lease. A hold taken between two scans is renewed
 //! at the next one, at most a period after it was taken, while its lease lasts three. Acquiring
 //! and releasing therefore never involve this task.
 //!
@@ -17,8 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::{Key, Value};
+use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -39,8 +42,16 @@ enum Tick {
     Retry,
 }
 
+/// What a batch did: extend watchdog holds, or only check that fixed-lease holds still exist.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Visit {
+    Renew,
+    Check,
+}
+
 type BatchResult = (
     Vec<Arc<Hold>>,
+    Visit,
     Instant,
     Result<Vec<i64>, fred::error::Error>,
 );
@@ -82,9 +93,18 @@ impl Watchdog {
     /// Runs until `shutdown` is cancelled.
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         self.queue.insert(Tick::Period, self.period);
+        // A reconnect may follow a restart that lost every key: look at once, not a period later.
+        let mut reconnects = self.redis.reconnect_rx();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                reconnected = reconnects.recv() => match reconnected {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        tracing::debug!("reconnected; checking every hold");
+                        self.renew_all();
+                    }
+                    Err(RecvError::Closed) => reconnects = self.redis.reconnect_rx(),
+                },
                 Some(expired) = poll_fn(|cx| self.queue.poll_expired(cx)) => {
                     match expired.into_inner() {
                         Tick::Period => {
@@ -114,38 +134,49 @@ impl Watchdog {
         self.renew(due);
     }
 
-    /// Renews the holds that still have a watchdog guard and no renewal on its way, grouped by
-    /// cluster slot, in batches.
+    /// Renews the holds that still have a watchdog guard, and checks that holds with fixed leases
+    /// only still exist (so that their guards learn of a loss before the lease ends), skipping
+    /// holds with a visit on its way; grouped by cluster slot, in batches.
     fn renew(&mut self, holds: Vec<Arc<Hold>>) {
         let clustered = self.redis.is_clustered();
-        let mut groups: BTreeMap<u16, Vec<Arc<Hold>>> = BTreeMap::new();
+        let mut groups: BTreeMap<(u16, Visit), Vec<Arc<Hold>>> = BTreeMap::new();
         for hold in holds {
-            if hold.watchdog_guards() == 0 || hold.is_lost() {
+            if hold.guards() == 0 || hold.is_lost() {
                 self.failing.remove(&address(&hold));
                 continue;
             }
             if hold.renewing.swap(true, Ordering::AcqRel) {
                 continue;
             }
+            let visit = if hold.watchdog_guards() > 0 {
+                Visit::Renew
+            } else {
+                Visit::Check
+            };
             let slot = if clustered {
                 fred::util::redis_keyslot(hold.name.as_bytes())
             } else {
                 0
             };
-            groups.entry(slot).or_default().push(hold);
+            groups.entry((slot, visit)).or_default().push(hold);
         }
-        for holds in groups.into_values() {
+        for ((_, visit), holds) in groups {
             let mut holds = holds.into_iter().peekable();
             while holds.peek().is_some() {
-                self.send_batch(holds.by_ref().take(BATCH).collect());
+                self.send_batch(holds.by_ref().take(BATCH).collect(), visit);
             }
         }
     }
 
-    fn send_batch(&mut self, holds: Vec<Arc<Hold>>) {
+    fn send_batch(&mut self, holds: Vec<Arc<Hold>>, visit: Visit) {
         let mut keys = Vec::with_capacity(holds.len());
         let mut args = Vec::with_capacity(holds.len() + 1);
-        args.push(Value::from(self.lease_ms as i64));
+        // A lease of 0 asks the script to check without extending.
+        let lease_ms = match visit {
+            Visit::Renew => self.lease_ms as i64,
+            Visit::Check => 0,
+        };
+        args.push(Value::from(lease_ms));
         let mut lease_end: Option<Instant> = None;
         for hold in &holds {
             let (key, field) = hold
@@ -162,9 +193,11 @@ impl Watchdog {
         // lease end is a lower bound, counted from when a command was sent; a command that sat in
         // a reconnect queue can leave it already past while the lock is fine, so every renewal
         // gets at least a period to prove the field is still there.
-        let limit = lease_end
-            .unwrap_or_else(Instant::now)
-            .max(Instant::now() + self.period);
+        let limit = match visit {
+            Visit::Renew => lease_end.unwrap_or_else(Instant::now),
+            Visit::Check => Instant::now(),
+        }
+        .max(Instant::now() + self.period);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
             let renewal = LOCK_RENEW.run::<Vec<i64>>(&redis, || (keys.clone(), args.clone()));
@@ -175,15 +208,21 @@ impl Watchdog {
                     "no reply before the lease ran out",
                 )),
             };
-            (holds, sent_at, result)
+            (holds, visit, sent_at, result)
         });
     }
 
-    fn on_renewed(&mut self, (holds, sent_at, result): BatchResult) {
+    fn on_renewed(&mut self, (holds, visit, sent_at, result): BatchResult) {
         let now = Instant::now();
-        match &result {
-            Ok(_) => tracing::trace!(locks = holds.len(), "renewed"),
-            Err(error) => tracing::warn!(locks = holds.len(), %error, "lock renewal failed"),
+        match (&result, visit) {
+            (Ok(_), Visit::Renew) => tracing::trace!(locks = holds.len(), "renewed"),
+            (Ok(_), Visit::Check) => tracing::trace!(locks = holds.len(), "checked"),
+            (Err(error), Visit::Renew) => {
+                tracing::warn!(locks = holds.len(), %error, "lock renewal failed")
+            }
+            (Err(error), Visit::Check) => {
+                tracing::debug!(locks = holds.len(), %error, "lock check failed")
+            }
         }
         for (i, hold) in holds.into_iter().enumerate() {
             hold.renewing.store(false, Ordering::Release);
@@ -193,7 +232,9 @@ impl Watchdog {
             }
             match &result {
                 Ok(replies) if replies.get(i).copied() == Some(1) => {
-                    hold.leased(sent_at, self.timeout);
+                    if visit == Visit::Renew {
+                        hold.leased(sent_at, self.timeout);
+                    }
                     self.failing.remove(&address(&hold));
                 }
                 Ok(_) => {
@@ -203,6 +244,8 @@ impl Watchdog {
                     );
                     self.lose(&hold);
                 }
+                // A fixed lease ends by itself; the next period looks again.
+                Err(_) if visit == Visit::Check => {}
                 Err(_) if now < hold.times().leased_at + self.timeout => {
                     self.failing.insert(address(&hold), hold);
                 }

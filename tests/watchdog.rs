@@ -14,7 +14,58 @@ for_each_kind!(
     loss_reaches_every_nested_guard,
     unreachable_redis_loses_lock_at_lease_end,
     loss_follows_the_lease_once_the_watchdog_guard_leaves,
+    fixed_lease_holders_learn_of_a_deleted_lock_within_a_period,
+    a_restart_without_persistence_is_noticed_by_every_holder,
 );
+
+/// A fixed-lease hold is checked every period: deleting its key is noticed then, not at the end
+/// of its 20 s lease.
+async fn fixed_lease_holders_learn_of_a_deleted_lock_within_a_period(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let watchdog = Duration::from_millis(900);
+    let client = server.lock_client(watchdog).await;
+    let guard = kind
+        .lock(&client, "fixed-check")
+        .lock_with_lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!guard.is_lost(), "a check must not lose a held lock");
+    let ttl: i64 = raw.pttl("fixed-check").await.unwrap();
+    assert!(ttl <= 20_000 - 400, "a check must not extend a fixed lease: {ttl}");
+    let _: i64 = raw.del("fixed-check").await.unwrap();
+    let deleted = Instant::now();
+    tokio::time::timeout(watchdog, guard.lost())
+        .await
+        .expect("told within a watchdog period (a third of the timeout, plus a margin)");
+    println!("fixed-lease holder told {:?} after the delete", deleted.elapsed());
+}
+
+/// Redis restarted empty: the watchdog checks at the reconnect, and every holder (watchdog or
+/// fixed lease) is told at once, long before a fixed lease would end.
+async fn a_restart_without_persistence_is_noticed_by_every_holder(kind: Kind) {
+    let mut server = RedisServer::start();
+    let watchdog = Duration::from_secs(3);
+    let client = server.lock_client(watchdog).await;
+    let renewed = kind.lock(&client, "restart-watchdog").lock().await.unwrap();
+    let fixed = kind
+        .lock(&client, "restart-fixed")
+        .lock_with_lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.start_again();
+    let restarted = Instant::now();
+    tokio::time::timeout(watchdog / 3 + Duration::from_secs(2), async {
+        renewed.lost().await;
+        fixed.lost().await;
+    })
+    .await
+    .expect("both holders are told within a watchdog period of the reconnect");
+    println!("both holders told {:?} after the restart", restarted.elapsed());
+}
 
 /// A lock deleted behind its owner's back marks every guard of that owner lost.
 async fn loss_reaches_every_nested_guard(kind: Kind) {

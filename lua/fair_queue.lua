@@ -13,6 +13,21 @@
 -- always does, and ignores the call.
 redis.replicate_commands()
 
+-- An error reply naming the line's key that has the wrong type, or nil. Run
+-- before anything is written, so a broken line changes nothing; the message's
+-- form is read by src/error.rs.
+local function wrong_line(queue, timeouts)
+    local kind = redis.call('type', queue).ok
+    if kind ~= 'none' and kind ~= 'list' then
+        return redis.error_reply('WRONGTYPE not the queue of a fair lock (a list): ' .. queue)
+    end
+    kind = redis.call('type', timeouts).ok
+    if kind ~= 'none' and kind ~= 'zset' then
+        return redis.error_reply('WRONGTYPE not the slot timeouts of a fair lock (a zset): ' .. timeouts)
+    end
+    return nil
+end
+
 -- Milliseconds since the epoch by the server's clock: the one clock every
 -- client agrees on.
 local function server_now()

@@ -28,17 +28,22 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// The lock's key exists in Redis and is not a lock: a type other than a hash, or (for
+    /// A key of the lock exists in Redis with something that is not part of a lock: the lock's
+    /// key with a type other than a hash, or (for
     /// [`force_unlock`](crate::Lock::force_unlock)) a hash without the lock layout of
-    /// `<client uuid>:<owner id>` fields and hold counts. The key is left untouched.
+    /// `<client uuid>:<owner id>` fields and hold counts; a fair lock's queue that is not a list
+    /// or its slot timeouts that are not a zset. The key is left untouched.
     #[error(
-        "key {lock:?} holds something other than a lock (a hash of `<client uuid>:<owner id>` \
-         fields and hold counts), so it cannot be used as one; it was left untouched: pick \
-         another lock name or a key prefix"
+        "lock {lock:?}: key {key:?} holds something that is not part of a lock (a lock is a hash \
+         of `<client uuid>:<owner id>` fields and hold counts, a fair lock's queue a list and its \
+         slot timeouts a zset), so it cannot be used; it was left untouched: pick another lock \
+         name or a key prefix"
     )]
     WrongType {
-        /// The lock's name (the key).
+        /// The lock's name (its key).
         lock: String,
+        /// The key with the wrong content: the lock's own, or one derived from it.
+        key: String,
     },
 
     /// Redis or the connection to it failed.
@@ -242,9 +247,17 @@ impl Error {
         owner: Option<&str>,
         source: fred::error::Error,
     ) -> Error {
-        if source.details().contains("WRONGTYPE") {
+        let details = source.details();
+        if details.contains("WRONGTYPE") {
+            // The fair-lock scripts name a wrong key of the line after this marker; any other
+            // WRONGTYPE is about the lock's own key.
+            let key = details
+                .split_once("WRONGTYPE not the ")
+                .and_then(|(_, rest)| rest.split_once(": "))
+                .map_or(lock, |(_, key)| key);
             return Error::WrongType {
                 lock: lock.to_owned(),
+                key: key.to_owned(),
             };
         }
         Error::Redis {

@@ -267,6 +267,7 @@ impl Lock {
             // As `lock()` finds it: not a lock.
             _ => Err(Error::WrongType {
                 lock: self.name().to_owned(),
+                key: self.name().to_owned(),
             }),
         }
     }

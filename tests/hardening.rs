@@ -318,6 +318,46 @@ async fn keys_that_are_not_locks_are_left_alone() {
     .await;
 }
 
+/// A fair lock whose queue or slot timeouts key holds another type: the error names that key,
+/// and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_fair_line_names_its_wrong_key() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        for (name, broken) in [
+            ("q", "redisson_lock_queue:{q}"),
+            ("t", "redisson_lock_timeout:{t}"),
+        ] {
+            let _: () = raw.set(broken, "mine", None, None, false).await.unwrap();
+            let lock = client.fair_lock(name);
+            let holder = client.fair_lock(name).lock().await;
+            match holder {
+                Err(Error::WrongType { lock, key }) => {
+                    assert_eq!((lock.as_str(), key.as_str()), (name, broken));
+                }
+                other => panic!("expected WrongType naming {broken}, got {other:?}"),
+            }
+            let error = lock
+                .try_lock(Duration::from_millis(100), None)
+                .await
+                .unwrap_err();
+            assert!(error.to_string().contains(broken), "{error}");
+            let error = lock.force_unlock().await.unwrap_err();
+            assert!(
+                matches!(&error, Error::WrongType { key, .. } if key == broken),
+                "{error:?}"
+            );
+            let value: String = raw.get(broken).await.unwrap();
+            assert_eq!(value, "mine");
+            let exists: u32 = raw.exists(name).await.unwrap();
+            assert_eq!(exists, 0, "nothing written");
+        }
+    })
+    .await;
+}
+
 /// 6. Outside a task the owner id reads `t<n>`.
 #[test]
 fn owners_outside_a_task_are_readable() {

@@ -668,7 +668,7 @@ async fn bad_input_is_rejected() {
             .await
             .unwrap();
         let string = client.lock("a-string");
-        let wrong = |r: &Result<_, Error>| matches!(r, Err(Error::WrongType { lock }) if lock == "a-string");
+        let wrong = |r: &Result<_, Error>| matches!(r, Err(Error::WrongType { lock, key }) if lock == "a-string" && key == "a-string");
         assert!(wrong(&string.lock().await.map(|_| ())));
         assert!(wrong(&string.try_lock(Duration::from_millis(200), None).await.map(|_| ())));
         assert!(wrong(&string.lock_with_lease(Duration::from_secs(1)).await.map(|_| ())));

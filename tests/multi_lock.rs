@@ -181,7 +181,7 @@ async fn a_member_error_releases_the_others_and_is_returned() {
         let multi = setup.multi(0, &["a", "b", "c"]);
         let outcome = multi.try_lock(Duration::from_secs(1), None).await;
         assert!(
-            matches!(&outcome, Err(Error::WrongType { lock }) if lock == "c"),
+            matches!(&outcome, Err(Error::WrongType { lock, .. }) if lock == "c"),
             "{outcome:?}"
         );
         assert!(!setup.lock(0, "a").is_locked().await.unwrap());

@@ -33,13 +33,19 @@ async fn fixed_lease_holders_learn_of_a_deleted_lock_within_a_period(kind: Kind)
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!guard.is_lost(), "a check must not lose a held lock");
     let ttl: i64 = raw.pttl("fixed-check").await.unwrap();
-    assert!(ttl <= 20_000 - 400, "a check must not extend a fixed lease: {ttl}");
+    assert!(
+        ttl <= 20_000 - 400,
+        "a check must not extend a fixed lease: {ttl}"
+    );
     let _: i64 = raw.del("fixed-check").await.unwrap();
     let deleted = Instant::now();
     tokio::time::timeout(watchdog, guard.lost())
         .await
         .expect("told within a watchdog period (a third of the timeout, plus a margin)");
-    println!("fixed-lease holder told {:?} after the delete", deleted.elapsed());
+    println!(
+        "fixed-lease holder told {:?} after the delete",
+        deleted.elapsed()
+    );
 }
 
 /// Redis restarted empty: the watchdog checks at the reconnect, and every holder (watchdog or
@@ -64,7 +70,10 @@ async fn a_restart_without_persistence_is_noticed_by_every_holder(kind: Kind) {
     })
     .await
     .expect("both holders are told within a watchdog period of the reconnect");
-    println!("both holders told {:?} after the restart", restarted.elapsed());
+    println!(
+        "both holders told {:?} after the restart",
+        restarted.elapsed()
+    );
 }
 
 /// A lock deleted behind its owner's back marks every guard of that owner lost.

@@ -278,9 +278,18 @@ impl Error {
     }
 }
 
+/// True when fred did not send the command at all: it had no connection to route it to (it is
+/// reconnecting). Such a command never ran, so sending it again is always safe.
+pub(crate) fn was_not_sent(error: &fred::error::Error) -> bool {
+    error.details().starts_with("Failed to route command")
+}
+
 /// True when `error` says the connection failed or timed out, not that Redis rejected a command.
 pub(crate) fn is_transient(error: &fred::error::Error) -> bool {
     use fred::error::ErrorKind;
+    if was_not_sent(error) {
+        return true;
+    }
     match error.kind() {
         ErrorKind::IO
         | ErrorKind::Timeout
@@ -378,5 +387,38 @@ impl fmt::Display for Context<'_> {
             write!(f, " (owner {owner})")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::{Error as FredError, ErrorKind};
+
+    /// fred's answer while it has no connection to route a command to: never sent, so waits keep
+    /// waiting and releases are sent again (issue 11, point 3).
+    #[test]
+    fn a_command_fred_could_not_route_was_not_sent_and_is_transient() {
+        let unrouted = FredError::new(ErrorKind::Unknown, "Failed to route command.");
+        assert!(was_not_sent(&unrouted));
+        assert!(is_transient(&unrouted));
+        let error = Error::from_redis("127.0.0.1:6379", "a", Some("u:1"), unrouted);
+        assert!(error.is_transient());
+        let rejected = FredError::new(ErrorKind::Unknown, "ERR unknown command");
+        assert!(!was_not_sent(&rejected) && !is_transient(&rejected));
+    }
+
+    #[test]
+    fn io_errors_read_as_words_with_the_server_and_a_hint() {
+        let refused = FredError::new(
+            ErrorKind::IO,
+            r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
+        );
+        let text = Error::from_redis("127.0.0.1:6399", "a", None, refused).to_string();
+        assert_eq!(
+            text,
+            "Redis at 127.0.0.1:6399, lock \"a\": connection failed: Connection refused; check \
+             that redis-server is running and listening at that address"
+        );
     }
 }

@@ -271,6 +271,55 @@ async fn a_stalled_server_is_unavailable_not_busy() {
     .await;
 }
 
+/// An unlock while the connection is down is not lost: it is sent once fred has reconnected,
+/// and the lock is released then, not left to its 20 s lease; `lock()` keeps trying through the
+/// same cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_during_a_reconnect_is_sent_when_the_connection_is_back() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let client = LockClient::connect(&proxy.url()).await.unwrap();
+        let lock = client.lock("cut");
+        let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let unlocking = tokio::spawn(guard.unlock());
+        let other = client.lock("cut-waiter");
+        let waiting = tokio::spawn(async move { other.lock().await });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let exists: u32 = raw.exists("cut").await.unwrap();
+        assert_eq!(exists, 1, "still held while the connection is cut");
+        assert!(
+            !unlocking.is_finished(),
+            "unlock gave up while the connection was cut"
+        );
+        assert!(
+            !waiting.is_finished(),
+            "lock() gave up while the connection was cut"
+        );
+        let healed = Instant::now();
+        proxy.heal();
+        tokio::time::timeout(Duration::from_secs(10), unlocking)
+            .await
+            .expect("the unlock ends once the connection is back")
+            .unwrap()
+            .expect("released");
+        let exists: u32 = raw.exists("cut").await.unwrap();
+        assert_eq!(exists, 0);
+        println!("released {:?} after the network healed", healed.elapsed());
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("lock() acquires once the connection is back")
+            .unwrap()
+            .unwrap();
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// 5. force_unlock deletes only locks; is_locked agrees with lock() about other types.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_that_are_not_locks_are_left_alone() {

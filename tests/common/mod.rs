@@ -392,9 +392,13 @@ macro_rules! for_each_kind {
 /// [`stall`](Self::stall) is called, then accepts and reads but never answers (what it holds is
 /// delivered if [`resume`](Self::resume) is called). A node that hangs without closing its
 /// connections, which a client notices only by timing out.
+///
+/// It can also [`cut`](Self::cut): close every connection and refuse new ones (accepted and
+/// closed at once) until [`heal`](Self::heal), as a network that drops the server would.
 pub struct StallingProxy {
     port: u16,
     stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -408,11 +412,15 @@ impl StallingProxy {
         listener.set_nonblocking(true).expect("non-blocking accept");
         let port = listener.local_addr().expect("proxy address").port();
         let stalled = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let (flags, done) = (stalled.clone(), stop.clone());
+        let (flags, cutting, done) = (stalled.clone(), cut.clone(), stop.clone());
         std::thread::spawn(move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 match listener.accept() {
+                    Ok((client, _)) if cutting.load(std::sync::atomic::Ordering::SeqCst) => {
+                        drop(client);
+                    }
                     Ok((client, _)) => {
                         let Ok(server) =
                             TcpStream::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, target_port))
@@ -425,8 +433,9 @@ impl StallingProxy {
                             (server.try_clone(), client.try_clone()),
                         ] {
                             if let (Ok(from), Ok(to)) = (from, to) {
-                                let (flags, done) = (flags.clone(), done.clone());
-                                std::thread::spawn(move || pump(from, to, &flags, &done));
+                                let (flags, cutting, done) =
+                                    (flags.clone(), cutting.clone(), done.clone());
+                                std::thread::spawn(move || pump(from, to, &flags, &cutting, &done));
                             }
                         }
                     }
@@ -437,6 +446,7 @@ impl StallingProxy {
         StallingProxy {
             port,
             stalled,
+            cut,
             stop,
         }
     }
@@ -457,6 +467,16 @@ impl StallingProxy {
         self.stalled
             .store(false, std::sync::atomic::Ordering::SeqCst);
     }
+
+    /// Closes every connection now and refuses new ones until [`heal`](Self::heal).
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Accepts and forwards new connections again.
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Drop for StallingProxy {
@@ -465,17 +485,19 @@ impl Drop for StallingProxy {
     }
 }
 
-/// Copies `from` to `to`, holding each chunk while `stalled`, until either side closes or `stop`.
+/// Copies `from` to `to`, holding each chunk while `stalled`, until either side closes, the
+/// proxy is `cut`, or `stop`.
 fn pump(
     mut from: TcpStream,
     mut to: TcpStream,
     stalled: &std::sync::atomic::AtomicBool,
+    cut: &std::sync::atomic::AtomicBool,
     stop: &std::sync::atomic::AtomicBool,
 ) {
     use std::sync::atomic::Ordering;
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buffer = [0u8; 16 * 1024];
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && !cut.load(Ordering::SeqCst) {
         let read = match from.read(&mut buffer) {
             Ok(0) => break,
             Ok(read) => read,

@@ -4,12 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Core, LockClient};
-use crate::error::{was_not_sent, Error, Result};
+use crate::error::{Error, Result};
 use crate::holds::{Hold, Lease};
 use crate::inflight::InFlight;
 use crate::keys::LockKeys;
@@ -198,31 +197,10 @@ pub(crate) struct Release {
 
 impl Release {
     /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
-    ///
-    /// A call fred could not send (no connection to route it to, while it reconnects) never ran,
-    /// so it is sent again once the connection is back, for as long as the lease could still
-    /// hold the lock; after that the lease has ended it anyway.
     pub(crate) async fn run(&self, core: &Core) -> Result<Option<i64>, fred::error::Error> {
-        let until = Instant::now() + Duration::from_millis(self.lease_ms);
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match self
-                .keys
-                .release(&core.redis, self.lease_ms, &self.field)
-                .await
-            {
-                Err(error) if was_not_sent(&error) && Instant::now() < until => {
-                    tracing::debug!(lock = %self.keys.name, owner = %self.field, %error, "release not sent; sending it again");
-                    tokio::select! {
-                        _ = core.shutdown.cancelled() => return Err(error),
-                        _ = core.redis.wait_for_connect() => {}
-                        _ = tokio::time::sleep_until((Instant::now() + pause).min(until)) => {}
-                    }
-                    pause = (pause * 2).min(Duration::from_secs(1));
-                }
-                outcome => return outcome,
-            }
-        }
+        self.keys
+            .release(&core.redis, self.lease_ms, &self.field)
+            .await
     }
 
     /// Releases for a guard or an acquire nobody waits for any more, reporting only to tracing.

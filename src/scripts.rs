@@ -2,10 +2,14 @@
 //! the server does not have them cached (after a restart, a `SCRIPT FLUSH` or a failover).
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
+use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::{FromValue, Key, Value};
+use tokio::time::Instant;
+
+use crate::error::was_not_sent;
 
 /// A script whose SHA1 is computed once per process.
 pub(crate) struct Script {
@@ -42,22 +46,67 @@ impl Script {
     ///
     /// `call` makes the keys and arguments; it is called again only for the `EVAL` fallback,
     /// so the common path builds them once.
+    ///
+    /// A call fred could not send at all (no connection to route it to, while it reconnects)
+    /// never ran, so it is sent again once the connection is back, within the client's command
+    /// timeout: as if fred had queued it, which it does for calls made a moment earlier or later.
+    /// Every script call gets this here, whatever it does.
     pub(crate) async fn run<R: FromValue>(
         &self,
         redis: &Client,
         call: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, fred::error::Error> {
-        let (keys, args) = call();
-        match redis
-            .evalsha::<R, _, _, _>(self.sha.as_str(), keys, args)
-            .await
-        {
-            Err(error) if error.details().starts_with("NOSCRIPT") => {
-                let (keys, args) = call();
-                redis.eval(self.body.as_str(), keys, args).await
+        let mut resend: Option<Resend> = None;
+        loop {
+            let (keys, args) = call();
+            let outcome = match redis
+                .evalsha::<R, _, _, _>(self.sha.as_str(), keys, args)
+                .await
+            {
+                Err(error) if error.details().starts_with("NOSCRIPT") => {
+                    let (keys, args) = call();
+                    redis.eval(self.body.as_str(), keys, args).await
+                }
+                other => other,
+            };
+            match outcome {
+                Err(error) if was_not_sent(&error) => {
+                    let resend = resend.get_or_insert_with(|| Resend::new(redis));
+                    if !Box::pin(resend.wait(redis)).await {
+                        return Err(error);
+                    }
+                }
+                other => return other,
             }
-            other => other,
         }
+    }
+}
+
+/// Sending a call again that fred could not send: until when, and the pause between tries.
+struct Resend {
+    until: Instant,
+    pause: Duration,
+}
+
+impl Resend {
+    fn new(redis: &Client) -> Resend {
+        Resend {
+            until: Instant::now() + redis.perf_config().default_command_timeout,
+            pause: Duration::from_millis(20),
+        }
+    }
+
+    /// Waits for the connection (or a pause); false once the command timeout has passed.
+    async fn wait(&mut self, redis: &Client) -> bool {
+        if Instant::now() >= self.until {
+            return false;
+        }
+        tokio::select! {
+            _ = redis.wait_for_connect() => {}
+            _ = tokio::time::sleep_until((Instant::now() + self.pause).min(self.until)) => {}
+        }
+        self.pause = (self.pause * 2).min(Duration::from_secs(1));
+        true
     }
 }
 

@@ -267,6 +267,15 @@ impl Error {
         }
     }
 
+    /// The fred error behind a failure to reach Redis, if there is one.
+    pub(crate) fn into_source(self) -> Option<fred::error::Error> {
+        match self {
+            Error::Redis { source, .. } => Some(source),
+            Error::Unavailable { source, .. } => source,
+            _ => None,
+        }
+    }
+
     /// True for failures of the connection rather than of the command: worth trying again after
     /// fred reconnects.
     pub(crate) fn is_transient(&self) -> bool {

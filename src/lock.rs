@@ -260,7 +260,7 @@ impl Lock {
             .redis
             .r#type(self.keys.key.clone())
             .await
-            .map_err(|error| Error::from_redis(&core.address, self.name(), None, error))?;
+            .map_err(self.redis_error(None))?;
         match kind.as_str() {
             "none" => Ok(false),
             "hash" => Ok(true),
@@ -293,7 +293,7 @@ impl Lock {
             .hget::<Option<u32>, _, _>(self.keys.key.clone(), &*field)
             .await
             .map(Option::unwrap_or_default)
-            .map_err(|error| Error::from_redis(&core.address, self.name(), Some(&field), error))
+            .map_err(self.redis_error(Some(&field)))
     }
 
     /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
@@ -307,7 +307,7 @@ impl Lock {
             .redis
             .pttl::<i64, _>(self.keys.key.clone())
             .await
-            .map_err(|error| Error::from_redis(&core.address, self.name(), None, error))?;
+            .map_err(self.redis_error(None))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
     }
 
@@ -332,7 +332,7 @@ impl Lock {
         self.keys
             .force_unlock(&core.redis)
             .await
-            .map_err(|error| Error::from_redis(&core.address, self.name(), None, error))
+            .map_err(self.redis_error(None))
     }
 
     /// The client this lock belongs to.
@@ -404,18 +404,11 @@ impl Lock {
                 }
                 Ok(Attempt::TimedOut) => {
                     leave_now(place).await;
-                    return self.gave_up(core, reached, last_failure.take());
+                    return self.gave_up(reached, last_failure.take());
                 }
                 Err(error) if error.is_transient() && !single_attempt => {
                     tracing::debug!(lock = %self.name(), owner = %field, %error, "acquire failed; retrying");
-                    match error {
-                        Error::Redis { source, .. }
-                        | Error::Unavailable {
-                            source: Some(source),
-                            ..
-                        } => last_failure = Some(source),
-                        _ => {}
-                    }
+                    last_failure = error.into_source().or(last_failure);
                     let pause = error_pause;
                     error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
                     pause
@@ -458,7 +451,7 @@ impl Lock {
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 leave_now(place).await;
-                return self.gave_up(core, reached, last_failure.take());
+                return self.gave_up(reached, last_failure.take());
             }
         }
     }
@@ -467,18 +460,31 @@ impl Lock {
     /// outage that kept every attempt from getting an answer.
     fn gave_up(
         &self,
-        core: &Core,
         reached: bool,
         last_failure: Option<fred::error::Error>,
     ) -> Result<Option<LockGuard>> {
         if reached {
             return Ok(None);
         }
-        Err(Error::Unavailable {
+        Err(self.unavailable(last_failure))
+    }
+
+    /// No attempt reached Redis; `source` is the last failure seen, if any.
+    fn unavailable(&self, source: Option<fred::error::Error>) -> Error {
+        Error::Unavailable {
             lock: self.name().to_owned(),
-            server: core.address.to_string(),
-            source: last_failure,
-        })
+            server: self.client.core().address.to_string(),
+            source,
+        }
+    }
+
+    /// Converts a fred error about this lock, naming its server and, where there is one, the
+    /// owner.
+    fn redis_error<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+    ) -> impl FnOnce(fred::error::Error) -> Error + 'a {
+        move |source| Error::from_redis(&self.client.core().address, self.name(), owner, source)
     }
 
     /// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
@@ -495,11 +501,7 @@ impl Lock {
     ) -> Result<Attempt> {
         if !core.redis.is_connected() {
             // fred would queue the script until it reconnects, or until the command timeout.
-            return Err(Error::Unavailable {
-                lock: self.name().to_owned(),
-                server: core.address.to_string(),
-                source: Some(not_connected()),
-            });
+            return Err(self.unavailable(Some(not_connected())));
         }
         let lease_ms = lease.millis(core.watchdog_timeout);
         let slot_ms = slot.map(durations::millis);
@@ -558,12 +560,7 @@ impl Lock {
                     retry_after: retry_after(pttl, core.watchdog_timeout),
                 })
             }
-            Err(error) => Err(Error::from_redis(
-                &core.address,
-                self.name(),
-                Some(field),
-                error,
-            )),
+            Err(error) => Err(self.redis_error(Some(field))(error)),
         }
     }
 

@@ -154,8 +154,10 @@ impl MultiLock {
         wait: Option<Duration>,
         lease: Lease,
     ) -> Result<Option<MultiLockGuard>> {
-        for lock in self.locks.iter() {
-            lease.check(lock.name())?;
+        // One lease for every member: checked once, before any member is tried (`new` makes
+        // sure there is one).
+        if let Some(first) = self.locks.first() {
+            lease.check(first.name())?;
         }
         let started = Instant::now();
         let deadline = wait.and_then(|wait| durations::deadline(started, wait));

@@ -89,54 +89,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// A throw-away `redis-server` from PATH on a free loopback port, killed when dropped.
-struct ThrowAwayRedis {
-    child: std::process::Child,
-    url: String,
-}
-
-impl ThrowAwayRedis {
-    fn start() -> std::io::Result<ThrowAwayRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()?;
-        let server = ThrowAwayRedis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
-        Ok(server)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ThrowAwayRedis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The Redis at `REDIS_URL`, or a throw-away server that lives as long as the returned handle.
-fn redis_url() -> std::io::Result<(Option<ThrowAwayRedis>, String)> {
+/// The Redis at `REDIS_URL`, or else a throw-away `redis-server` from PATH on a free loopback
+/// port, which lives as long as the returned handle.
+fn redis_url() -> std::io::Result<(Option<KillOnDrop>, String)> {
     if let Ok(url) = std::env::var("REDIS_URL") {
         return Ok((None, url));
     }
-    let server = ThrowAwayRedis::start()?;
-    println!("started a throw-away redis-server at {}", server.url);
-    let url = server.url.clone();
-    Ok((Some(server), url))
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let server = KillOnDrop(
+        std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()?,
+    );
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    println!("started a throw-away redis-server on port {port}");
+    Ok((Some(server), format!("redis://127.0.0.1:{port}")))
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -293,20 +293,6 @@ pub fn sigkill(mut child: Child) {
     child.wait().expect("reap the child");
 }
 
-/// For the examples: the Redis at `REDIS_URL` when it is set, otherwise a throw-away server on a
-/// free loopback port, which lives as long as the returned handle.
-pub fn redis_from_env() -> (Option<RedisServer>, String) {
-    match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = RedisServer::start();
-            let url = server.url();
-            println!("started a throw-away redis-server at {url}");
-            (Some(server), url)
-        }
-    }
-}
-
 /// A fair lock's queue key, as Redisson names it (the library's own naming is private).
 pub fn queue_key(name: &str) -> String {
     format!("redisson_lock_queue:{{{name}}}")

@@ -78,8 +78,9 @@ pub(crate) struct Hold {
     /// Signalled whenever the lease changes (acquire, partial release, renewal), which includes
     /// every change of guards that leaves some behind: [`Hold::lost`] looks again then.
     changed: Notify,
-    /// Set by the watchdog while a renewal of this hold is on its way.
-    pub(crate) renewing: AtomicBool,
+    /// Set by the watchdog while a visit (a renewal, or a check of a fixed lease) of this hold
+    /// is on its way.
+    pub(crate) visiting: AtomicBool,
     /// The key and field as sent in renewals, built by the watchdog on the first one: holds
     /// released within a period never pay for them.
     pub(crate) renewal_args: OnceLock<(Key, Value)>,
@@ -256,7 +257,7 @@ fn new_hold(name: &Arc<str>, field: &Arc<str>, sent_at: Instant, lease: Duration
         }),
         lost: CancellationToken::new(),
         changed: Notify::new(),
-        renewing: AtomicBool::new(false),
+        visiting: AtomicBool::new(false),
         renewal_args: OnceLock::new(),
     })
 }

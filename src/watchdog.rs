@@ -2,11 +2,12 @@
 //!
 //! Once a period (`watchdog_timeout / 3`), and at once after fred reconnects, it scans the
 //! client's registry of holds and renews every hold with a watchdog guard, in script calls of up
-//! to 100 keys, one cluster slot per call: a period costs `holds / 100` calls per slot. Holds with
-//! fixed leases only are checked the same way without being extended, so their guards learn of a
-//! loss (a deleted key, a restarted server) within a period too, not at the end of their lease. A hold taken between two scans is renewed
-//! at the next one, at most a period after it was taken, while its lease lasts three. Acquiring
-//! and releasing therefore never involve this task.
+//! to 100 keys, one cluster slot per call: a period costs `holds / 100` calls per slot. Holds
+//! with fixed leases only are checked the same way without being extended, so their guards learn
+//! of a loss (a deleted key, a restarted server) within a period too, not at the end of their
+//! lease. A hold taken between two scans is renewed at the next one, at most a period after it
+//! was taken, while its lease lasts three. Acquiring and releasing therefore never involve this
+//! task.
 //!
 //! Its timer wheel, a [`DelayQueue`], holds the period's tick and, after a failed renewal, a
 //! retry tick. A failed renewal is retried until the hold's lease would have run out; then, or
@@ -145,7 +146,7 @@ impl Watchdog {
                 self.failing.remove(&address(&hold));
                 continue;
             }
-            if hold.renewing.swap(true, Ordering::AcqRel) {
+            if hold.visiting.swap(true, Ordering::AcqRel) {
                 continue;
             }
             let visit = if hold.watchdog_guards() > 0 {
@@ -177,15 +178,12 @@ impl Watchdog {
             Visit::Check => 0,
         };
         args.push(Value::from(lease_ms));
-        let mut lease_end: Option<Instant> = None;
         for hold in &holds {
             let (key, field) = hold
                 .renewal_args
                 .get_or_init(|| (Key::from(&*hold.name), Value::from(&*hold.field)));
             keys.push(key.clone());
             args.push(field.clone());
-            let end = hold.times().leased_at + self.timeout;
-            lease_end = Some(lease_end.map_or(end, |earliest| earliest.min(end)));
         }
         let redis = self.redis.clone();
         // A renewal still unanswered when the earliest lease has ended is given up then, so that
@@ -193,11 +191,17 @@ impl Watchdog {
         // lease end is a lower bound, counted from when a command was sent; a command that sat in
         // a reconnect queue can leave it already past while the lock is fine, so every renewal
         // gets at least a period to prove the field is still there.
-        let limit = match visit {
-            Visit::Renew => lease_end.unwrap_or_else(Instant::now),
-            Visit::Check => Instant::now(),
-        }
-        .max(Instant::now() + self.period);
+        // A check has no lease to beat: it gets the period.
+        let lease_end = match visit {
+            Visit::Renew => holds
+                .iter()
+                .map(|hold| hold.times().leased_at + self.timeout)
+                .min(),
+            Visit::Check => None,
+        };
+        let limit = lease_end
+            .unwrap_or_else(Instant::now)
+            .max(Instant::now() + self.period);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
             let renewal = LOCK_RENEW.run::<Vec<i64>>(&redis, || (keys.clone(), args.clone()));
@@ -225,7 +229,7 @@ impl Watchdog {
             }
         }
         for (i, hold) in holds.into_iter().enumerate() {
-            hold.renewing.store(false, Ordering::Release);
+            hold.visiting.store(false, Ordering::Release);
             if hold.guards() == 0 {
                 self.failing.remove(&address(&hold));
                 continue; // released while the renewal was on its way

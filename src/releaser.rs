@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::interfaces::ClientLike;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -57,12 +58,17 @@ impl Undo {
         self.cleanup = None;
     }
 
-    /// Undoes it now, reporting only to tracing.
+    /// Undoes it now, reporting only to tracing; while the client is disconnected, hands it to
+    /// the releaser instead, which sends it once fred has reconnected: waiting for that would
+    /// only hold the caller up to the command timeout.
     ///
     /// Cancel safe: dropped before its first poll, the undo is still armed and goes to the
     /// releaser; dropped later, the call finishes in a task of its own ([`InFlight`], which
     /// also keeps the 5 KiB script-call future off the caller's, i.e. every waiter's, stack).
     pub(crate) async fn now(mut self) {
+        if !self.core.redis.is_connected() {
+            return; // dropped armed: queued for the releaser
+        }
         if let Some(cleanup) = self.cleanup.take() {
             InFlight::new(cleanup.run_dropped(self.core.clone())).await;
         }

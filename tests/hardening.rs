@@ -9,7 +9,7 @@ mod common;
 use std::future::Future;
 use std::time::Duration;
 
-use common::{bounded, free_port, RedisCluster, RedisServer, StallingProxy};
+use common::{bounded, free_port, Kind, RedisCluster, RedisServer, StallingProxy};
 use fred::prelude::*;
 use fredlock::{Error, LockClient, MultiLock, RedLock, MAX_DURATION};
 use tokio::time::Instant;
@@ -185,15 +185,16 @@ async fn names_with_stray_braces_work_on_a_cluster() {
     .await;
 }
 
+for_each_kind!(an_outage_is_told_apart_from_a_held_lock);
+
 /// 4. An outage is an error, a held lock is `Ok(None)`; a brief outage is waited through.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_outage_is_told_apart_from_a_held_lock() {
-    bounded(async {
+async fn an_outage_is_told_apart_from_a_held_lock(kind: Kind) {
+    {
         let mut server = RedisServer::start();
         let client = LockClient::connect(&server.url()).await.unwrap();
         let other = LockClient::connect(&server.url()).await.unwrap();
-        let holder = other.lock("outage").lock().await.unwrap();
-        let lock = client.lock("outage");
+        let holder = kind.lock(&other, "outage").lock().await.unwrap();
+        let lock = kind.lock(&client, "outage");
         assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
         assert!(lock
             .try_lock(Duration::from_millis(200), None)
@@ -232,7 +233,7 @@ async fn an_outage_is_told_apart_from_a_held_lock() {
 
         // Back within the wait: acquired.
         let waiting = {
-            let lock = client.lock("outage");
+            let lock = kind.lock(&client, "outage");
             tokio::spawn(async move { lock.try_lock(Duration::from_secs(20), None).await })
         };
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -243,8 +244,7 @@ async fn an_outage_is_told_apart_from_a_held_lock() {
             .unwrap()
             .expect("acquired once Redis is back");
         guard.unlock().await.unwrap();
-    })
-    .await;
+    }
 }
 
 /// 4b. A server that accepts but never answers: the wait ends with `Unavailable` (no reply),

@@ -13,10 +13,6 @@
 -- (-1 when it has none) or, when the lock is free but an earlier waiter comes
 -- first, the end of that waiter's slot.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local wrong = wrong_line(queue, timeouts)
-if wrong then
-    return wrong
-end
 local channel, message = ARGV[1], ARGV[2]
 local lease, owner, slot = ARGV[3], ARGV[4], tonumber(ARGV[5])
 

@@ -8,10 +8,6 @@
 -- Reply: 1 when a lock was deleted, 0 when there was none. A key of another
 -- type is left alone and reported as WRONGTYPE.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local wrong = wrong_line(queue, timeouts)
-if wrong then
-    return wrong
-end
 local channel, message = ARGV[1], ARGV[2]
 
 local deleted = delete_lock(name)

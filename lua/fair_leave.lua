@@ -7,10 +7,6 @@
 --
 -- Reply: 1 when the waiter was queued, 0 when it was not.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local wrong = wrong_line(queue, timeouts)
-if wrong then
-    return wrong
-end
 local channel, message, owner = ARGV[1], ARGV[2], ARGV[3]
 
 local head = purge(queue, timeouts, server_now())

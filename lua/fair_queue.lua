@@ -13,9 +13,8 @@
 -- always does, and ignores the call.
 redis.replicate_commands()
 
--- An error reply naming the line's key that has the wrong type, or nil. Run
--- before anything is written, so a broken line changes nothing; the message's
--- form is read by src/error.rs.
+-- An error reply naming the line's key that has the wrong type, or nil; the
+-- message's form is read by src/error.rs.
 local function wrong_line(queue, timeouts)
     local kind = redis.call('type', queue).ok
     if kind ~= 'none' and kind ~= 'list' then
@@ -66,3 +65,11 @@ local function notify_head(name, queue, channel, message)
     end
 end
 
+-- Every fair-lock script goes on from here, so a line key of the wrong type is
+-- named before any of them writes anything.
+do
+    local wrong = wrong_line(KEYS[2], KEYS[3])
+    if wrong then
+        return wrong
+    end
+end

@@ -9,10 +9,6 @@
 -- Reply: nil when the owner holds nothing, 0 when holds remain, 1 when the
 -- lock was released.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
-local wrong = wrong_line(queue, timeouts)
-if wrong then
-    return wrong
-end
 local channel, message, lease, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
 purge(queue, timeouts, server_now())

@@ -127,9 +127,9 @@ impl LockClientBuilder {
     pub async fn build(self) -> Result<LockClient> {
         // A third of each must be a timer tick at least: the renewal period, the fair waiter's
         // retry.
-        let third_of_a_tick = Duration::from_millis(3);
-        durations::check("watchdog_timeout", self.watchdog_timeout, third_of_a_tick)?;
-        durations::check("fair_wait_timeout", self.fair_wait_timeout, third_of_a_tick)?;
+        let three_ticks = Duration::from_millis(3);
+        durations::check("watchdog_timeout", self.watchdog_timeout, three_ticks)?;
+        durations::check("fair_wait_timeout", self.fair_wait_timeout, three_ticks)?;
         durations::check(
             "command_timeout",
             self.command_timeout,

@@ -95,14 +95,11 @@ struct Handle {
     core: Arc<Core>,
     /// Tasks that end when `core.shutdown` is cancelled.
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// fred's resubscribe-after-reconnect task, which ends only when aborted.
-    resubscriber: JoinHandle<()>,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
         self.core.shutdown.cancel();
-        self.resubscriber.abort();
         let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
         // Guards dropped just before the client queued releases: let the stop sequence send
         // them before it closes the connections, when a runtime is still there to do it.
@@ -220,7 +217,6 @@ impl LockClient {
         connecting.disarm();
 
         let shutdown = CancellationToken::new();
-        let resubscriber = subscriber.manage_subscriptions();
         let mut tasks = Vec::new();
         let (pubsub, pubsub_tasks) = PubSub::start(subscriber.clone(), shutdown.clone());
         tasks.extend(pubsub_tasks);
@@ -253,7 +249,6 @@ impl LockClient {
             handle: Arc::new(Handle {
                 core,
                 tasks: Mutex::new(tasks),
-                resubscriber,
             }),
         })
     }
@@ -328,7 +323,6 @@ impl LockClient {
     pub async fn shutdown(&self) {
         let core = &self.handle.core;
         core.shutdown.cancel();
-        self.handle.resubscriber.abort();
         let tasks = std::mem::take(
             &mut *self
                 .handle

@@ -219,6 +219,9 @@ async fn manage(
 ) {
     let mut subscribed: HashSet<Arc<str>> = HashSet::new();
     let mut retry: HashSet<Arc<str>> = HashSet::new();
+    // fred's own resubscribing (`manage_subscriptions`) stays off: with two owners of the
+    // subscription set, channels left during a reconnect came back and stayed for good.
+    let mut reconnects = subscriber.reconnect_rx();
     // Subscribed channels without waiters, with when they left: unsubscribed after LINGER.
     let mut idle: HashMap<Arc<str>, Instant> = HashMap::new();
     loop {
@@ -232,6 +235,21 @@ async fn manage(
             },
             _ = tokio::time::sleep(RETRY_DELAY), if !pending.is_empty() => {}
             _ = sleep_until(next_expiry) => {}
+            reconnected = reconnects.recv() => {
+                if let Err(RecvError::Closed) = reconnected {
+                    break;
+                }
+                // The new connection has no subscriptions: every channel with a wait entry is
+                // subscribed again, and the rest forgotten.
+                tracing::debug!(channels = subscribed.len(), "subscriber reconnected; subscribing again");
+                subscribed.clear();
+                idle.clear();
+                for entry in shared.entries.iter() {
+                    entry.subscribed.store(false, Ordering::Release);
+                    pending.insert(entry.key().clone());
+                }
+                forget_stale(&subscriber, &shared).await;
+            }
         }
         // Fold everything queued meanwhile into one SUBSCRIBE and one UNSUBSCRIBE.
         while let Ok(channel) = changes.try_recv() {
@@ -315,6 +333,22 @@ async fn manage(
 /// possibly before the subscription exists, and miss an unlock published in between. Redis runs
 /// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
 /// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
+/// Drops from fred's tracked set (through UNSUBSCRIBE, a no-op on a new connection) the
+/// channels without a wait entry, so that it never grows with channels nobody waits on.
+async fn forget_stale(subscriber: &SubscriberClient, shared: &Shared) {
+    let stale: Vec<String> = subscriber
+        .tracked_channels()
+        .into_iter()
+        .filter(|channel| !shared.entries.contains_key(&**channel))
+        .map(|channel| channel.to_string())
+        .collect();
+    if !stale.is_empty() {
+        if let Err(error) = subscriber.unsubscribe(stale).await {
+            tracing::debug!(%error, "could not forget stale channels after a reconnect");
+        }
+    }
+}
+
 async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
     let options = Options {
         cluster_hash: subscriber

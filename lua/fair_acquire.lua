@@ -7,14 +7,20 @@
 -- ARGV[5]  slot length in milliseconds: how long a queued waiter keeps its
 --          place without trying again; it joins (or stays in) the queue if the
 --          lock cannot be had now. 0 makes a single attempt that leaves no trace.
+-- ARGV[6]  the owner's holds by its client's count
+-- ARGV[7]  request id, then the ids to fence
 --
--- Reply: nil when the caller holds the lock after this call. Otherwise the
+-- Reply: nil when the caller holds the lock after this call (-3 when that is a
+-- first hold although its client counted more). Otherwise the
 -- longest the caller should sleep before trying again, in ms: the lock's TTL
 -- (-1 when it has none) or, when the lock is free but an earlier waiter comes
 -- first, the end of that waiter's slot.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
-local lease, owner, slot = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local lease, owner, slot, holds = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+if fenced(KEYS[4], 6) then
+    return stale()
+end
 
 -- HEXISTS first: a key of another type fails here, before anything is written.
 local reentry = redis.call('hexists', name, owner) == 1
@@ -28,7 +34,14 @@ if reentry or (free and (not head or head == owner)) then
         redis.call('lpop', queue)
         redis.call('zrem', timeouts, owner)
     end
-    take_hold(name, owner, lease)
+    if reentry then
+        set_holds(name, owner, holds + 1, lease)
+        return nil
+    end
+    set_holds(name, owner, 1, lease)
+    if holds > 0 then
+        return -3
+    end
     return nil
 end
 

@@ -4,10 +4,14 @@
 -- ARGV[1]  channel prefix
 -- ARGV[2]  unlock message
 -- ARGV[3]  owner field
+-- ARGV[4]  request id, then the ids to fence
 --
 -- Reply: 1 when the waiter was queued, 0 when it was not.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message, owner = ARGV[1], ARGV[2], ARGV[3]
+if fenced(KEYS[4], 3) then
+    return stale()
+end
 
 local head = purge(queue, timeouts, server_now())
 redis.call('zrem', timeouts, owner)

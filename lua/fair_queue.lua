@@ -5,6 +5,8 @@
 --   KEYS[2]  queue: list of waiter fields in arrival order
 --   KEYS[3]  timeouts: zset of waiter field -> end of its slot, in ms on the
 --            server's clock
+--   KEYS[4]  fences of lost replies (see holds.lua), for the scripts that
+--            change the lock
 -- Each waiter has its own channel, "<channel prefix>:<waiter field>"; a free
 -- lock is announced to the first waiter only.
 

@@ -3,21 +3,67 @@
 -- fields are owners ("<client uuid>:<owner id>") and values their hold counts;
 -- its TTL is the lease.
 
--- One more hold for `owner`, and the lease set again.
-local function take_hold(name, owner, lease)
-    redis.call('hincrby', name, owner, 1)
+-- Exactly-once effects (the argument is in src/ledger.rs). Every call that
+-- changes a lock carries, after its own arguments, a request id and then the
+-- ids of the same owner's earlier calls whose replies never came. Those are
+-- fenced: kept in the set `fences` for FENCE_MEMORY ms, and a call whose id is
+-- there does nothing, however late it arrives. Returns true for such a call.
+local FENCE_MEMORY = 900000
+local function fenced(fences, own_args)
+    if redis.call('sismember', fences, ARGV[own_args + 1]) == 1 then
+        return true
+    end
+    if #ARGV > own_args + 1 then
+        redis.call('sadd', fences, unpack(ARGV, own_args + 2))
+        redis.call('pexpire', fences, FENCE_MEMORY)
+    end
+    return false
+end
+
+-- The reply of a fenced call; nobody waits for it (its caller has moved on).
+local function stale()
+    return redis.error_reply('STALE a request of this owner that was fenced after its reply was lost')
+end
+
+-- `owner` holds `holds` holds now, and the lease is set again. The count is
+-- set, never added to, so that sending the same call twice leaves one effect.
+local function set_holds(name, owner, holds, lease)
+    redis.call('hset', name, owner, holds)
     redis.call('pexpire', name, lease)
 end
 
--- One hold fewer for `owner`: nil when it holds none (never held, expired or
--- deleted), 0 when holds remain (the lease is set again), 1 when that was the
--- last one and the lock is gone.
-local function give_back_hold(name, owner, lease)
+-- Take, or take again, the lock for `owner`, who holds `holds` holds by its
+-- client's count: nil when it holds the lock after this call with one more;
+-- -3 when its client counted holds that are gone and this is a first hold
+-- again; otherwise the lock's PTTL (-1 without expiry). HEXISTS raises
+-- WRONGTYPE on a key of another type, before anything is written.
+local function take_hold(name, owner, holds, lease)
+    if redis.call('hexists', name, owner) == 1 then
+        set_holds(name, owner, holds + 1, lease)
+        return nil
+    end
+    if redis.call('exists', name) == 1 then
+        return redis.call('pttl', name)
+    end
+    set_holds(name, owner, 1, lease)
+    if holds > 0 then
+        return -3
+    end
+    return nil
+end
+
+-- `owner` keeps `left` holds: nil when it holds none (never held, expired or
+-- deleted), 0 when holds remain (the lease set again, unless it is 0), 1 when
+-- none remain and the lock is gone.
+local function give_back_holds(name, owner, left, lease)
     if redis.call('hexists', name, owner) == 0 then
         return nil
     end
-    if redis.call('hincrby', name, owner, -1) > 0 then
-        redis.call('pexpire', name, lease)
+    if left > 0 then
+        redis.call('hset', name, owner, left)
+        if lease ~= '0' then
+            redis.call('pexpire', name, lease)
+        end
         return 0
     end
     redis.call('del', name)

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::fair_lock::FairLock;
 use crate::holds::Holds;
 use crate::keys::LockKeys;
+use crate::ledger::Ledger;
 use crate::lock::Lock;
 use crate::owner::OwnerId;
 use crate::pubsub::PubSub;
@@ -45,6 +46,10 @@ pub(crate) struct Core {
     /// Prepended to every lock name to make its key; see `LockClientBuilder::key_prefix`.
     pub(crate) key_prefix: Arc<str>,
     pub(crate) holds: Holds,
+    /// One state-changing call at a time per (lock, owner), and the lost replies to fence.
+    pub(crate) ledger: Ledger,
+    /// When a watchdog hold whose renewals fail is reported lost; see `renew_deadline`.
+    pub(crate) renew_deadline: Duration,
     pub(crate) pubsub: PubSub,
     pub(crate) releaser: UnboundedSender<Cleanup>,
     pub(crate) shutdown: CancellationToken,
@@ -137,6 +142,9 @@ pub struct ClientStats {
     pub wait_entries: usize,
     /// Channels the subscriber connection is subscribed to.
     pub subscriptions: usize,
+    /// (lock, owner) pairs with a change on its way to Redis, or with a lost reply still to
+    /// settle (see `docs/RELIABILITY.md`).
+    pub unsettled: usize,
 }
 
 /// Closes a half-built client's connections unless disarmed.
@@ -222,16 +230,22 @@ impl LockClient {
         tasks.extend(pubsub_tasks);
         let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();
         let id = Uuid::new_v4();
+        let id_text = id.hyphenated().to_string();
         let core = Arc::new(Core {
             id,
-            id_text: id.hyphenated().to_string(),
+            id_text: id_text.clone(),
             redis: redis.clone(),
             address: address.as_str().into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
             fair_wait_timeout: settings.fair_wait_timeout,
             key_prefix: settings.key_prefix.as_str().into(),
-            holds: Holds::new(settings.watchdog_timeout),
+            holds: Holds::new(
+                settings.watchdog_timeout,
+                settings.effective_renew_deadline(),
+            ),
+            ledger: Ledger::new(&id_text),
+            renew_deadline: settings.effective_renew_deadline(),
             pubsub,
             releaser: releaser_tx,
             shutdown: shutdown.clone(),
@@ -306,6 +320,7 @@ impl LockClient {
             held: core.holds.len(),
             wait_entries: core.pubsub.wait_entries(),
             subscriptions: core.pubsub.subscriptions(),
+            unsettled: core.ledger.len(),
         }
     }
 

@@ -39,6 +39,8 @@ pub struct LockClientBuilder {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) fair_wait_timeout: Duration,
+    /// `None`: two thirds of the watchdog timeout, whatever that ends up being.
+    renew_deadline: Option<Duration>,
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) key_prefix: String,
 }
@@ -51,6 +53,7 @@ impl Default for LockClientBuilder {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            renew_deadline: None,
             // Forever, backing off from 100 ms to 2 s: a lock client that stops reconnecting
             // strands every waiter and every watchdog lock.
             reconnect_policy: ReconnectPolicy::new_exponential(0, 100, 2_000, 2),
@@ -78,6 +81,26 @@ impl LockClientBuilder {
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
+    }
+
+    /// How long after the last confirmed renewal a watchdog-renewed lock is reported lost when
+    /// no renewal gets through (Kubernetes' renew deadline): its guards'
+    /// [`lost()`](crate::LockGuard::lost) completes then, *before* Redis could expire the lock,
+    /// so work can stop while it is still protected. Counted from when that renewal was sent,
+    /// which is before Redis set the TTL; a renewal confirmed later does not undo the report.
+    ///
+    /// More than a renewal period (a third of the watchdog timeout) and at most the watchdog
+    /// timeout. Default: two thirds of the watchdog timeout (20 s of 30 s), which leaves a third
+    /// of it, 10 s by default, between the report and the earliest moment another owner could
+    /// take the lock.
+    pub fn renew_deadline(mut self, deadline: Duration) -> Self {
+        self.renew_deadline = Some(deadline);
+        self
+    }
+
+    /// The renew deadline in effect.
+    pub(crate) fn effective_renew_deadline(&self) -> Duration {
+        self.renew_deadline.unwrap_or(self.watchdog_timeout * 2 / 3)
     }
 
     /// How long one Redis command may take before it fails. Default 5 s.
@@ -118,7 +141,8 @@ impl LockClientBuilder {
     ///
     /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL, or a timeout out of
     /// range (`watchdog_timeout` and `fair_wait_timeout` at least 3 ms, `command_timeout` at
-    /// least 1 ms, each at most [`MAX_DURATION`](crate::MAX_DURATION)), and with
+    /// least 1 ms, each at most [`MAX_DURATION`](crate::MAX_DURATION); `renew_deadline` between
+    /// a renewal period and `watchdog_timeout`), and with
     /// [`Error::Redis`] when the server cannot be reached.
     ///
     /// # Cancel safety
@@ -135,6 +159,15 @@ impl LockClientBuilder {
             self.command_timeout,
             Duration::from_millis(1),
         )?;
+        let deadline = self.effective_renew_deadline();
+        if deadline <= self.watchdog_timeout / 3 || deadline > self.watchdog_timeout {
+            return Err(Error::InvalidArgument(format!(
+                "renew_deadline {deadline:?} must be more than the renewal period ({:?}, a third of \
+                 watchdog_timeout) and at most watchdog_timeout ({:?})",
+                self.watchdog_timeout / 3,
+                self.watchdog_timeout
+            )));
+        }
         if self.key_prefix.contains(['{', '}']) {
             return Err(Error::InvalidArgument(format!(
                 "key_prefix {:?} contains a brace, which would move lock names with a hash tag to \

@@ -293,6 +293,14 @@ pub(crate) fn was_not_sent(error: &fred::error::Error) -> bool {
     error.details().starts_with("Failed to route command")
 }
 
+/// True when a call that failed with `error` may have run without its reply reaching us: it was
+/// sent, and the connection failed or timed out before the reply came. An error reply from
+/// Redis is an answer (the scripts check before they write, so it changed nothing), and a call
+/// fred never sent never ran.
+pub(crate) fn reply_lost(error: &fred::error::Error) -> bool {
+    is_transient(error) && !was_not_sent(error)
+}
+
 /// True when `error` says the connection failed or timed out, not that Redis rejected a command.
 pub(crate) fn is_transient(error: &fred::error::Error) -> bool {
     use fred::error::ErrorKind;

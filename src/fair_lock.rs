@@ -10,6 +10,7 @@ use crate::guard::LockGuard;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::owner::OwnerId;
+use crate::releaser::settle_later;
 
 /// A reentrant distributed lock whose waiters are served first come, first served: Redisson's
 /// `RFairLock`, with the same keys, so Java and Rust waiters share one line.
@@ -212,10 +213,15 @@ pub(crate) struct Leave {
 }
 
 impl Leave {
-    /// Leaves for a waiter that gave up or went away, reporting only to tracing: a place that
-    /// could not be given up ends with its slot.
+    /// Leaves in the owner's turn, for a waiter that gave up or went away, reporting only to
+    /// tracing: a place that could not be given up ends with its slot.
     pub(crate) async fn run_dropped(self, core: Arc<Core>) {
-        match self.keys.leave(&core.redis, &self.field).await {
+        let mut turn = core.ledger.turn(&self.keys.name, &self.field).await;
+        let request = turn.request();
+        let left = self.keys.leave(&core.redis, &self.field, &request).await;
+        turn.record(request, &left);
+        settle_later(&core, &self.keys, turn);
+        match left {
             Ok(queued) => tracing::debug!(
                 lock = %self.keys.name, owner = %self.field, queued,
                 "left the queue"

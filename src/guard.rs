@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::holds::{Hold, Lease};
 use crate::inflight::InFlight;
 use crate::keys::LockKeys;
-use crate::releaser::Cleanup;
+use crate::releaser::{settle_later, Cleanup};
 
 /// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock),
 /// [`FairLock::lock`](crate::FairLock::lock) and friends.
@@ -22,8 +23,8 @@ use crate::releaser::Cleanup;
 /// - The guard is `Send`: it may move to another task and be unlocked there; it remembers the
 ///   owner that acquired it.
 /// - [`lost`](Self::lost) completes, and [`is_lost`](Self::is_lost) turns true, when the lock is
-///   known to be gone: its field vanished from Redis, renewal failed until the lease ran out, the
-///   fixed lease ended, or the client shut down. Work protected by the lock should stop then:
+///   known to be gone: its field vanished from Redis, no renewal got through within the renew
+///   deadline (before the lease could end), the fixed lease ended, or the client shut down. Work protected by the lock should stop then:
 ///
 /// ```no_run
 /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
@@ -66,8 +67,10 @@ impl LockGuard {
     /// (of a fair lock, the first waiter only).
     ///
     /// Fails with [`Error::NotHeld`] when the lock was lost before the call (the owner's field
-    /// is gone), and with [`Error::Redis`] when the release could not be confirmed; the lock
-    /// then ends with its lease, since the watchdog stops renewing it before this returns.
+    /// is gone), and with [`Error::Redis`] when the release could not be confirmed. The release
+    /// is then sent again in the background until Redis confirms it (it takes effect once,
+    /// however many times it is sent); the watchdog stops renewing the hold before this returns,
+    /// so at worst the lock ends with its lease.
     ///
     /// # Cancel safety
     ///
@@ -76,14 +79,12 @@ impl LockGuard {
     pub async fn unlock(mut self) -> Result<()> {
         self.released = true;
         let core = self.client.core().clone();
-        // Judged before detaching: without its watchdog guard a hold's loss would be judged by
-        // the lease estimate, which a renewal may not have refreshed yet.
-        let lost = self.hold.is_lost();
-        core.holds.detach(&self.hold, self.lease);
-        if lost {
-            return Err(self.not_held());
+        if let Err(error) = core.ensure_open() {
+            // Shutting down marked every hold lost.
+            let lost = self.hold.is_lost();
+            core.holds.detach(&self.hold, self.lease, None);
+            return Err(if lost { self.not_held() } else { error });
         }
-        core.ensure_open()?;
         let release = self.release();
         let outcome = InFlight::new(async move { release.run(&core).await }).await;
         match outcome {
@@ -111,9 +112,11 @@ impl LockGuard {
     }
 
     /// Completes when the lock is known lost: its owner's field vanished from Redis (deleted,
-    /// expired, or taken over after a failover), the watchdog could not renew it before its lease
-    /// ran out, a fixed lease ended, or the client shut down. Never completes while the hold is
-    /// safe.
+    /// expired, or taken over after a failover), no renewal got through within the client's
+    /// [`renew_deadline`](crate::LockClientBuilder::renew_deadline) (which passes while Redis still
+    /// has the lock for a third of the watchdog timeout, by default), a fixed lease ended, or the
+    /// client shut down. A renewal that gets through after that does not undo the report. Never
+    /// completes while the hold is safe.
     ///
     /// # Cancel safety
     ///
@@ -149,8 +152,8 @@ impl LockGuard {
     fn release(&self) -> Release {
         Release {
             keys: self.keys.clone(),
-            field: self.hold.field.clone(),
-            lease_ms: self.lease.millis(self.client.core().watchdog_timeout),
+            hold: self.hold.clone(),
+            lease: self.lease,
         }
     }
 
@@ -168,11 +171,13 @@ impl Drop for LockGuard {
             return;
         }
         let core = self.client.core();
-        let lost = self.hold.is_lost();
-        core.holds.detach(&self.hold, self.lease);
-        if !lost {
-            // Fails only when the client is gone; the lease then ends the lock.
-            let _ = core.releaser.send(Cleanup::Release(self.release()));
+        // The releaser detaches the guard when it sends the release: until then it still counts
+        // among the owner's holds, which the release's own count depends on.
+        if let Err(unsent) = core.releaser.send(Cleanup::Release(self.release())) {
+            // The client is gone; the lease ends the lock.
+            if let Cleanup::Release(release) = unsent.0 {
+                core.holds.detach(&release.hold, release.lease, None);
+            }
         }
     }
 }
@@ -191,31 +196,70 @@ impl fmt::Debug for LockGuard {
 /// Everything needed to give back one hold.
 pub(crate) struct Release {
     pub(crate) keys: Arc<LockKeys>,
-    pub(crate) field: Arc<str>,
-    pub(crate) lease_ms: u64,
+    pub(crate) hold: Arc<Hold>,
+    pub(crate) lease: Lease,
 }
 
 impl Release {
-    /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
-    pub(crate) async fn run(&self, core: &Core) -> Result<Option<i64>, fred::error::Error> {
-        self.keys
-            .release(&core.redis, self.lease_ms, &self.field)
-            .await
+    /// Runs the release script in the owner's turn, with the count of holds the owner keeps, and
+    /// detaches the guard: `Some(1)` released, `Some(0)` holds remain, `None` not held.
+    ///
+    /// When the reply is lost the count stays right anyway: the settle queued for the turn sets
+    /// it again and fences the lost call (see `ledger`).
+    pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, fred::error::Error> {
+        let hold = &self.hold;
+        let mut turn = core.ledger.turn(&hold.name, &hold.field).await;
+        let left = if hold.is_lost() {
+            // Its field may still be in Redis: a renewal that got through after the renew
+            // deadline, or a fixed lease a little longer than the local estimate. The last guard
+            // of a lost hold that no new acquire replaced deletes it, so it holds up nobody; a
+            // field that is gone (or another owner's lock) is left alone by the script.
+            // Not while fred reconnects, though: that would hold up the report of the loss, and
+            // the lease ends such a field anyway.
+            let last_of_its_owner = core.holds.is_registered(hold) && hold.guards() == 1;
+            core.holds.detach(hold, self.lease, None);
+            if !last_of_its_owner || !core.redis.is_connected() {
+                return Ok(None);
+            }
+            let request = turn.request();
+            let reply = self
+                .keys
+                .release(&core.redis, 0, &hold.field, 0, &request)
+                .await;
+            turn.record(request, &reply);
+            settle_later(core, &self.keys, turn);
+            return reply.map(|_| None);
+        } else {
+            hold.guards().saturating_sub(1)
+        };
+        let lease_ms = self.lease.millis(core.watchdog_timeout);
+        let request = turn.request();
+        let sent_at = Instant::now();
+        let reply = self
+            .keys
+            .release(&core.redis, lease_ms, &hold.field, left, &request)
+            .await;
+        let replied = reply.is_ok();
+        core.holds
+            .detach(hold, self.lease, replied.then_some(sent_at));
+        turn.record(request, &reply);
+        settle_later(core, &self.keys, turn);
+        reply
     }
 
-    /// Releases for a guard or an acquire nobody waits for any more, reporting only to tracing.
+    /// Releases for a guard nobody unlocked, reporting only to tracing.
     pub(crate) async fn run_dropped(self, core: Arc<Core>) {
         match self.run(&core).await {
             Ok(Some(_)) => {
-                tracing::debug!(lock = %self.keys.name, owner = %self.field, "released (nobody waited for it)")
+                tracing::debug!(lock = %self.keys.name, owner = %self.hold.field, "released (nobody waited for it)")
             }
             Ok(None) => tracing::debug!(
-                lock = %self.keys.name, owner = %self.field,
+                lock = %self.keys.name, owner = %self.hold.field,
                 "lock to release in the background was no longer held"
             ),
             Err(error) => tracing::warn!(
-                lock = %self.keys.name, owner = %self.field, %error,
-                "could not release a lock in the background; it ends with its lease"
+                lock = %self.keys.name, owner = %self.hold.field, %error,
+                "could not release a lock in the background; sending it again until Redis confirms it"
             ),
         }
     }

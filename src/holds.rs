@@ -84,6 +84,9 @@ pub(crate) struct Hold {
     /// The key and field as sent in renewals, built by the watchdog on the first one: holds
     /// released within a period never pay for them.
     pub(crate) renewal_args: OnceLock<(Key, Value)>,
+    /// How long after the last confirmed renewal was sent the hold counts as lost while
+    /// watchdog guards remain; see `LockClientBuilder::renew_deadline`.
+    renew_deadline: Duration,
 }
 
 impl Hold {
@@ -99,14 +102,36 @@ impl Hold {
         *self.times.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the hold is known lost: reported lost, or, with no watchdog guard to renew it,
-    /// past the end of its fixed lease.
+    /// Whether the hold is known lost: reported lost; with watchdog guards, no renewal confirmed
+    /// for the renew deadline (reported lost from then on, whatever a late renewal says); or,
+    /// with no watchdog guard to renew it, past the end of its fixed lease.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || self.lease_ended(Instant::now())
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        let renewed = self.watchdog_guards() > 0;
+        if Instant::now() < self.deadline() {
+            return false;
+        }
+        if renewed {
+            tracing::warn!(
+                lock = %self.name, owner = %self.field,
+                "lock lost: no renewal confirmed within the renew deadline"
+            );
+            self.mark_lost();
+        }
+        true
     }
 
-    fn lease_ended(&self, now: Instant) -> bool {
-        self.watchdog_guards() == 0 && now >= self.times().expires_at
+    /// When the hold counts as lost unless something changes: the renew deadline while watchdog
+    /// guards remain, else the end of the fixed lease.
+    fn deadline(&self) -> Instant {
+        let times = self.times();
+        if self.watchdog_guards() > 0 {
+            times.leased_at + self.renew_deadline
+        } else {
+            times.expires_at
+        }
     }
 
     /// Marks the hold lost; every guard's `lost()` completes.
@@ -122,11 +147,9 @@ impl Hold {
             if self.is_lost() {
                 return;
             }
-            let renewed = self.watchdog_guards() > 0;
-            let until = self.times().expires_at;
             tokio::select! {
                 _ = self.lost.cancelled() => return,
-                _ = tokio::time::sleep_until(until), if !renewed => {}
+                _ = tokio::time::sleep_until(self.deadline()) => {}
                 _ = changed => {}
             }
         }
@@ -135,17 +158,28 @@ impl Hold {
     /// A token cancelled when the hold is known lost.
     pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
         let token = self.lost.child_token();
-        if self.watchdog_guards() == 0 {
-            // A fixed lease ends by time alone, which nothing else would signal.
-            let hold = self.clone();
-            let child = token.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = hold.lost() => child.cancel(),
-                    _ = child.cancelled() => {}
+        // Deadlines pass by time alone, which nothing else would signal. The watcher ends with
+        // the token, the loss, or the hold's last guard.
+        let hold = self.clone();
+        let child = token.clone();
+        tokio::spawn(async move {
+            loop {
+                let changed = hold.changed.notified();
+                if hold.is_lost() {
+                    child.cancel();
+                    return;
                 }
-            });
-        }
+                if hold.guards() == 0 {
+                    return;
+                }
+                tokio::select! {
+                    _ = hold.lost.cancelled() => {}
+                    _ = child.cancelled() => return,
+                    _ = tokio::time::sleep_until(hold.deadline()) => {}
+                    _ = changed => {}
+                }
+            }
+        });
         token
     }
 
@@ -165,13 +199,15 @@ impl Hold {
 pub(crate) struct Holds {
     map: DashMap<(Arc<str>, Arc<str>), Arc<Hold>>,
     watchdog_timeout: Duration,
+    renew_deadline: Duration,
 }
 
 impl Holds {
-    pub(crate) fn new(watchdog_timeout: Duration) -> Holds {
+    pub(crate) fn new(watchdog_timeout: Duration, renew_deadline: Duration) -> Holds {
         Holds {
             map: DashMap::new(),
             watchdog_timeout,
+            renew_deadline,
         }
     }
 
@@ -187,10 +223,10 @@ impl Holds {
         let mut slot = self
             .map
             .entry((name.clone(), field.clone()))
-            .or_insert_with(|| new_hold(name, field, sent_at, lease_len));
+            .or_insert_with(|| self.new_hold(name, field, sent_at, lease_len));
         // A lost hold's guards keep their own hold; a new acquire starts afresh.
         if slot.is_lost() {
-            *slot = new_hold(name, field, sent_at, lease_len);
+            *slot = self.new_hold(name, field, sent_at, lease_len);
         }
         let hold = slot.clone();
         drop(slot);
@@ -202,9 +238,10 @@ impl Holds {
         hold
     }
 
-    /// Records that one guard is gone (released or dropped). The watchdog no longer renews a
-    /// hold without watchdog guards.
-    pub(crate) fn detach(&self, hold: &Arc<Hold>, lease: Lease) {
+    /// Records that one guard is gone (released or dropped), with when its release was sent, if
+    /// one was (it set the remaining holds' TTL again). The watchdog no longer renews a hold
+    /// without watchdog guards.
+    pub(crate) fn detach(&self, hold: &Arc<Hold>, lease: Lease, released_at: Option<Instant>) {
         let key = (hold.name.clone(), hold.field.clone());
         let forget = |hold: &Hold| {
             if lease == Lease::Watchdog {
@@ -221,9 +258,31 @@ impl Holds {
             // Not the registered hold (it was lost and replaced): only its own counts change.
             forget(hold);
         }
-        if removed.is_none() && registered && hold.guards() > 0 {
-            // The release about to be sent sets the remaining holds' TTL to this lease.
-            hold.leased(Instant::now(), lease.duration(self.watchdog_timeout));
+        if hold.guards() == 0 {
+            // Token watchers end with the last guard.
+            hold.changed.notify_waiters();
+        }
+        if let Some(released_at) = released_at.filter(|_| removed.is_none() && registered) {
+            if hold.guards() > 0 {
+                hold.leased(released_at, lease.duration(self.watchdog_timeout));
+            }
+        }
+    }
+
+    /// How many holds `field` has on the lock `name` by this client's count: its live guards,
+    /// none once the hold is known lost.
+    pub(crate) fn count(&self, name: &Arc<str>, field: &Arc<str>) -> usize {
+        self.map
+            .get(&(name.clone(), field.clone()))
+            .filter(|hold| !hold.is_lost())
+            .map_or(0, |hold| hold.guards())
+    }
+
+    /// Marks the hold of `field` on `name` lost: Redis found none of the holds counted.
+    pub(crate) fn lose(&self, name: &Arc<str>, field: &Arc<str>) {
+        if let Some(hold) = self.map.get(&(name.clone(), field.clone())) {
+            tracing::warn!(lock = %name, owner = %field, "lock lost: its owner's field was gone from Redis");
+            hold.mark_lost();
         }
     }
 
@@ -239,25 +298,39 @@ impl Holds {
         self.map.len()
     }
 
+    fn new_hold(
+        &self,
+        name: &Arc<str>,
+        field: &Arc<str>,
+        sent_at: Instant,
+        lease: Duration,
+    ) -> Arc<Hold> {
+        Arc::new(Hold {
+            name: name.clone(),
+            field: field.clone(),
+            guards: AtomicUsize::new(0),
+            watchdog_guards: AtomicUsize::new(0),
+            times: Mutex::new(LeaseTimes {
+                leased_at: sent_at,
+                expires_at: sent_at + lease,
+            }),
+            lost: CancellationToken::new(),
+            changed: Notify::new(),
+            visiting: AtomicBool::new(false),
+            renewal_args: OnceLock::new(),
+            renew_deadline: self.renew_deadline,
+        })
+    }
+
+    /// Whether `hold` is the one registered for its (lock, owner): not lost and replaced.
+    pub(crate) fn is_registered(&self, hold: &Arc<Hold>) -> bool {
+        self.map
+            .get(&(hold.name.clone(), hold.field.clone()))
+            .is_some_and(|registered| Arc::ptr_eq(&registered, hold))
+    }
+
     /// Marks every hold lost: nothing renews them once the client shuts down.
     pub(crate) fn lose_all(&self) {
         self.each(|hold| hold.mark_lost());
     }
-}
-
-fn new_hold(name: &Arc<str>, field: &Arc<str>, sent_at: Instant, lease: Duration) -> Arc<Hold> {
-    Arc::new(Hold {
-        name: name.clone(),
-        field: field.clone(),
-        guards: AtomicUsize::new(0),
-        watchdog_guards: AtomicUsize::new(0),
-        times: Mutex::new(LeaseTimes {
-            leased_at: sent_at,
-            expires_at: sent_at + lease,
-        }),
-        lost: CancellationToken::new(),
-        changed: Notify::new(),
-        visiting: AtomicBool::new(false),
-        renewal_args: OnceLock::new(),
-    })
 }

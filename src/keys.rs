@@ -6,6 +6,7 @@ use std::sync::Arc;
 use fred::clients::Client;
 use fred::types::{Key, Value};
 
+use crate::ledger::Request;
 use crate::names::{self, UNLOCK_MESSAGE};
 use crate::scripts::{
     FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, LOCK_ACQUIRE, LOCK_FORCE_UNLOCK,
@@ -13,6 +14,21 @@ use crate::scripts::{
 };
 
 type RedisResult<T> = Result<T, fred::error::Error>;
+
+/// The acquire scripts' reply when the owner holds the lock with a first hold although its
+/// client counted more: those holds were gone.
+const AFRESH: i64 = -3;
+
+/// What one run of an acquire script did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// The owner holds the lock, with one hold more than its client counted.
+    Acquired,
+    /// The owner holds the lock with one hold: the holds its client counted were gone.
+    Afresh,
+    /// Held by another owner, for this PTTL (ms; -1 without expiry).
+    Held(i64),
+}
 
 /// A lock's name and the keys derived from it, built once per lock handle; clones of the handle,
 /// its guards and its releases share them.
@@ -25,6 +41,8 @@ pub(crate) struct LockKeys {
     /// each waiter's own channel, `<prefix>:<waiter field>`.
     channel: Key,
     channel_name: Arc<str>,
+    /// Ids of calls whose replies were lost, which never take effect (see `ledger`).
+    fences: Key,
     /// The fair lock's waiting line; `None` for the reentrant lock.
     queue: Option<QueueKeys>,
 }
@@ -56,6 +74,7 @@ impl LockKeys {
             key: Key::from(name.as_str()),
             channel: Key::from(&*channel_name),
             channel_name,
+            fences: Key::from(names::fences(&name)),
             name: name.into(),
             queue,
         }
@@ -73,8 +92,9 @@ impl LockKeys {
         }
     }
 
-    /// Runs the acquire script once: `None` when `field` holds the lock afterwards, else how
-    /// long to sleep at most before trying again (ms; -1 for a key without expiry).
+    /// Runs the acquire script once for `field`, which has `holds` holds by this client's count:
+    /// `Ok(Acquired)` when it holds the lock afterwards, else how long to sleep at most before
+    /// trying again (ms; -1 for a key without expiry).
     ///
     /// `slot` is the fair lock's waiter slot (at least 1 ms, the builder makes sure): `Some`
     /// joins the queue (or keeps the place and refreshes it) when the lock cannot be had, `None`
@@ -85,61 +105,103 @@ impl LockKeys {
         redis: &Client,
         lease_ms: u64,
         field: &str,
+        holds: usize,
         slot: Option<u64>,
-    ) -> RedisResult<Option<i64>> {
-        let Some(line) = &self.queue else {
-            return LOCK_ACQUIRE
-                .run(redis, || {
-                    (
-                        vec![self.key.clone()],
-                        vec![Value::from(lease_ms as i64), Value::from(field)],
-                    )
-                })
-                .await;
+        request: &Request,
+    ) -> RedisResult<Taken> {
+        let reply: Option<i64> = match &self.queue {
+            None => {
+                LOCK_ACQUIRE
+                    .run(redis, || {
+                        let mut args = vec![
+                            Value::from(lease_ms as i64),
+                            Value::from(field),
+                            Value::from(holds as i64),
+                        ];
+                        request.append_to(&mut args);
+                        (vec![self.key.clone(), self.fences.clone()], args)
+                    })
+                    .await?
+            }
+            Some(line) => {
+                let args = || {
+                    let mut args = vec![
+                        Value::from(lease_ms as i64),
+                        Value::from(field),
+                        Value::from(slot.unwrap_or_default() as i64),
+                        Value::from(holds as i64),
+                    ];
+                    request.append_to(&mut args);
+                    args
+                };
+                FAIR_ACQUIRE.run(redis, || line.call(self, args())).await?
+            }
         };
-        let args = || {
-            vec![
-                Value::from(lease_ms as i64),
-                Value::from(field),
-                Value::from(slot.unwrap_or_default() as i64),
-            ]
-        };
-        FAIR_ACQUIRE.run(redis, || line.call(self, args())).await
+        Ok(match reply {
+            None => Taken::Acquired,
+            Some(AFRESH) => Taken::Afresh,
+            Some(pttl) => Taken::Held(pttl),
+        })
     }
 
-    /// Runs the release script: `Some(1)` released, `Some(0)` holds remain, `None` not held.
+    /// Runs the release script once: `field` keeps `left` holds (none: the lock is deleted and
+    /// the release announced). `None` when `field` held nothing, `Some(1)` when the lock was
+    /// released, `Some(0)` when holds remain. `lease_ms` 0 keeps the TTL as it is.
     pub(crate) async fn release(
         &self,
         redis: &Client,
         lease_ms: u64,
         field: &str,
+        left: usize,
+        request: &Request,
     ) -> RedisResult<Option<i64>> {
         let Some(line) = &self.queue else {
             return LOCK_RELEASE
                 .run(redis, || {
+                    let mut args = vec![
+                        Value::from(UNLOCK_MESSAGE),
+                        Value::from(lease_ms as i64),
+                        Value::from(field),
+                        Value::from(left as i64),
+                    ];
+                    request.append_to(&mut args);
                     (
-                        vec![self.key.clone(), self.channel.clone()],
-                        vec![
-                            Value::from(UNLOCK_MESSAGE),
-                            Value::from(lease_ms as i64),
-                            Value::from(field),
-                        ],
+                        vec![self.key.clone(), self.channel.clone(), self.fences.clone()],
+                        args,
                     )
                 })
                 .await;
         };
-        let args = || vec![Value::from(lease_ms as i64), Value::from(field)];
+        let args = || {
+            let mut args = vec![
+                Value::from(lease_ms as i64),
+                Value::from(field),
+                Value::from(left as i64),
+            ];
+            request.append_to(&mut args);
+            args
+        };
         FAIR_RELEASE.run(redis, || line.call(self, args())).await
     }
 
-    /// Takes `field` out of the fair lock's queue: `true` if it was queued. The reentrant lock
-    /// has no queue: `false`.
-    pub(crate) async fn leave(&self, redis: &Client, field: &str) -> RedisResult<bool> {
+    /// Takes `field` out of a fair lock's queue: whether it was queued. The reentrant lock has
+    /// no queue.
+    pub(crate) async fn leave(
+        &self,
+        redis: &Client,
+        field: &str,
+        request: &Request,
+    ) -> RedisResult<bool> {
         let Some(line) = &self.queue else {
             return Ok(false);
         };
+        let args = || {
+            let mut args = vec![Value::from(field)];
+            request.append_to(&mut args);
+            args
+        };
         FAIR_LEAVE
-            .run::<i64>(redis, || line.call(self, vec![Value::from(field)]))
+            .run::<i64>(redis, || line.call(self, args()))
             .await
             .map(|removed| removed == 1)
     }
@@ -176,7 +238,12 @@ impl QueueKeys {
         argv.push(Value::from(UNLOCK_MESSAGE));
         argv.extend(args);
         (
-            vec![lock.key.clone(), self.queue.clone(), self.timeouts.clone()],
+            vec![
+                lock.key.clone(),
+                self.queue.clone(),
+                self.timeouts.clone(),
+                lock.fences.clone(),
+            ],
             argv,
         )
     }

@@ -112,6 +112,7 @@ mod holds;
 mod inflight;
 mod join;
 mod keys;
+mod ledger;
 mod lock;
 mod multi_lock;
 mod names;

@@ -11,13 +11,13 @@ use crate::client::{Core, LockClient};
 use crate::durations;
 use crate::error::{Error, Result};
 use crate::fair_lock::Leave;
-use crate::guard::{LockGuard, Release};
+use crate::guard::LockGuard;
 use crate::holds::Lease;
 use crate::inflight::InFlight;
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Taken};
 use crate::owner::OwnerId;
 use crate::pubsub::Waiter;
-use crate::releaser::{Cleanup, Undo};
+use crate::releaser::{Cleanup, SettleOnExit, Undo};
 
 /// An attempt that began before the wait's deadline may run this much past it, so that a
 /// request already on the wire is not thrown away (and undone) for being a little late.
@@ -71,9 +71,7 @@ pub struct Lock {
 
 /// What one run of the acquire script said.
 enum Attempt {
-    Acquired {
-        sent_at: Instant,
-    },
+    Acquired(LockGuard),
     Held {
         retry_after: Duration,
     },
@@ -84,7 +82,8 @@ enum Attempt {
 /// What an acquire call did in Redis, carried out of [`InFlight`] with its undo armed, so that
 /// an abandoned call undoes itself.
 enum Outcome {
-    Won(Undo),
+    /// Dropping the guard, if nobody claims it, gives the hold back.
+    Won(LockGuard),
     /// Held by another owner: the TTL in ms, and for a fair lock the place in its queue.
     Held(i64, Option<Undo>),
 }
@@ -384,17 +383,29 @@ impl Lock {
         // not a lock held by someone else.
         let mut reached = false;
         let mut last_failure: Option<fred::error::Error> = None;
+        let mut settle = SettleOnExit::new(core, &self.keys, &field);
         loop {
-            let pause = match self
+            // Armed while an attempt is on its way and after one whose reply was lost.
+            settle.arm();
+            let attempt = self
                 .attempt(core, &field, lease, slot, deadline, single_attempt)
-                .await
-            {
-                Ok(Attempt::Acquired { sent_at }) => {
+                .await;
+            if matches!(attempt, Ok(Attempt::Acquired(_) | Attempt::Held { .. })) {
+                // A reply: it carried the fences of every earlier lost one.
+                settle.disarm();
+            }
+            let pause = match attempt {
+                Ok(Attempt::Acquired(guard)) => {
                     // The acquire script took the waiter out of the queue.
                     if let Some(place) = place {
                         place.claim();
                     }
-                    return Ok(Some(self.guard(core, field, lease, sent_at, started)));
+                    tracing::debug!(
+                        lock = %self.name(), owner = %field,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "acquired"
+                    );
+                    return Ok(Some(guard));
                 }
                 Ok(Attempt::Held { retry_after }) => {
                     reached = true;
@@ -507,36 +518,42 @@ impl Lock {
         let slot_ms = slot.map(durations::millis);
         let keys = self.keys.clone();
         let task_field = field.clone();
-        let task_core = core.clone();
+        let client = self.client.clone();
         let call = InFlight::new(async move {
+            let core = client.core().clone();
+            // The owner's turn: its count of holds cannot change until the reply is in.
+            let mut turn = core.ledger.turn(&keys.name, &task_field).await;
+            let holds = core.holds.count(&keys.name, &task_field);
+            let request = turn.request();
             let sent_at = Instant::now();
             let reply = keys
-                .acquire(&task_core.redis, lease_ms, &task_field, slot_ms)
-                .await
-                .map(|reply| match reply {
-                    None => {
-                        let release = Release {
-                            keys,
-                            field: task_field,
-                            lease_ms,
+                .acquire(&core.redis, lease_ms, &task_field, holds, slot_ms, &request)
+                .await;
+            turn.record(request, &reply);
+            // No settle here: the acquire loop tries again with the fences, or settles on exit.
+            drop(turn);
+            reply.map(|taken| match taken {
+                Taken::Held(pttl) => {
+                    let place = slot_ms.map(|_| {
+                        let leave = Leave {
+                            keys: keys.clone(),
+                            field: task_field.clone(),
                         };
-                        Outcome::Won(Undo::new(Cleanup::Release(release), task_core))
+                        Undo::new(Cleanup::Leave(leave), core.clone())
+                    });
+                    Outcome::Held(pttl, place)
+                }
+                Taken::Acquired | Taken::Afresh => {
+                    if taken == Taken::Afresh {
+                        core.holds.lose(&keys.name, &task_field);
                     }
-                    Some(pttl) => {
-                        let place = slot_ms.map(|_| {
-                            let leave = Leave {
-                                keys,
-                                field: task_field,
-                            };
-                            Undo::new(Cleanup::Leave(leave), task_core)
-                        });
-                        Outcome::Held(pttl, place)
-                    }
-                });
-            (sent_at, reply)
+                    let hold = core.holds.attach(&keys.name, &task_field, lease, sent_at);
+                    Outcome::Won(LockGuard::new(client.clone(), hold, keys.clone(), lease))
+                }
+            })
         });
         // A single attempt waits for its reply whatever the deadline.
-        let (sent_at, reply) = match deadline.filter(|_| !single_attempt) {
+        let reply = match deadline.filter(|_| !single_attempt) {
             Some(deadline) => {
                 let deadline = deadline.max(Instant::now() + ATTEMPT_GRACE);
                 match tokio::time::timeout_at(deadline, call).await {
@@ -547,10 +564,7 @@ impl Lock {
             None => call.await,
         };
         match reply {
-            Ok(Outcome::Won(won)) => {
-                won.claim();
-                Ok(Attempt::Acquired { sent_at })
-            }
+            Ok(Outcome::Won(guard)) => Ok(Attempt::Acquired(guard)),
             Ok(Outcome::Held(pttl, place)) => {
                 // The waiter's own place (armed since before its first attempt) covers this one.
                 if let Some(place) = place {
@@ -571,23 +585,6 @@ impl Lock {
             field: field.clone(),
         };
         Undo::new(Cleanup::Leave(leave), core.clone())
-    }
-
-    fn guard(
-        &self,
-        core: &Core,
-        field: Arc<str>,
-        lease: Lease,
-        sent_at: Instant,
-        started: Instant,
-    ) -> LockGuard {
-        let hold = core.holds.attach(&self.keys.name, &field, lease, sent_at);
-        tracing::debug!(
-            lock = %self.name(), owner = %field,
-            waited_ms = started.elapsed().as_millis() as u64,
-            "acquired"
-        );
-        LockGuard::new(self.client.clone(), hold, self.keys.clone(), lease)
     }
 }
 

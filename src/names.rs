@@ -77,6 +77,11 @@ pub(crate) fn fair_timeouts(name: &str) -> String {
     suffixed("redisson_lock_timeout", name)
 }
 
+/// fredlock's own set of fenced request ids (see `ledger`); Redisson never reads it.
+pub(crate) fn fences(name: &str) -> String {
+    suffixed("fredlock_fences", name)
+}
+
 /// The channel on which a fair lock tells one waiter that it is next.
 pub(crate) fn waiter_channel(lock_channel: &str, field: &str) -> String {
     format!("{lock_channel}:{field}")

@@ -6,15 +6,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use fred::interfaces::ClientLike;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
+use crate::error::is_transient;
 use crate::fair_lock::Leave;
 use crate::guard::Release;
 use crate::inflight::InFlight;
+use crate::keys::LockKeys;
+use crate::ledger::Turn;
 
 /// How long shutdown waits for queued requests before giving up on them (leases and waiter
 /// slots still end what they would have undone).
@@ -26,6 +31,8 @@ pub(crate) enum Cleanup {
     Release(Release),
     /// Leave a fair lock's queue.
     Leave(Leave),
+    /// Settle a call whose reply was lost.
+    Settle(Settle),
 }
 
 impl Cleanup {
@@ -33,6 +40,7 @@ impl Cleanup {
         match self {
             Cleanup::Release(release) => release.run_dropped(core).await,
             Cleanup::Leave(leave) => leave.run_dropped(core).await,
+            Cleanup::Settle(settle) => settle.run(core).await,
         }
     }
 }
@@ -113,5 +121,119 @@ pub(crate) async fn run(
             pending = running.len(),
             "shutdown left releases unfinished; those locks end with their lease"
         );
+    }
+}
+
+/// How long a settle keeps trying: as long as the fences it sets are kept (see `ledger`).
+const SETTLE_LIMIT: Duration = Duration::from_secs(15 * 60);
+const MIN_SETTLE_PAUSE: Duration = Duration::from_millis(100);
+const MAX_SETTLE_PAUSE: Duration = Duration::from_secs(5);
+
+/// Makes sure that a call whose reply was lost took effect the way the client counts it: the
+/// owner's holds are set to its live guards (deleting a hold nobody has a guard for) and the
+/// lost calls fenced, retried with backoff until Redis confirms it.
+pub(crate) struct Settle {
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+}
+
+/// Queues a settle when `turn` ends with replies lost, for a call nobody will send again.
+pub(crate) fn settle_later(core: &Core, keys: &Arc<LockKeys>, turn: Turn<'_>) {
+    if turn.is_unsettled() {
+        let settle = Settle {
+            keys: keys.clone(),
+            field: turn.key().1.clone(),
+        };
+        drop(turn);
+        // Fails only once the client is gone; leases and slots then end the effect.
+        let _ = core.releaser.send(Cleanup::Settle(settle));
+    }
+}
+
+/// A settle queued when dropped armed: for an acquire that saw a reply lost (or may have, being
+/// dropped while a call was on its way) and then gave up, since no later call of it carries the
+/// fences. Arming costs nothing; only an armed drop sends.
+pub(crate) struct SettleOnExit {
+    core: Arc<Core>,
+    keys: Arc<LockKeys>,
+    field: Arc<str>,
+    armed: bool,
+}
+
+impl SettleOnExit {
+    pub(crate) fn new(core: &Arc<Core>, keys: &Arc<LockKeys>, field: &Arc<str>) -> SettleOnExit {
+        SettleOnExit {
+            core: core.clone(),
+            keys: keys.clone(),
+            field: field.clone(),
+            armed: false,
+        }
+    }
+
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for SettleOnExit {
+    fn drop(&mut self) {
+        if self.armed {
+            let settle = Settle {
+                keys: self.keys.clone(),
+                field: self.field.clone(),
+            };
+            let _ = self.core.releaser.send(Cleanup::Settle(settle));
+        }
+    }
+}
+
+impl Settle {
+    async fn run(self, core: Arc<Core>) {
+        let until = Instant::now() + SETTLE_LIMIT;
+        let mut pause = MIN_SETTLE_PAUSE;
+        loop {
+            let mut turn = core.ledger.turn(&self.keys.name, &self.field).await;
+            if !turn.is_unsettled() {
+                return; // a later call of the owner carried the fences
+            }
+            let left = core.holds.count(&self.keys.name, &self.field);
+            let request = turn.request();
+            // A lease of 0 keeps the TTL: settling changes counts, never a lease.
+            let reply = self
+                .keys
+                .release(&core.redis, 0, &self.field, left, &request)
+                .await;
+            turn.record(request, &reply);
+            match reply {
+                Ok(Some(1)) => {
+                    tracing::info!(lock = %self.keys.name, owner = %self.field, "deleted a hold left by a lost reply");
+                    return;
+                }
+                Ok(_) => return,
+                Err(error) if !is_transient(&error) => {
+                    turn.forget();
+                    tracing::warn!(lock = %self.keys.name, owner = %self.field, %error, "cannot settle a lost reply; leases and slots end its effect");
+                    return;
+                }
+                Err(error) if Instant::now() + pause < until => {
+                    tracing::debug!(lock = %self.keys.name, owner = %self.field, %error, "settling a lost reply failed; retrying");
+                }
+                Err(error) => {
+                    turn.forget();
+                    tracing::warn!(lock = %self.keys.name, owner = %self.field, %error, "gave up settling a lost reply; leases and slots end its effect");
+                    return;
+                }
+            }
+            drop(turn);
+            tokio::select! {
+                _ = core.shutdown.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(MAX_SETTLE_PAUSE);
+        }
     }
 }

@@ -61,6 +61,8 @@ pub(crate) struct Watchdog {
     core: Arc<Core>,
     redis: Client,
     timeout: Duration,
+    /// A hold whose renewals fail is reported lost this long after the last confirmed one.
+    deadline: Duration,
     period: Duration,
     retry: Duration,
     lease_ms: u64,
@@ -75,12 +77,14 @@ impl Watchdog {
     pub(crate) fn new(core: Arc<Core>) -> Watchdog {
         let timeout = core.watchdog_timeout;
         let period = timeout / 3;
+        let deadline = core.renew_deadline;
         Watchdog {
             redis: core.redis.clone(),
             core,
             timeout,
+            deadline,
             period,
-            // Retries after a failed renewal: often enough to get through before the lease ends,
+            // Retries after a failed renewal: often enough to get through before the deadline,
             // rarely enough not to hammer a recovering server.
             retry: (period / 4).clamp(Duration::from_millis(20), Duration::from_secs(1)),
             lease_ms: Lease::Watchdog.millis(timeout),
@@ -186,20 +190,20 @@ impl Watchdog {
             args.push(field.clone());
         }
         let redis = self.redis.clone();
-        // A renewal still unanswered when the earliest lease has ended is given up then, so that
-        // in an outage the loss is reported when it happens, not when fred's timeout fires. The
-        // lease end is a lower bound, counted from when a command was sent; a command that sat in
-        // a reconnect queue can leave it already past while the lock is fine, so every renewal
+        // A renewal still unanswered at the earliest renew deadline is given up then, so that in
+        // an outage the loss is reported before the lease could end, not when fred's timeout
+        // fires. The deadline is counted from when a command was sent; a command that sat in a
+        // reconnect queue can leave it already past while the lock is fine, so every renewal
         // gets at least a period to prove the field is still there.
         // A check has no lease to beat: it gets the period.
-        let lease_end = match visit {
+        let deadline = match visit {
             Visit::Renew => holds
                 .iter()
-                .map(|hold| hold.times().leased_at + self.timeout)
+                .map(|hold| hold.times().leased_at + self.deadline)
                 .min(),
             Visit::Check => None,
         };
-        let limit = lease_end
+        let limit = deadline
             .unwrap_or_else(Instant::now)
             .max(Instant::now() + self.period);
         self.batches.spawn(async move {
@@ -209,7 +213,7 @@ impl Watchdog {
                 Ok(result) => result,
                 Err(_) => Err(fred::error::Error::new(
                     fred::error::ErrorKind::Timeout,
-                    "no reply before the lease ran out",
+                    "no reply before the renew deadline",
                 )),
             };
             (holds, visit, sent_at, result)
@@ -250,24 +254,24 @@ impl Watchdog {
                 }
                 // A fixed lease ends by itself; the next period looks again.
                 Err(_) if visit == Visit::Check => {}
-                Err(_) if now < hold.times().leased_at + self.timeout => {
+                Err(_) if now < hold.times().leased_at + self.deadline => {
                     self.failing.insert(address(&hold), hold);
                 }
                 Err(_) => {
                     tracing::warn!(
                         lock = %hold.name, owner = %hold.field,
-                        "lock lost: could not renew it before its lease ran out"
+                        "lock lost: no renewal confirmed within the renew deadline"
                     );
                     self.lose(&hold);
                 }
             }
         }
         if !self.failing.is_empty() && !self.retry_scheduled {
-            // Try again soon, and once more right at the earliest lease end.
+            // Try again soon, and once more right at the earliest renew deadline.
             let earliest_end = self
                 .failing
                 .values()
-                .map(|hold| hold.times().leased_at + self.timeout)
+                .map(|hold| hold.times().leased_at + self.deadline)
                 .min()
                 .unwrap_or(now);
             self.queue

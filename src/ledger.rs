@@ -1,0 +1,252 @@
+//! Exactly-once effects for the calls that change a lock: acquire, release, a fair queue's join
+//! and leave.
+//!
+//! A reply can be lost after the script ran: the connection breaks, the server stalls past the
+//! command timeout, the network partitions. The caller cannot tell whether the call took effect,
+//! and sending it again must not take effect twice. A call can also arrive late: bytes written
+//! before a reconnect may reach the server after the calls sent on the new connection. Three
+//! rules make every such call take effect at most once, and its effect correct whether it ran
+//! or not:
+//!
+//! 1. **One call at a time per (lock, owner).** A [`Turn`] serialises the state-changing calls
+//!    of one owner on one lock inside this client, so the client always knows how many holds the
+//!    owner has (its live guards) when it sends a call.
+//! 2. **Counts are set, never added to.** An acquire carries the owner's hold count `c` and the
+//!    script sets it to `c + 1` (or to 1 on a free lock); a release carries the count to leave.
+//!    Sending the same call twice leaves the same state as sending it once, so a call whose
+//!    reply was lost is simply sent again (with a new id). The owner's client is the one
+//!    authority on its own count: no other client writes its field.
+//! 3. **Lost replies are fenced.** Each call carries a request id. When a reply is lost, the id
+//!    is remembered here, and the owner's next call on the lock carries it; the script adds it to
+//!    the lock's fence set (`fredlock_fences:{name}`, kept 15 minutes), and a call whose id is in
+//!    that set does nothing, however late it arrives. Without this, an acquire arriving after the
+//!    owner's release would leave a phantom hold, and a release arriving after the owner's next
+//!    acquire would delete a lock its owner believes it holds.
+//!
+//! A call whose reply was lost is followed up even when its caller gave up: when a turn ends with
+//! ids still unfenced, a settle is queued for the releaser, which sets the owner's count to what
+//! the client knows (deleting a phantom first hold) and fences the ids, retrying with backoff.
+//!
+//! Redisson's layout is unchanged: the hash still maps owners to hold counts; the fence set is a
+//! key of fredlock's own that Redisson never reads. What stays outside: a call delayed longer
+//! than the fence memory (longer than TCP keeps retransmitting by default), and renewals, which
+//! only extend a hold that exists and are safe to repeat.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use fred::types::Value;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::reply_lost;
+
+/// Request ids whose replies were lost, for one (lock, owner).
+#[derive(Debug, Default)]
+pub(crate) struct Unsettled {
+    ids: Vec<Arc<str>>,
+}
+
+/// A lock's name and an owner's field.
+type Pair = (Arc<str>, Arc<str>);
+
+/// Every (lock, owner) with a call on its way or ids to fence.
+pub(crate) struct Ledger {
+    entries: DashMap<Pair, Arc<Mutex<Unsettled>>>,
+    /// The first half of every request id: ids are unique across clients.
+    client: String,
+    next: AtomicU64,
+}
+
+/// One owner's exclusive right to change one lock, for one call (and its retries).
+pub(crate) struct Turn<'a> {
+    ledger: &'a Ledger,
+    key: Pair,
+    unsettled: Option<OwnedMutexGuard<Unsettled>>,
+}
+
+/// The request id of one call and the ids it fences, as the scripts take them after their own
+/// arguments.
+pub(crate) struct Request {
+    id: Arc<str>,
+    fences: Vec<Arc<str>>,
+}
+
+impl Ledger {
+    pub(crate) fn new(client: &str) -> Ledger {
+        Ledger {
+            entries: DashMap::new(),
+            client: client.to_owned(),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// Waits for the turn of `field` on the lock `name`.
+    pub(crate) async fn turn(&self, name: &Arc<str>, field: &Arc<str>) -> Turn<'_> {
+        let key = (name.clone(), field.clone());
+        let entry = self.entries.entry(key.clone()).or_default().clone();
+        let unsettled = entry.lock_owned().await;
+        Turn {
+            ledger: self,
+            key,
+            unsettled: Some(unsettled),
+        }
+    }
+
+    /// Number of (lock, owner) pairs with a call on its way or ids to fence.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl Turn<'_> {
+    /// A new request, fencing every id whose reply was lost.
+    pub(crate) fn request(&self) -> Request {
+        let seq = self.ledger.next.fetch_add(1, Ordering::Relaxed);
+        Request {
+            id: format!("{}:{seq}", self.ledger.client).into(),
+            fences: self.unsettled().ids.clone(),
+        }
+    }
+
+    /// Records how `request` ended: a reply settles every id it fenced; a lost reply adds its
+    /// own id to them. After any other error (an error reply, a call never sent) they stay for
+    /// the next call.
+    pub(crate) fn record<T>(&mut self, request: Request, outcome: &Result<T, fred::error::Error>) {
+        let Some(unsettled) = self.unsettled.as_mut() else {
+            return;
+        };
+        match outcome {
+            Ok(_) => unsettled.ids.retain(|id| !request.fences.contains(id)),
+            Err(error) if reply_lost(error) => unsettled.ids.push(request.id),
+            Err(_) => {}
+        }
+    }
+
+    /// Gives up on the ids to fence: no call can carry them (the key is not a lock any more).
+    pub(crate) fn forget(&mut self) {
+        if let Some(unsettled) = self.unsettled.as_mut() {
+            unsettled.ids.clear();
+        }
+    }
+
+    /// Whether ids are left to fence.
+    pub(crate) fn is_unsettled(&self) -> bool {
+        !self.unsettled().ids.is_empty()
+    }
+
+    /// The lock and owner this turn is for.
+    pub(crate) fn key(&self) -> &Pair {
+        &self.key
+    }
+
+    fn unsettled(&self) -> &Unsettled {
+        match &self.unsettled {
+            Some(unsettled) => unsettled,
+            None => &EMPTY,
+        }
+    }
+}
+
+static EMPTY: Unsettled = Unsettled { ids: Vec::new() };
+
+impl Request {
+    /// The id and the fences, appended to a script's arguments.
+    pub(crate) fn append_to(&self, args: &mut Vec<Value>) {
+        args.reserve(1 + self.fences.len());
+        args.push(Value::from(&*self.id));
+        args.extend(self.fences.iter().map(|id| Value::from(&**id)));
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let settled = self
+            .unsettled
+            .take()
+            .is_none_or(|unsettled| unsettled.ids.is_empty());
+        if settled {
+            // Nobody waiting (they hold a clone) and nothing to remember: forget the pair.
+            self.ledger.entries.remove_if(&self.key, |_, entry| {
+                Arc::strong_count(entry) == 1 && entry.try_lock().is_ok_and(|u| u.ids.is_empty())
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost_reply() -> Result<(), fred::error::Error> {
+        Err(fred::error::Error::new(
+            fred::error::ErrorKind::Timeout,
+            "no reply",
+        ))
+    }
+
+    fn pair() -> (Arc<str>, Arc<str>) {
+        ("lock".into(), "owner".into())
+    }
+
+    #[tokio::test]
+    async fn lost_replies_are_fenced_by_the_next_call_until_it_gets_a_reply() {
+        let ledger = Ledger::new("client");
+        let (name, field) = pair();
+        let mut turn = ledger.turn(&name, &field).await;
+        let first = turn.request();
+        assert!(first.fences.is_empty());
+        let first_id = first.id.clone();
+        turn.record(first, &lost_reply());
+        assert!(turn.is_unsettled());
+
+        let second = turn.request();
+        assert_ne!(second.id, first_id, "ids are never reused");
+        assert_eq!(second.fences, vec![first_id.clone()]);
+        let second_id = second.id.clone();
+        turn.record(second, &lost_reply());
+
+        let third = turn.request();
+        assert_eq!(third.fences, vec![first_id, second_id]);
+        // An error reply is an answer that changed nothing, not a delivery of the fences.
+        let refused: Result<(), _> = Err(fred::error::Error::new(
+            fred::error::ErrorKind::InvalidArgument,
+            "WRONGTYPE",
+        ));
+        turn.record(third, &refused);
+        assert!(turn.is_unsettled());
+
+        let fourth = turn.request();
+        turn.record(fourth, &Ok::<(), fred::error::Error>(()));
+        assert!(!turn.is_unsettled());
+        drop(turn);
+        assert_eq!(ledger.len(), 0, "a settled pair is forgotten");
+    }
+
+    #[tokio::test]
+    async fn an_unsettled_pair_is_remembered_and_calls_take_turns() {
+        let ledger = Ledger::new("client");
+        let (name, field) = pair();
+        let mut turn = ledger.turn(&name, &field).await;
+        let request = turn.request();
+        turn.record(request, &lost_reply());
+        drop(turn);
+        assert_eq!(ledger.len(), 1);
+
+        let held = ledger.turn(&name, &field).await;
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            ledger.turn(&name, &field),
+        )
+        .await;
+        assert!(
+            waiting.is_err(),
+            "a second call of the owner waits its turn"
+        );
+        drop(held);
+        let mut turn = ledger.turn(&name, &field).await;
+        turn.forget();
+        drop(turn);
+        assert_eq!(ledger.len(), 0);
+    }
+}

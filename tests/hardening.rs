@@ -33,16 +33,9 @@ fn is_invalid<T: std::fmt::Debug>(result: fredlock::Result<T>) -> String {
     }
 }
 
-/// Every key on the server, sorted.
-async fn all_keys(raw: &Client) -> Vec<String> {
-    let mut keys: Vec<String> = raw.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
-    keys.sort();
-    keys
-}
-
 /// Every key on the server has a TTL (none was left without one by fredlock).
 async fn every_key_expires(raw: &Client) {
-    for key in all_keys(raw).await {
+    for key in common::all_keys(raw).await {
         let ttl: i64 = raw.pttl(&key).await.unwrap();
         assert!(ttl > 0, "key {key:?} has no TTL ({ttl})");
     }
@@ -87,6 +80,33 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
             assert!(message.contains("watchdog_timeout"), "{message}");
             is_invalid(builder().fair_wait_timeout(timeout).build().await);
             is_invalid(builder().command_timeout(timeout).build().await);
+        }
+        // The renew deadline lies after a renewal period and no later than the lease.
+        let watchdog = Duration::from_secs(3);
+        for deadline in [
+            Duration::ZERO,
+            watchdog / 3,
+            watchdog + Duration::from_millis(1),
+            Duration::MAX,
+        ] {
+            let builder = LockClient::builder().url(server.url());
+            let built = builder
+                .watchdog_timeout(watchdog)
+                .renew_deadline(deadline)
+                .build()
+                .await;
+            let message = is_invalid(built);
+            assert!(message.contains("renew_deadline"), "{message}");
+        }
+        for deadline in [watchdog / 3 + Duration::from_millis(1), watchdog] {
+            let accepted = LockClient::builder()
+                .url(server.url())
+                .watchdog_timeout(watchdog)
+                .renew_deadline(deadline)
+                .build()
+                .await
+                .unwrap();
+            accepted.shutdown().await;
         }
 
         // The longest accepted values work: the watchdog takes a 121-day period in its stride.
@@ -487,7 +507,7 @@ async fn key_prefixes_keep_applications_apart() {
             .unwrap();
         let b = b.expect("another namespace's lock of the same name is another lock");
         assert_eq!(a.name(), "one:job");
-        assert_eq!(all_keys(&raw).await, ["one:job", "two:job"]);
+        assert_eq!(common::all_keys(&raw).await, ["one:job", "two:job"]);
 
         // A fair waiter's keys and channel carry the prefix too.
         let waiter = {

@@ -319,9 +319,11 @@ impl Kind {
         }
     }
 
-    /// Runs this kind's release script for `field` directly, as a foreign client would.
+    /// Runs this kind's release script for `field` directly, as a foreign client would, asking
+    /// to leave it no holds.
     pub async fn raw_release(self, raw: &Client, name: &str, field: &str) -> Option<i64> {
         let channel = format!("redisson_lock__channel:{{{name}}}");
+        let fences = format!("fredlock_fences:{{{name}}}");
         match self {
             Kind::Reentrant => raw
                 .eval(
@@ -329,8 +331,14 @@ impl Kind {
                         include_str!("../../lua/holds.lua"),
                         include_str!("../../lua/lock_release.lua")
                     ),
-                    vec![name.to_string(), channel],
-                    vec!["0".to_string(), "30000".to_string(), field.to_string()],
+                    vec![name.to_string(), channel, fences],
+                    vec![
+                        "0".to_string(),
+                        "30000".to_string(),
+                        field.to_string(),
+                        "0".to_string(),
+                        "test:1".to_string(),
+                    ],
                 )
                 .await
                 .unwrap(),
@@ -341,12 +349,14 @@ impl Kind {
                         include_str!("../../lua/fair_queue.lua"),
                         include_str!("../../lua/fair_release.lua")
                     ),
-                    vec![name.to_string(), queue_key(name), timeout_key(name)],
+                    vec![name.to_string(), queue_key(name), timeout_key(name), fences],
                     vec![
                         channel,
                         "0".to_string(),
                         "30000".to_string(),
                         field.to_string(),
+                        "0".to_string(),
+                        "test:1".to_string(),
                     ],
                 )
                 .await
@@ -385,6 +395,9 @@ pub struct StallingProxy {
     port: u16,
     stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    lose_reply: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Added to every chunk either way, in ms.
+    latency: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -400,7 +413,11 @@ impl StallingProxy {
         let stalled = Arc::new(AtomicBool::new(false));
         let cut = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
+        let lose_reply = Arc::new(AtomicBool::new(false));
+        let latency = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (flags, cutting, done) = (stalled.clone(), cut.clone(), stop.clone());
+        let losing = lose_reply.clone();
+        let delay = latency.clone();
         std::thread::spawn(move || {
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 match listener.accept() {
@@ -414,14 +431,23 @@ impl StallingProxy {
                             continue;
                         };
                         let _ = client.set_nonblocking(false);
-                        for (from, to) in [
-                            (client.try_clone(), server.try_clone()),
-                            (server.try_clone(), client.try_clone()),
+                        for (from, to, replies) in [
+                            (client.try_clone(), server.try_clone(), None),
+                            (server.try_clone(), client.try_clone(), Some(losing.clone())),
                         ] {
                             if let (Ok(from), Ok(to)) = (from, to) {
-                                let (flags, cutting, done) =
-                                    (flags.clone(), cutting.clone(), done.clone());
-                                std::thread::spawn(move || pump(from, to, &flags, &cutting, &done));
+                                let (flags, cutting, done, delay) =
+                                    (flags.clone(), cutting.clone(), done.clone(), delay.clone());
+                                std::thread::spawn(move || {
+                                    let faults = Faults {
+                                        stalled: &flags,
+                                        cut: &cutting,
+                                        stop: &done,
+                                        lose_reply: replies.as_deref(),
+                                        latency: &delay,
+                                    };
+                                    pump(from, to, faults)
+                                });
                             }
                         }
                     }
@@ -433,6 +459,8 @@ impl StallingProxy {
             port,
             stalled,
             cut,
+            lose_reply,
+            latency,
             stop,
         }
     }
@@ -463,6 +491,26 @@ impl StallingProxy {
     pub fn heal(&self) {
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
     }
+
+    /// The next reply the server sends is thrown away and its connection closed: the request
+    /// ran, its client never learns how. Requests sent meanwhile are forwarded as usual.
+    pub fn lose_next_reply(&self) {
+        self.lose_reply
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Holds every chunk, either way, `latency` before forwarding it (zero: none).
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency.store(
+            latency.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
+    /// Whether a reply armed by [`lose_next_reply`](Self::lose_next_reply) is still to come.
+    pub fn reply_pending_loss(&self) -> bool {
+        self.lose_reply.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl Drop for StallingProxy {
@@ -471,19 +519,23 @@ impl Drop for StallingProxy {
     }
 }
 
-/// Copies `from` to `to`, holding each chunk while `stalled`, until either side closes, the
-/// proxy is `cut`, or `stop`.
-fn pump(
-    mut from: TcpStream,
-    mut to: TcpStream,
-    stalled: &std::sync::atomic::AtomicBool,
-    cut: &std::sync::atomic::AtomicBool,
-    stop: &std::sync::atomic::AtomicBool,
-) {
+/// What a proxy's pump applies to the bytes it copies.
+struct Faults<'a> {
+    stalled: &'a std::sync::atomic::AtomicBool,
+    cut: &'a std::sync::atomic::AtomicBool,
+    stop: &'a std::sync::atomic::AtomicBool,
+    /// On the reply side only: when set, the next chunk is thrown away and the connection closed.
+    lose_reply: Option<&'a std::sync::atomic::AtomicBool>,
+    latency: &'a std::sync::atomic::AtomicU64,
+}
+
+/// Copies `from` to `to`, holding each chunk while stalled and for the latency, until either
+/// side closes, the proxy is cut, or stopped; on the reply side a lost reply closes both.
+fn pump(mut from: TcpStream, mut to: TcpStream, faults: Faults<'_>) {
     use std::sync::atomic::Ordering;
     let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
     let mut buffer = [0u8; 16 * 1024];
-    while !stop.load(Ordering::Relaxed) && !cut.load(Ordering::SeqCst) {
+    while !faults.stop.load(Ordering::Relaxed) && !faults.cut.load(Ordering::SeqCst) {
         let read = match from.read(&mut buffer) {
             Ok(0) => break,
             Ok(read) => read,
@@ -497,8 +549,18 @@ fn pump(
             }
             Err(_) => break,
         };
-        while stalled.load(Ordering::SeqCst) && !stop.load(Ordering::Relaxed) {
+        let latency = faults.latency.load(Ordering::SeqCst);
+        if latency > 0 {
+            std::thread::sleep(Duration::from_millis(latency));
+        }
+        while faults.stalled.load(Ordering::SeqCst) && !faults.stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(5));
+        }
+        if faults
+            .lose_reply
+            .is_some_and(|lose| lose.swap(false, Ordering::SeqCst))
+        {
+            break;
         }
         if to.write_all(&buffer[..read]).is_err() {
             break;
@@ -545,4 +607,93 @@ pub async fn command_calls(raw: &Client) -> std::collections::HashMap<String, u6
             Some((name.to_string(), calls))
         })
         .collect()
+}
+
+impl RedisServer {
+    /// A server that accepts `DEBUG` (Redis 7 refuses it by default), for `DEBUG SLEEP`.
+    pub fn start_with_debug() -> RedisServer {
+        RedisServer::start_with(&["--enable-debug-command", "yes"], free_port)
+    }
+
+    /// The server's process id, for SIGSTOP and SIGCONT.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server running").id()
+    }
+}
+
+/// A plain fred client that survives `CLIENT KILL`: it reconnects, and no command waits longer
+/// than a second.
+pub async fn resilient_client(url: &str) -> Client {
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .with_performance_config(|performance| {
+            performance.default_command_timeout = Duration::from_secs(1);
+        })
+        .set_policy(ReconnectPolicy::new_constant(0, 50))
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    client
+}
+
+/// Every key on the server, sorted.
+pub async fn all_keys(raw: &Client) -> Vec<String> {
+    let mut keys: Vec<String> = raw.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    keys.sort();
+    keys
+}
+
+/// Blocks the server for `seconds` (`DEBUG SLEEP`), from `raw`'s connection.
+pub async fn debug_sleep(raw: &Client, seconds: f64) {
+    let _: Value = raw
+        .custom(
+            fred::cmd!("DEBUG"),
+            vec!["SLEEP".to_string(), seconds.to_string()],
+        )
+        .await
+        .unwrap();
+}
+
+/// `CLIENT KILL TYPE kind` (`normal` or `pubsub`): every such connection but `raw`'s own.
+pub async fn client_kill(raw: &Client, kind: &str) -> Result<i64, fred::error::Error> {
+    raw.custom(
+        fred::cmd!("CLIENT"),
+        vec!["KILL".to_string(), "TYPE".to_string(), kind.to_string()],
+    )
+    .await
+}
+
+/// The channels the server has subscribers for (`PUBSUB CHANNELS`).
+pub async fn pubsub_channels(raw: &Client) -> Vec<String> {
+    raw.custom(fred::cmd!("PUBSUB"), vec!["CHANNELS".to_string()])
+        .await
+        .unwrap()
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Sends `signal` to `pid`, ignoring failure (the process may be gone).
+pub fn signal_quietly(pid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The server's clock (`TIME`) in milliseconds: one clock for a test and its child processes.
+pub async fn server_millis(raw: &Client) -> u64 {
+    let time: Vec<String> = raw
+        .custom(fred::cmd!("TIME"), Vec::<String>::new())
+        .await
+        .unwrap();
+    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
 }

@@ -1,0 +1,803 @@
+//! The fault suite: lost replies, stalls, partitions, pauses, connection kills and chaos, each
+//! against real redis-servers. Where a critical section is checked, the check lives on a second
+//! server that no fault touches, so a failed check is never the fault's own doing.
+//! docs/RELIABILITY.md gives what each test proves and the figures it measured.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::Child;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fredlock::{Error, LockClient};
+use tokio::time::Instant;
+
+use common::{bounded, eventually, Kind, RedisServer, StallingProxy};
+
+async fn client(
+    url: String,
+    configure: impl FnOnce(fredlock::LockClientBuilder) -> fredlock::LockClientBuilder,
+) -> LockClient {
+    configure(LockClient::builder().url(url))
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn hold_count(raw: &Client, name: &str, field: &str) -> u32 {
+    raw.hget::<Option<u32>, _, _>(name, field)
+        .await
+        .unwrap()
+        .unwrap_or_default()
+}
+
+/// Waits until `client` is connected again and whatever its reconnect set off (a renewal of
+/// every hold) has had its reply, so that the next reply the proxy loses is the test's own.
+async fn quiet(client: &LockClient) {
+    client.redis().wait_for_connect().await.unwrap();
+    let _: String = client.redis().ping(None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// Every key left on `raw`'s server, with its type and TTL in ms.
+async fn leftovers(raw: &Client) -> Vec<(String, String, i64)> {
+    let mut left = Vec::new();
+    for key in common::all_keys(raw).await {
+        let kind: String = raw.r#type(&key).await.unwrap();
+        let ttl: i64 = raw.pttl(&key).await.unwrap();
+        left.push((key, kind, ttl));
+    }
+    left
+}
+
+/// What may stay behind after faults: fredlock's fence sets, which expire by themselves.
+fn only_fences(left: &[(String, String, i64)]) -> bool {
+    left.iter()
+        .all(|(key, kind, ttl)| key.starts_with("fredlock_fences:") && kind == "set" && *ttl > 0)
+}
+
+/// Whether the client has nothing left: no holds, waits, subscriptions or unsettled calls.
+fn idle(client: &LockClient) -> bool {
+    let stats = client.stats();
+    stats.held == 0 && stats.wait_entries == 0 && stats.subscriptions == 0 && stats.unsettled == 0
+}
+
+// 1. A stall longer than the command timeout: the retried acquire takes one hold.
+for_each_kind!(stall_past_the_command_timeout_takes_one_hold);
+
+async fn stall_past_the_command_timeout_takes_one_hold(kind: Kind) {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let raw = server.raw().await;
+        let sleeper = server.raw().await;
+        let locks = client(server.url(), |b| {
+            b.command_timeout(Duration::from_millis(100))
+        })
+        .await;
+        let lock = kind.lock(&locks, "stalled");
+        let field = locks.owner_field(fredlock::OwnerId::current());
+        // A warm script cache, as in a running service: the calls during the stall are EVALSHA
+        // that run, not NOSCRIPT replies.
+        lock.lock().await.unwrap().unlock().await.unwrap();
+
+        let sleeping = tokio::spawn(async move { common::debug_sleep(&sleeper, 0.6).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let guard = lock.lock().await.unwrap();
+        sleeping.await.unwrap();
+        assert_eq!(hold_count(&raw, "stalled", &field).await, 1);
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                locks.stats().unsettled == 0
+            })
+            .await
+        );
+        assert_eq!(hold_count(&raw, "stalled", &field).await, 1);
+
+        guard.unlock().await.unwrap();
+        let exists: bool = raw.exists("stalled").await.unwrap();
+        assert!(!exists, "unlock after a stalled acquire leaves the lock");
+        let other = LockClient::connect(&server.url()).await.unwrap();
+        let taken = kind
+            .lock(&other, "stalled")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap();
+        assert!(taken.is_some(), "another client takes the lock at once");
+    })
+    .await;
+}
+
+// 1. A slow network: for a while every reply comes later than the command timeout.
+for_each_kind!(latency_past_the_command_timeout_takes_one_hold);
+
+async fn latency_past_the_command_timeout_takes_one_hold(kind: Kind) {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let locks = client(proxy.url(), |b| {
+            b.command_timeout(Duration::from_millis(150))
+        })
+        .await;
+        let lock = kind.lock(&locks, "slow");
+        let field = locks.owner_field(fredlock::OwnerId::current());
+        lock.lock().await.unwrap().unlock().await.unwrap();
+
+        proxy.set_latency(Duration::from_millis(120));
+        let healed = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            proxy.set_latency(Duration::ZERO);
+            proxy
+        });
+        let guard = lock.lock().await.unwrap();
+        let _proxy = healed.await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                locks.stats().unsettled == 0
+            })
+            .await
+        );
+        assert_eq!(hold_count(&raw, "slow", &field).await, 1);
+        guard.unlock().await.unwrap();
+        let exists: bool = raw.exists("slow").await.unwrap();
+        assert!(!exists);
+    })
+    .await;
+}
+
+// 1. Replies cut by the proxy after the script ran: acquire, re-entry and release each take
+// effect once.
+for_each_kind!(lost_replies_take_effect_once);
+
+async fn lost_replies_take_effect_once(kind: Kind) {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1))).await;
+        let lock = kind.lock(&locks, "cut");
+        let field = locks.owner_field(fredlock::OwnerId::current());
+
+        proxy.lose_next_reply();
+        let first = lock.lock().await.unwrap();
+        assert!(!proxy.reply_pending_loss(), "the acquire's reply was lost");
+        assert_eq!(hold_count(&raw, "cut", &field).await, 1, "acquire");
+
+        quiet(&locks).await;
+        proxy.lose_next_reply();
+        let second = lock.lock().await.unwrap();
+        assert!(!proxy.reply_pending_loss());
+        assert_eq!(hold_count(&raw, "cut", &field).await, 2, "re-entry");
+
+        quiet(&locks).await;
+        proxy.lose_next_reply();
+        // The release ran; its reply did not come, so it cannot be confirmed.
+        assert!(second.unlock().await.is_err());
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                locks.stats().unsettled == 0
+            })
+            .await,
+            "the lost release is settled"
+        );
+        assert_eq!(hold_count(&raw, "cut", &field).await, 1, "release");
+
+        quiet(&locks).await;
+        proxy.lose_next_reply();
+        assert!(first.unlock().await.is_err());
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                locks.stats().unsettled == 0
+            })
+            .await
+        );
+        let exists: bool = raw.exists("cut").await.unwrap();
+        assert!(!exists, "the last release took effect");
+        assert!(
+            only_fences(&leftovers(&raw).await),
+            "{:?}",
+            leftovers(&raw).await
+        );
+
+        let other = LockClient::connect(&server.url()).await.unwrap();
+        let taken = kind
+            .lock(&other, "cut")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap();
+        assert!(taken.is_some());
+    })
+    .await;
+}
+
+/// 1. A fair waiter whose join reply is lost holds one place, and takes the lock once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_join_reply_queues_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let holder = LockClient::connect(&server.url()).await.unwrap();
+        let held = holder.fair_lock("line").lock().await.unwrap();
+
+        let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1))).await;
+        let owner = fredlock::OwnerId::unique();
+        let waiter = locks.fair_lock("line").with_owner(owner);
+        let field = locks.owner_field(owner);
+        proxy.lose_next_reply();
+        let waiting = tokio::spawn(async move { waiter.lock().await });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                !proxy.reply_pending_loss()
+            })
+            .await
+        );
+        let queue: Vec<String> = raw.lrange(common::queue_key("line"), 0, -1).await.unwrap();
+        assert_eq!(queue, vec![field.clone()], "one place in the line");
+
+        held.unlock().await.unwrap();
+        let guard = waiting.await.unwrap().unwrap();
+        assert_eq!(hold_count(&raw, "line", &field).await, 1);
+        guard.unlock().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                locks.stats().unsettled == 0
+            })
+            .await
+        );
+        assert!(
+            only_fences(&leftovers(&raw).await),
+            "{:?}",
+            leftovers(&raw).await
+        );
+    })
+    .await;
+}
+
+/// 4. A partition longer than the renew deadline: `lost()` fires while Redis still has the lock
+/// (PTTL above 0), and the renewal that lands after the partition heals does not bring it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partition_reports_loss_before_the_lease_ends() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let locks = client(proxy.url(), |b| {
+            b.watchdog_timeout(Duration::from_millis(1500))
+                .command_timeout(Duration::from_millis(300))
+        })
+        .await;
+        let lock = locks.lock("partitioned");
+        let guard = lock.lock().await.unwrap();
+        // Let one renewal through, then cut the holder off.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        proxy.stall();
+        let stalled = Instant::now();
+        tokio::time::timeout(Duration::from_secs(3), guard.lost())
+            .await
+            .expect("lost() fires during the partition");
+        let pttl: i64 = raw.pttl("partitioned").await.unwrap();
+        assert!(
+            pttl > 0,
+            "lost() fired only after the lease ended (PTTL {pttl})"
+        );
+        let reported_after = stalled.elapsed();
+
+        proxy.resume();
+        // Whatever was queued lands now; the loss stands.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(guard.is_lost());
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        // The lost guard's unlock deleted what a late renewal may have kept alive.
+        assert!(
+            eventually(Duration::from_millis(500), || async {
+                !raw.exists::<bool, _>("partitioned").await.unwrap()
+            })
+            .await
+        );
+        println!("partition: lost() {reported_after:?} after the stall, PTTL left {pttl} ms");
+    })
+    .await;
+}
+
+/// 4. Calls queued during a partition that land after it heals leave no phantom hold: an unlock
+/// and an acquire that timed out during it, for a lock with a long fixed lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn calls_landing_after_a_partition_leave_no_phantom_hold() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let locks = client(proxy.url(), |b| {
+            b.command_timeout(Duration::from_millis(200))
+        })
+        .await;
+        let lock = locks.lock("phantom");
+        let guard = lock.lock_with_lease(Duration::from_secs(60)).await.unwrap();
+
+        proxy.stall();
+        assert!(
+            guard.unlock().await.is_err(),
+            "the release cannot be confirmed"
+        );
+        let attempt = lock
+            .try_lock(Duration::from_millis(300), Some(Duration::from_secs(60)))
+            .await;
+        assert!(!matches!(attempt, Ok(Some(_))), "{attempt:?}");
+        drop(attempt);
+        proxy.resume();
+
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                locks.stats().unsettled == 0 && locks.stats().held == 0
+            })
+            .await,
+            "{:?}",
+            locks.stats()
+        );
+        let left = leftovers(&raw).await;
+        assert!(only_fences(&left), "a phantom hold was left: {left:?}");
+        let other = LockClient::connect(&server.url()).await.unwrap();
+        let taken = other
+            .lock("phantom")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap();
+        assert!(taken.is_some());
+    })
+    .await;
+}
+
+/// 5. The holder child for `paused_holder_learns_of_loss_on_resume`: takes the lock, waits for
+/// `lost()`, stamps the server's clock, unlocks, and writes what it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by paused_holder_learns_of_loss_on_resume as a child process"]
+async fn paused_holder_child() {
+    let Ok(url) = std::env::var("FREDLOCK_PAUSE_URL") else {
+        return;
+    };
+    let raw = common::raw_client(&url).await;
+    let locks = client(url.clone(), |b| {
+        b.watchdog_timeout(Duration::from_millis(900))
+    })
+    .await;
+    let guard = locks.lock("paused").lock().await.unwrap();
+    let _: () = raw.set("child:held", 1, None, None, false).await.unwrap();
+    guard.lost().await;
+    let lost_at = common::server_millis(&raw).await;
+    let unlock = match guard.unlock().await {
+        Err(Error::NotHeld { .. }) => "NotHeld".to_string(),
+        other => format!("{other:?}"),
+    };
+    let _: () = raw
+        .hset(
+            "child:report",
+            [("lost_at", lost_at.to_string()), ("unlock", unlock)],
+        )
+        .await
+        .unwrap();
+}
+
+/// 5. A holder paused with SIGSTOP past its lease: on resume `lost()` fires at once, its stale
+/// unlock returns `NotHeld` and leaves the new holder alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paused_holder_learns_of_loss_on_resume() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let mut child = KillOnDrop(common::spawn_test_child(
+            "paused_holder_child",
+            &[("FREDLOCK_PAUSE_URL", server.url())],
+        ));
+        assert!(
+            eventually(Duration::from_secs(20), || async {
+                raw.exists::<bool, _>("child:held").await.unwrap()
+            })
+            .await,
+            "the child did not take the lock"
+        );
+        common::signal(child.0.id(), "STOP");
+        let locks = LockClient::connect(&server.url()).await.unwrap();
+        let lock = locks.lock("paused");
+        let guard = lock
+            .try_lock(Duration::from_secs(5), None)
+            .await
+            .unwrap()
+            .expect("the paused holder's lease ends");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let resumed_at = common::server_millis(&raw).await;
+        common::signal(child.0.id(), "CONT");
+
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                raw.exists::<bool, _>("child:report").await.unwrap()
+            })
+            .await,
+            "the child did not report"
+        );
+        let report: HashMap<String, String> = raw.hgetall("child:report").await.unwrap();
+        let lost_at: u64 = report["lost_at"].parse().unwrap();
+        let told_after = lost_at.saturating_sub(resumed_at);
+        assert!(
+            told_after <= 500,
+            "lost() fired {told_after} ms after the resume"
+        );
+        assert_eq!(report["unlock"], "NotHeld");
+        assert_eq!(
+            lock.hold_count().await.unwrap(),
+            1,
+            "the new holder is untouched"
+        );
+        assert!(guard.unlock().await.is_ok());
+        let _ = child.0.wait();
+        println!("SIGSTOP: lost() {told_after} ms after SIGCONT");
+    })
+    .await;
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = common::signal_quietly(self.0.id(), "CONT");
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// 2. Reconnects of the subscriber while fair waiters come and go: afterwards the server's
+/// subscriptions are the client's, and none are left once the waiters are done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconnects_leave_no_subscriptions_behind() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let locks = LockClient::connect(&server.url()).await.unwrap();
+        let holder = LockClient::connect(&server.url()).await.unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut tasks = Vec::new();
+        for task in 0..16u64 {
+            let locks = locks.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let lock = locks.fair_lock(format!("churn-{}", (task + n) % 8));
+                    let wait = Duration::from_millis(20 + (task * 37 + n * 13) % 200);
+                    if let Ok(Some(guard)) = lock.try_lock(wait, None).await {
+                        let _ = guard.unlock().await;
+                    }
+                    n += 1;
+                }
+            }));
+        }
+        let holding = tokio::spawn({
+            let holder = holder.clone();
+            async move {
+                let mut n = 0u64;
+                while Instant::now() < until {
+                    let lock = holder.fair_lock(format!("churn-{}", n % 8));
+                    if let Ok(guard) = lock.lock().await {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let _ = guard.unlock().await;
+                    }
+                    n += 1;
+                }
+            }
+        });
+        let mut kills = 0;
+        let mut rng = Rng(17);
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100 + rng.below(200))).await;
+            if common::client_kill(&raw, "pubsub").await.is_ok() {
+                kills += 1;
+            }
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        holding.await.unwrap();
+
+        let settled = eventually(Duration::from_secs(4), || async {
+            common::pubsub_channels(&raw).await.is_empty() && idle(&locks)
+        })
+        .await;
+        assert!(
+            settled,
+            "after {kills} kills: server channels {:?}, client {:?}",
+            common::pubsub_channels(&raw).await,
+            locks.stats()
+        );
+    })
+    .await;
+}
+
+/// A small deterministic generator: tests repeat exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One chaos step against the lock server, chosen at random.
+async fn chaos_step(raw: &Client, rng: &mut Rng) -> &'static str {
+    match rng.below(4) {
+        0 => {
+            let _ = common::client_kill(raw, "normal").await;
+            "kill normal"
+        }
+        1 => {
+            let _ = common::client_kill(raw, "pubsub").await;
+            "kill pubsub"
+        }
+        2 => {
+            common::debug_sleep(raw, 0.2).await;
+            "sleep"
+        }
+        _ => "nothing",
+    }
+}
+
+/// Runs the chaos loop against `raw`'s server until `until` or `stop`; returns the steps taken.
+async fn chaos(
+    raw: Client,
+    until: Instant,
+    seed: u64,
+    stop: tokio_util::sync::CancellationToken,
+) -> HashMap<&'static str, u32> {
+    let mut rng = Rng(seed);
+    let mut steps = HashMap::new();
+    while Instant::now() < until && !stop.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(100 + rng.below(200))).await;
+        *steps.entry(chaos_step(&raw, &mut rng).await).or_insert(0) += 1;
+    }
+    steps
+}
+
+/// 3. 5 000 acquisitions cancelled at random moments under chaos leave nothing behind, in Redis
+/// or in the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_futures_under_chaos_leave_nothing() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let locks = client(server.url(), |b| {
+            b.watchdog_timeout(Duration::from_secs(2))
+                .fair_wait_timeout(Duration::from_secs(1))
+                .command_timeout(Duration::from_millis(500))
+        })
+        .await;
+        let done = Arc::new(AtomicU64::new(0));
+        let won = Arc::new(AtomicU64::new(0));
+        let chaos_until = Instant::now() + Duration::from_secs(60);
+        let chaos_raw = common::resilient_client(&server.url()).await;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let chaos = tokio::spawn({
+            let stop = stop.clone();
+            async move { chaos(chaos_raw, chaos_until, 99, stop).await }
+        });
+        let mut tasks = Vec::new();
+        for task in 0..50u64 {
+            let (locks, done, won) = (locks.clone(), done.clone(), won.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = Rng(task + 1);
+                for n in 0..100u64 {
+                    let kind = if (task + n) % 2 == 0 {
+                        Kind::Reentrant
+                    } else {
+                        Kind::Fair
+                    };
+                    let lock = kind.lock(&locks, &format!("cancel-{}", rng.below(8)));
+                    let cancel_after = Duration::from_millis(rng.below(40));
+                    let attempt = async {
+                        let guard = if rng.below(2) == 0 {
+                            lock.lock().await
+                        } else {
+                            lock.try_lock(Duration::from_millis(30), None)
+                                .await
+                                .and_then(|guard| guard.ok_or(Error::Shutdown))
+                        };
+                        if let Ok(guard) = guard {
+                            won.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            drop(guard);
+                        }
+                    };
+                    let _ = tokio::time::timeout(cancel_after, attempt).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                    // Spread the 5 000 over about 10 s of chaos.
+                    tokio::time::sleep(Duration::from_millis(rng.below(150))).await;
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        stop.cancel();
+        let steps = chaos.await.unwrap();
+        assert_eq!(done.load(Ordering::Relaxed), 5000);
+
+        let settled = eventually(Duration::from_secs(15), || async { idle(&locks) }).await;
+        assert!(settled, "client still has {:?}", locks.stats());
+        let raw = server.raw().await;
+        let clean = eventually(Duration::from_secs(10), || async {
+            only_fences(&leftovers(&raw).await)
+        })
+        .await;
+        assert!(clean, "left in Redis: {:?}", leftovers(&raw).await);
+        println!(
+            "cancelled futures: 5000 done, {} won, chaos {steps:?}",
+            won.load(Ordering::Relaxed)
+        );
+    })
+    .await;
+}
+
+/// The chaos test's worker process: 4 tasks taking reentrant and fair locks (some re-entered),
+/// each critical section checked on the untouched checker server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "run by chaos_keeps_every_promise as a child process"]
+async fn chaos_worker() {
+    let (Ok(url), Ok(check_url), Ok(millis)) = (
+        std::env::var("FREDLOCK_CHAOS_URL"),
+        std::env::var("FREDLOCK_CHECK_URL"),
+        std::env::var("FREDLOCK_CHAOS_MS"),
+    ) else {
+        return;
+    };
+    let me = std::process::id();
+    let until = Instant::now() + Duration::from_millis(millis.parse().unwrap());
+    let checker = common::raw_client(&check_url).await;
+    let locks = client(url.clone(), |b| {
+        b.watchdog_timeout(Duration::from_millis(1500))
+            .fair_wait_timeout(Duration::from_secs(1))
+            .command_timeout(Duration::from_millis(500))
+    })
+    .await;
+    let mut tasks = Vec::new();
+    for task in 0..4u64 {
+        let (locks, checker, url) = (locks.clone(), checker.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let sampler = common::resilient_client(&url).await;
+            let mut rng = Rng(u64::from(me) * 10 + task + 1);
+            let mut longest_wait = Duration::ZERO;
+            let mut sections = 0u64;
+            while Instant::now() < until {
+                let n = rng.below(4);
+                let (kind, name) = if rng.below(2) == 0 {
+                    (Kind::Reentrant, format!("chaos-r{n}"))
+                } else {
+                    (Kind::Fair, format!("chaos-f{n}"))
+                };
+                let lock = kind.lock(&locks, &name);
+                let lease = (rng.below(3) == 0).then_some(Duration::from_millis(1500));
+                let asked = Instant::now();
+                let guard = match lease {
+                    Some(lease) => lock.lock_with_lease(lease).await,
+                    None => lock.lock().await,
+                };
+                let Ok(guard) = guard else { continue };
+                longest_wait = longest_wait.max(asked.elapsed());
+                let inside: i64 = checker.incr(format!("inside:{name}")).await.unwrap();
+                if inside != 1 {
+                    let _: i64 = checker.incr("violations").await.unwrap();
+                }
+                let nested = rng.below(4) == 0;
+                let inner = if nested { lock.lock().await.ok() } else { None };
+                let nesting = 1 + u32::from(inner.is_some());
+                let field = guard.owner_field().to_owned();
+                if let Ok(Some(count)) = sampler.hget::<Option<u32>, _, _>(&name, &field).await {
+                    if count > nesting {
+                        let _: i64 = checker.incr("overcounted").await.unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1 + rng.below(10))).await;
+                if let Some(inner) = inner {
+                    let _ = inner.unlock().await;
+                }
+                // Leave the section before the unlock is sent: after it, another may enter.
+                let _: i64 = checker.decr(format!("inside:{name}")).await.unwrap();
+                let _ = guard.unlock().await;
+                sections += 1;
+            }
+            let _: i64 = checker.incr_by("sections", sections as i64).await.unwrap();
+            let _: () = checker
+                .hset(
+                    "waits",
+                    [(format!("{me}:{task}"), longest_wait.as_millis() as u64)],
+                )
+                .await
+                .unwrap();
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Every worker done: then nothing of this client may be left, here or on the server.
+    let _: i64 = checker.incr("done").await.unwrap();
+    let raw = common::raw_client(&url).await;
+    let clean = eventually(Duration::from_secs(20), || async {
+        let all_done = checker.get::<i64, _>("done").await.unwrap() >= 3;
+        all_done && idle(&locks) && common::pubsub_channels(&raw).await.is_empty()
+    })
+    .await;
+    let verdict = if clean {
+        "clean".to_string()
+    } else {
+        format!(
+            "{:?} {:?}",
+            locks.stats(),
+            common::pubsub_channels(&raw).await
+        )
+    };
+    let _: () = checker
+        .hset("verdicts", [(me.to_string(), verdict)])
+        .await
+        .unwrap();
+    locks.shutdown().await;
+}
+
+/// 2. Three processes of four tasks for 30 s, reentrant and fair locks, with connection kills
+/// (normal and pub/sub) and server stalls every 100-300 ms: no two sections at once, no hold
+/// count above a task's own nesting, no wait longer than the longest lease plus the chaos
+/// period, and nothing left over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_keeps_every_promise() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let checker = RedisServer::start();
+        let check = checker.raw().await;
+        let chaos_for = Duration::from_secs(30);
+        let mut workers: Vec<KillOnDrop> = (0..3)
+            .map(|_| {
+                KillOnDrop(common::spawn_test_child(
+                    "chaos_worker",
+                    &[
+                        ("FREDLOCK_CHAOS_URL", server.url()),
+                        ("FREDLOCK_CHECK_URL", checker.url()),
+                        ("FREDLOCK_CHAOS_MS", chaos_for.as_millis().to_string()),
+                    ],
+                ))
+            })
+            .collect();
+        let chaos_raw = common::resilient_client(&server.url()).await;
+        let steps = chaos(
+            chaos_raw,
+            Instant::now() + chaos_for,
+            7,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
+        let finished = eventually(Duration::from_secs(40), || async {
+            check.hlen::<u64, _>("verdicts").await.unwrap() == 3
+        })
+        .await;
+        assert!(finished, "the workers did not finish");
+        for worker in &mut workers {
+            let _ = worker.0.wait();
+        }
+
+        let violations: Option<i64> = check.get("violations").await.unwrap();
+        let overcounted: Option<i64> = check.get("overcounted").await.unwrap();
+        let sections: i64 = check.get("sections").await.unwrap();
+        let waits: HashMap<String, u64> = check.hgetall("waits").await.unwrap();
+        let verdicts: HashMap<String, String> = check.hgetall("verdicts").await.unwrap();
+        let longest = waits.values().copied().max().unwrap_or_default();
+        println!("chaos: {sections} sections, longest wait {longest} ms, steps {steps:?}");
+        assert_eq!(violations, None, "two holders at once");
+        assert_eq!(overcounted, None, "a hold count above the task's nesting");
+        assert!(sections > 300, "only {sections} sections in 30 s");
+        assert!(verdicts.values().all(|v| v == "clean"), "{verdicts:?}");
+        // The longest lease (1.5 s) plus the chaos period (0.3 s).
+        assert!(longest <= 1800, "a waiter waited {longest} ms");
+        let left = leftovers(&server.raw().await).await;
+        assert!(only_fences(&left), "left in Redis: {left:?}");
+    })
+    .await;
+}

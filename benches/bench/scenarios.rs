@@ -71,6 +71,8 @@ pub async fn raw_client(url: &str) -> Client {
 struct RawScripts {
     acquire: String,
     release: String,
+    /// Request ids, as fredlock sends one with every call.
+    next: std::sync::atomic::AtomicU64,
 }
 
 impl RawScripts {
@@ -88,19 +90,30 @@ impl RawScripts {
         RawScripts {
             acquire: load(include_str!("../../lua/lock_acquire.lua")).await,
             release: load(include_str!("../../lua/lock_release.lua")).await,
+            next: std::sync::atomic::AtomicU64::new(1),
         }
     }
 
     async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {
+        // The arguments fredlock sends: the hold count, a request id, the fence set's key.
+        let fences = format!("fredlock_fences:{{{name}}}");
+        let id = || {
+            let seq = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("bench:{seq}")
+        };
         let _: Option<i64> = redis
-            .evalsha(&self.acquire, vec![name], vec!["30000", field])
+            .evalsha(
+                &self.acquire,
+                vec![name, fences.as_str()],
+                vec!["30000", field, "0", id().as_str()],
+            )
             .await
             .expect("raw acquire");
         let _: Option<i64> = redis
             .evalsha(
                 &self.release,
-                vec![name, channel],
-                vec!["0", "30000", field],
+                vec![name, channel, fences.as_str()],
+                vec!["0", "30000", field, "0", id().as_str()],
             )
             .await
             .expect("raw release");

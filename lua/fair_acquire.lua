@@ -34,15 +34,7 @@ if reentry or (free and (not head or head == owner)) then
         redis.call('lpop', queue)
         redis.call('zrem', timeouts, owner)
     end
-    if reentry then
-        set_holds(name, owner, holds + 1, lease)
-        return nil
-    end
-    set_holds(name, owner, 1, lease)
-    if holds > 0 then
-        return -3
-    end
-    return nil
+    return grant_hold(name, owner, holds, lease, reentry)
 end
 
 if slot > 0 then

@@ -32,24 +32,31 @@ local function set_holds(name, owner, holds, lease)
     redis.call('pexpire', name, lease)
 end
 
--- Take, or take again, the lock for `owner`, who holds `holds` holds by its
--- client's count: nil when it holds the lock after this call with one more;
--- -3 when its client counted holds that are gone and this is a first hold
--- again; otherwise the lock's PTTL (-1 without expiry). HEXISTS raises
--- WRONGTYPE on a key of another type, before anything is written.
-local function take_hold(name, owner, holds, lease)
-    if redis.call('hexists', name, owner) == 1 then
+-- Gives the lock to `owner`, who may have it (a re-entry, or a lock free for
+-- it) and holds `holds` holds by its client's count: one more on a re-entry,
+-- else a first hold, replied as -3 when its client counted holds that are
+-- gone (nil otherwise).
+local function grant_hold(name, owner, holds, lease, reentry)
+    if reentry then
         set_holds(name, owner, holds + 1, lease)
         return nil
-    end
-    if redis.call('exists', name) == 1 then
-        return redis.call('pttl', name)
     end
     set_holds(name, owner, 1, lease)
     if holds > 0 then
         return -3
     end
     return nil
+end
+
+-- Take, or take again, the reentrant lock for `owner`: as grant_hold when it
+-- may, otherwise the lock's PTTL (-1 without expiry). HEXISTS raises WRONGTYPE
+-- on a key of another type, before anything is written.
+local function take_hold(name, owner, holds, lease)
+    local reentry = redis.call('hexists', name, owner) == 1
+    if not reentry and redis.call('exists', name) == 1 then
+        return redis.call('pttl', name)
+    end
+    return grant_hold(name, owner, holds, lease, reentry)
 end
 
 -- `owner` keeps `left` holds: nil when it holds none (never held, expired or

@@ -59,6 +59,20 @@ fn only_fences(left: &[(String, String, i64)]) -> bool {
         .all(|(key, kind, ttl)| key.starts_with("fredlock_fences:") && kind == "set" && *ttl > 0)
 }
 
+/// Another client takes the lock at once: nothing holds it up.
+async fn another_client_takes(server: &RedisServer, kind: Kind, name: &str) {
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let taken = kind
+        .lock(&other, name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert!(
+        taken.is_some(),
+        "another client could not take {name:?} at once"
+    );
+}
+
 /// Whether the client has nothing left: no holds, waits, subscriptions or unsettled calls.
 fn idle(client: &LockClient) -> bool {
     let stats = client.stats();
@@ -99,13 +113,7 @@ async fn stall_past_the_command_timeout_takes_one_hold(kind: Kind) {
         guard.unlock().await.unwrap();
         let exists: bool = raw.exists("stalled").await.unwrap();
         assert!(!exists, "unlock after a stalled acquire leaves the lock");
-        let other = LockClient::connect(&server.url()).await.unwrap();
-        let taken = kind
-            .lock(&other, "stalled")
-            .try_lock(Duration::ZERO, None)
-            .await
-            .unwrap();
-        assert!(taken.is_some(), "another client takes the lock at once");
+        another_client_takes(&server, kind, "stalled").await;
     })
     .await;
 }
@@ -202,13 +210,7 @@ async fn lost_replies_take_effect_once(kind: Kind) {
             leftovers(&raw).await
         );
 
-        let other = LockClient::connect(&server.url()).await.unwrap();
-        let taken = kind
-            .lock(&other, "cut")
-            .try_lock(Duration::ZERO, None)
-            .await
-            .unwrap();
-        assert!(taken.is_some());
+        another_client_takes(&server, kind, "cut").await;
     })
     .await;
 }
@@ -340,13 +342,7 @@ async fn calls_landing_after_a_partition_leave_no_phantom_hold() {
         );
         let left = leftovers(&raw).await;
         assert!(only_fences(&left), "a phantom hold was left: {left:?}");
-        let other = LockClient::connect(&server.url()).await.unwrap();
-        let taken = other
-            .lock("phantom")
-            .try_lock(Duration::ZERO, None)
-            .await
-            .unwrap();
-        assert!(taken.is_some());
+        another_client_takes(&server, Kind::Reentrant, "phantom").await;
     })
     .await;
 }

@@ -217,9 +217,12 @@ impl Leave {
     /// tracing: a place that could not be given up ends with its slot.
     pub(crate) async fn run_dropped(self, core: Arc<Core>) {
         let mut turn = core.ledger.turn(&self.keys.name, &self.field).await;
-        let request = turn.request();
-        let left = self.keys.leave(&core.redis, &self.field, &request).await;
-        turn.record(request, &left);
+        let (left, _) = turn
+            .send_again_while_lost(&core.redis, |request| async {
+                let left = self.keys.leave(&core.redis, &self.field, &request).await;
+                (request, left)
+            })
+            .await;
         settle_later(&core, &self.keys, turn);
         match left {
             Ok(queued) => tracing::debug!(

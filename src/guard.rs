@@ -67,10 +67,11 @@ impl LockGuard {
     /// (of a fair lock, the first waiter only).
     ///
     /// Fails with [`Error::NotHeld`] when the lock was lost before the call (the owner's field
-    /// is gone), and with [`Error::Redis`] when the release could not be confirmed. The release
-    /// is then sent again in the background until Redis confirms it (it takes effect once,
-    /// however many times it is sent); the watchdog stops renewing the hold before this returns,
-    /// so at worst the lock ends with its lease.
+    /// is gone). A release whose reply is lost is sent again (it takes effect once however often
+    /// it is sent) for up to the client's command timeout; fails with [`Error::Redis`] when no
+    /// answer came by then. The release then goes on in the background until Redis answers, and
+    /// the watchdog stops renewing the hold before this returns, so at worst the lock ends with
+    /// its lease.
     ///
     /// # Cancel safety
     ///
@@ -233,16 +234,27 @@ impl Release {
             hold.guards().saturating_sub(1)
         };
         let lease_ms = self.lease.millis(core.watchdog_timeout);
-        let request = turn.request();
         let sent_at = Instant::now();
-        let reply = self
-            .keys
-            .release(&core.redis, lease_ms, &hold.field, left, &request)
+        // A release is safe to send again, so a lost reply gets an answer here when one comes
+        // within a command timeout; only then is the outcome left to the settle.
+        let (reply, resent) = turn
+            .send_again_while_lost(&core.redis, |request| async {
+                let reply = self
+                    .keys
+                    .release(&core.redis, lease_ms, &hold.field, left, &request)
+                    .await;
+                (request, reply)
+            })
             .await;
+        let reply = match reply {
+            // Nothing left to delete: the send whose reply was lost deleted it (or the lease
+            // ended in between, which Redis cannot tell apart).
+            Ok(None) if resent && left == 0 => Ok(Some(1)),
+            other => other,
+        };
         let replied = reply.is_ok();
         core.holds
             .detach(hold, self.lease, replied.then_some(sent_at));
-        turn.record(request, &reply);
         settle_later(core, &self.keys, turn);
         reply
     }

@@ -23,9 +23,12 @@
 //!    owner's release would leave a phantom hold, and a release arriving after the owner's next
 //!    acquire would delete a lock its owner believes it holds.
 //!
-//! A call whose reply was lost is followed up even when its caller gave up: when a turn ends with
-//! ids still unfenced, a settle is queued for the releaser, which sets the owner's count to what
-//! the client knows (deleting a phantom first hold) and fences the ids, retrying with backoff.
+//! Every call is therefore safe to send again, and what the client knows to be safe it does: an
+//! acquire is sent again by the waiting loop, a release or a leave at once (within a command
+//! timeout; `Turn::send_again_while_lost`). A lost reply that no later call carries (the caller
+//! gave up, or Redis did not answer in time) is followed up by a settle, queued for the
+//! releaser: it sets the owner's count to what the client knows (deleting a hold nobody has a
+//! guard for) and fences the ids, retrying with backoff.
 //!
 //! Redisson's layout is unchanged: the hash still maps owners to hold counts; the fence set is a
 //! key of fredlock's own that Redisson never reads. What stays outside: a call delayed longer
@@ -37,9 +40,13 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use fred::types::Value;
+use std::future::Future;
+
+use fred::clients::Client;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::reply_lost;
+use crate::scripts::Resend;
 
 /// Request ids whose replies were lost, for one (lock, owner).
 #[derive(Debug, Default)]
@@ -127,6 +134,34 @@ impl Turn<'_> {
     pub(crate) fn forget(&mut self) {
         if let Some(unsettled) = self.unsettled.as_mut() {
             unsettled.ids.clear();
+        }
+    }
+
+    /// Sends the call `send` makes of a request, and sends it again (fencing the lost one) while
+    /// its reply is lost, within a command timeout from the first loss: for calls safe to repeat
+    /// (a release, a leave), whose callers want an answer rather than an unknown outcome. Also
+    /// says whether it was sent again: then a reply that finds nothing to change may mean that
+    /// an earlier send changed it.
+    pub(crate) async fn send_again_while_lost<T, F, Fut>(
+        &mut self,
+        redis: &Client,
+        send: F,
+    ) -> (Result<T, fred::error::Error>, bool)
+    where
+        F: Fn(Request) -> Fut,
+        Fut: Future<Output = (Request, Result<T, fred::error::Error>)>,
+    {
+        let mut resend: Option<Resend> = None;
+        loop {
+            let (request, outcome) = send(self.request()).await;
+            self.record(request, &outcome);
+            if !outcome.as_ref().is_err_and(reply_lost) {
+                return (outcome, resend.is_some());
+            }
+            let resend = resend.get_or_insert_with(|| Resend::new(redis));
+            if !Box::pin(resend.wait(redis)).await {
+                return (outcome, true);
+            }
         }
     }
 

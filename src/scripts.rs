@@ -82,14 +82,15 @@ impl Script {
     }
 }
 
-/// Sending a call again that fred could not send: until when, and the pause between tries.
-struct Resend {
+/// Sending a call again, within one command timeout from the first failure: a call fred could
+/// not send (here), or a call safe to repeat whose reply was lost (a release, a leave).
+pub(crate) struct Resend {
     until: Instant,
     pause: Duration,
 }
 
 impl Resend {
-    fn new(redis: &Client) -> Resend {
+    pub(crate) fn new(redis: &Client) -> Resend {
         Resend {
             until: Instant::now() + redis.perf_config().default_command_timeout,
             pause: Duration::from_millis(20),
@@ -97,7 +98,7 @@ impl Resend {
     }
 
     /// Waits for the connection (or a pause); false once the command timeout has passed.
-    async fn wait(&mut self, redis: &Client) -> bool {
+    pub(crate) async fn wait(&mut self, redis: &Client) -> bool {
         if Instant::now() >= self.until {
             return false;
         }

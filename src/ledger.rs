@@ -59,15 +59,21 @@ type Pair = (Arc<str>, Arc<str>);
 
 /// Every (lock, owner) with a call on its way or ids to fence.
 pub(crate) struct Ledger {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     entries: DashMap<Pair, Arc<Mutex<Unsettled>>>,
     /// The first half of every request id: ids are unique across clients.
     client: String,
     next: AtomicU64,
 }
 
-/// One owner's exclusive right to change one lock, for one call (and its retries).
-pub(crate) struct Turn<'a> {
-    ledger: &'a Ledger,
+/// One owner's exclusive right to change one lock, for one call (and its retries). It owns what
+/// it needs, so that a call can take its turn before it is handed to a task of its own: a call
+/// cancelled while it waits for its turn is never sent.
+pub(crate) struct Turn {
+    ledger: Arc<Shared>,
     key: Pair,
     unsettled: Option<OwnedMutexGuard<Unsettled>>,
 }
@@ -82,19 +88,21 @@ pub(crate) struct Request {
 impl Ledger {
     pub(crate) fn new(client: &str) -> Ledger {
         Ledger {
-            entries: DashMap::new(),
-            client: client.to_owned(),
-            next: AtomicU64::new(1),
+            shared: Arc::new(Shared {
+                entries: DashMap::new(),
+                client: client.to_owned(),
+                next: AtomicU64::new(1),
+            }),
         }
     }
 
     /// Waits for the turn of `field` on the lock `name`.
-    pub(crate) async fn turn(&self, name: &Arc<str>, field: &Arc<str>) -> Turn<'_> {
+    pub(crate) async fn turn(&self, name: &Arc<str>, field: &Arc<str>) -> Turn {
         let key = (name.clone(), field.clone());
-        let entry = self.entries.entry(key.clone()).or_default().clone();
+        let entry = self.shared.entries.entry(key.clone()).or_default().clone();
         let unsettled = entry.lock_owned().await;
         Turn {
-            ledger: self,
+            ledger: self.shared.clone(),
             key,
             unsettled: Some(unsettled),
         }
@@ -102,11 +110,11 @@ impl Ledger {
 
     /// Number of (lock, owner) pairs with a call on its way or ids to fence.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.shared.entries.len()
     }
 }
 
-impl Turn<'_> {
+impl Turn {
     /// A new request, fencing every id whose reply was lost.
     pub(crate) fn request(&self) -> Request {
         let seq = self.ledger.next.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +202,7 @@ impl Request {
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for Turn {
     fn drop(&mut self) {
         let settled = self
             .unsettled

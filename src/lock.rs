@@ -519,10 +519,23 @@ impl Lock {
         let keys = self.keys.clone();
         let task_field = field.clone();
         let client = self.client.clone();
+        // A single attempt waits for its reply whatever the deadline.
+        let deadline = deadline
+            .filter(|_| !single_attempt)
+            .map(|deadline| deadline.max(Instant::now() + ATTEMPT_GRACE));
+        // The owner's turn, taken before the call is handed over: an attempt cancelled or timed
+        // out while it waits for it sends nothing. The owner's count of holds cannot change until
+        // the reply is in.
+        let turn = core.ledger.turn(&keys.name, &task_field);
+        let mut turn = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, turn).await {
+                Ok(turn) => turn,
+                Err(_) => return Ok(Attempt::TimedOut),
+            },
+            None => turn.await,
+        };
         let call = InFlight::new(async move {
             let core = client.core().clone();
-            // The owner's turn: its count of holds cannot change until the reply is in.
-            let mut turn = core.ledger.turn(&keys.name, &task_field).await;
             let holds = core.holds.count(&keys.name, &task_field);
             let request = turn.request();
             let sent_at = Instant::now();
@@ -552,15 +565,11 @@ impl Lock {
                 }
             })
         });
-        // A single attempt waits for its reply whatever the deadline.
-        let reply = match deadline.filter(|_| !single_attempt) {
-            Some(deadline) => {
-                let deadline = deadline.max(Instant::now() + ATTEMPT_GRACE);
-                match tokio::time::timeout_at(deadline, call).await {
-                    Ok(reply) => reply,
-                    Err(_) => return Ok(Attempt::TimedOut),
-                }
-            }
+        let reply = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
+                Ok(reply) => reply,
+                Err(_) => return Ok(Attempt::TimedOut),
+            },
             None => call.await,
         };
         match reply {

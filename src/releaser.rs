@@ -138,7 +138,7 @@ pub(crate) struct Settle {
 }
 
 /// Queues a settle when `turn` ends with replies lost, for a call nobody will send again.
-pub(crate) fn settle_later(core: &Core, keys: &Arc<LockKeys>, turn: Turn<'_>) {
+pub(crate) fn settle_later(core: &Core, keys: &Arc<LockKeys>, turn: Turn) {
     if turn.is_unsettled() {
         let settle = Settle {
             keys: keys.clone(),

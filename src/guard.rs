@@ -24,7 +24,8 @@ use crate::releaser::{settle_later, Cleanup};
 ///   owner that acquired it.
 /// - [`lost`](Self::lost) completes, and [`is_lost`](Self::is_lost) turns true, when the lock is
 ///   known to be gone: its field vanished from Redis, no renewal got through within the renew
-///   deadline (before the lease could end), the fixed lease ended, or the client shut down. Work protected by the lock should stop then:
+///   deadline (before the lease could end), the fixed lease ended, or the client shut down.
+///   Work protected by the lock should stop then:
 ///
 /// ```no_run
 /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
@@ -205,8 +206,9 @@ impl Release {
     /// Runs the release script in the owner's turn, with the count of holds the owner keeps, and
     /// detaches the guard: `Some(1)` released, `Some(0)` holds remain, `None` not held.
     ///
-    /// When the reply is lost the count stays right anyway: the settle queued for the turn sets
-    /// it again and fences the lost call (see `ledger`).
+    /// A lost reply is sent again within a command timeout (the count it carries makes that
+    /// safe); after that the settle queued for the turn sets the count again and fences the lost
+    /// calls (see `ledger`).
     pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, fred::error::Error> {
         let hold = &self.hold;
         let mut turn = core.ledger.turn(&hold.name, &hold.field).await;

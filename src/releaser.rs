@@ -6,11 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use fred::interfaces::ClientLike;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
@@ -153,19 +152,19 @@ pub(crate) fn settle_later(core: &Core, keys: &Arc<LockKeys>, turn: Turn) {
 /// A settle queued when dropped armed: for an acquire that saw a reply lost (or may have, being
 /// dropped while a call was on its way) and then gave up, since no later call of it carries the
 /// fences. Arming costs nothing; only an armed drop sends.
-pub(crate) struct SettleOnExit {
-    core: Arc<Core>,
-    keys: Arc<LockKeys>,
-    field: Arc<str>,
+pub(crate) struct SettleOnExit<'a> {
+    core: &'a Core,
+    keys: &'a Arc<LockKeys>,
+    field: &'a Arc<str>,
     armed: bool,
 }
 
-impl SettleOnExit {
-    pub(crate) fn new(core: &Arc<Core>, keys: &Arc<LockKeys>, field: &Arc<str>) -> SettleOnExit {
+impl<'a> SettleOnExit<'a> {
+    pub(crate) fn new(core: &'a Core, keys: &'a Arc<LockKeys>, field: &'a Arc<str>) -> Self {
         SettleOnExit {
-            core: core.clone(),
-            keys: keys.clone(),
-            field: field.clone(),
+            core,
+            keys,
+            field,
             armed: false,
         }
     }
@@ -179,7 +178,7 @@ impl SettleOnExit {
     }
 }
 
-impl Drop for SettleOnExit {
+impl Drop for SettleOnExit<'_> {
     fn drop(&mut self) {
         if self.armed {
             let settle = Settle {

@@ -37,6 +37,7 @@ for_each_kind!(
     cancelled_acquisitions_leave_nothing,
     dropped_and_moved_guards_release,
     waiter_survives_redis_restart,
+    one_owners_concurrent_calls_each_count,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -819,6 +820,51 @@ async fn pinned_owner_reenters_across_tasks() {
         assert!(!lock.is_locked().await.unwrap());
     })
     .await;
+}
+
+/// One owner's acquisitions and releases running at the same time (tasks sharing a pinned
+/// owner, futures joined in one task) each count once: the scripts set counts, so the client
+/// sends one owner's changes of a lock one at a time.
+async fn one_owners_concurrent_calls_each_count(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let owner = OwnerId::unique();
+    let lock = kind.lock(&client, "together").with_owner(owner);
+    let field = client.owner_field(owner);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for task in tasks {
+        guards.push(task.await.unwrap());
+    }
+    let (a, b) = tokio::join!(lock.lock(), lock.lock());
+    guards.push(a.unwrap());
+    guards.push(b.unwrap());
+    let count: u32 = raw.hget("together", &field).await.unwrap();
+    assert_eq!(count, 18);
+
+    let releases: Vec<_> = guards
+        .drain(..9)
+        .map(|guard| tokio::spawn(guard.unlock()))
+        .collect();
+    for release in releases {
+        release.await.unwrap().unwrap();
+    }
+    let count: u32 = raw.hget("together", &field).await.unwrap();
+    assert_eq!(count, 9);
+    drop(guards);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            !raw.exists::<bool, _>("together").await.unwrap()
+        })
+        .await,
+        "dropped guards release every hold"
+    );
 }
 
 /// Many waiters of one lock in one client share one subscription, and leave none behind.

@@ -14,6 +14,10 @@ use std::time::Duration;
 
 use fredlock::{LockClient, MultiLock};
 
+mod throwaway;
+
+use throwaway::redis_url;
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_server, url) = redis_url()?;
@@ -87,46 +91,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     other_task.await.expect("holder task")?;
     Ok(())
-}
-
-/// The Redis at `REDIS_URL`, or else a throw-away `redis-server` from PATH on a free loopback
-/// port, which lives as long as the returned handle.
-fn redis_url() -> std::io::Result<(Option<KillOnDrop>, String)> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return Ok((None, url));
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let server = KillOnDrop(
-        std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .stdout(std::process::Stdio::null())
-            .spawn()?,
-    );
-    for _ in 0..200 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(25));
-    }
-    println!("started a throw-away redis-server on port {port}");
-    Ok((Some(server), format!("redis://127.0.0.1:{port}")))
-}
-
-/// A child process killed when dropped.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -13,6 +13,10 @@ use std::time::Duration;
 
 use fredlock::{LockClient, RedLock};
 
+mod throwaway;
+
+use throwaway::ThrowAwayRedis;
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut servers = Vec::new();
@@ -23,7 +27,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 servers.push(ThrowAwayRedis::start()?);
             }
             println!("started five throw-away redis-servers");
-            servers.iter().map(|server| server.url.clone()).collect()
+            servers
+                .iter()
+                .map(|server| server.url().to_owned())
+                .collect()
         }
     };
 
@@ -91,45 +98,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(outcome) => println!("B: unexpected {outcome:?}"),
     }
     Ok(())
-}
-
-/// A throw-away `redis-server` from PATH on a free loopback port, killed when dropped.
-struct ThrowAwayRedis {
-    child: std::process::Child,
-    url: String,
-}
-
-impl ThrowAwayRedis {
-    fn start() -> std::io::Result<ThrowAwayRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()?;
-        let server = ThrowAwayRedis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
-        Ok(server)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ThrowAwayRedis {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }

@@ -48,8 +48,6 @@ pub(crate) struct Core {
     pub(crate) holds: Holds,
     /// One state-changing call at a time per (lock, owner), and the lost replies to fence.
     pub(crate) ledger: Ledger,
-    /// When a watchdog hold whose renewals fail is reported lost; see `renew_deadline`.
-    pub(crate) renew_deadline: Duration,
     pub(crate) pubsub: PubSub,
     pub(crate) releaser: UnboundedSender<Cleanup>,
     pub(crate) shutdown: CancellationToken,
@@ -245,7 +243,6 @@ impl LockClient {
                 settings.effective_renew_deadline(),
             ),
             ledger: Ledger::new(&id_text),
-            renew_deadline: settings.effective_renew_deadline(),
             pubsub,
             releaser: releaser_tx,
             shutdown: shutdown.clone(),

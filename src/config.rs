@@ -100,7 +100,7 @@ impl LockClientBuilder {
 
     /// The renew deadline in effect.
     pub(crate) fn effective_renew_deadline(&self) -> Duration {
-        self.renew_deadline.unwrap_or(self.watchdog_timeout * 2 / 3)
+        self.renew_deadline.unwrap_or(self.watchdog_timeout / 3 * 2)
     }
 
     /// How long one Redis command may take before it fails. Default 5 s.

@@ -125,7 +125,7 @@ impl Hold {
 
     /// When the hold counts as lost unless something changes: the renew deadline while watchdog
     /// guards remain, else the end of the fixed lease.
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         let times = self.times();
         if self.watchdog_guards() > 0 {
             times.leased_at + self.renew_deadline
@@ -158,28 +158,31 @@ impl Hold {
     /// A token cancelled when the hold is known lost.
     pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
         let token = self.lost.child_token();
-        // Deadlines pass by time alone, which nothing else would signal. The watcher ends with
-        // the token, the loss, or the hold's last guard.
-        let hold = self.clone();
-        let child = token.clone();
-        tokio::spawn(async move {
-            loop {
-                let changed = hold.changed.notified();
-                if hold.is_lost() {
-                    child.cancel();
-                    return;
+        if self.watchdog_guards() == 0 {
+            // A fixed lease ends by time alone, which nothing else would signal (the watchdog
+            // marks a renewed hold lost at its renew deadline itself). The watcher ends with the
+            // token, the loss, or the hold's last guard.
+            let hold = self.clone();
+            let child = token.clone();
+            tokio::spawn(async move {
+                loop {
+                    let changed = hold.changed.notified();
+                    if hold.is_lost() {
+                        child.cancel();
+                        return;
+                    }
+                    if hold.guards() == 0 {
+                        return;
+                    }
+                    tokio::select! {
+                        _ = hold.lost.cancelled() => {}
+                        _ = child.cancelled() => return,
+                        _ = tokio::time::sleep_until(hold.deadline()) => {}
+                        _ = changed => {}
+                    }
                 }
-                if hold.guards() == 0 {
-                    return;
-                }
-                tokio::select! {
-                    _ = hold.lost.cancelled() => {}
-                    _ = child.cancelled() => return,
-                    _ = tokio::time::sleep_until(hold.deadline()) => {}
-                    _ = changed => {}
-                }
-            }
-        });
+            });
+        }
         token
     }
 

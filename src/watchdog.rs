@@ -10,8 +10,9 @@
 //! task.
 //!
 //! Its timer wheel, a [`DelayQueue`], holds the period's tick and, after a failed renewal, a
-//! retry tick. A failed renewal is retried until the hold's lease would have run out; then, or
-//! when a renewal finds the owner's field gone, the hold is marked lost.
+//! retry tick. A failed renewal is retried until the hold's renew deadline (`Hold::deadline`,
+//! before its lease could run out); then, or when a renewal finds the owner's field gone, the
+//! hold is marked lost.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::poll_fn;
@@ -61,8 +62,6 @@ pub(crate) struct Watchdog {
     core: Arc<Core>,
     redis: Client,
     timeout: Duration,
-    /// A hold whose renewals fail is reported lost this long after the last confirmed one.
-    deadline: Duration,
     period: Duration,
     retry: Duration,
     lease_ms: u64,
@@ -77,12 +76,10 @@ impl Watchdog {
     pub(crate) fn new(core: Arc<Core>) -> Watchdog {
         let timeout = core.watchdog_timeout;
         let period = timeout / 3;
-        let deadline = core.renew_deadline;
         Watchdog {
             redis: core.redis.clone(),
             core,
             timeout,
-            deadline,
             period,
             // Retries after a failed renewal: often enough to get through before the deadline,
             // rarely enough not to hammer a recovering server.
@@ -190,22 +187,15 @@ impl Watchdog {
             args.push(field.clone());
         }
         let redis = self.redis.clone();
-        // A renewal still unanswered at the earliest renew deadline is given up then, so that in
-        // an outage the loss is reported before the lease could end, not when fred's timeout
-        // fires. The deadline is counted from when a command was sent; a command that sat in a
-        // reconnect queue can leave it already past while the lock is fine, so every renewal
-        // gets at least a period to prove the field is still there.
-        // A check has no lease to beat: it gets the period.
-        let deadline = match visit {
-            Visit::Renew => holds
-                .iter()
-                .map(|hold| hold.times().leased_at + self.deadline)
-                .min(),
+        // A renewal still unanswered at the earliest renew deadline is given up then: that is
+        // when its holds count as lost (`Hold::deadline`), so the loss reaches them then, not
+        // when fred's timeout fires. Holds are renewed only before their deadline, so the limit
+        // lies ahead. A check has no deadline to beat: it gets the period.
+        let limit = match visit {
+            Visit::Renew => holds.iter().map(|hold| hold.deadline()).min(),
             Visit::Check => None,
-        };
-        let limit = deadline
-            .unwrap_or_else(Instant::now)
-            .max(Instant::now() + self.period);
+        }
+        .unwrap_or_else(|| Instant::now() + self.period);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
             let renewal = LOCK_RENEW.run::<Vec<i64>>(&redis, || (keys.clone(), args.clone()));
@@ -254,7 +244,7 @@ impl Watchdog {
                 }
                 // A fixed lease ends by itself; the next period looks again.
                 Err(_) if visit == Visit::Check => {}
-                Err(_) if now < hold.times().leased_at + self.deadline => {
+                Err(_) if now < hold.deadline() => {
                     self.failing.insert(address(&hold), hold);
                 }
                 Err(_) => {
@@ -271,7 +261,7 @@ impl Watchdog {
             let earliest_end = self
                 .failing
                 .values()
-                .map(|hold| hold.times().leased_at + self.deadline)
+                .map(|hold| hold.deadline())
                 .min()
                 .unwrap_or(now);
             self.queue

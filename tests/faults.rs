@@ -267,11 +267,17 @@ async fn partition_reports_loss_before_the_lease_ends() {
         let guard = lock.lock().await.unwrap();
         // Let one renewal through, then cut the holder off.
         tokio::time::sleep(Duration::from_millis(600)).await;
+        let token = guard.cancellation_token();
         proxy.stall();
         let stalled = Instant::now();
         tokio::time::timeout(Duration::from_secs(3), guard.lost())
             .await
             .expect("lost() fires during the partition");
+        // The watchdog gives the renewal up at the same deadline: the token follows at once.
+        assert!(
+            eventually(Duration::from_millis(100), || async { token.is_cancelled() }).await,
+            "the cancellation token lags behind lost()"
+        );
         let pttl: i64 = raw.pttl("partitioned").await.unwrap();
         assert!(
             pttl > 0,

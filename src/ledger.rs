@@ -75,7 +75,7 @@ struct Shared {
 pub(crate) struct Turn {
     ledger: Arc<Shared>,
     key: Pair,
-    unsettled: Option<OwnedMutexGuard<Unsettled>>,
+    unsettled: OwnedMutexGuard<Unsettled>,
 }
 
 /// The request id of one call and the ids it fences, as the scripts take them after their own
@@ -104,7 +104,7 @@ impl Ledger {
         Turn {
             ledger: self.shared.clone(),
             key,
-            unsettled: Some(unsettled),
+            unsettled,
         }
     }
 
@@ -120,7 +120,7 @@ impl Turn {
         let seq = self.ledger.next.fetch_add(1, Ordering::Relaxed);
         Request {
             id: format!("{}:{seq}", self.ledger.client).into(),
-            fences: self.unsettled().ids.clone(),
+            fences: self.unsettled.ids.clone(),
         }
     }
 
@@ -128,21 +128,17 @@ impl Turn {
     /// own id to them. After any other error (an error reply, a call never sent) they stay for
     /// the next call.
     pub(crate) fn record<T>(&mut self, request: Request, outcome: &Result<T, fred::error::Error>) {
-        let Some(unsettled) = self.unsettled.as_mut() else {
-            return;
-        };
+        let ids = &mut self.unsettled.ids;
         match outcome {
-            Ok(_) => unsettled.ids.retain(|id| !request.fences.contains(id)),
-            Err(error) if reply_lost(error) => unsettled.ids.push(request.id),
+            Ok(_) => ids.retain(|id| !request.fences.contains(id)),
+            Err(error) if reply_lost(error) => ids.push(request.id),
             Err(_) => {}
         }
     }
 
     /// Gives up on the ids to fence: no call can carry them (the key is not a lock any more).
     pub(crate) fn forget(&mut self) {
-        if let Some(unsettled) = self.unsettled.as_mut() {
-            unsettled.ids.clear();
-        }
+        self.unsettled.ids.clear();
     }
 
     /// Sends the call `send` makes of a request, and sends it again (fencing the lost one) while
@@ -175,23 +171,14 @@ impl Turn {
 
     /// Whether ids are left to fence.
     pub(crate) fn is_unsettled(&self) -> bool {
-        !self.unsettled().ids.is_empty()
+        !self.unsettled.ids.is_empty()
     }
 
     /// The lock and owner this turn is for.
     pub(crate) fn key(&self) -> &Pair {
         &self.key
     }
-
-    fn unsettled(&self) -> &Unsettled {
-        match &self.unsettled {
-            Some(unsettled) => unsettled,
-            None => &EMPTY,
-        }
-    }
 }
-
-static EMPTY: Unsettled = Unsettled { ids: Vec::new() };
 
 impl Request {
     /// The id and the fences, appended to a script's arguments.
@@ -204,15 +191,13 @@ impl Request {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let settled = self
-            .unsettled
-            .take()
-            .is_none_or(|unsettled| unsettled.ids.is_empty());
-        if settled {
-            // Nobody waiting (they hold a clone) and nothing to remember: forget the pair.
-            self.ledger.entries.remove_if(&self.key, |_, entry| {
-                Arc::strong_count(entry) == 1 && entry.try_lock().is_ok_and(|u| u.ids.is_empty())
-            });
+        if self.unsettled.ids.is_empty() {
+            // Nothing to remember and nobody waiting (a waiter holds a clone: the map's and this
+            // turn's guard's make two): forget the pair. A call arriving after the removal makes
+            // a fresh entry; this one is done with Redis by now.
+            self.ledger
+                .entries
+                .remove_if(&self.key, |_, entry| Arc::strong_count(entry) == 2);
         }
     }
 }

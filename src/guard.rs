@@ -212,30 +212,26 @@ impl Release {
     pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, fred::error::Error> {
         let hold = &self.hold;
         let mut turn = core.ledger.turn(&hold.name, &hold.field).await;
-        let left = if hold.is_lost() {
+        let lost = hold.is_lost();
+        if lost {
             // Its field may still be in Redis: a renewal that got through after the renew
             // deadline, or a fixed lease a little longer than the local estimate. The last guard
-            // of a lost hold that no new acquire replaced deletes it, so it holds up nobody; a
-            // field that is gone (or another owner's lock) is left alone by the script.
-            // Not while fred reconnects, though: that would hold up the report of the loss, and
-            // the lease ends such a field anyway.
+            // of a lost hold that no new acquire replaced deletes it (keeping no holds, the TTL
+            // untouched), so it holds up nobody; a field that is gone (or another owner's lock)
+            // is left alone by the script. Not while fred reconnects, though: that would hold up
+            // the report of the loss, and the lease ends such a field anyway.
             let last_of_its_owner = core.holds.is_registered(hold) && hold.guards() == 1;
             core.holds.detach(hold, self.lease, None);
             if !last_of_its_owner || !core.redis.is_connected() {
                 return Ok(None);
             }
-            let request = turn.request();
-            let reply = self
-                .keys
-                .release(&core.redis, 0, &hold.field, 0, &request)
-                .await;
-            turn.record(request, &reply);
-            settle_later(core, &self.keys, turn);
-            return reply.map(|_| None);
+        }
+        let (left, lease_ms) = if lost {
+            (0, 0)
         } else {
-            hold.guards().saturating_sub(1)
+            let lease_ms = self.lease.millis(core.watchdog_timeout);
+            (hold.guards().saturating_sub(1), lease_ms)
         };
-        let lease_ms = self.lease.millis(core.watchdog_timeout);
         let sent_at = Instant::now();
         // A release is safe to send again, so a lost reply gets an answer here when one comes
         // within a command timeout; only then is the outcome left to the settle.
@@ -248,15 +244,21 @@ impl Release {
                 (request, reply)
             })
             .await;
-        let reply = match reply {
-            // Nothing left to delete: the send whose reply was lost deleted it (or the lease
-            // ended in between, which Redis cannot tell apart).
-            Ok(None) if resent && left == 0 => Ok(Some(1)),
-            other => other,
+        let reply = if lost {
+            reply.map(|_| None)
+        } else {
+            let reply = match reply {
+                // Nothing left to delete: the send whose reply was lost deleted it (or the lease
+                // ended in between, which Redis cannot tell apart).
+                Ok(None) if resent && left == 0 => Ok(Some(1)),
+                other => other,
+            };
+            let replied = reply.is_ok();
+            // Detached in the turn: the next call of the owner counts one hold fewer.
+            core.holds
+                .detach(hold, self.lease, replied.then_some(sent_at));
+            reply
         };
-        let replied = reply.is_ok();
-        core.holds
-            .detach(hold, self.lease, replied.then_some(sent_at));
         settle_later(core, &self.keys, turn);
         reply
     }

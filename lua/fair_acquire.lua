@@ -18,7 +18,7 @@
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
 local lease, owner, slot, holds = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-if fenced(KEYS[4], 6) then
+if fenced(KEYS[4], 6, owner) then
     return stale()
 end
 

@@ -9,7 +9,7 @@
 -- Reply: 1 when the waiter was queued, 0 when it was not.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message, owner = ARGV[1], ARGV[2], ARGV[3]
-if fenced(KEYS[4], 3) then
+if fenced(KEYS[4], 3, owner) then
     return stale()
 end
 

@@ -12,7 +12,7 @@
 -- lock was released.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message, lease, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if fenced(KEYS[4], 5) then
+if fenced(KEYS[4], 5, owner) then
     return stale()
 end
 

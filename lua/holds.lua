@@ -5,16 +5,22 @@
 
 -- Exactly-once effects (the argument is in src/ledger.rs). Every call that
 -- changes a lock carries, after its own arguments, a request id and then the
--- ids of the same owner's earlier calls whose replies never came. Those are
--- fenced: kept in the set `fences` for FENCE_MEMORY ms, and a call whose id is
--- there does nothing, however late it arrives. Returns true for such a call.
+-- ids of the same owner's earlier calls whose replies never came. Ids are
+-- numbers counted per client, so `<owner>:<id>` names a call uniquely. The
+-- lost ones are fenced: kept in the set `fences` for FENCE_MEMORY ms, and a
+-- call found there does nothing, however late it arrives. Returns true for
+-- such a call.
 local FENCE_MEMORY = 900000
-local function fenced(fences, own_args)
-    if redis.call('sismember', fences, ARGV[own_args + 1]) == 1 then
+local function fenced(fences, own_args, owner)
+    if redis.call('sismember', fences, owner .. ':' .. ARGV[own_args + 1]) == 1 then
         return true
     end
     if #ARGV > own_args + 1 then
-        redis.call('sadd', fences, unpack(ARGV, own_args + 2))
+        local lost = {}
+        for i = own_args + 2, #ARGV do
+            lost[#lost + 1] = owner .. ':' .. ARGV[i]
+        end
+        redis.call('sadd', fences, unpack(lost))
         redis.call('pexpire', fences, FENCE_MEMORY)
     end
     return false

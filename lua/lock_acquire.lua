@@ -11,7 +11,7 @@
 -- first hold although its client counted more); otherwise the lock's remaining
 -- time to live in milliseconds (-1 when it has no expiry), which bounds how
 -- long a waiter may sleep before trying again.
-if fenced(KEYS[2], 3) then
+if fenced(KEYS[2], 3, ARGV[2]) then
     return stale()
 end
 return take_hold(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1])

@@ -13,7 +13,7 @@
 --
 -- Reply: nil when the owner holds nothing, 0 when holds remain, 1 when the
 -- lock was released.
-if fenced(KEYS[3], 4) then
+if fenced(KEYS[3], 4, ARGV[3]) then
     return stale()
 end
 local released = give_back_holds(KEYS[1], ARGV[3], tonumber(ARGV[4]), ARGV[2])

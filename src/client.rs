@@ -228,10 +228,9 @@ impl LockClient {
         tasks.extend(pubsub_tasks);
         let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();
         let id = Uuid::new_v4();
-        let id_text = id.hyphenated().to_string();
         let core = Arc::new(Core {
             id,
-            id_text: id_text.clone(),
+            id_text: id.hyphenated().to_string(),
             redis: redis.clone(),
             address: address.as_str().into(),
             subscriber,
@@ -242,7 +241,7 @@ impl LockClient {
                 settings.watchdog_timeout,
                 settings.effective_renew_deadline(),
             ),
-            ledger: Ledger::new(&id_text),
+            ledger: Ledger::new(),
             pubsub,
             releaser: releaser_tx,
             shutdown: shutdown.clone(),

@@ -16,10 +16,11 @@
 //!    Sending the same call twice leaves the same state as sending it once, so a call whose
 //!    reply was lost is simply sent again (with a new id). The owner's client is the one
 //!    authority on its own count: no other client writes its field.
-//! 3. **Lost replies are fenced.** Each call carries a request id. When a reply is lost, the id
-//!    is remembered here, and the owner's next call on the lock carries it; the script adds it to
-//!    the lock's fence set (`fredlock_fences:{name}`, kept 15 minutes), and a call whose id is in
-//!    that set does nothing, however late it arrives. Without this, an acquire arriving after the
+//! 3. **Lost replies are fenced.** Each call carries a request id (a number counted per client,
+//!    so `<owner field>:<id>` is unique). When a reply is lost, the id is remembered here, and
+//!    the owner's next call on the lock carries it; the script adds `<owner>:<id>` to the
+//!    lock's fence set (`fredlock_fences:{name}`, kept 15 minutes), and a call found in that set
+//!    does nothing, however late it arrives. Without this, an acquire arriving after the
 //!    owner's release would leave a phantom hold, and a release arriving after the owner's next
 //!    acquire would delete a lock its owner believes it holds.
 //!
@@ -51,7 +52,7 @@ use crate::scripts::Resend;
 /// Request ids whose replies were lost, for one (lock, owner).
 #[derive(Debug, Default)]
 pub(crate) struct Unsettled {
-    ids: Vec<Arc<str>>,
+    ids: Vec<u64>,
 }
 
 /// A lock's name and an owner's field.
@@ -64,8 +65,6 @@ pub(crate) struct Ledger {
 
 struct Shared {
     entries: DashMap<Pair, Arc<Mutex<Unsettled>>>,
-    /// The first half of every request id: ids are unique across clients.
-    client: String,
     next: AtomicU64,
 }
 
@@ -81,16 +80,15 @@ pub(crate) struct Turn {
 /// The request id of one call and the ids it fences, as the scripts take them after their own
 /// arguments.
 pub(crate) struct Request {
-    id: Arc<str>,
-    fences: Vec<Arc<str>>,
+    id: u64,
+    fences: Vec<u64>,
 }
 
 impl Ledger {
-    pub(crate) fn new(client: &str) -> Ledger {
+    pub(crate) fn new() -> Ledger {
         Ledger {
             shared: Arc::new(Shared {
                 entries: DashMap::new(),
-                client: client.to_owned(),
                 next: AtomicU64::new(1),
             }),
         }
@@ -117,9 +115,8 @@ impl Ledger {
 impl Turn {
     /// A new request, fencing every id whose reply was lost.
     pub(crate) fn request(&self) -> Request {
-        let seq = self.ledger.next.fetch_add(1, Ordering::Relaxed);
         Request {
-            id: format!("{}:{seq}", self.ledger.client).into(),
+            id: self.ledger.next.fetch_add(1, Ordering::Relaxed),
             fences: self.unsettled.ids.clone(),
         }
     }
@@ -184,8 +181,8 @@ impl Request {
     /// The id and the fences, appended to a script's arguments.
     pub(crate) fn append_to(&self, args: &mut Vec<Value>) {
         args.reserve(1 + self.fences.len());
-        args.push(Value::from(&*self.id));
-        args.extend(self.fences.iter().map(|id| Value::from(&**id)));
+        args.push(Value::Integer(self.id as i64));
+        args.extend(self.fences.iter().map(|&id| Value::Integer(id as i64)));
     }
 }
 
@@ -219,19 +216,19 @@ mod tests {
 
     #[tokio::test]
     async fn lost_replies_are_fenced_by_the_next_call_until_it_gets_a_reply() {
-        let ledger = Ledger::new("client");
+        let ledger = Ledger::new();
         let (name, field) = pair();
         let mut turn = ledger.turn(&name, &field).await;
         let first = turn.request();
         assert!(first.fences.is_empty());
-        let first_id = first.id.clone();
+        let first_id = first.id;
         turn.record(first, &lost_reply());
         assert!(turn.is_unsettled());
 
         let second = turn.request();
         assert_ne!(second.id, first_id, "ids are never reused");
-        assert_eq!(second.fences, vec![first_id.clone()]);
-        let second_id = second.id.clone();
+        assert_eq!(second.fences, vec![first_id]);
+        let second_id = second.id;
         turn.record(second, &lost_reply());
 
         let third = turn.request();
@@ -253,7 +250,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unsettled_pair_is_remembered_and_calls_take_turns() {
-        let ledger = Ledger::new("client");
+        let ledger = Ledger::new();
         let (name, field) = pair();
         let mut turn = ledger.turn(&name, &field).await;
         let request = turn.request();

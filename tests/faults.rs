@@ -275,7 +275,10 @@ async fn partition_reports_loss_before_the_lease_ends() {
             .expect("lost() fires during the partition");
         // The watchdog gives the renewal up at the same deadline: the token follows at once.
         assert!(
-            eventually(Duration::from_millis(100), || async { token.is_cancelled() }).await,
+            eventually(Duration::from_millis(100), || async {
+                token.is_cancelled()
+            })
+            .await,
             "the cancellation token lags behind lost()"
         );
         let pttl: i64 = raw.pttl("partitioned").await.unwrap();

@@ -97,15 +97,17 @@ impl RawScripts {
     async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {
         // The arguments fredlock sends: the hold count, a request id, the fence set's key.
         let fences = format!("fredlock_fences:{{{name}}}");
-        let id = || {
-            let seq = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            format!("bench:{seq}")
-        };
+        let id = || self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64;
         let _: Option<i64> = redis
             .evalsha(
                 &self.acquire,
                 vec![name, fences.as_str()],
-                vec!["30000", field, "0", id().as_str()],
+                vec![
+                    Value::from("30000"),
+                    Value::from(field),
+                    Value::from(0),
+                    Value::from(id()),
+                ],
             )
             .await
             .expect("raw acquire");
@@ -113,7 +115,13 @@ impl RawScripts {
             .evalsha(
                 &self.release,
                 vec![name, channel, fences.as_str()],
-                vec!["0", "30000", field, "0", id().as_str()],
+                vec![
+                    Value::from("0"),
+                    Value::from("30000"),
+                    Value::from(field),
+                    Value::from(0),
+                    Value::from(id()),
+                ],
             )
             .await
             .expect("raw release");

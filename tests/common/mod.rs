@@ -337,7 +337,7 @@ impl Kind {
                         "30000".to_string(),
                         field.to_string(),
                         "0".to_string(),
-                        "test:1".to_string(),
+                        "1".to_string(),
                     ],
                 )
                 .await
@@ -356,7 +356,7 @@ impl Kind {
                         "30000".to_string(),
                         field.to_string(),
                         "0".to_string(),
-                        "test:1".to_string(),
+                        "1".to_string(),
                     ],
                 )
                 .await

@@ -73,6 +73,12 @@ async fn another_client_takes(server: &RedisServer, kind: Kind, name: &str) {
     );
 }
 
+/// Waits until every lost reply of `client` is settled; fails the test after `limit`.
+async fn settled(client: &LockClient, limit: Duration) {
+    let settled = eventually(limit, || async { client.stats().unsettled == 0 }).await;
+    assert!(settled, "lost replies left unsettled: {:?}", client.stats());
+}
+
 /// Whether the client has nothing left: no holds, waits, subscriptions or unsettled calls.
 fn idle(client: &LockClient) -> bool {
     let stats = client.stats();
@@ -102,12 +108,7 @@ async fn stall_past_the_command_timeout_takes_one_hold(kind: Kind) {
         let guard = lock.lock().await.unwrap();
         sleeping.await.unwrap();
         assert_eq!(hold_count(&raw, "stalled", &field).await, 1);
-        assert!(
-            eventually(Duration::from_secs(3), || async {
-                locks.stats().unsettled == 0
-            })
-            .await
-        );
+        settled(&locks, Duration::from_secs(3)).await;
         assert_eq!(hold_count(&raw, "stalled", &field).await, 1);
 
         guard.unlock().await.unwrap();
@@ -142,12 +143,7 @@ async fn latency_past_the_command_timeout_takes_one_hold(kind: Kind) {
         });
         let guard = lock.lock().await.unwrap();
         let _proxy = healed.await.unwrap();
-        assert!(
-            eventually(Duration::from_secs(5), || async {
-                locks.stats().unsettled == 0
-            })
-            .await
-        );
+        settled(&locks, Duration::from_secs(5)).await;
         assert_eq!(hold_count(&raw, "slow", &field).await, 1);
         guard.unlock().await.unwrap();
         let exists: bool = raw.exists("slow").await.unwrap();
@@ -235,12 +231,7 @@ async fn lost_join_reply_queues_once() {
         let guard = waiting.await.unwrap().unwrap();
         assert_eq!(hold_count(&raw, "line", &field).await, 1);
         guard.unlock().await.unwrap();
-        assert!(
-            eventually(Duration::from_secs(5), || async {
-                locks.stats().unsettled == 0
-            })
-            .await
-        );
+        settled(&locks, Duration::from_secs(5)).await;
         assert!(
             only_fences(&leftovers(&raw).await),
             "{:?}",

@@ -5,7 +5,7 @@ use std::time::Duration;
 use fred::types::config::{Config, ReconnectPolicy};
 
 use crate::client::LockClient;
-use crate::durations;
+use crate::engine::durations;
 use crate::error::{Error, Result};
 
 /// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.

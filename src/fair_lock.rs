@@ -4,13 +4,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::{Core, LockClient};
+use fred::types::{Key, Value};
+
+use crate::client::LockClient;
+use crate::engine::{AcquireArgs, Call, Kind, ReleaseArgs, Request, Script, Wake};
 use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::keys::LockKeys;
-use crate::lock::Lock;
+use crate::lock::{Lock, LockKind};
+use crate::names::{self, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
-use crate::releaser::settle_later;
+use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, LOCK_RENEW};
 
 /// A reentrant distributed lock whose waiters are served first come, first served: Redisson's
 /// `RFairLock`, with the same keys, so Java and Rust waiters share one line.
@@ -58,28 +61,23 @@ pub struct FairLock {
     lock: Lock,
 }
 
-impl FairLock {
-    pub(crate) fn new(client: LockClient, name: String) -> FairLock {
+impl LockClient {
+    /// A fair lock named `name`: reentrant like [`lock`](Self::lock), and granted to waiters in
+    /// the order they arrived. Creating it costs nothing and sends nothing.
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        let fair = Fair::new(self.key(name.into()), self.fair_wait_timeout());
         FairLock {
-            lock: Lock::new(client, LockKeys::fair(name)),
+            lock: Lock::of_kind(self.clone(), fair),
         }
     }
+}
 
-    /// The lock's Redis key; see [`Lock::name`].
-    pub fn name(&self) -> &str {
-        self.lock.name()
-    }
-
+impl FairLock {
     /// The same lock, owned by `owner` instead of the current task; see [`Lock::with_owner`].
     pub fn with_owner(self, owner: OwnerId) -> FairLock {
         FairLock {
             lock: self.lock.with_owner(owner),
         }
-    }
-
-    /// This lock as a [`Lock`], for code that takes either kind; it stays fair.
-    pub fn as_lock(&self) -> &Lock {
-        &self.lock
     }
 
     /// Acquires the lock when its turn comes, waiting as long as it takes; the watchdog renews it
@@ -147,51 +145,7 @@ impl FairLock {
         self.lock.with_lock(work).await
     }
 
-    /// Whether anyone holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn is_locked(&self) -> Result<bool> {
-        self.lock.is_locked().await
-    }
-
-    /// Whether the current task (or the pinned owner) holds the lock.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        self.lock.is_held_by_current_task().await
-    }
-
-    /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn hold_count(&self) -> Result<u32> {
-        self.lock.hold_count().await
-    }
-
-    /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        self.lock.remaining_ttl().await
-    }
-
-    /// Deletes the lock whoever holds it and tells the first waiter, which keeps its place;
-    /// `true` if it was held. See [`Lock::force_unlock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::force_unlock`].
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.lock.force_unlock().await
-    }
+    crate::lock::lock_reads!();
 }
 
 impl From<FairLock> for Lock {
@@ -206,33 +160,106 @@ impl fmt::Debug for FairLock {
     }
 }
 
-/// Takes one waiter out of a fair lock's queue.
-pub(crate) struct Leave {
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) field: Arc<str>,
+/// The fair lock's kind: the reentrant lock's hash plus Redisson's waiting line, each waiter
+/// told on its own channel.
+struct Fair {
+    name: Arc<str>,
+    key: Key,
+    /// The prefix of each waiter's own channel, `<prefix>:<waiter field>`.
+    channel: Arc<str>,
+    /// List of waiter fields in arrival order.
+    queue: Key,
+    /// Zset of waiter field -> when its place expires (server clock, ms).
+    timeouts: Key,
+    /// Ids of calls whose replies were lost (see `engine::ledger`).
+    fences: Key,
+    /// How long a waiter keeps its place without trying again.
+    place: Duration,
 }
 
-impl Leave {
-    /// Leaves in the owner's turn, for a waiter that gave up or went away, reporting only to
-    /// tracing: a place that could not be given up ends with its slot.
-    pub(crate) async fn run_dropped(self, core: Arc<Core>) {
-        let mut turn = core.ledger.turn(&self.keys.name, &self.field).await;
-        let (left, _) = turn
-            .send_again_while_lost(&core.redis, |request| async {
-                let left = self.keys.leave(&core.redis, &self.field, &request).await;
-                (request, left)
-            })
-            .await;
-        settle_later(&core, &self.keys, turn);
-        match left {
-            Ok(queued) => tracing::debug!(
-                lock = %self.keys.name, owner = %self.field, queued,
-                "left the queue"
-            ),
-            Err(error) => tracing::warn!(
-                lock = %self.keys.name, owner = %self.field, %error,
-                "could not leave the queue; the place ends with its slot"
-            ),
+impl Fair {
+    fn new(name: String, place: Duration) -> Fair {
+        Fair {
+            key: Key::from(name.as_str()),
+            channel: names::lock_channel(&name).into(),
+            queue: Key::from(names::fair_queue(&name)),
+            timeouts: Key::from(names::fair_timeouts(&name)),
+            fences: Key::from(names::fences(&name)),
+            name: name.into(),
+            place,
         }
+    }
+
+    /// A fair-lock script call: every one takes the hash, queue, timeouts and fences as KEYS,
+    /// and the channel prefix and unlock message (to tell the next waiter) before `args`.
+    fn call(&self, script: &'static Script, args: &[Value], request: Option<&Request>) -> Call {
+        let mut argv = Vec::with_capacity(args.len() + 4);
+        argv.push(Value::from(&*self.channel));
+        argv.push(Value::from(UNLOCK_MESSAGE));
+        argv.extend_from_slice(args);
+        if let Some(request) = request {
+            request.append_to(&mut argv);
+        }
+        Call {
+            script,
+            keys: vec![
+                self.key.clone(),
+                self.queue.clone(),
+                self.timeouts.clone(),
+                self.fences.clone(),
+            ],
+            args: argv,
+        }
+    }
+}
+
+impl Kind for Fair {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::PerWaiter(self.channel.clone())
+    }
+
+    fn place(&self) -> Option<Duration> {
+        Some(self.place)
+    }
+
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        let own = [
+            Value::from(args.lease_ms as i64),
+            Value::from(args.field),
+            Value::from(args.place_ms.unwrap_or_default() as i64),
+            Value::from(args.holds as i64),
+        ];
+        self.call(&FAIR_ACQUIRE, &own, Some(args.request))
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        let own = [
+            Value::from(args.lease_ms as i64),
+            Value::from(args.field),
+            Value::from(args.left as i64),
+        ];
+        self.call(&FAIR_RELEASE, &own, Some(args.request))
+    }
+
+    fn leave(&self, field: &str, request: &Request) -> Option<Call> {
+        Some(self.call(&FAIR_LEAVE, &[Value::from(field)], Some(request)))
+    }
+
+    fn renewal(&self) -> &'static Script {
+        &LOCK_RENEW
+    }
+}
+
+impl LockKind for Fair {
+    fn key(&self) -> &Key {
+        &self.key
+    }
+
+    fn force_unlock(&self) -> Call {
+        self.call(&FAIR_FORCE_UNLOCK, &[], None)
     }
 }

@@ -104,30 +104,22 @@
 
 mod client;
 mod config;
-mod durations;
+mod engine;
 mod error;
 mod fair_lock;
 mod guard;
-mod holds;
-mod inflight;
-mod join;
-mod keys;
-mod ledger;
 mod lock;
 mod multi_lock;
 mod names;
 mod owner;
-mod pubsub;
 mod redlock;
-mod releaser;
 mod scripts;
-mod watchdog;
 
 pub use client::{ClientStats, LockClient};
 pub use config::{
     LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
-pub use durations::MAX_DURATION;
+pub use engine::durations::MAX_DURATION;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use guard::LockGuard;
@@ -138,6 +130,9 @@ pub use redlock::{
     RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_TTL,
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
+
+#[doc(hidden)]
+pub use scripts::source as script_source;
 
 /// The fred types that appear in fredlock's API.
 pub use fred;

@@ -4,28 +4,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
-use tokio::time::Instant;
+use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::types::{Key, Value};
 
-use crate::client::{Core, LockClient};
-use crate::durations;
+use crate::client::LockClient;
+use crate::engine::{self, AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
 use crate::error::{Error, Result};
-use crate::fair_lock::Leave;
 use crate::guard::LockGuard;
-use crate::holds::Lease;
-use crate::inflight::InFlight;
-use crate::keys::{LockKeys, Taken};
+use crate::names::{self, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
-use crate::pubsub::Waiter;
-use crate::releaser::{Cleanup, SettleOnExit, Undo};
-
-/// An attempt that began before the wait's deadline may run this much past it, so that a
-/// request already on the wire is not thrown away (and undone) for being a little late.
-const ATTEMPT_GRACE: Duration = Duration::from_millis(100);
-
-/// First pause after a connection error while waiting; doubled up to [`MAX_ERROR_PAUSE`].
-const MIN_ERROR_PAUSE: Duration = Duration::from_millis(50);
-const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
+use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_RELEASE, LOCK_RENEW};
 
 /// A reentrant distributed lock, Redisson's `RLock`: at most one owner at a time across every
 /// client on the same Redis, Java Redisson clients included.
@@ -64,35 +52,116 @@ const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct Lock {
     client: LockClient,
-    /// The name, the keys and channels derived from it, and the scripts of the lock's kind.
-    keys: Arc<LockKeys>,
+    /// The lock's kind: its keys and scripts, and how its waiters wake.
+    kind: Arc<dyn LockKind>,
+    /// The same, as the engine takes it.
+    engine_kind: Arc<dyn Kind>,
     owner: Option<OwnerId>,
 }
 
-/// What one run of the acquire script said.
-enum Attempt {
-    Acquired(LockGuard),
-    Held {
-        retry_after: Duration,
-    },
-    /// The caller's deadline passed before the reply came; the attempt is undone if it won.
-    TimedOut,
+/// A primitive of the reentrant lock's family: the hash of holds at its name, so the reads of
+/// [`Lock`] apply, plus a force unlock of its own.
+pub(crate) trait LockKind: Kind {
+    /// The hash of holds.
+    fn key(&self) -> &Key;
+    /// Deletes the lock whoever holds it, telling its waiters; replies 1 when it was held.
+    fn force_unlock(&self) -> Call;
 }
 
-/// What an acquire call did in Redis, carried out of [`InFlight`] with its undo armed, so that
-/// an abandoned call undoes itself.
-enum Outcome {
-    /// Dropping the guard, if nobody claims it, gives the hold back.
-    Won(LockGuard),
-    /// Held by another owner: the TTL in ms, and for a fair lock the place in its queue.
-    Held(i64, Option<Undo>),
+/// The reentrant lock's kind (Redisson's `RLock`).
+pub(crate) struct Reentrant {
+    name: Arc<str>,
+    key: Key,
+    /// The channel every final unlock is published on.
+    channel: Key,
+    /// Ids of calls whose replies were lost, which never take effect (see `engine::ledger`).
+    fences: Key,
+    wake: Wake,
+}
+
+impl Reentrant {
+    /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
+    pub(crate) fn new(name: String) -> Reentrant {
+        let channel: Arc<str> = names::lock_channel(&name).into();
+        Reentrant {
+            key: Key::from(name.as_str()),
+            channel: Key::from(&*channel),
+            fences: Key::from(names::fences(&name)),
+            name: name.into(),
+            wake: Wake::Shared(channel),
+        }
+    }
+
+    /// The acquire script's keys and arguments (see `lua/lock_acquire.lua`), after which a
+    /// script of the family may take keys of its own.
+    pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
+        let mut argv = Vec::with_capacity(4);
+        argv.push(Value::from(args.lease_ms as i64));
+        argv.push(Value::from(args.field));
+        argv.push(Value::from(args.holds as i64));
+        args.request.append_to(&mut argv);
+        Call {
+            script,
+            keys: vec![self.key.clone(), self.fences.clone()],
+            args: argv,
+        }
+    }
+}
+
+impl Kind for Reentrant {
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn wake(&self) -> Wake {
+        self.wake.clone()
+    }
+
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        self.acquire_call(&LOCK_ACQUIRE, args)
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        let mut argv = Vec::with_capacity(5);
+        argv.push(Value::from(UNLOCK_MESSAGE));
+        argv.push(Value::from(args.lease_ms as i64));
+        argv.push(Value::from(args.field));
+        argv.push(Value::from(args.left as i64));
+        args.request.append_to(&mut argv);
+        Call {
+            script: &LOCK_RELEASE,
+            keys: vec![self.key.clone(), self.channel.clone(), self.fences.clone()],
+            args: argv,
+        }
+    }
+
+    fn renewal(&self) -> &'static Script {
+        &LOCK_RENEW
+    }
+}
+
+impl LockKind for Reentrant {
+    fn key(&self) -> &Key {
+        &self.key
+    }
+
+    fn force_unlock(&self) -> Call {
+        Call {
+            script: &LOCK_FORCE_UNLOCK,
+            keys: vec![self.key.clone(), self.channel.clone()],
+            args: vec![Value::from(UNLOCK_MESSAGE)],
+        }
+    }
 }
 
 impl Lock {
-    pub(crate) fn new(client: LockClient, keys: LockKeys) -> Lock {
+    /// A lock of `kind` (of the reentrant family) on `client`.
+    pub(crate) fn of_kind<K: LockKind>(client: LockClient, kind: K) -> Lock {
+        let kind = Arc::new(kind);
         Lock {
             client,
-            keys: Arc::new(keys),
+            kind: kind.clone(),
+            engine_kind: kind,
             owner: None,
         }
     }
@@ -100,13 +169,13 @@ impl Lock {
     /// The lock's Redis key: the name it was made with, after the client's
     /// [`key_prefix`](crate::LockClientBuilder::key_prefix) if it has one.
     pub fn name(&self) -> &str {
-        &self.keys.name
+        self.kind.name()
     }
 
     /// Whether waiters are served in arrival order (a lock made by
     /// [`LockClient::fair_lock`](crate::LockClient::fair_lock)).
     pub fn is_fair(&self) -> bool {
-        self.keys.is_fair()
+        self.kind.place().is_some()
     }
 
     /// The same lock, owned by `owner` instead of the current task: for work that acquires in
@@ -221,27 +290,8 @@ impl Lock {
         Fut: std::future::Future<Output = T>,
     {
         let guard = self.lock().await?;
-        let outcome = tokio::select! {
-            biased;
-            _ = guard.lost() => None,
-            value = work(guard.cancellation_token()) => Some(value),
-        };
-        match outcome {
-            Some(value) => {
-                if let Err(error) = guard.unlock().await {
-                    tracing::warn!(lock = %self.name(), %error, "unlock after with_lock's work failed");
-                }
-                Ok(value)
-            }
-            None => {
-                let error = Error::Lost {
-                    lock: self.name().to_owned(),
-                    owner: guard.owner_field().to_owned(),
-                };
-                drop(guard);
-                Err(error)
-            }
-        }
+        let work = work(guard.cancellation_token());
+        guard.run_holding(work).await
     }
 
     /// Whether anyone holds the lock.
@@ -254,10 +304,9 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool> {
-        let core = self.ready()?;
-        let kind: String = core
-            .redis
-            .r#type(self.keys.key.clone())
+        let redis = self.ready()?;
+        let kind: String = redis
+            .r#type(self.kind.key().clone())
             .await
             .map_err(self.redis_error(None))?;
         match kind.as_str() {
@@ -286,10 +335,10 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<u32> {
-        let core = self.ready()?;
-        let field = core.field(self.owner());
-        core.redis
-            .hget::<Option<u32>, _, _>(self.keys.key.clone(), &*field)
+        let redis = self.ready()?;
+        let field = self.client.engine().core().field(self.owner());
+        redis
+            .hget::<Option<u32>, _, _>(self.kind.key().clone(), &*field)
             .await
             .map(Option::unwrap_or_default)
             .map_err(self.redis_error(Some(&field)))
@@ -301,10 +350,9 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
-        let core = self.ready()?;
-        let ttl = core
-            .redis
-            .pttl::<i64, _>(self.keys.key.clone())
+        let redis = self.ready()?;
+        let ttl = redis
+            .pttl::<i64, _>(self.kind.key().clone())
             .await
             .map_err(self.redis_error(None))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
@@ -327,11 +375,14 @@ impl Lock {
     /// Not cancel safe in the sense that the deletion may happen although the future was
     /// dropped before reporting it.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let core = self.ready()?;
-        self.keys
-            .force_unlock(&core.redis)
+        let redis = self.ready()?;
+        let deleted: i64 = self
+            .kind
+            .force_unlock()
+            .run(redis)
             .await
-            .map_err(self.redis_error(None))
+            .map_err(self.redis_error(None))?;
+        Ok(deleted == 1)
     }
 
     /// The client this lock belongs to.
@@ -343,150 +394,40 @@ impl Lock {
         self.owner.unwrap_or_else(OwnerId::current)
     }
 
-    fn ready(&self) -> Result<&Arc<Core>> {
-        let core = self.client.core();
+    fn ready(&self) -> Result<&fred::clients::Client> {
+        let core = self.client.engine().core();
         core.ensure_open()?;
-        if self.keys.name.is_empty() {
+        if self.name().is_empty() {
             return Err(Error::InvalidArgument(
                 "a lock name must not be empty".into(),
             ));
         }
-        Ok(core)
+        Ok(&core.redis)
     }
 
-    /// The acquisition loop: attempt; when held, join the waiter's channel and attempt again once
-    /// subscribed (a message published before the subscription existed would otherwise be
-    /// missed); after that, sleep until woken or until the holder's TTL would end, and attempt
-    /// again, until the deadline.
-    ///
-    /// A fair lock's waiter also holds a place in the lock's queue from its first attempt on. It
-    /// keeps it by trying again at least every third of its slot, and gives it up on every way
-    /// out but success: at once when its wait times out, through the releaser when the future is
-    /// dropped or fails.
+    /// Acquires the lock for its owner, waiting at most `wait` (`None`: as long as it takes), and
+    /// returns the engine's win, for a primitive that builds its own guard from it.
+    pub(crate) async fn win(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<Win>> {
+        engine::acquire(
+            self.client.engine(),
+            &self.engine_kind,
+            self.owner(),
+            wait,
+            lease,
+        )
+        .await
+    }
+
+    /// Acquires the lock as [`win`](Self::win) does, as a [`LockGuard`].
     pub(crate) async fn acquire(
         &self,
         wait: Option<Duration>,
         lease: Lease,
     ) -> Result<Option<LockGuard>> {
-        let core = self.ready()?;
-        lease.check(self.name())?;
-        let field = core.field(self.owner());
-        let started = Instant::now();
-        let deadline = wait.and_then(|wait| durations::deadline(started, wait));
-        let single_attempt = wait == Some(Duration::ZERO);
-        // Only a waiter queues: a single attempt leaves no trace in a fair lock's queue.
-        let slot = (self.keys.is_fair() && !single_attempt).then_some(core.fair_wait_timeout);
-        let place = slot.map(|_| self.leave_undo(core, &field));
-        let mut error_pause = MIN_ERROR_PAUSE;
-        let mut waiter: Option<Waiter> = None;
-        // Whether any attempt got an answer: a wait that ends without one reports the outage,
-        // not a lock held by someone else.
-        let mut reached = false;
-        let mut last_failure: Option<fred::error::Error> = None;
-        let mut settle = SettleOnExit::new(core, &self.keys, &field);
-        loop {
-            // Armed while an attempt is on its way and after one whose reply was lost.
-            settle.arm();
-            let attempt = self
-                .attempt(core, &field, lease, slot, deadline, single_attempt)
-                .await;
-            if matches!(attempt, Ok(Attempt::Acquired(_) | Attempt::Held { .. })) {
-                // A reply: it carried the fences of every earlier lost one.
-                settle.disarm();
-            }
-            let pause = match attempt {
-                Ok(Attempt::Acquired(guard)) => {
-                    // The acquire script took the waiter out of the queue.
-                    if let Some(place) = place {
-                        place.claim();
-                    }
-                    tracing::debug!(
-                        lock = %self.name(), owner = %field,
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "acquired"
-                    );
-                    return Ok(Some(guard));
-                }
-                Ok(Attempt::Held { retry_after }) => {
-                    reached = true;
-                    error_pause = MIN_ERROR_PAUSE;
-                    // Trying again is what keeps a queued waiter's place.
-                    slot.map_or(retry_after, |slot| retry_after.min(slot / 3))
-                }
-                Ok(Attempt::TimedOut) => {
-                    leave_now(place).await;
-                    return self.gave_up(reached, last_failure.take());
-                }
-                Err(error) if error.is_transient() && !single_attempt => {
-                    tracing::debug!(lock = %self.name(), owner = %field, %error, "acquire failed; retrying");
-                    last_failure = error.into_source().or(last_failure);
-                    let pause = error_pause;
-                    error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
-                    pause
-                }
-                Err(error) => return Err(error),
-            };
-            if single_attempt {
-                return Ok(None);
-            }
-            let until = bounded(Instant::now() + pause, deadline);
-            if !core.redis.is_connected() {
-                // Nothing to subscribe to while fred reconnects: wait for the connection (or the
-                // pause) instead, and try again at once when it is back.
-                tokio::select! {
-                    biased;
-                    _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                    _ = core.redis.wait_for_connect() => {}
-                    _ = tokio::time::sleep_until(until) => {}
-                }
-            } else {
-                match &waiter {
-                    None => {
-                        tracing::debug!(lock = %self.name(), owner = %field, "waiting");
-                        let joined = core.pubsub.join(&self.keys.wait_channel(&field));
-                        tokio::select! {
-                            biased;
-                            _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                            _ = joined.subscribed(Some(until)) => {}
-                        }
-                        waiter = Some(joined);
-                    }
-                    Some(waiter) => {
-                        tokio::select! {
-                            biased;
-                            _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                            _ = waiter.wait(until) => {}
-                        }
-                    }
-                }
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                leave_now(place).await;
-                return self.gave_up(reached, last_failure.take());
-            }
-        }
-    }
-
-    /// How a wait that ran out ends: `Ok(None)` when Redis said the lock was held, else the
-    /// outage that kept every attempt from getting an answer.
-    fn gave_up(
-        &self,
-        reached: bool,
-        last_failure: Option<fred::error::Error>,
-    ) -> Result<Option<LockGuard>> {
-        if reached {
-            return Ok(None);
-        }
-        Err(self.unavailable(last_failure))
-    }
-
-    /// No attempt reached Redis; `source` is the last failure seen, if any.
-    fn unavailable(&self, source: Option<fred::error::Error>) -> Error {
-        Error::Unavailable {
-            lock: self.name().to_owned(),
-            server: self.client.core().address.to_string(),
-            source,
-        }
+        Ok(self
+            .win(wait, lease)
+            .await?
+            .map(|win| LockGuard::new(win.guard)))
     }
 
     /// Converts a fred error about this lock, naming its server and, where there is one, the
@@ -495,144 +436,97 @@ impl Lock {
         &'a self,
         owner: Option<&'a str>,
     ) -> impl FnOnce(fred::error::Error) -> Error + 'a {
-        move |source| Error::from_redis(&self.client.core().address, self.name(), owner, source)
-    }
-
-    /// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
-    /// the call finishes in a task of its own ([`InFlight`]), and what it did arrives as an armed
-    /// [`Undo`] (the won hold is released, the queue place left) unless the caller claims it.
-    async fn attempt(
-        &self,
-        core: &Arc<Core>,
-        field: &Arc<str>,
-        lease: Lease,
-        slot: Option<Duration>,
-        deadline: Option<Instant>,
-        single_attempt: bool,
-    ) -> Result<Attempt> {
-        if !core.redis.is_connected() {
-            // fred would queue the script until it reconnects, or until the command timeout.
-            return Err(self.unavailable(Some(not_connected())));
-        }
-        let lease_ms = lease.millis(core.watchdog_timeout);
-        let slot_ms = slot.map(durations::millis);
-        let keys = self.keys.clone();
-        let task_field = field.clone();
-        let client = self.client.clone();
-        // A single attempt waits for its reply whatever the deadline.
-        let deadline = deadline
-            .filter(|_| !single_attempt)
-            .map(|deadline| deadline.max(Instant::now() + ATTEMPT_GRACE));
-        // The owner's turn, taken before the call is handed over: an attempt cancelled or timed
-        // out while it waits for it sends nothing. The owner's count of holds cannot change until
-        // the reply is in.
-        let turn = core.ledger.turn(&keys.name, &task_field);
-        let mut turn = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, turn).await {
-                Ok(turn) => turn,
-                Err(_) => return Ok(Attempt::TimedOut),
-            },
-            None => turn.await,
-        };
-        let call = InFlight::new(async move {
-            let core = client.core().clone();
-            let holds = core.holds.count(&keys.name, &task_field);
-            let request = turn.request();
-            let sent_at = Instant::now();
-            let reply = keys
-                .acquire(&core.redis, lease_ms, &task_field, holds, slot_ms, &request)
-                .await;
-            turn.record(request, &reply);
-            // No settle here: the acquire loop tries again with the fences, or settles on exit.
-            drop(turn);
-            reply.map(|taken| match taken {
-                Taken::Held(pttl) => {
-                    let place = slot_ms.map(|_| {
-                        let leave = Leave {
-                            keys: keys.clone(),
-                            field: task_field.clone(),
-                        };
-                        Undo::new(Cleanup::Leave(leave), core.clone())
-                    });
-                    Outcome::Held(pttl, place)
-                }
-                Taken::Acquired | Taken::Afresh => {
-                    if taken == Taken::Afresh {
-                        core.holds.lose(&keys.name, &task_field);
-                    }
-                    let hold = core.holds.attach(&keys.name, &task_field, lease, sent_at);
-                    Outcome::Won(LockGuard::new(client.clone(), hold, keys.clone(), lease))
-                }
-            })
-        });
-        let reply = match deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
-                Ok(reply) => reply,
-                Err(_) => return Ok(Attempt::TimedOut),
-            },
-            None => call.await,
-        };
-        match reply {
-            Ok(Outcome::Won(guard)) => Ok(Attempt::Acquired(guard)),
-            Ok(Outcome::Held(pttl, place)) => {
-                // The waiter's own place (armed since before its first attempt) covers this one.
-                if let Some(place) = place {
-                    place.claim();
-                }
-                Ok(Attempt::Held {
-                    retry_after: retry_after(pttl, core.watchdog_timeout),
-                })
-            }
-            Err(error) => Err(self.redis_error(Some(field))(error)),
-        }
-    }
-
-    /// The undo that takes `field` out of this fair lock's queue.
-    fn leave_undo(&self, core: &Arc<Core>, field: &Arc<str>) -> Undo {
-        let leave = Leave {
-            keys: self.keys.clone(),
-            field: field.clone(),
-        };
-        Undo::new(Cleanup::Leave(leave), core.clone())
+        move |source| self.client.engine().redis_error(self.name(), owner, source)
     }
 }
 
-/// A waiter that gives up leaves its queue place before returning, so that the next one moves up
-/// at once and a later attempt of the same owner is not overtaken by its own departure.
-async fn leave_now(place: Option<Undo>) {
-    if let Some(place) = place {
-        place.now().await;
+impl LockClient {
+    /// A reentrant lock named `name`: its Redis key is `name`, after the client's
+    /// [`key_prefix`](crate::LockClientBuilder::key_prefix) if it has one. Creating it costs
+    /// nothing and sends nothing; an empty name is reported by the first operation.
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        Lock::of_kind(self.clone(), Reentrant::new(self.key(name.into())))
     }
-}
-
-/// How long to sleep at most before trying again, given the holder's PTTL: until the lock would
-/// expire, or, for a key without expiry (not ours to judge), a watchdog period.
-fn retry_after(pttl: i64, watchdog_timeout: Duration) -> Duration {
-    match u64::try_from(pttl) {
-        Ok(ms) => Duration::from_millis(ms.max(1)),
-        Err(_) if pttl == -1 => watchdog_timeout / 3,
-        Err(_) => Duration::from_millis(1),
-    }
-}
-
-/// What an attempt that could not be sent failed with.
-fn not_connected() -> fred::error::Error {
-    fred::error::Error::new(
-        fred::error::ErrorKind::IO,
-        "not connected (the server refused the connection, or fred is reconnecting)",
-    )
-}
-
-fn bounded(until: Instant, deadline: Option<Instant>) -> Instant {
-    deadline.map_or(until, |deadline| until.min(deadline))
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("name", &self.keys.name)
-            .field("fair", &self.keys.is_fair())
+            .field("name", &self.name())
+            .field("fair", &self.is_fair())
             .field("owner", &self.owner)
             .finish_non_exhaustive()
     }
 }
+
+/// The reads and the force unlock every lock of the reentrant family shares with [`Lock`],
+/// for a handle whose field `lock` is the `Lock` it wraps.
+macro_rules! lock_reads {
+    () => {
+        /// Whether anyone holds the lock; see [`Lock::is_locked`](crate::Lock::is_locked).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::is_locked`](crate::Lock::is_locked).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        pub async fn is_locked(&self) -> $crate::Result<bool> {
+            self.lock.is_locked().await
+        }
+
+        /// Whether the current task (or the pinned owner) holds the lock.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        pub async fn is_held_by_current_task(&self) -> $crate::Result<bool> {
+            self.lock.is_held_by_current_task().await
+        }
+
+        /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        pub async fn hold_count(&self) -> $crate::Result<u32> {
+            self.lock.hold_count().await
+        }
+
+        /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        pub async fn remaining_ttl(&self) -> $crate::Result<Option<std::time::Duration>> {
+            self.lock.remaining_ttl().await
+        }
+
+        /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. See
+        /// [`Lock::force_unlock`](crate::Lock::force_unlock).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
+        ///
+        /// # Cancel safety
+        ///
+        /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
+        pub async fn force_unlock(&self) -> $crate::Result<bool> {
+            self.lock.force_unlock().await
+        }
+
+        /// The lock's Redis key; see [`Lock::name`](crate::Lock::name).
+        pub fn name(&self) -> &str {
+            self.lock.name()
+        }
+
+        /// This lock as a [`Lock`](crate::Lock), for code that takes any lock of the family;
+        /// it keeps its kind.
+        pub fn as_lock(&self) -> &crate::Lock {
+            &self.lock
+        }
+    };
+}
+pub(crate) use lock_reads;

@@ -9,11 +9,11 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::durations;
+use crate::engine::durations;
+use crate::engine::join::join_all;
+use crate::engine::Lease;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::holds::Lease;
-use crate::join::join_all;
 use crate::lock::Lock;
 
 /// The first pause after a failed round; it doubles with each further failed round of one

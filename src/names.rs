@@ -72,7 +72,7 @@ pub(crate) fn fair_queue(name: &str) -> String {
     suffixed("redisson_lock_queue", name)
 }
 
-/// The fair lock's zset of waiter field -> end of the waiter's slot.
+/// The fair lock's zset of waiter field -> when the waiter's place expires.
 pub(crate) fn fair_timeouts(name: &str) -> String {
     suffixed("redisson_lock_timeout", name)
 }
@@ -80,11 +80,6 @@ pub(crate) fn fair_timeouts(name: &str) -> String {
 /// fredlock's own set of fenced request ids (see `ledger`); Redisson never reads it.
 pub(crate) fn fences(name: &str) -> String {
     suffixed("fredlock_fences", name)
-}
-
-/// The channel on which a fair lock tells one waiter that it is next.
-pub(crate) fn waiter_channel(lock_channel: &str, field: &str) -> String {
-    format!("{lock_channel}:{field}")
 }
 
 /// The message a final unlock publishes on [`lock_channel`].
@@ -106,10 +101,8 @@ mod tests {
     fn fair_lock_names_follow_redisson() {
         assert_eq!(fair_queue("t"), "redisson_lock_queue:{t}");
         assert_eq!(fair_timeouts("t"), "redisson_lock_timeout:{t}");
-        assert_eq!(
-            waiter_channel(&lock_channel("t"), "u:7"),
-            "redisson_lock__channel:{t}:u:7"
-        );
+        // Each waiter's channel, `<lock channel>:<waiter field>`, is checked on the wire by
+        // tests/fair_lock.rs (the engine's `Wake::PerWaiter`).
     }
 
     #[test]

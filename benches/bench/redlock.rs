@@ -38,10 +38,7 @@ impl Raw {
         let mut release_sha = String::new();
         for node in &nodes {
             release_sha = node
-                .script_load(concat!(
-                    include_str!("../../lua/redlock_token.lua"),
-                    include_str!("../../lua/redlock_release.lua")
-                ))
+                .script_load(crate::harness::script("redlock_release"))
                 .await
                 .expect("SCRIPT LOAD");
         }

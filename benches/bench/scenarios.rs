@@ -77,9 +77,9 @@ struct RawScripts {
 
 impl RawScripts {
     async fn load(redis: &Client) -> RawScripts {
-        // Composed as fredlock composes them, so the SHAs are fredlock's own.
-        let load = |body: &str| {
-            let script = format!("{}{body}", include_str!("../../lua/holds.lua"));
+        // fredlock's own composition, so the SHAs are fredlock's own.
+        let load = |name: &str| {
+            let script = crate::harness::script(name);
             async move {
                 redis
                     .script_load::<String, _>(script)
@@ -88,8 +88,8 @@ impl RawScripts {
             }
         };
         RawScripts {
-            acquire: load(include_str!("../../lua/lock_acquire.lua")).await,
-            release: load(include_str!("../../lua/lock_release.lua")).await,
+            acquire: load("lock_acquire").await,
+            release: load("lock_release").await,
             next: std::sync::atomic::AtomicU64::new(1),
         }
     }

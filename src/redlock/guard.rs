@@ -11,7 +11,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::nodes::{Tally, Token, Until};
 use super::Shared;
-use crate::durations::millis;
+use crate::engine::durations::millis;
 use crate::error::{Error, NodeFailureReason, Result};
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also

@@ -13,7 +13,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::client::LockClient;
-use crate::durations::{self, millis};
+use crate::engine::durations::{self, millis};
 use crate::error::{Error, Result};
 pub use guard::RedLockGuard;
 use nodes::{Nodes, Tally, Token, Until};
@@ -226,11 +226,11 @@ impl RedLockBuilder {
         if self.name.is_empty() {
             return invalid("a lock name must not be empty".into());
         }
-        let prefix = &self.nodes[0].core().key_prefix;
+        let prefix = self.nodes[0].key_prefix();
         if let Some(index) = self
             .nodes
             .iter()
-            .position(|node| node.core().key_prefix != *prefix)
+            .position(|node| node.key_prefix() != prefix)
         {
             return invalid(format!(
                 "Redlock {:?}: node {index} has another key_prefix than node 0, so the nodes \

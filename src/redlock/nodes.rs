@@ -24,8 +24,9 @@ use rand::RngCore;
 use tokio::time::Instant;
 
 use crate::client::LockClient;
+use crate::engine::join::join_all;
+use crate::engine::{write, Attempts};
 use crate::error::{is_transient, NodeFailure, NodeFailureReason};
-use crate::join::join_all;
 use crate::scripts::{REDLOCK_EXTEND, REDLOCK_RELEASE};
 
 /// Random bytes in a token: the Redlock specification asks for at least 20.
@@ -96,15 +97,17 @@ impl Nodes {
     /// `SET key token NX PX ttl` on every node.
     pub(crate) fn acquire(&self, token: &Token, ttl_ms: u64, timeout: Duration) -> Replies {
         self.on_every_node(token, timeout, move |redis, key, token| async move {
-            let reply: Option<String> = redis
-                .set(
-                    key,
+            // Sent once: the release that may follow must come after it on the wire.
+            let reply: Option<String> = write(&redis, Attempts::Once, || {
+                redis.set(
+                    key.clone(),
                     token.as_str(),
                     Some(Expiration::PX(ttl_ms as i64)),
                     Some(SetOptions::NX),
                     false,
                 )
-                .await?;
+            })
+            .await?;
             Ok(if reply.is_some() {
                 Reply::Done
             } else {
@@ -155,8 +158,8 @@ impl Nodes {
             .clients
             .iter()
             .map(|client| {
-                let core = client.core();
-                if core.shutdown.is_cancelled() {
+                let core = client.engine().core();
+                if core.ensure_open().is_err() {
                     return Call::Done(Reply::Failed(NodeFailureReason::Shutdown));
                 }
                 if !core.redis.is_connected() {
@@ -185,7 +188,7 @@ impl Nodes {
     pub(crate) fn failure(&self, index: usize, reason: NodeFailureReason) -> NodeFailure {
         NodeFailure {
             index,
-            node: self.clients[index].core().address.to_string(),
+            node: self.clients[index].engine().core().address.to_string(),
             reason,
         }
     }

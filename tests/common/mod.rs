@@ -303,6 +303,11 @@ pub fn timeout_key(name: &str) -> String {
     format!("redisson_lock_timeout:{{{name}}}")
 }
 
+/// The composed text of a fredlock script, exactly as the crate sends it.
+pub fn script(name: &str) -> &'static str {
+    fredlock::script_source(name).unwrap_or_else(|| panic!("no script named {name}"))
+}
+
 /// The lock kinds that share `Lock`'s behaviour, for tests run once per kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -327,10 +332,7 @@ impl Kind {
         match self {
             Kind::Reentrant => raw
                 .eval(
-                    concat!(
-                        include_str!("../../lua/holds.lua"),
-                        include_str!("../../lua/lock_release.lua")
-                    ),
+                    script("lock_release"),
                     vec![name.to_string(), channel, fences],
                     vec![
                         "0".to_string(),
@@ -344,11 +346,7 @@ impl Kind {
                 .unwrap(),
             Kind::Fair => raw
                 .eval(
-                    concat!(
-                        include_str!("../../lua/holds.lua"),
-                        include_str!("../../lua/fair_queue.lua"),
-                        include_str!("../../lua/fair_release.lua")
-                    ),
+                    script("fair_release"),
                     vec![name.to_string(), queue_key(name), timeout_key(name), fences],
                     vec![
                         channel,

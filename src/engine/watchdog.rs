@@ -2,7 +2,8 @@
 //!
 //! Once a period (`watchdog_timeout / 3`), and at once after fred reconnects, it scans the
 //! client's registry of holds and renews every hold with a watchdog guard, in script calls of up
-//! to 100 keys, one cluster slot per call: a period costs `holds / 100` calls per slot. Holds
+//! to 100 keys, one cluster hash slot (and one primitive's renewal script) per call: a period
+//! costs `holds / 100` calls per hash slot. Holds
 //! with fixed leases only are checked the same way without being extended, so their guards learn
 //! of a loss (a deleted key, a restarted server) within a period too, not at the end of their
 //! lease. A hold taken between two scans is renewed at the next one, at most a period after it
@@ -29,9 +30,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
-use crate::client::Core;
-use crate::holds::{Hold, Lease};
-use crate::scripts::LOCK_RENEW;
+use crate::engine::holds::{Hold, Lease};
+use crate::engine::script::Script;
+use crate::engine::Core;
 
 /// Keys per renewal script call, as Redisson does.
 const BATCH: usize = 100;
@@ -57,6 +58,9 @@ type BatchResult = (
     Instant,
     Result<Vec<i64>, fred::error::Error>,
 );
+
+/// Holds to visit, by cluster hash slot, visit and renewal script (by address), with the script.
+type Groups = BTreeMap<(u16, Visit, usize), (&'static Script, Vec<Arc<Hold>>)>;
 
 pub(crate) struct Watchdog {
     core: Arc<Core>,
@@ -138,10 +142,11 @@ impl Watchdog {
 
     /// Renews the holds that still have a watchdog guard, and checks that holds with fixed leases
     /// only still exist (so that their guards learn of a loss before the lease ends), skipping
-    /// holds with a visit on its way; grouped by cluster slot, in batches.
+    /// holds with a visit on its way; grouped by cluster hash slot, in batches.
     fn renew(&mut self, holds: Vec<Arc<Hold>>) {
         let clustered = self.redis.is_clustered();
-        let mut groups: BTreeMap<(u16, Visit), Vec<Arc<Hold>>> = BTreeMap::new();
+        // By cluster hash slot, visit and renewal script (each primitive's own).
+        let mut groups: Groups = BTreeMap::new();
         for hold in holds {
             if hold.guards() == 0 || hold.is_lost() {
                 self.failing.remove(&address(&hold));
@@ -155,22 +160,27 @@ impl Watchdog {
             } else {
                 Visit::Check
             };
-            let slot = if clustered {
+            let hash_slot = if clustered {
                 fred::util::redis_keyslot(hold.name.as_bytes())
             } else {
                 0
             };
-            groups.entry((slot, visit)).or_default().push(hold);
+            let script = std::ptr::from_ref(hold.renewal) as usize;
+            groups
+                .entry((hash_slot, visit, script))
+                .or_insert_with(|| (hold.renewal, Vec::new()))
+                .1
+                .push(hold);
         }
-        for ((_, visit), holds) in groups {
+        for ((_, visit, _), (script, holds)) in groups {
             let mut holds = holds.into_iter().peekable();
             while holds.peek().is_some() {
-                self.send_batch(holds.by_ref().take(BATCH).collect(), visit);
+                self.send_batch(script, holds.by_ref().take(BATCH).collect(), visit);
             }
         }
     }
 
-    fn send_batch(&mut self, holds: Vec<Arc<Hold>>, visit: Visit) {
+    fn send_batch(&mut self, script: &'static Script, holds: Vec<Arc<Hold>>, visit: Visit) {
         let mut keys = Vec::with_capacity(holds.len());
         let mut args = Vec::with_capacity(holds.len() + 1);
         // A lease of 0 asks the script to check without extending.
@@ -198,7 +208,7 @@ impl Watchdog {
         .unwrap_or_else(|| Instant::now() + self.period);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
-            let renewal = LOCK_RENEW.run::<Vec<i64>>(&redis, || (keys.clone(), args.clone()));
+            let renewal = script.run::<Vec<i64>>(&redis, || (keys.clone(), args.clone()));
             let result = match tokio::time::timeout_at(limit, renewal).await {
                 Ok(result) => result,
                 Err(_) => Err(fred::error::Error::new(

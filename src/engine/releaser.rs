@@ -1,7 +1,6 @@
-//! Undoing in the background: releases for guards dropped without
-//! [`unlock`](crate::LockGuard::unlock), and for acquires and queue places whose caller went
-//! away. `Drop` only queues the request, so it stays synchronous, cheap and safe outside a
-//! runtime; this task sends the scripts.
+//! Undos in the background: releases for guards dropped without an unlock, for acquires whose
+//! caller went away, queue places given up, and settles of lost replies. `Drop` only queues the
+//! undo, so it stays synchronous, cheap and safe outside a runtime; this task sends the scripts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,57 +11,55 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Core;
+use crate::engine::guard::Release;
+use crate::engine::inflight::InFlight;
+use crate::engine::kind::{Kind, ReleaseArgs};
+use crate::engine::ledger::Turn;
+use crate::engine::Core;
 use crate::error::is_transient;
-use crate::fair_lock::Leave;
-use crate::guard::Release;
-use crate::inflight::InFlight;
-use crate::keys::LockKeys;
-use crate::ledger::Turn;
 
-/// How long shutdown waits for queued requests before giving up on them (leases and waiter
-/// slots still end what they would have undone).
+/// How long shutdown waits for queued requests before giving up on them (leases and queue
+/// places still end what they would have undone).
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
-/// Something to undo in Redis.
-pub(crate) enum Cleanup {
+/// Something to undo in Redis, whatever the primitive.
+pub(crate) enum Undo {
     /// Give back one hold.
     Release(Release),
-    /// Leave a fair lock's queue.
+    /// Give up a waiter's queue place.
     Leave(Leave),
     /// Settle a call whose reply was lost.
     Settle(Settle),
 }
 
-impl Cleanup {
-    async fn run_dropped(self, core: Arc<Core>) {
+impl Undo {
+    async fn run(self, core: Arc<Core>) {
         match self {
-            Cleanup::Release(release) => release.run_dropped(core).await,
-            Cleanup::Leave(leave) => leave.run_dropped(core).await,
-            Cleanup::Settle(settle) => settle.run(core).await,
+            Undo::Release(release) => release.run_dropped(core).await,
+            Undo::Leave(leave) => leave.run(core).await,
+            Undo::Settle(settle) => settle.run(core).await,
         }
     }
 }
 
-/// The effect of a Redis call that must be undone unless somebody takes it over: a won hold
-/// whose caller was cancelled, a queue place whose waiter went away. Dropping it unclaimed
-/// queues the undo.
-pub(crate) struct Undo {
-    cleanup: Option<Cleanup>,
+/// An undo armed to run unless somebody takes its effect over: for a queue place whose waiter
+/// may go away. Dropping it unclaimed queues the undo.
+pub(crate) struct ArmedUndo {
+    undo: Option<Undo>,
     core: Arc<Core>,
 }
 
-impl Undo {
-    pub(crate) fn new(cleanup: Cleanup, core: Arc<Core>) -> Undo {
-        Undo {
-            cleanup: Some(cleanup),
+impl ArmedUndo {
+    pub(crate) fn new(undo: Undo, core: Arc<Core>) -> ArmedUndo {
+        ArmedUndo {
+            undo: Some(undo),
             core,
         }
     }
 
     /// The caller takes the effect over; nothing is undone.
     pub(crate) fn claim(mut self) {
-        self.cleanup = None;
+        self.undo = None;
     }
 
     /// Undoes it now, reporting only to tracing; while the client is disconnected, hands it to
@@ -76,24 +73,59 @@ impl Undo {
         if !self.core.redis.is_connected() {
             return; // dropped armed: queued for the releaser
         }
-        if let Some(cleanup) = self.cleanup.take() {
-            InFlight::new(cleanup.run_dropped(self.core.clone())).await;
+        if let Some(undo) = self.undo.take() {
+            InFlight::new(undo.run(self.core.clone())).await;
         }
     }
 }
 
-impl Drop for Undo {
+impl Drop for ArmedUndo {
     fn drop(&mut self) {
-        if let Some(cleanup) = self.cleanup.take() {
-            // Fails only once the client is gone; leases and slots then end the effect.
-            let _ = self.core.releaser.send(cleanup);
+        if let Some(undo) = self.undo.take() {
+            // Fails only once the client is gone; leases and queue places then end the effect.
+            let _ = self.core.releaser.send(undo);
+        }
+    }
+}
+
+/// Takes one waiter out of a primitive's queue.
+pub(crate) struct Leave {
+    pub(crate) kind: Arc<dyn Kind>,
+    pub(crate) field: Arc<str>,
+}
+
+impl Leave {
+    /// Leaves in the owner's turn, for a waiter that gave up or went away, reporting only to
+    /// tracing: a place that could not be given up ends when it expires.
+    async fn run(self, core: Arc<Core>) {
+        let name = self.kind.name().clone();
+        let mut turn = core.ledger.turn(&name, &self.field).await;
+        let (left, _) = turn
+            .send_again_while_lost(&core.redis, |request| async {
+                let left = match self.kind.leave(&self.field, &request) {
+                    Some(call) => call.run::<i64>(&core.redis).await.map(|left| left == 1),
+                    None => Ok(false),
+                };
+                (request, left)
+            })
+            .await;
+        settle_later(&core, &self.kind, turn);
+        match left {
+            Ok(queued) => tracing::debug!(
+                lock = %name, owner = %self.field, queued,
+                "left the queue"
+            ),
+            Err(error) => tracing::warn!(
+                lock = %name, owner = %self.field, %error,
+                "could not leave the queue; the place ends when it expires"
+            ),
         }
     }
 }
 
 pub(crate) async fn run(
     core: Arc<Core>,
-    mut requests: UnboundedReceiver<Cleanup>,
+    mut requests: UnboundedReceiver<Undo>,
     shutdown: CancellationToken,
 ) {
     let mut running = JoinSet::new();
@@ -101,15 +133,15 @@ pub(crate) async fn run(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             request = requests.recv() => match request {
-                Some(cleanup) => { running.spawn(cleanup.run_dropped(core.clone())); }
+                Some(undo) => { running.spawn(undo.run(core.clone())); }
                 None => break,
             },
             Some(_) = running.join_next(), if !running.is_empty() => {}
         }
     }
     // Shutting down: finish what dropped guards and waiters asked for, within reason.
-    while let Ok(cleanup) = requests.try_recv() {
-        running.spawn(cleanup.run_dropped(core.clone()));
+    while let Ok(undo) = requests.try_recv() {
+        running.spawn(undo.run(core.clone()));
     }
     let drained = tokio::time::timeout(DRAIN_LIMIT, async {
         while running.join_next().await.is_some() {}
@@ -132,20 +164,20 @@ const MAX_SETTLE_PAUSE: Duration = Duration::from_secs(5);
 /// owner's holds are set to its live guards (deleting a hold nobody has a guard for) and the
 /// lost calls fenced, retried with backoff until Redis confirms it.
 pub(crate) struct Settle {
-    keys: Arc<LockKeys>,
+    kind: Arc<dyn Kind>,
     field: Arc<str>,
 }
 
 /// Queues a settle when `turn` ends with replies lost, for a call nobody will send again.
-pub(crate) fn settle_later(core: &Core, keys: &Arc<LockKeys>, turn: Turn) {
+pub(crate) fn settle_later(core: &Core, kind: &Arc<dyn Kind>, turn: Turn) {
     if turn.is_unsettled() {
         let settle = Settle {
-            keys: keys.clone(),
+            kind: kind.clone(),
             field: turn.key().1.clone(),
         };
         drop(turn);
-        // Fails only once the client is gone; leases and slots then end the effect.
-        let _ = core.releaser.send(Cleanup::Settle(settle));
+        // Fails only once the client is gone; leases and queue places then end the effect.
+        let _ = core.releaser.send(Undo::Settle(settle));
     }
 }
 
@@ -154,16 +186,16 @@ pub(crate) fn settle_later(core: &Core, keys: &Arc<LockKeys>, turn: Turn) {
 /// fences. Arming costs nothing; only an armed drop sends.
 pub(crate) struct SettleOnExit<'a> {
     core: &'a Core,
-    keys: &'a Arc<LockKeys>,
+    kind: &'a Arc<dyn Kind>,
     field: &'a Arc<str>,
     armed: bool,
 }
 
 impl<'a> SettleOnExit<'a> {
-    pub(crate) fn new(core: &'a Core, keys: &'a Arc<LockKeys>, field: &'a Arc<str>) -> Self {
+    pub(crate) fn new(core: &'a Core, kind: &'a Arc<dyn Kind>, field: &'a Arc<str>) -> Self {
         SettleOnExit {
             core,
-            keys,
+            kind,
             field,
             armed: false,
         }
@@ -182,10 +214,10 @@ impl Drop for SettleOnExit<'_> {
     fn drop(&mut self) {
         if self.armed {
             let settle = Settle {
-                keys: self.keys.clone(),
+                kind: self.kind.clone(),
                 field: self.field.clone(),
             };
-            let _ = self.core.releaser.send(Cleanup::Settle(settle));
+            let _ = self.core.releaser.send(Undo::Settle(settle));
         }
     }
 }
@@ -194,36 +226,40 @@ impl Settle {
     async fn run(self, core: Arc<Core>) {
         let until = Instant::now() + SETTLE_LIMIT;
         let mut pause = MIN_SETTLE_PAUSE;
+        let name = self.kind.name().clone();
         loop {
-            let mut turn = core.ledger.turn(&self.keys.name, &self.field).await;
+            let mut turn = core.ledger.turn(&name, &self.field).await;
             if !turn.is_unsettled() {
                 return; // a later call of the owner carried the fences
             }
-            let left = core.holds.count(&self.keys.name, &self.field);
+            let left = core.holds.count(&name, &self.field);
             let request = turn.request();
-            // A lease of 0 keeps the TTL: settling changes counts, never a lease.
-            let reply = self
-                .keys
-                .release(&core.redis, 0, &self.field, left, &request)
-                .await;
+            // A lease of 0 keeps the expiry: settling changes counts, never a lease.
+            let call = self.kind.release(&ReleaseArgs {
+                field: &self.field,
+                left,
+                lease_ms: 0,
+                request: &request,
+            });
+            let reply = call.run::<Option<i64>>(&core.redis).await;
             turn.record(request, &reply);
             match reply {
                 Ok(Some(1)) => {
-                    tracing::info!(lock = %self.keys.name, owner = %self.field, "deleted a hold left by a lost reply");
+                    tracing::info!(lock = %name, owner = %self.field, "deleted a hold left by a lost reply");
                     return;
                 }
                 Ok(_) => return,
                 Err(error) if !is_transient(&error) => {
                     turn.forget();
-                    tracing::warn!(lock = %self.keys.name, owner = %self.field, %error, "cannot settle a lost reply; leases and slots end its effect");
+                    tracing::warn!(lock = %name, owner = %self.field, %error, "cannot settle a lost reply; leases and queue places end its effect");
                     return;
                 }
                 Err(error) if Instant::now() + pause < until => {
-                    tracing::debug!(lock = %self.keys.name, owner = %self.field, %error, "settling a lost reply failed; retrying");
+                    tracing::debug!(lock = %name, owner = %self.field, %error, "settling a lost reply failed; retrying");
                 }
                 Err(error) => {
                     turn.forget();
-                    tracing::warn!(lock = %self.keys.name, owner = %self.field, %error, "gave up settling a lost reply; leases and slots end its effect");
+                    tracing::warn!(lock = %name, owner = %self.field, %error, "gave up settling a lost reply; leases and queue places end its effect");
                     return;
                 }
             }

@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::durations;
+use crate::engine::durations;
+use crate::engine::script::Script;
 use crate::error::Result;
 
 /// How long a hold lasts without being renewed.
@@ -87,6 +88,11 @@ pub(crate) struct Hold {
     /// How long after the last confirmed renewal was sent the hold counts as lost while
     /// watchdog guards remain; see `LockClientBuilder::renew_deadline`.
     renew_deadline: Duration,
+    /// The script the watchdog renews and checks this hold with: its primitive's.
+    pub(crate) renewal: &'static Script,
+    /// What the acquisition that made the hold returned besides the hold (a fencing token, say),
+    /// which a re-entry by the same owner gets too.
+    value: Mutex<Option<Value>>,
 }
 
 impl Hold {
@@ -198,7 +204,7 @@ impl Hold {
     }
 }
 
-/// The registry of holds, keyed by (lock name, owner field).
+/// The registry of holds, keyed by (name, owner field).
 pub(crate) struct Holds {
     map: DashMap<(Arc<str>, Arc<str>), Arc<Hold>>,
     watchdog_timeout: Duration,
@@ -214,31 +220,45 @@ impl Holds {
         }
     }
 
-    /// Records one more guard after an acquire sent at `sent_at` succeeded.
+    /// Records one more guard after an acquire sent at `sent_at` succeeded, with what the acquire
+    /// script returned besides the hold: the hold and that value, or for a re-entry that
+    /// returned none, the value of the hold's first acquisition.
     pub(crate) fn attach(
         &self,
         name: &Arc<str>,
         field: &Arc<str>,
         lease: Lease,
         sent_at: Instant,
-    ) -> Arc<Hold> {
+        renewal: &'static Script,
+        value: Option<Value>,
+    ) -> (Arc<Hold>, Option<Value>) {
         let lease_len = lease.duration(self.watchdog_timeout);
-        let mut slot = self
+        let mut entry = self
             .map
             .entry((name.clone(), field.clone()))
-            .or_insert_with(|| self.new_hold(name, field, sent_at, lease_len));
+            .or_insert_with(|| self.new_hold(name, field, sent_at, lease_len, renewal));
         // A lost hold's guards keep their own hold; a new acquire starts afresh.
-        if slot.is_lost() {
-            *slot = self.new_hold(name, field, sent_at, lease_len);
+        if entry.is_lost() {
+            *entry = self.new_hold(name, field, sent_at, lease_len, renewal);
         }
-        let hold = slot.clone();
-        drop(slot);
+        let hold = entry.clone();
+        drop(entry);
+        let value = {
+            let mut kept = hold.value.lock().unwrap_or_else(PoisonError::into_inner);
+            match value {
+                Some(value) => {
+                    *kept = Some(value.clone());
+                    Some(value)
+                }
+                None => kept.clone(),
+            }
+        };
         hold.guards.fetch_add(1, Ordering::AcqRel);
         if lease == Lease::Watchdog {
             hold.watchdog_guards.fetch_add(1, Ordering::AcqRel);
         }
         hold.leased(sent_at, lease_len);
-        hold
+        (hold, value)
     }
 
     /// Records that one guard is gone (released or dropped), with when its release was sent, if
@@ -307,6 +327,7 @@ impl Holds {
         field: &Arc<str>,
         sent_at: Instant,
         lease: Duration,
+        renewal: &'static Script,
     ) -> Arc<Hold> {
         Arc::new(Hold {
             name: name.clone(),
@@ -322,6 +343,8 @@ impl Holds {
             visiting: AtomicBool::new(false),
             renewal_args: OnceLock::new(),
             renew_deadline: self.renew_deadline,
+            renewal,
+            value: Mutex::new(None),
         })
     }
 

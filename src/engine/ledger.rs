@@ -1,4 +1,4 @@
-//! Exactly-once effects for the calls that change a lock: acquire, release, a fair queue's join
+//! Exactly-once effects for the calls that change a primitive: acquire, release, a queue's join
 //! and leave.
 //!
 //! A reply can be lost after the script ran: the connection breaks, the server stalls past the
@@ -46,8 +46,8 @@ use std::future::Future;
 use fred::clients::Client;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use crate::engine::script::Resend;
 use crate::error::reply_lost;
-use crate::scripts::Resend;
 
 /// Request ids whose replies were lost, for one (lock, owner).
 #[derive(Debug, Default)]

@@ -35,7 +35,7 @@ const WAKE_ALL_MESSAGE: i64 = 1;
 const RETRY_DELAY: Duration = Duration::from_millis(250);
 
 /// How long a channel stays subscribed after its last waiter left. A task that waits for the
-/// same lock again soon (a worker loop; every fair-lock waiter, whose channel is its own) then
+/// same lock again soon (a worker loop; every waiter with a channel of its own) then
 /// finds it subscribed, instead of paying a SUBSCRIBE, a PING and an UNSUBSCRIBE every time.
 const LINGER: Duration = Duration::from_secs(1);
 
@@ -127,7 +127,7 @@ impl PubSub {
     pub(crate) fn join(&self, channel: &Arc<str>) -> Waiter {
         let mut created = false;
         let entry = {
-            let slot = self
+            let entry = self
                 .shared
                 .entries
                 .entry(channel.clone())
@@ -137,8 +137,8 @@ impl PubSub {
                 });
             // Counted under the shard lock, so that a leaving waiter cannot remove the entry
             // between our lookup and our count.
-            slot.waiters.fetch_add(1, Ordering::AcqRel);
-            slot.clone()
+            entry.waiters.fetch_add(1, Ordering::AcqRel);
+            entry.clone()
         };
         if created {
             let _ = self.shared.changed.send(channel.clone());

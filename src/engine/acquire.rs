@@ -1,0 +1,408 @@
+//! The one acquire loop, for every primitive: attempt; when busy, join the waiter's channel and
+//! attempt again once subscribed (a message published before the subscription existed would
+//! otherwise be missed); after that, sleep until woken or until the holder's lease would end,
+//! and attempt again, until the deadline. A primitive whose waiters back off instead never
+//! subscribes: it sleeps its backoff, bounded by the same lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::ClientLike;
+use fred::types::Value;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::engine::durations;
+use crate::engine::guard::Guard;
+use crate::engine::holds::Lease;
+use crate::engine::inflight::InFlight;
+use crate::engine::kind::{AcquireArgs, Backoff, Kind, Reply, Wake};
+use crate::engine::pubsub::Waiter;
+use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
+use crate::engine::{Core, Engine};
+use crate::error::{Error, Result};
+use crate::owner::OwnerId;
+
+/// An attempt that began before the wait's deadline may run this much past it, so that a
+/// request already on the wire is not thrown away (and undone) for being a little late.
+const ATTEMPT_GRACE: Duration = Duration::from_millis(100);
+
+/// First pause after a connection error while waiting; doubled up to [`MAX_ERROR_PAUSE`].
+const MIN_ERROR_PAUSE: Duration = Duration::from_millis(50);
+const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+/// A won acquisition: the hold, and what the acquire script returned with it (a fencing token,
+/// say), or for a re-entry what the owner's first acquisition returned.
+pub(crate) struct Win {
+    pub(crate) guard: Guard,
+    pub(crate) value: Option<Value>,
+}
+
+/// What one run of the acquire script said.
+enum Attempt {
+    Won(Win),
+    Busy {
+        retry_after: Duration,
+    },
+    /// The caller's deadline passed before the reply came; the attempt is undone if it won.
+    TimedOut,
+}
+
+/// What an acquire call did in Redis, carried out of [`InFlight`] with its undo armed, so that
+/// an abandoned call undoes itself.
+enum Outcome {
+    /// Dropping the win's guard, if nobody claims it, gives the hold back.
+    Won(Win),
+    /// Held by another owner: the PTTL in ms, and for a queueing kind the place in its queue.
+    Busy(i64, Option<ArmedUndo>),
+}
+
+/// Acquires `kind` for `owner`, waiting at most `wait` (`None`: as long as it takes): `Ok(None)`
+/// when it stayed busy that long.
+///
+/// A queueing kind's waiter holds a place in the queue from its first attempt on. It keeps it by
+/// trying again at least every third of its place's length, and gives it up on every way out but
+/// success: at once when its wait times out, through the releaser when the future is dropped or
+/// fails.
+pub(crate) async fn acquire(
+    engine: &Engine,
+    kind: &Arc<dyn Kind>,
+    owner: OwnerId,
+    wait: Option<Duration>,
+    lease: Lease,
+) -> Result<Option<Win>> {
+    let core = engine.core();
+    core.ensure_open()?;
+    let name = kind.name();
+    if name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a lock name must not be empty".into(),
+        ));
+    }
+    lease.check(name)?;
+    let field = core.field(owner);
+    let started = Instant::now();
+    let deadline = wait.and_then(|wait| durations::deadline(started, wait));
+    let single_attempt = wait == Some(Duration::ZERO);
+    // Only a waiter queues: a single attempt leaves no trace in a queue.
+    let place = kind.place().filter(|_| !single_attempt);
+    let queued = place.map(|_| leave_undo(core, kind, &field));
+    let wake = kind.wake();
+    let mut backoff = match &wake {
+        Wake::Backoff(backoff) => Some(Backoff::start(*backoff)),
+        _ => None,
+    };
+    let mut error_pause = MIN_ERROR_PAUSE;
+    let mut waiter: Option<Waiter> = None;
+    // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
+    // lock held by someone else.
+    let mut reached = false;
+    let mut last_failure: Option<fred::error::Error> = None;
+    let mut settle = SettleOnExit::new(core, kind, &field);
+    loop {
+        // Armed while an attempt is on its way and after one whose reply was lost.
+        settle.arm();
+        let attempt = attempt(engine, kind, &field, lease, place, deadline, single_attempt).await;
+        if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
+            // A reply: it carried the fences of every earlier lost one.
+            settle.disarm();
+        }
+        let pause = match attempt {
+            Ok(Attempt::Won(win)) => {
+                // The acquire script took the waiter out of the queue.
+                if let Some(queued) = queued {
+                    queued.claim();
+                }
+                tracing::debug!(
+                    lock = %name, owner = %field,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "acquired"
+                );
+                return Ok(Some(win));
+            }
+            Ok(Attempt::Busy { retry_after }) => {
+                reached = true;
+                error_pause = MIN_ERROR_PAUSE;
+                let pause = match &mut backoff {
+                    Some(backoff) => retry_after.min(backoff.next()),
+                    None => retry_after,
+                };
+                // Trying again is what keeps a queued waiter's place.
+                place.map_or(pause, |place| pause.min(place / 3))
+            }
+            Ok(Attempt::TimedOut) => {
+                leave_now(queued).await;
+                return gave_up(engine, name, reached, last_failure.take());
+            }
+            Err(error) if error.is_transient() && !single_attempt => {
+                tracing::debug!(lock = %name, owner = %field, %error, "acquire failed; retrying");
+                last_failure = error.into_source().or(last_failure);
+                let pause = error_pause;
+                error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
+                pause
+            }
+            Err(error) => return Err(error),
+        };
+        if single_attempt {
+            return Ok(None);
+        }
+        let until = bounded(Instant::now() + pause, deadline);
+        if !core.redis.is_connected() {
+            // Nothing to subscribe to while fred reconnects: wait for the connection (or the
+            // pause) instead, and try again at once when it is back.
+            tokio::select! {
+                biased;
+                _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                _ = core.redis.wait_for_connect() => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        } else {
+            match (&waiter, &wake) {
+                (_, Wake::Backoff(_)) => {
+                    tokio::select! {
+                        biased;
+                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                (None, Wake::Shared(channel)) => {
+                    tracing::debug!(lock = %name, owner = %field, "waiting");
+                    waiter = Some(join(core, channel.clone(), until).await?);
+                }
+                (None, Wake::PerWaiter(prefix)) => {
+                    tracing::debug!(lock = %name, owner = %field, "waiting");
+                    let channel: Arc<str> = format!("{prefix}:{field}").into();
+                    waiter = Some(join(core, channel, until).await?);
+                }
+                (Some(waiter), _) => {
+                    tokio::select! {
+                        biased;
+                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                        _ = waiter.wait(until) => {}
+                    }
+                }
+            }
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            leave_now(queued).await;
+            return gave_up(engine, name, reached, last_failure.take());
+        }
+    }
+}
+
+/// Joins the waiters of `channel` and waits (until `until` at most) for the subscription to be
+/// in effect, so that the next attempt cannot miss an unlock.
+async fn join(core: &Core, channel: Arc<str>, until: Instant) -> Result<Waiter> {
+    let joined = core.pubsub.join(&channel);
+    tokio::select! {
+        biased;
+        _ = core.shutdown.cancelled() => Err(Error::Shutdown),
+        _ = joined.subscribed(Some(until)) => Ok(joined),
+    }
+}
+
+/// How a wait that ran out ends: `Ok(None)` when Redis said the lock was held, else the outage
+/// that kept every attempt from getting an answer.
+fn gave_up(
+    engine: &Engine,
+    name: &str,
+    reached: bool,
+    last_failure: Option<fred::error::Error>,
+) -> Result<Option<Win>> {
+    if reached {
+        return Ok(None);
+    }
+    Err(unavailable(engine, name, last_failure))
+}
+
+/// No attempt reached Redis; `source` is the last failure seen, if any.
+fn unavailable(engine: &Engine, name: &str, source: Option<fred::error::Error>) -> Error {
+    Error::Unavailable {
+        lock: name.to_owned(),
+        server: engine.core().address.to_string(),
+        source,
+    }
+}
+
+/// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
+/// the call finishes in a task of its own ([`InFlight`]), and what it did arrives armed (the won
+/// hold is released, the queue place left) unless the caller claims it.
+async fn attempt(
+    engine: &Engine,
+    kind: &Arc<dyn Kind>,
+    field: &Arc<str>,
+    lease: Lease,
+    place: Option<Duration>,
+    deadline: Option<Instant>,
+    single_attempt: bool,
+) -> Result<Attempt> {
+    let core = engine.core();
+    if !core.redis.is_connected() {
+        // fred would queue the script until it reconnects, or until the command timeout.
+        return Err(unavailable(engine, kind.name(), Some(not_connected())));
+    }
+    let lease_ms = lease.millis(core.watchdog_timeout);
+    let place_ms = place.map(durations::millis);
+    let task_kind = kind.clone();
+    let task_field = field.clone();
+    let task_engine = engine.clone();
+    // A single attempt waits for its reply whatever the deadline.
+    let deadline = deadline
+        .filter(|_| !single_attempt)
+        .map(|deadline| deadline.max(Instant::now() + ATTEMPT_GRACE));
+    // The owner's turn, taken before the call is handed over: an attempt cancelled or timed out
+    // while it waits for it sends nothing. The owner's count of holds cannot change until the
+    // reply is in.
+    let turn = core.ledger.turn(kind.name(), field);
+    let mut turn = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline, turn).await {
+            Ok(turn) => turn,
+            Err(_) => return Ok(Attempt::TimedOut),
+        },
+        None => turn.await,
+    };
+    let call = InFlight::new(async move {
+        let engine = task_engine;
+        let core = engine.core();
+        let name = task_kind.name();
+        let holds = core.holds.count(name, &task_field);
+        let request = turn.request();
+        let sent_at = Instant::now();
+        let call = task_kind.acquire(&AcquireArgs {
+            field: &task_field,
+            lease_ms,
+            holds,
+            place_ms,
+            request: &request,
+        });
+        let reply = call.run::<Value>(&core.redis).await;
+        turn.record(request, &reply);
+        // No settle here: the acquire loop tries again with the fences, or settles on exit.
+        drop(turn);
+        match Reply::parse(reply?)? {
+            Reply::Busy(pttl) => {
+                let queued = place_ms.map(|_| leave_undo(core, &task_kind, &task_field));
+                Ok(Outcome::Busy(pttl, queued))
+            }
+            Reply::Won { afresh, value } => {
+                if afresh {
+                    core.holds.lose(name, &task_field);
+                }
+                let renewal = task_kind.renewal();
+                let (hold, value) =
+                    core.holds
+                        .attach(name, &task_field, lease, sent_at, renewal, value);
+                let guard = Guard::new(engine.clone(), hold, task_kind.clone(), lease);
+                Ok(Outcome::Won(Win { guard, value }))
+            }
+        }
+    });
+    let reply = match deadline {
+        Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
+            Ok(reply) => reply,
+            Err(_) => return Ok(Attempt::TimedOut),
+        },
+        None => call.await,
+    };
+    match reply {
+        Ok(Outcome::Won(win)) => Ok(Attempt::Won(win)),
+        Ok(Outcome::Busy(pttl, queued)) => {
+            // The waiter's own place (armed since before its first attempt) covers this one.
+            if let Some(queued) = queued {
+                queued.claim();
+            }
+            Ok(Attempt::Busy {
+                retry_after: retry_after(pttl, core.watchdog_timeout),
+            })
+        }
+        Err(error) => Err(engine.redis_error(kind.name(), Some(field), error)),
+    }
+}
+
+/// The undo that takes `field` out of the kind's queue.
+fn leave_undo(core: &Arc<Core>, kind: &Arc<dyn Kind>, field: &Arc<str>) -> ArmedUndo {
+    let leave = Leave {
+        kind: kind.clone(),
+        field: field.clone(),
+    };
+    ArmedUndo::new(Undo::Leave(leave), core.clone())
+}
+
+/// A waiter that gives up leaves its queue place before returning, so that the next one moves up
+/// at once and a later attempt of the same owner is not overtaken by its own departure.
+async fn leave_now(queued: Option<ArmedUndo>) {
+    if let Some(queued) = queued {
+        queued.now().await;
+    }
+}
+
+/// How long to sleep at most before trying again, given the holder's PTTL: until the lock would
+/// expire, or, for a key without expiry (not ours to judge), a watchdog period.
+fn retry_after(pttl: i64, watchdog_timeout: Duration) -> Duration {
+    match u64::try_from(pttl) {
+        Ok(ms) => Duration::from_millis(ms.max(1)),
+        Err(_) if pttl == -1 => watchdog_timeout / 3,
+        Err(_) => Duration::from_millis(1),
+    }
+}
+
+/// What an attempt that could not be sent failed with.
+fn not_connected() -> fred::error::Error {
+    fred::error::Error::new(
+        fred::error::ErrorKind::IO,
+        "not connected (the server refused the connection, or fred is reconnecting)",
+    )
+}
+
+fn bounded(until: Instant, deadline: Option<Instant>) -> Instant {
+    deadline.map_or(until, |deadline| until.min(deadline))
+}
+
+/// A backoff under way: the pause before the n-th retry.
+struct Backing {
+    next: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    fn start(self) -> Backing {
+        Backing {
+            next: self.first,
+            cap: self.cap,
+        }
+    }
+}
+
+impl Backing {
+    /// The next pause: random in the upper half of the current step (so contenders spread out
+    /// and none waits longer than the cap), then the step doubles up to the cap.
+    fn next(&mut self) -> Duration {
+        let step = self.next.min(self.cap);
+        self.next = step.saturating_mul(2).min(self.cap);
+        let half = step / 2;
+        let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        half + Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_never_sleeps_past_it() {
+        let mut backing = Backoff {
+            first: Duration::from_millis(1),
+            cap: Duration::from_millis(128),
+        }
+        .start();
+        let mut steps = Vec::new();
+        for _ in 0..12 {
+            let pause = backing.next();
+            assert!(pause <= Duration::from_millis(128), "{pause:?}");
+            steps.push(pause);
+        }
+        assert!(steps[0] >= Duration::from_micros(500) && steps[0] <= Duration::from_millis(1));
+        assert!(steps[11] >= Duration::from_millis(64), "{:?}", steps[11]);
+    }
+}

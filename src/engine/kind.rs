@@ -1,0 +1,140 @@
+//! What the engine needs to know of a primitive: its name, the script calls of its operations,
+//! how its waiters wake, and whether they queue. A primitive hands the engine one [`Kind`]; the
+//! engine runs the acquire loop, holds, renewals and undos on it without knowing which it is.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::types::{Key, Value};
+
+use crate::engine::ledger::Request;
+use crate::engine::script::Script;
+
+/// The reply of an acquire script that granted a first hold although the owner's client counted
+/// more: those holds were gone.
+const AFRESH: i64 = -3;
+
+/// One script call a primitive made for an operation.
+pub(crate) struct Call {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<Key>,
+    pub(crate) args: Vec<Value>,
+}
+
+impl Call {
+    pub(crate) async fn run<R: fred::types::FromValue>(
+        self,
+        redis: &Client,
+    ) -> Result<R, fred::error::Error> {
+        self.script.call(redis, self.keys, self.args).await
+    }
+}
+
+/// How a waiter learns that it may try again.
+#[derive(Clone, Debug)]
+pub(crate) enum Wake {
+    /// An unlock is published on this channel, shared by every waiter of the primitive.
+    Shared(Arc<str>),
+    /// Each waiter has its own channel, `<prefix>:<owner field>`, and is told alone.
+    PerWaiter(Arc<str>),
+    /// Nothing is published: waiters sleep and try again, never subscribing.
+    Backoff(Backoff),
+}
+
+/// Exponential backoff with jitter: the n-th pause is random in the upper half of
+/// `first * 2^n`, capped at `cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    pub(crate) first: Duration,
+    pub(crate) cap: Duration,
+}
+
+/// The arguments of one acquire attempt.
+pub(crate) struct AcquireArgs<'a> {
+    pub(crate) field: &'a str,
+    pub(crate) lease_ms: u64,
+    /// The owner's holds by its client's count.
+    pub(crate) holds: usize,
+    /// How long the waiter's queue place lasts without another attempt (ms); `None` makes a
+    /// single attempt that leaves no trace. Only for a kind with a [`Kind::place`].
+    pub(crate) place_ms: Option<u64>,
+    pub(crate) request: &'a Request,
+}
+
+/// The arguments of one release: `field` keeps `left` holds, with `lease_ms` set again while
+/// some remain (0 keeps the expiry as it is).
+pub(crate) struct ReleaseArgs<'a> {
+    pub(crate) field: &'a str,
+    pub(crate) left: usize,
+    pub(crate) lease_ms: u64,
+    pub(crate) request: &'a Request,
+}
+
+/// What one run of an acquire script said. Every primitive's acquire script replies in one of
+/// these shapes: nil (won), an array `{value, afresh}` (won, carrying a value such as a fencing
+/// token), -3 (won afresh), or the longest to sleep before trying again, in ms (-1: the key
+/// has no expiry).
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Won { afresh: bool, value: Option<Value> },
+    Busy(i64),
+}
+
+impl Reply {
+    pub(crate) fn parse(reply: Value) -> Result<Reply, fred::error::Error> {
+        match reply {
+            Value::Null => Ok(Reply::Won {
+                afresh: false,
+                value: None,
+            }),
+            Value::Integer(AFRESH) => Ok(Reply::Won {
+                afresh: true,
+                value: None,
+            }),
+            Value::Integer(ms) => Ok(Reply::Busy(ms)),
+            Value::Array(mut parts) if parts.len() == 2 => {
+                let afresh = parts.pop().and_then(|flag| flag.as_i64()) == Some(1);
+                Ok(Reply::Won {
+                    afresh,
+                    value: parts.pop(),
+                })
+            }
+            other => Err(fred::error::Error::new(
+                fred::error::ErrorKind::Parse,
+                format!("unexpected reply from an acquire script: {other:?}"),
+            )),
+        }
+    }
+}
+
+/// A primitive, as the engine sees it.
+pub(crate) trait Kind: Send + Sync + 'static {
+    /// The primitive's name: its main key, which holds and messages are named by.
+    fn name(&self) -> &Arc<str>;
+
+    /// How its waiters wake.
+    fn wake(&self) -> Wake;
+
+    /// How long a waiter's queue place lasts without another attempt, for a primitive whose
+    /// waiters queue; `None` for one whose waiters do not.
+    fn place(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The acquire script call.
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call;
+
+    /// The release script call; it replies nil when the owner held nothing, 0 when holds remain,
+    /// 1 when it released the last.
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call;
+
+    /// The call that gives up `field`'s queue place; it replies 1 when there was one.
+    fn leave(&self, _field: &str, _request: &Request) -> Option<Call> {
+        None
+    }
+
+    /// The script the watchdog renews (lease > 0) or checks (lease 0) holds with: KEYS are
+    /// names, ARGV the lease then one owner field per name; one reply per name, 1 when held.
+    fn renewal(&self) -> &'static Script;
+}

@@ -1,0 +1,280 @@
+//! The engine every primitive runs on; it knows no primitive.
+//!
+//! It owns what a [`LockClient`](crate::LockClient) shares between all its primitives: the
+//! connections, the registry of holds and the watchdog that renews them, the ledger that makes
+//! every change take effect once, pub/sub wake-ups, the releaser that sends undos in the
+//! background, and the one acquire loop ([`acquire`]). A primitive describes itself as a
+//! [`Kind`] (keys, Lua operations, how its waiters wake) and gets back a [`Win`], whose
+//! [`Guard`] it wraps in its own guard type. See `docs/ARCHITECTURE.md`.
+
+mod acquire;
+pub(crate) mod durations;
+mod guard;
+mod holds;
+mod inflight;
+pub(crate) mod join;
+mod kind;
+mod ledger;
+mod pubsub;
+mod releaser;
+mod script;
+mod watchdog;
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::ClientLike;
+use fred::types::config::{Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy};
+use fred::types::Builder;
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::owner::OwnerId;
+
+pub(crate) use acquire::{acquire, Win};
+pub(crate) use guard::Guard;
+pub(crate) use holds::Lease;
+pub(crate) use kind::{AcquireArgs, Call, Kind, ReleaseArgs, Wake};
+pub(crate) use ledger::Request;
+pub(crate) use script::{write, Attempts, Script};
+
+/// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
+/// every waiter). fred's default of 32 is easily outrun by a busy lock.
+const MESSAGE_BUFFER: usize = 4096;
+
+/// What the engine is started with.
+pub(crate) struct Settings {
+    pub(crate) config: Config,
+    pub(crate) command_timeout: Duration,
+    pub(crate) reconnect_policy: ReconnectPolicy,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) renew_deadline: Duration,
+}
+
+/// What the background tasks share with the handles. Tasks hold this, never [`Engine`], so
+/// that dropping the last handle can stop them.
+pub(crate) struct Core {
+    pub(crate) id: Uuid,
+    /// `id` in Redisson's text form, the first half of every owner field.
+    id_text: String,
+    pub(crate) redis: Client,
+    /// The configured server address(es), `host:port[,host:port..]`, for messages naming a node.
+    pub(crate) address: Arc<str>,
+    subscriber: SubscriberClient,
+    pub(crate) watchdog_timeout: Duration,
+    holds: holds::Holds,
+    /// One state-changing call at a time per (name, owner), and the lost replies to fence.
+    ledger: ledger::Ledger,
+    pubsub: pubsub::PubSub,
+    releaser: UnboundedSender<releaser::Undo>,
+    shutdown: CancellationToken,
+}
+
+impl Core {
+    /// The owner field of `owner`: `<client uuid>:<owner id>`.
+    pub(crate) fn field(&self, owner: OwnerId) -> Arc<str> {
+        format!("{}:{}", self.id_text, owner).into()
+    }
+
+    pub(crate) fn ensure_open(&self) -> Result<()> {
+        if self.shutdown.is_cancelled() {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A handle on a running engine; the engine stops when the last one goes (or on
+/// [`shutdown`](Engine::shutdown)). Clones share it.
+#[derive(Clone)]
+pub(crate) struct Engine {
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    core: Arc<Core>,
+    /// Tasks that end when `core.shutdown` is cancelled.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.core.shutdown.cancel();
+        let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
+        // Guards dropped just before the client queued releases: let the stop sequence send
+        // them before it closes the connections, when a runtime is still there to do it.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(stop(self.core.clone(), tasks));
+        }
+    }
+}
+
+/// Waits for the background tasks to end (the releaser first sends the undos queued by dropped
+/// guards), marks every remaining hold lost, and closes the connections.
+async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        let abort = task.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+    core.holds.lose_all();
+    let _ = core.subscriber.quit().await;
+    let _ = core.redis.quit().await;
+    tracing::debug!(client = %core.id, "lock client shut down");
+}
+
+/// Closes a half-built engine's connections unless disarmed.
+struct CloseOnDrop(Option<(Client, SubscriberClient)>);
+
+impl CloseOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let (Some((redis, subscriber)), Ok(runtime)) =
+            (self.0.take(), tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(async move {
+                let _ = subscriber.quit().await;
+                let _ = redis.quit().await;
+            });
+        }
+    }
+}
+
+/// Counts of what the engine holds and waits for.
+pub(crate) struct Counts {
+    pub(crate) held: usize,
+    pub(crate) wait_entries: usize,
+    pub(crate) subscriptions: usize,
+    pub(crate) unsettled: usize,
+}
+
+impl Engine {
+    /// Connects and starts the background tasks: pub/sub, the watchdog, the releaser.
+    pub(crate) async fn start(settings: Settings) -> Result<Engine> {
+        let address = settings
+            .config
+            .server
+            .hosts()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let performance = PerformanceConfig {
+            default_command_timeout: settings.command_timeout,
+            broadcast_channel_capacity: MESSAGE_BUFFER,
+            ..PerformanceConfig::default()
+        };
+        // One attempt per command: fred would otherwise send an in-flight script again after a
+        // reconnect, and a reentrant acquire or release must not run twice.
+        let connection = ConnectionConfig {
+            max_command_attempts: 1,
+            ..ConnectionConfig::default()
+        };
+        let mut builder = Builder::from_config(settings.config);
+        builder
+            .set_performance_config(performance)
+            .set_connection_config(connection)
+            .set_policy(settings.reconnect_policy);
+        let connect_error = |source| Error::Redis {
+            context: "connecting".into(),
+            server: address.clone(),
+            source,
+        };
+        let redis = builder.build().map_err(connect_error)?;
+        let subscriber = builder.build_subscriber_client().map_err(connect_error)?;
+        // Until the engine exists, a failure or a dropped future must not leave connections open.
+        let connecting = CloseOnDrop(Some((redis.clone(), subscriber.clone())));
+        redis.init().await.map_err(connect_error)?;
+        subscriber.init().await.map_err(connect_error)?;
+        connecting.disarm();
+
+        let shutdown = CancellationToken::new();
+        let mut tasks = Vec::new();
+        let (pubsub, pubsub_tasks) = pubsub::PubSub::start(subscriber.clone(), shutdown.clone());
+        tasks.extend(pubsub_tasks);
+        let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();
+        let id = Uuid::new_v4();
+        let core = Arc::new(Core {
+            id,
+            id_text: id.hyphenated().to_string(),
+            redis,
+            address: address.as_str().into(),
+            subscriber,
+            watchdog_timeout: settings.watchdog_timeout,
+            holds: holds::Holds::new(settings.watchdog_timeout, settings.renew_deadline),
+            ledger: ledger::Ledger::new(),
+            pubsub,
+            releaser: releaser_tx,
+            shutdown: shutdown.clone(),
+        });
+        tasks.push(tokio::spawn(
+            watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),
+        ));
+        tasks.push(tokio::spawn(releaser::run(
+            core.clone(),
+            releaser_rx,
+            shutdown,
+        )));
+        tracing::debug!(client = %id, "lock client started");
+        Ok(Engine {
+            handle: Arc::new(Handle {
+                core,
+                tasks: Mutex::new(tasks),
+            }),
+        })
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.handle.core
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        let core = &self.handle.core;
+        Counts {
+            held: core.holds.len(),
+            wait_entries: core.pubsub.wait_entries(),
+            subscriptions: core.pubsub.subscriptions(),
+            unsettled: core.ledger.len(),
+        }
+    }
+
+    /// Stops the background tasks and closes the connections; see `LockClient::shutdown`.
+    pub(crate) async fn shutdown(&self) {
+        let core = &self.handle.core;
+        core.shutdown.cancel();
+        let tasks = std::mem::take(
+            &mut *self
+                .handle
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if !tasks.is_empty() {
+            stop(core.clone(), tasks).await;
+        }
+    }
+
+    /// Converts a fred error about `name`, naming the server and, where there is one, the owner.
+    pub(crate) fn redis_error(
+        &self,
+        name: &str,
+        owner: Option<&str>,
+        source: fred::error::Error,
+    ) -> Error {
+        Error::from_redis(&self.handle.core.address, name, owner, source)
+    }
+}

@@ -1,0 +1,146 @@
+//! Script calls and the one funnel every write to Redis goes through.
+//!
+//! A [`Script`] is composed of Lua parts (shared preambles first) and run with `EVALSHA`, falling
+//! back on `EVAL` when the server does not have it cached (after a restart, a `SCRIPT FLUSH` or a
+//! failover). [`write`] is the funnel: every command that changes Redis, a script call or
+//! Redlock's `SET NX PX`, is sent through it, so that what must happen around every write
+//! (replica sync, metrics) has exactly one place to live.
+
+use std::future::Future;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, LuaInterface};
+use fred::types::{FromValue, Key, Value};
+use tokio::time::Instant;
+
+use crate::error::was_not_sent;
+
+/// A script whose SHA1 is computed once per process.
+pub(crate) struct Script {
+    body: String,
+    sha: String,
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Script").field("sha", &self.sha).finish()
+    }
+}
+
+impl Script {
+    /// A script made of `parts`, in order: shared functions first, then the script itself.
+    pub(crate) fn new(parts: &[&str]) -> Script {
+        let body = parts.concat();
+        Script {
+            sha: fred::util::sha1_hash(&body),
+            body,
+        }
+    }
+
+    /// The whole text sent to Redis.
+    pub(crate) fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// Runs the script: one round trip when the server has it cached, two the first time.
+    ///
+    /// `call` makes the keys and arguments; it is called again only for the `EVAL` fallback,
+    /// so the common path builds them once. The call goes through [`write`], so a call fred
+    /// could not send is sent again once the connection is back.
+    pub(crate) async fn run<R: FromValue>(
+        &self,
+        redis: &Client,
+        call: impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<R, fred::error::Error> {
+        write(redis, Attempts::UntilSent, || async {
+            let (keys, args) = call();
+            match redis
+                .evalsha::<R, _, _, _>(self.sha.as_str(), keys, args)
+                .await
+            {
+                Err(error) if error.details().starts_with("NOSCRIPT") => {
+                    let (keys, args) = call();
+                    redis.eval(self.body.as_str(), keys, args).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
+    /// Runs the call a primitive made of this script; see [`run`](Self::run).
+    pub(crate) async fn call<R: FromValue>(
+        &self,
+        redis: &Client,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Result<R, fred::error::Error> {
+        self.run(redis, || (keys.clone(), args.clone())).await
+    }
+}
+
+/// Whether [`write`] may send a command again that fred could not send at all.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempts {
+    /// A command that never ran is sent again once the connection is back, within the client's
+    /// command timeout: as if fred had queued it, which it does for commands made a moment
+    /// earlier or later. Every lock script call.
+    UntilSent,
+    /// Once, whatever happens: for a caller that bounds and orders its own requests (Redlock's
+    /// per-node `SET NX PX`, whose release must come after it on the wire).
+    Once,
+}
+
+/// The funnel of every write to Redis: sends the command `send` makes, as `attempts` says.
+pub(crate) async fn write<R, F, Fut>(
+    redis: &Client,
+    attempts: Attempts,
+    send: F,
+) -> Result<R, fred::error::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<R, fred::error::Error>>,
+{
+    let mut resend: Option<Resend> = None;
+    loop {
+        match send().await {
+            Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
+                let resend = resend.get_or_insert_with(|| Resend::new(redis));
+                if !Box::pin(resend.wait(redis)).await {
+                    return Err(error);
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Sending a call again, within one command timeout from the first failure: a call fred could
+/// not send (here), or a call safe to repeat whose reply was lost (a release, a leave).
+pub(crate) struct Resend {
+    until: Instant,
+    pause: Duration,
+}
+
+impl Resend {
+    pub(crate) fn new(redis: &Client) -> Resend {
+        Resend {
+            until: Instant::now() + redis.perf_config().default_command_timeout,
+            pause: Duration::from_millis(20),
+        }
+    }
+
+    /// Waits for the connection (or a pause); false once the command timeout has passed.
+    pub(crate) async fn wait(&mut self, redis: &Client) -> bool {
+        if Instant::now() >= self.until {
+            return false;
+        }
+        tokio::select! {
+            _ = redis.wait_for_connect() => {}
+            _ = tokio::time::sleep_until((Instant::now() + self.pause).min(self.until)) => {}
+        }
+        self.pause = (self.pause * 2).min(Duration::from_secs(1));
+        true
+    }
+}

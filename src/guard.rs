@@ -9,7 +9,8 @@ use crate::engine::Guard;
 use crate::error::{Error, Result};
 
 /// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock),
-/// [`FairLock::lock`](crate::FairLock::lock) and friends.
+/// [`FairLock::lock`](crate::FairLock::lock), [`SpinLock::lock`](crate::SpinLock::lock) and
+/// friends.
 ///
 /// - [`unlock`](Self::unlock) gives the hold back and reports whether it was still held.
 /// - Dropping the guard gives it back too, in the background, within milliseconds.

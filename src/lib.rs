@@ -114,6 +114,7 @@ mod names;
 mod owner;
 mod redlock;
 mod scripts;
+mod spin_lock;
 
 pub use client::{ClientStats, LockClient};
 pub use config::{
@@ -130,6 +131,7 @@ pub use redlock::{
     RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_TTL,
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
+pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 
 #[doc(hidden)]
 pub use scripts::source as script_source;

@@ -8,7 +8,9 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{self, AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
+use crate::engine::{
+    self, AcquireArgs, Backoff, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win,
+};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::names::{self, UNLOCK_MESSAGE};
@@ -68,7 +70,8 @@ pub(crate) trait LockKind: Kind {
     fn force_unlock(&self) -> Call;
 }
 
-/// The reentrant lock's kind (Redisson's `RLock`).
+/// The reentrant lock's kind (Redisson's `RLock`); the spin lock is the same with waiters that
+/// back off instead of listening, and its releases announce nothing.
 pub(crate) struct Reentrant {
     name: Arc<str>,
     key: Key,
@@ -92,6 +95,14 @@ impl Reentrant {
         }
     }
 
+    /// The same lock, whose waiters back off instead (and whose releases announce nothing).
+    pub(crate) fn spinning(name: String, backoff: Backoff) -> Reentrant {
+        Reentrant {
+            wake: Wake::Backoff(backoff),
+            ..Reentrant::new(name)
+        }
+    }
+
     /// The acquire script's keys and arguments (see `lua/lock_acquire.lua`), after which a
     /// script of the family may take keys of its own.
     pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
@@ -104,6 +115,14 @@ impl Reentrant {
             script,
             keys: vec![self.key.clone(), self.fences.clone()],
             args: argv,
+        }
+    }
+
+    /// The message a final unlock publishes: none when nobody listens.
+    fn unlock_message(&self) -> Value {
+        match self.wake {
+            Wake::Backoff(_) => Value::from(""),
+            _ => Value::from(UNLOCK_MESSAGE),
         }
     }
 }
@@ -123,7 +142,7 @@ impl Kind for Reentrant {
 
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = Vec::with_capacity(5);
-        argv.push(Value::from(UNLOCK_MESSAGE));
+        argv.push(self.unlock_message());
         argv.push(Value::from(args.lease_ms as i64));
         argv.push(Value::from(args.field));
         argv.push(Value::from(args.left as i64));
@@ -388,6 +407,11 @@ impl Lock {
     /// The client this lock belongs to.
     pub(crate) fn client(&self) -> &LockClient {
         &self.client
+    }
+
+    /// The owner pinned with [`with_owner`](Self::with_owner), if any.
+    pub(crate) fn owner_pinned(&self) -> Option<OwnerId> {
+        self.owner
     }
 
     fn owner(&self) -> OwnerId {

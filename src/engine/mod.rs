@@ -38,7 +38,7 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{acquire, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
-pub(crate) use kind::{AcquireArgs, Call, Kind, ReleaseArgs, Wake};
+pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
 pub(crate) use script::{write, Attempts, Script};
 

@@ -3,10 +3,16 @@
 use std::fmt;
 use std::time::Duration;
 
+use fred::interfaces::ClientLike;
+use fred::types::{FromValue, Key, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Guard;
+use crate::engine::{Guard, Script};
 use crate::error::{Error, Result};
+
+/// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
+const WHILE_HELD: &str = include_str!("../lua/while_held.lua");
+const SCRIPT_MARKER: &str = "--@script\n";
 
 /// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock),
 /// [`FairLock::lock`](crate::FairLock::lock), [`SpinLock::lock`](crate::SpinLock::lock) and
@@ -98,6 +104,87 @@ impl LockGuard {
     /// The fixed lease this hold was taken with, or `None` for a watchdog-renewed hold.
     pub fn lease(&self) -> Option<Duration> {
         self.guard.lease()
+    }
+
+    /// Runs the Lua `script` atomically, only while Redis still records this hold: the storage
+    /// side of a lock for data kept in Redis (etcd's `IsOwner` in a transaction). Unlike a check
+    /// followed by a write, nothing can come between the two: a holder paused past its lease,
+    /// whose lock another owner has taken since, writes nothing.
+    ///
+    /// `script` is an ordinary `EVAL` body that sees its own `keys` as `KEYS` and `args` as
+    /// `ARGV`; its reply is returned. It runs as the body of a function, so it ends with
+    /// `return` as a script does, and may not declare globals.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
+    /// let guard = lock.lock().await?;
+    /// let written: i64 = guard
+    ///     .eval_while_held("return redis.call('set', KEYS[1], ARGV[1]) and 1", ["{orders:1001}:state"], ["paid"])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`], having run nothing, when the hold is gone (on the server, or known
+    /// lost here). On a cluster, [`Error::InvalidArgument`] before anything is sent when a key
+    /// is not in the lock's hash slot: give the keys the lock's hash tag (`{name}`), as in the
+    /// example. [`Error::Redis`] when the script fails or Redis cannot be reached.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that the script may run although the future was dropped
+    /// before reporting it; it still runs only while the hold stands.
+    pub async fn eval_while_held<R, K, V>(
+        &self,
+        script: &str,
+        keys: impl IntoIterator<Item = K>,
+        args: impl IntoIterator<Item = V>,
+    ) -> Result<R>
+    where
+        R: FromValue,
+        K: Into<Key>,
+        V: Into<Value>,
+    {
+        if self.is_lost() {
+            return Err(self.guard.not_held());
+        }
+        let engine = self.guard.engine();
+        let redis = &engine.core().redis;
+        let mut keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        if redis.is_clustered() {
+            let hash_slot = fred::util::redis_keyslot(self.name().as_bytes());
+            if let Some(key) = keys
+                .iter()
+                .find(|key| fred::util::redis_keyslot(key.as_bytes()) != hash_slot)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "eval_while_held on lock {:?}: key {:?} is in another cluster hash slot \
+                     than the lock, so one script cannot touch both; give it the lock's hash \
+                     tag",
+                    self.name(),
+                    String::from_utf8_lossy(key.as_bytes())
+                )));
+            }
+        }
+        keys.push(Key::from(self.name()));
+        let mut args: Vec<Value> = args.into_iter().map(Into::into).collect();
+        args.push(Value::from(self.owner_field()));
+        let (before, after) = WHILE_HELD
+            .split_once(SCRIPT_MARKER)
+            .unwrap_or((WHILE_HELD, ""));
+        let script = Script::new(&[before, script, "\n", after]);
+        let reply: Value = match script.call(redis, keys, args).await {
+            Ok(reply) => reply,
+            Err(error) if error.details().starts_with("NOTHELD") => {
+                return Err(self.guard.not_held())
+            }
+            Err(error) => {
+                return Err(engine.redis_error(self.name(), Some(self.owner_field()), error))
+            }
+        };
+        R::from_value(reply)
+            .map_err(|error| engine.redis_error(self.name(), Some(self.owner_field()), error))
     }
 }
 

@@ -107,6 +107,7 @@ mod config;
 mod engine;
 mod error;
 mod fair_lock;
+mod fenced_lock;
 mod guard;
 mod lock;
 mod multi_lock;
@@ -123,6 +124,7 @@ pub use config::{
 pub use engine::durations::MAX_DURATION;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
+pub use fenced_lock::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};

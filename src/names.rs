@@ -82,6 +82,11 @@ pub(crate) fn fences(name: &str) -> String {
     suffixed("fredlock_fences", name)
 }
 
+/// The fenced lock's counter of fencing tokens.
+pub(crate) fn fencing_token(name: &str) -> String {
+    suffixed("redisson_lock_token", name)
+}
+
 /// The message a final unlock publishes on [`lock_channel`].
 pub(crate) const UNLOCK_MESSAGE: i64 = 0;
 
@@ -100,6 +105,7 @@ mod tests {
     #[test]
     fn fair_lock_names_follow_redisson() {
         assert_eq!(fair_queue("t"), "redisson_lock_queue:{t}");
+        assert_eq!(fencing_token("t"), "redisson_lock_token:{t}");
         assert_eq!(fair_timeouts("t"), "redisson_lock_timeout:{t}");
         // Each waiter's channel, `<lock channel>:<waiter field>`, is checked on the wire by
         // tests/fair_lock.rs (the engine's `Wake::PerWaiter`).

@@ -71,6 +71,7 @@ pub fn source(name: &str) -> Option<&'static str> {
         "fair_release" => &FAIR_RELEASE,
         "fair_leave" => &FAIR_LEAVE,
         "fair_force_unlock" => &FAIR_FORCE_UNLOCK,
+        "fenced_acquire" => &crate::fenced_lock::FENCED_ACQUIRE,
         "redlock_release" => &REDLOCK_RELEASE,
         "redlock_extend" => &REDLOCK_EXTEND,
         _ => return None,

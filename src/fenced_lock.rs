@@ -1,0 +1,329 @@
+//! [`FencedLock`]: Redisson's `RFencedLock`, a reentrant lock whose every acquisition comes with
+//! a fencing token that never goes backwards.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use fred::types::{Key, Value};
+
+use crate::client::LockClient;
+use crate::engine::{AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
+use crate::names;
+use crate::owner::OwnerId;
+use crate::scripts::holds_script;
+
+/// Takes or re-enters a fenced lock, issuing a token for every first hold.
+pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| holds_script(include_str!("../lua/fenced_acquire.lua")));
+
+/// A reentrant distributed lock that hands out a **fencing token** with every acquisition:
+/// Redisson's `RFencedLock`, with the same keys, so Java and Rust clients exclude each other and
+/// share one sequence of tokens.
+///
+/// A lock alone cannot protect a resource from a holder that was paused (GC, swap, a stopped VM)
+/// past its lease and resumes believing it still holds the lock. The token closes that gap when
+/// the resource takes part: every write carries the holder's token, and the resource refuses a
+/// write whose token is lower than one it has already seen (Martin Kleppmann, "How to do
+/// distributed locking"). Tokens only ever grow, across holders and clients:
+///
+/// - Each acquisition's [`FencedGuard::token`] is one more than the last token issued on this
+///   lock (the counter `redisson_lock_token:{name}`, a string without expiry, incremented in the
+///   same script that grants the hold).
+/// - A re-entry by the owner that holds the lock gets its outer hold's token, as Hazelcast's
+///   `FencedLock` does. Redisson increments the counter on re-entry too, so its inner holds see
+///   new tokens; both orders only ever grow.
+/// - If the counter is lost (a restart without persistence, an eviction, a `DEL`), the next
+///   acquisition seeds it from the server's clock in microseconds before incrementing, so its
+///   token still exceeds every earlier one, **as long as the server's clock does not step back**
+///   and fewer than a million tokens per second were issued since the counter was first seeded.
+///   A Redis failover to a replica that had not yet received the last increments is such a loss
+///   only if the counter is missing there; a counter present but behind can repeat tokens, as
+///   any asynchronously replicated counter can.
+///
+/// Where the protected data lives:
+///
+/// - In Redis: [`LockGuard::eval_while_held`] runs a script only while the hold stands, in one
+///   atomic step (no token needed, the server checks the hold itself).
+/// - In SQL: a conditional write, `UPDATE ... SET data = $1, last_token = $2 WHERE id = $3 AND
+///   last_token < $2`; zero rows updated means a newer holder wrote first. See
+///   `examples/fencing.rs`.
+///
+/// ```no_run
+/// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+/// let lock = client.fenced_lock("invoices:7");
+/// let guard = lock.lock().await?;
+/// let token = guard.token();           // send it with every write the lock protects
+/// // UPDATE invoices SET .., last_token = $token WHERE id = 7 AND last_token < $token
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FencedLock {
+    lock: Lock,
+    /// The token counter, for [`token`](Self::token).
+    counter: Key,
+}
+
+/// The fenced lock's kind: the reentrant lock with its own acquire script, which takes the
+/// counter's key too.
+struct Fenced {
+    lock: Reentrant,
+    counter: Key,
+}
+
+impl Kind for Fenced {
+    fn name(&self) -> &Arc<str> {
+        self.lock.name()
+    }
+
+    fn wake(&self) -> Wake {
+        self.lock.wake()
+    }
+
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        let mut call = self.lock.acquire_call(&FENCED_ACQUIRE, args);
+        call.keys.push(self.counter.clone());
+        call
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        self.lock.release(args)
+    }
+
+    fn renewal(&self) -> &'static Script {
+        self.lock.renewal()
+    }
+}
+
+impl LockKind for Fenced {
+    fn key(&self) -> &Key {
+        self.lock.key()
+    }
+
+    fn force_unlock(&self) -> Call {
+        self.lock.force_unlock()
+    }
+}
+
+impl LockClient {
+    /// A fenced lock named `name`: reentrant like [`lock`](Self::lock), and every acquisition
+    /// comes with a fencing token. Creating it costs nothing and sends nothing.
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        let name = self.key(name.into());
+        let counter = Key::from(names::fencing_token(&name));
+        let fenced = Fenced {
+            lock: Reentrant::new(name),
+            counter: counter.clone(),
+        };
+        FencedLock {
+            lock: Lock::of_kind(self.clone(), fenced),
+            counter,
+        }
+    }
+}
+
+impl FencedLock {
+    /// The same lock, owned by `owner` instead of the current task; see [`Lock::with_owner`].
+    pub fn with_owner(self, owner: OwnerId) -> FencedLock {
+        FencedLock {
+            lock: self.lock.with_owner(owner),
+            counter: self.counter,
+        }
+    }
+
+    /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the guard
+    /// goes. See [`Lock::lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::lock`], and [`Error::WrongType`] when the token counter holds something other
+    /// than a whole number (nothing is written then).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Lock::lock`]: a token issued to an acquisition whose future was
+    /// dropped is never handed to anyone (the hold is given back); the next acquisition gets a
+    /// greater one.
+    pub async fn lock(&self) -> Result<FencedGuard> {
+        match self.acquire(None, Lease::Watchdog).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Shutdown),
+        }
+    }
+
+    /// Acquires the lock, waiting as long as it takes, for a fixed `lease`. See
+    /// [`Lock::lock_with_lease`].
+    ///
+    /// # Errors
+    ///
+    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a lease out of range.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<FencedGuard> {
+        match self.acquire(None, Lease::Fixed(lease)).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Shutdown),
+        }
+    }
+
+    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See
+    /// [`Lock::try_lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_lock`], and as [`lock`](Self::lock) for the counter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<FencedGuard>> {
+        self.acquire(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
+            .await
+    }
+
+    /// Runs `work` while holding the lock, handing it the fencing token and the guard's
+    /// cancellation token; see [`Lock::with_lock`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// # async fn write_with_token(token: u64) {}
+    /// client
+    ///     .fenced_lock("invoices:7")
+    ///     .with_lock(|token, _lost| async move { write_with_token(token).await })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::with_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Lock::with_lock`].
+    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(u64, tokio_util::sync::CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let guard = self.lock().await?;
+        let work = work(guard.token(), guard.cancellation_token());
+        guard.guard.run_holding(work).await
+    }
+
+    /// The last token issued on this lock, `None` before the first (or after the counter was
+    /// lost). It only reads: the next acquisition gets a greater one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the counter holds something other than a whole number.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn token(&self) -> Result<Option<u64>> {
+        let client = self.lock.client();
+        client.engine().core().ensure_open()?;
+        let value: Value = client
+            .redis()
+            .get(self.counter.clone())
+            .await
+            .map_err(|error| client.engine().redis_error(self.name(), None, error))?;
+        match value {
+            Value::Null => Ok(None),
+            other => other.as_u64().map(Some).ok_or_else(|| Error::WrongType {
+                lock: self.name().to_owned(),
+                key: String::from_utf8_lossy(self.counter.as_bytes()).into_owned(),
+            }),
+        }
+    }
+
+    async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<FencedGuard>> {
+        let Some(Win { guard, value }) = self.lock.win(wait, lease).await? else {
+            return Ok(None);
+        };
+        let guard = LockGuard::new(guard);
+        match value.and_then(|value| value.as_u64()) {
+            Some(token) => Ok(Some(FencedGuard { guard, token })),
+            // A hold taken through a plain `Lock` of the same name and owner, re-entered here:
+            // no acquisition of it issued a token. The guard is given back on drop.
+            None => Err(Error::InvalidArgument(format!(
+                "fenced lock {:?} was re-entered by owner {}, which holds it through another \
+                 kind of lock, so it has no fencing token; take a name with one kind only",
+                self.name(),
+                guard.owner_field()
+            ))),
+        }
+    }
+
+    lock_reads!();
+}
+
+impl fmt::Debug for FencedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FencedLock").field(&self.lock).finish()
+    }
+}
+
+/// One hold of a [`FencedLock`], with its fencing token: everything a [`LockGuard`] has (it
+/// dereferences to one), plus [`token`](Self::token).
+#[must_use = "dropping a guard releases the lock at once"]
+pub struct FencedGuard {
+    guard: LockGuard,
+    token: u64,
+}
+
+impl FencedGuard {
+    /// The fencing token of this hold: greater than every token issued before it on this lock
+    /// (a re-entry shares its outer hold's). Send it with every write the lock protects.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Gives this hold back; see [`LockGuard::unlock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockGuard::unlock`].
+    pub async fn unlock(self) -> Result<()> {
+        self.guard.unlock().await
+    }
+
+    /// The plain guard, for code that takes a [`LockGuard`]; the token is dropped.
+    pub fn into_lock_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
+impl Deref for FencedGuard {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+impl fmt::Debug for FencedGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedGuard")
+            .field("guard", &self.guard)
+            .field("token", &self.token)
+            .finish()
+    }
+}

@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         instances.push(
             RedLock::builder(nodes, "example:nightly-report")
-                .ttl(Duration::from_secs(3))
+                .lease(Duration::from_secs(3))
                 .retry_delay(Duration::from_millis(20)..=Duration::from_millis(60))
                 .build()?,
         );
@@ -61,11 +61,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("B gave up after 200 ms: A holds a majority");
     guard.unlock().await?;
 
-    // 2. A fixed ttl: validity() is what is left of it after acquiring and the drift allowance.
-    let ttl = Duration::from_secs(2);
-    if let Some(guard) = b.try_lock(Duration::from_secs(1), Some(ttl)).await? {
+    // 2. A fixed lease: validity() is what is left of it after acquiring and the drift allowance.
+    let lease = Duration::from_secs(2);
+    if let Some(guard) = b.try_lock(Duration::from_secs(1), Some(lease)).await? {
         println!(
-            "B holds it for a {ttl:?} ttl; validity {:?}",
+            "B holds it for a {lease:?} lease; validity {:?}",
             guard.validity()
         );
         guard.unlock().await?;

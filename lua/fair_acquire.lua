@@ -4,7 +4,7 @@
 -- ARGV[2]  unlock message
 -- ARGV[3]  lease in milliseconds
 -- ARGV[4]  owner field
--- ARGV[5]  slot length in milliseconds: how long a queued waiter keeps its
+-- ARGV[5]  place lifetime in milliseconds: how long a queued waiter keeps its
 --          place without trying again; it joins (or stays in) the queue if the
 --          lock cannot be had now. 0 makes a single attempt that leaves no trace.
 -- ARGV[6]  the owner's holds by its client's count
@@ -14,10 +14,10 @@
 -- first hold although its client counted more). Otherwise the
 -- longest the caller should sleep before trying again, in ms: the lock's TTL
 -- (-1 when it has none) or, when the lock is free but an earlier waiter comes
--- first, the end of that waiter's slot.
+-- first, when that waiter's place expires.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
-local lease, owner, slot, holds = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease, owner, place, holds = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 if fenced(KEYS[4], 6, owner) then
     return stale()
 end
@@ -37,11 +37,11 @@ if reentry or (free and (not head or head == owner)) then
     return grant_hold(name, owner, holds, lease, reentry)
 end
 
-if slot > 0 then
-    if redis.call('zadd', timeouts, now + slot, owner) == 1 then
+if place > 0 then
+    if redis.call('zadd', timeouts, now + place, owner) == 1 then
         redis.call('rpush', queue, owner)
     end
-    -- The line's keys outlive its last slot by nothing, so waiters that all
+    -- The line's keys outlive its last place by nothing, so waiters that all
     -- died leave no garbage.
     local last = redis.call('zrange', timeouts, -1, -1, 'withscores')
     local keep = math.max(tonumber(last[2]) - now, 1)

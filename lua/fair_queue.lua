@@ -3,7 +3,7 @@
 -- A fair lock is the reentrant lock's hash plus a waiting line:
 --   KEYS[1]  lock name (hash: owner field -> hold count)
 --   KEYS[2]  queue: list of waiter fields in arrival order
---   KEYS[3]  timeouts: zset of waiter field -> end of its slot, in ms on the
+--   KEYS[3]  timeouts: zset of waiter field -> when its place expires, in ms on the
 --            server's clock
 --   KEYS[4]  fences of lost replies (see holds.lua), for the scripts that
 --            change the lock
@@ -24,7 +24,7 @@ local function wrong_line(queue, timeouts)
     end
     kind = redis.call('type', timeouts).ok
     if kind ~= 'none' and kind ~= 'zset' then
-        return redis.error_reply('WRONGTYPE not the slot timeouts of a fair lock (a zset): ' .. timeouts)
+        return redis.error_reply('WRONGTYPE not the place timeouts of a fair lock (a zset): ' .. timeouts)
     end
     return nil
 end
@@ -36,8 +36,8 @@ local function server_now()
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- Removes every waiter whose slot has ended, wherever it stands in the queue,
--- and any head without a slot (which nobody could ever purge otherwise).
+-- Removes every waiter whose place has expired, wherever it stands in the queue,
+-- and any head without a place timeout (which nobody could ever purge otherwise).
 -- Returns the first waiter after that, or false.
 local function purge(queue, timeouts, now)
     local expired = redis.call('zrangebyscore', timeouts, '-inf', now)

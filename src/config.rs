@@ -109,7 +109,7 @@ impl LockClientBuilder {
         self
     }
 
-    /// A [`FairLock`](crate::FairLock) waiter's slot: how long it keeps its place in line
+    /// How long a [`FairLock`](crate::FairLock) waiter keeps its place in line
     /// without trying again. Live waiters try again every third of this, so it bounds how long a
     /// waiter whose process died can hold up the line. Default 5 s.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {

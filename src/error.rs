@@ -32,11 +32,11 @@ pub enum Error {
     /// key with a type other than a hash, or (for
     /// [`force_unlock`](crate::Lock::force_unlock)) a hash without the lock layout of
     /// `<client uuid>:<owner id>` fields and hold counts; a fair lock's queue that is not a list
-    /// or its slot timeouts that are not a zset. The key is left untouched.
+    /// or its place timeouts that are not a zset. The key is left untouched.
     #[error(
         "lock {lock:?}: key {key:?} holds something that is not part of a lock (a lock is a hash \
          of `<client uuid>:<owner id>` fields and hold counts, a fair lock's queue a list and its \
-         slot timeouts a zset), so it cannot be used; it was left untouched: pick another lock \
+         place timeouts a zset), so it cannot be used; it was left untouched: pick another lock \
          name or a key prefix"
     )]
     WrongType {
@@ -97,7 +97,7 @@ pub enum Error {
 
     /// A [`RedLock`](crate::RedLock) was not acquired because too many nodes failed (timed out,
     /// were unreachable, rejected the request) for a majority to be reached, or because reaching
-    /// it took longer than the ttl allowed. A lock that is merely held elsewhere is `Ok(None)`
+    /// it took longer than the lease allowed. A lock that is merely held elsewhere is `Ok(None)`
     /// from [`try_lock`](crate::RedLock::try_lock), not this error.
     ///
     /// `failures` lists every node that did not grant the lock, and why.
@@ -121,10 +121,10 @@ pub enum Error {
     },
 
     /// A [`RedLockGuard`](crate::RedLockGuard)'s release was not confirmed by a majority of its
-    /// nodes, so the lock may still stand until its ttl ends there. Nodes that confirmed deleted
+    /// nodes, so the lock may still stand until its lease ends there. Nodes that confirmed deleted
     /// the key (or no longer had it); `failures` are the ones that did not answer.
     #[error(
-        "Redlock {lock:?}: release confirmed by {confirmed} of {nodes} nodes, so the lock may stand until its ttl ends; {}",
+        "Redlock {lock:?}: release confirmed by {confirmed} of {nodes} nodes, so the lock may stand until its lease ends; {}",
         NodeList(failures)
     )]
     Unreleased {
@@ -161,7 +161,7 @@ pub struct NodeFailure {
 #[non_exhaustive]
 pub enum NodeFailureReason {
     /// No reply within the per-node timeout. The request may still run on the node later; what
-    /// it wrote carries this acquisition's token and ends with the ttl.
+    /// it wrote carries this acquisition's token and ends with the lease.
     TimedOut(Duration),
     /// The key carries another token: another acquisition (of this or any Redlock client)
     /// holds it there.
@@ -198,7 +198,7 @@ impl fmt::Display for NodeFailure {
     }
 }
 
-/// `"; took 1.2s, longer than the ttl allowed"` when a majority granted the lock too slowly.
+/// `"; took 1.2s, longer than the lease allowed"` when a majority granted the lock too slowly.
 fn late(granted: usize, needed: usize, elapsed: Duration) -> String {
     if granted >= needed {
         format!(" but acquiring took {elapsed:?}, which left no validity")

@@ -26,11 +26,11 @@ use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, 
 ///   they find the lock free for a moment.
 /// - An unlock tells only the first waiter, on its own channel
 ///   (`redisson_lock__channel:{name}:<owner field>`), so a release wakes one task, not all.
-/// - A waiter keeps its place by trying again at least every third of its *slot*
+/// - A waiter keeps its place by trying again at least every third of its *place's lifetime*
 ///   ([`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout), 5 s by default). A
 ///   waiter whose process died stops doing that, and is dropped from the line wherever it
-///   stands once its slot runs out. A dead waiter at the head therefore delays a free lock by
-///   at most one slot. Slots are timed by the Redis server's clock, never by a client's.
+///   stands once its place expires. A dead waiter at the head therefore delays a free lock by
+///   at most one place's lifetime. Places are timed by the Redis server's clock, never by a client's.
 /// - A waiter that gives up (its `try_lock` wait ends, or its future is dropped) leaves the line
 ///   at once, and the one behind it moves up.
 /// - [`try_lock`](Self::try_lock) with a zero wait never joins the line: it takes the lock only
@@ -41,10 +41,10 @@ use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, 
 ///
 /// # Redisson compatibility
 ///
-/// The hash, queue, slot zset and channels are Redisson's, so Java and Rust clients exclude each
-/// other and wait in one line. Slot ends are milliseconds since the epoch, as Redisson writes
-/// them. Two differences in behaviour: Redisson gives its waiters 5-minute slots computed from
-/// its own clock, and when a Redisson client takes the lock it shortens every remaining slot by
+/// The hash, queue, place-timeout zset and channels are Redisson's, so Java and Rust clients exclude each
+/// other and wait in one line. Place expiries are milliseconds since the epoch, as Redisson writes
+/// them. Two differences in behaviour: Redisson gives its waiters 5-minute places computed from
+/// its own clock, and when a Redisson client takes the lock it shortens every remaining place by
 /// that wait time, which makes fredlock's waiters rejoin at the end of the line. Mixed waiters
 /// thus keep mutual exclusion but not always strict order.
 ///

@@ -70,8 +70,8 @@
 //! A lock named `name` is a hash at key `name` with field `<client uuid>:<owner id>` holding the
 //! hold count; the final unlock publishes `0` on `redisson_lock__channel:{name}` (the braces keep
 //! every key of one lock in one cluster slot; a name that carries a hash tag is not braced
-//! again, and a name whose braces are no hash tag gets keys in its own slot by Redis's rule). The same scripts' rules are followed, so each side sees the other's holds as its own
-//! kind. A fair lock adds Redisson's queue `redisson_lock_queue:{name}`, its slot zset
+//! again, and a name whose braces are no hash tag gets keys in its own cluster slot by Redis's rule). The same scripts' rules are followed, so each side sees the other's holds as its own
+//! kind. A fair lock adds Redisson's queue `redisson_lock_queue:{name}`, its place-timeout zset
 //! `redisson_lock_timeout:{name}` and one channel per waiter; see [`FairLock`].
 //!
 //! # Input, outages and errors
@@ -130,7 +130,7 @@ pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use owner::OwnerId;
 pub use redlock::{
-    RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_TTL,
+    RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_LEASE,
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
 pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};

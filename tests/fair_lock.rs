@@ -24,8 +24,8 @@ async fn queue(raw: &Client, name: &str) -> Vec<String> {
     raw.lrange(queue_key(name), 0, -1).await.unwrap()
 }
 
-/// The waiter fields with a slot.
-async fn slots(raw: &Client, name: &str) -> Vec<String> {
+/// The waiter fields with a place.
+async fn places(raw: &Client, name: &str) -> Vec<String> {
     raw.zrange(timeout_key(name), 0, -1, None, false, None, false)
         .await
         .unwrap()
@@ -146,7 +146,7 @@ async fn waiters_acquire_in_arrival_order() {
 }
 
 /// 2. A waiter whose `try_lock` times out leaves the queue before it returns; the waiter behind
-///    it then acquires within 250 ms of the holder's unlock (instead of after the leaver's slot).
+///    it then acquires within 250 ms of the holder's unlock (instead of after the leaver's place expired).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn timed_out_waiter_leaves_and_the_next_moves_up() {
     bounded(async {
@@ -170,9 +170,9 @@ async fn timed_out_waiter_leaves_and_the_next_moves_up() {
         let line = queue(&raw, "leaver").await;
 
         assert!(leaver.await.unwrap(), "the lock was held throughout");
-        // Gone from the queue and from the slots by the time try_lock returned.
+        // Gone from the queue and from the places by the time try_lock returned.
         assert_eq!(queue(&raw, "leaver").await, line[1..].to_vec());
-        assert_eq!(slots(&raw, "leaver").await, line[1..].to_vec());
+        assert_eq!(places(&raw, "leaver").await, line[1..].to_vec());
 
         holder.unlock().await.unwrap();
         let unlocked = Instant::now();
@@ -190,16 +190,16 @@ async fn timed_out_waiter_leaves_and_the_next_moves_up() {
 #[tokio::test]
 #[ignore = "run by the dead-waiter tests as a child process"]
 async fn dead_waiter_child() {
-    let (Ok(url), Ok(name), Ok(slot)) = (
+    let (Ok(url), Ok(name), Ok(place)) = (
         std::env::var("FREDLOCK_CHILD_URL"),
         std::env::var("FREDLOCK_CHILD_LOCK"),
-        std::env::var("FREDLOCK_CHILD_SLOT_MS"),
+        std::env::var("FREDLOCK_CHILD_PLACE_MS"),
     ) else {
         return;
     };
     let client = LockClient::builder()
         .url(url)
-        .fair_wait_timeout(Duration::from_millis(slot.parse().unwrap()))
+        .fair_wait_timeout(Duration::from_millis(place.parse().unwrap()))
         .build()
         .await
         .unwrap();
@@ -210,7 +210,7 @@ async fn dead_waiter_child() {
 }
 
 /// Starts [`dead_waiter_child`] queueing for `name`, and returns it once it is the last in line.
-async fn queued_child(server: &RedisServer, name: &str, slot: Duration) -> (Child, String) {
+async fn queued_child(server: &RedisServer, name: &str, place: Duration) -> (Child, String) {
     let raw = server.raw().await;
     let before = queue(&raw, name).await.len();
     let child = common::spawn_test_child(
@@ -218,7 +218,7 @@ async fn queued_child(server: &RedisServer, name: &str, slot: Duration) -> (Chil
         &[
             ("FREDLOCK_CHILD_URL", server.url()),
             ("FREDLOCK_CHILD_LOCK", name.to_string()),
-            ("FREDLOCK_CHILD_SLOT_MS", slot.as_millis().to_string()),
+            ("FREDLOCK_CHILD_PLACE_MS", place.as_millis().to_string()),
         ],
     );
     assert!(
@@ -233,16 +233,16 @@ async fn queued_child(server: &RedisServer, name: &str, slot: Duration) -> (Chil
 }
 
 /// 3. A waiter killed with SIGKILL at the head of the queue holds up a live waiter behind it by
-///    at most its slot (`fair_wait_timeout`) after the unlock, plus a margin.
+///    at most its wait timeout (`fair_wait_timeout`) after the unlock, plus a margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dead_waiter_at_the_head_stalls_at_most_one_slot() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let slot = Duration::from_secs(1);
-        let client = server.fair_client(slot).await;
+        let place = Duration::from_secs(1);
+        let client = server.fair_client(place).await;
         let holder = client.fair_lock("dead-head").lock().await.unwrap();
-        let (child, dead) = queued_child(&server, "dead-head", slot).await;
+        let (child, dead) = queued_child(&server, "dead-head", place).await;
         sigkill(child);
 
         let lock = client.fair_lock("dead-head");
@@ -254,7 +254,7 @@ async fn dead_waiter_at_the_head_stalls_at_most_one_slot() {
         let acquired = live.await.unwrap();
         let stall = acquired.duration_since(unlocked);
         assert!(
-            stall <= slot + Duration::from_millis(400),
+            stall <= place + Duration::from_millis(400),
             "the live waiter acquired {stall:?} after the unlock"
         );
         assert!(line_is_empty(&raw, "dead-head").await);
@@ -262,7 +262,7 @@ async fn dead_waiter_at_the_head_stalls_at_most_one_slot() {
     .await;
 }
 
-/// 3b. A dead waiter is purged once its slot runs out wherever it stands, not only at the head:
+/// 3b. A dead waiter is purged once its place expires wherever it stands, not only at the head:
 ///     behind a live first waiter, it is gone while the lock is still held, and the live waiter
 ///     behind it follows the first without a stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -270,8 +270,8 @@ async fn dead_waiter_is_purged_wherever_it_stands() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let slot = Duration::from_millis(900);
-        let client = server.fair_client(slot).await;
+        let place = Duration::from_millis(900);
+        let client = server.fair_client(place).await;
         let holder = client.fair_lock("dead-middle").lock().await.unwrap();
         let order = Served::default();
         let first = queue_up(
@@ -281,7 +281,7 @@ async fn dead_waiter_is_purged_wherever_it_stands() {
             order.clone(),
         );
         assert!(queue_reaches(&raw, "dead-middle", 1).await);
-        let (child, dead) = queued_child(&server, "dead-middle", slot).await;
+        let (child, dead) = queued_child(&server, "dead-middle", place).await;
         let last = queue_up(
             client.fair_lock("dead-middle"),
             2,
@@ -292,15 +292,15 @@ async fn dead_waiter_is_purged_wherever_it_stands() {
         assert_eq!(queue(&raw, "dead-middle").await[1], dead);
         sigkill(child);
 
-        // The live waiters keep their places (they retry every third of a slot) and drop the
+        // The live waiters keep their places (they retry every third of a place) and drop the
         // dead one on the way, while the holder still holds.
-        let purged = eventually(slot * 2, || async {
+        let purged = eventually(place * 2, || async {
             let line = queue(&raw, "dead-middle").await;
             line.len() == 2 && !line.contains(&dead)
         })
         .await;
         assert!(purged, "left: {:?}", queue(&raw, "dead-middle").await);
-        assert!(!slots(&raw, "dead-middle").await.contains(&dead));
+        assert!(!places(&raw, "dead-middle").await.contains(&dead));
 
         holder.unlock().await.unwrap();
         let unlocked = Instant::now();
@@ -316,14 +316,14 @@ async fn dead_waiter_is_purged_wherever_it_stands() {
     .await;
 }
 
-/// A live waiter keeps its place for as long as it waits, far beyond one slot.
+/// A live waiter keeps its place for as long as it waits, far beyond one wait timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn live_waiters_keep_their_places_beyond_their_slots() {
+async fn live_waiters_keep_their_places_beyond_their_wait_timeout() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let slot = Duration::from_millis(600);
-        let client = server.fair_client(slot).await;
+        let place = Duration::from_millis(600);
+        let client = server.fair_client(place).await;
         let holder = client.fair_lock("patient").lock().await.unwrap();
         let (tasks, order) = line_up(
             &[&client],
@@ -335,7 +335,7 @@ async fn live_waiters_keep_their_places_beyond_their_slots() {
         .await;
         let line = queue(&raw, "patient").await;
         assert_eq!(line.len(), 3);
-        tokio::time::sleep(slot * 5).await;
+        tokio::time::sleep(place * 5).await;
         assert_eq!(
             queue(&raw, "patient").await,
             line,
@@ -349,18 +349,18 @@ async fn live_waiters_keep_their_places_beyond_their_slots() {
 
 /// 4. Waiters whose futures are dropped (timeouts, `select!`, aborted tasks, `try_lock`s dropped
 ///    while they leave) at random points leave no queue or timeout entries behind, long before
-///    their slots would have ended.
+///    their places would have ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dropped_waiters_leave_nothing_in_the_queue() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
         // Slots far longer than the test: only leaving can empty the queue in time.
-        let slot = Duration::from_secs(120);
-        let holder_client = server.fair_client(slot).await;
+        let place = Duration::from_secs(120);
+        let holder_client = server.fair_client(place).await;
         let clients = [
-            server.fair_client(slot).await,
-            server.fair_client(slot).await,
+            server.fair_client(place).await,
+            server.fair_client(place).await,
         ];
         let holder = holder_client.fair_lock("dropped").lock().await.unwrap();
         let mut waiting = Vec::new();
@@ -433,9 +433,9 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
         .await;
         assert!(
             clean,
-            "left behind: queue {:?}, slots {:?}",
+            "left behind: queue {:?}, places {:?}",
             queue(&raw, "dropped").await,
-            slots(&raw, "dropped").await
+            places(&raw, "dropped").await
         );
         println!("queue empty {:?} after the last waiter ended", ended.elapsed());
 
@@ -476,7 +476,7 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
 
         holder.unlock().await.unwrap();
 
-        // Another client's waiter (a Redisson one, say) is first in line, its slot a minute
+        // Another client's waiter (a Redisson one, say) is first in line, its place a minute
         // long, and the lock is free for a moment: a no-wait attempt does not take it.
         let foreign = "c0ffee00-0000-4000-8000-000000000000:1";
         let slot_end = server_time_ms(&raw).await + 60_000;
@@ -497,7 +497,7 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
         assert_eq!(queue(&raw, "no-wait").await, vec![foreign.to_string()]);
         assert!(!lock.is_locked().await.unwrap());
 
-        // An entry without a slot is garbage (no live waiter lacks one): it is dropped.
+        // An entry without a place is garbage (no live waiter lacks one): it is dropped.
         let _: i64 = raw.zrem(timeout_key("no-wait"), foreign).await.unwrap();
         let guard = lock
             .try_lock(Duration::ZERO, None)
@@ -510,15 +510,15 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
     .await;
 }
 
-/// The wire layout of DESIGN.md §4: the queue and timeout keys, slots timed by the server's
+/// The wire layout of DESIGN.md §4: the queue and timeout keys, places timed by the server's
 /// clock, per-waiter channels, and exactly one message per release, to the first waiter only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wire_layout_and_one_message_per_release() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let slot = Duration::from_secs(3);
-        let client = server.fair_client(slot).await;
+        let place = Duration::from_secs(3);
+        let client = server.fair_client(place).await;
         let listener = fred::clients::SubscriberClient::new(
             fred::types::config::Config::from_url(&server.url()).unwrap(),
             None,
@@ -545,19 +545,22 @@ async fn wire_layout_and_one_message_per_release() {
         assert_eq!(line.len(), 3);
         let prefix = format!("{}:", client.id());
         assert!(line.iter().all(|field| field.starts_with(&prefix)));
-        // Slots end one slot after the waiter's last attempt, by the server's clock.
+        // Places expire one wait timeout after the waiter's last attempt, by the server's clock.
         let server_now = server_time_ms(&raw).await;
         for field in &line {
             let end: f64 = raw.zscore(timeout_key("layout"), field).await.unwrap();
             let ahead = end as i64 - server_now as i64;
             assert!(
-                ahead > 0 && ahead <= slot.as_millis() as i64,
-                "slot ends {ahead} ms ahead"
+                ahead > 0 && ahead <= place.as_millis() as i64,
+                "place ends {ahead} ms ahead"
             );
         }
-        // The queue keys expire with the last slot, so a line of dead waiters leaves nothing.
+        // The queue keys expire with the last place, so a line of dead waiters leaves nothing.
         let ttl: i64 = raw.pttl(queue_key("layout")).await.unwrap();
-        assert!(ttl > 0 && ttl <= slot.as_millis() as i64, "queue ttl {ttl}");
+        assert!(
+            ttl > 0 && ttl <= place.as_millis() as i64,
+            "queue ttl {ttl}"
+        );
 
         holder.unlock().await.unwrap();
         assert_eq!(served(tasks, order).await, vec![0, 1, 2]);
@@ -664,7 +667,7 @@ async fn contention_is_shared_evenly() {
     .await;
 }
 
-/// On a cluster the fair lock's keys share the lock's slot, and hand-offs go by publish.
+/// On a cluster the fair lock's keys share the lock's cluster slot, and hand-offs go by publish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fair_lock_on_a_cluster() {
     bounded(async {
@@ -688,7 +691,7 @@ async fn fair_lock_on_a_cluster() {
         holder.unlock().await.unwrap();
         let unlocked = Instant::now();
         assert_eq!(served(tasks, order).await, vec![0, 1, 2, 3]);
-        // Woken by messages, not by the 30 s lease or a slot.
+        // Woken by messages, not by the 30 s lease or a place.
         assert!(unlocked.elapsed() < Duration::from_secs(1));
     })
     .await;

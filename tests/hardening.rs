@@ -36,8 +36,8 @@ fn is_invalid<T: std::fmt::Debug>(result: fredlock::Result<T>) -> String {
 /// Every key on the server has a TTL (none was left without one by fredlock).
 async fn every_key_expires(raw: &Client) {
     for key in common::all_keys(raw).await {
-        let ttl: i64 = raw.pttl(&key).await.unwrap();
-        assert!(ttl > 0, "key {key:?} has no TTL ({ttl})");
+        let pttl: i64 = raw.pttl(&key).await.unwrap();
+        assert!(pttl > 0, "key {key:?} has no TTL ({pttl})");
     }
 }
 
@@ -70,8 +70,8 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
             assert_eq!(key_count(&raw).await, 0, "lease {lease:?} wrote something");
         }
         let guard = lock.lock_with_lease(MAX_DURATION).await.unwrap();
-        let ttl: i64 = raw.pttl("leases").await.unwrap();
-        assert!(ttl > 364 * 24 * 3600 * 1000, "{ttl}");
+        let pttl: i64 = raw.pttl("leases").await.unwrap();
+        assert!(pttl > 364 * 24 * 3600 * 1000, "{pttl}");
         guard.unlock().await.unwrap();
 
         for timeout in [Duration::MAX, Duration::ZERO, Duration::from_micros(1)] {
@@ -120,8 +120,8 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
             .unwrap();
         for lock in [longest.lock("longest"), longest.fair_lock("longest").into()] {
             let guard = lock.lock().await.unwrap();
-            let ttl: i64 = raw.pttl("longest").await.unwrap();
-            assert!(ttl > 364 * 24 * 3600 * 1000, "{ttl}");
+            let pttl: i64 = raw.pttl("longest").await.unwrap();
+            assert!(pttl > 364 * 24 * 3600 * 1000, "{pttl}");
             guard.unlock().await.unwrap();
         }
         longest.shutdown().await;
@@ -396,7 +396,7 @@ async fn keys_that_are_not_locks_are_left_alone() {
     .await;
 }
 
-/// A fair lock whose queue or slot timeouts key holds another type: the error names that key,
+/// A fair lock whose queue or place timeouts key holds another type: the error names that key,
 /// and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_fair_line_names_its_wrong_key() {
@@ -656,9 +656,9 @@ async fn bad_input_sweep() {
             }
             for duration in EDGE_DURATIONS {
                 let built = RedLock::builder(vec![client.clone()], name.clone())
-                    .ttl(duration)
+                    .lease(duration)
                     .build();
-                assert!(built.is_err(), "ttl {duration:?}");
+                assert!(built.is_err(), "lease {duration:?}");
                 for (i, built) in [
                     RedLock::builder(vec![client.clone()], name.clone())
                         .node_timeout(duration)
@@ -681,9 +681,9 @@ async fn bad_input_sweep() {
                 }
                 if let Ok(redlock) = RedLock::new(vec![client.clone()], name.clone()) {
                     if let Ok(guard) = ends(
-                        "redlock lock_with_ttl",
+                        "redlock lock_with_lease",
                         limit,
-                        redlock.lock_with_ttl(duration),
+                        redlock.lock_with_lease(duration),
                     )
                     .await
                     {

@@ -351,7 +351,7 @@ async fn crashed_holder_frees_lock() {
 async fn cancelled_acquisitions_leave_nothing(kind: Kind) {
     let server = RedisServer::start();
     let raw = server.raw().await;
-    // Waiter slots far longer than the test: a queue place left behind cannot expire meanwhile.
+    // Waiter places far longer than the test: a queue place left behind cannot expire meanwhile.
     let holder_client = server.fair_client(Duration::from_secs(120)).await;
     let client = server.fair_client(Duration::from_secs(120)).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -15,21 +15,21 @@ use tokio::time::Instant;
 const NAME: &str = "payments:42";
 
 /// A Redlock over `nodes` that retries quickly, for tests with contention.
-fn quick(nodes: Vec<LockClient>, ttl: Duration) -> RedLock {
+fn quick(nodes: Vec<LockClient>, lease: Duration) -> RedLock {
     RedLock::builder(nodes, NAME)
-        .ttl(ttl)
+        .lease(lease)
         .retry_delay(Duration::ZERO..=Duration::from_millis(3))
         .build()
         .unwrap()
 }
 
-/// `SET name token NX PX ttl` as any Redlock client sends it; true if it was set.
-async fn raw_set(raw: &Client, token: &str, ttl: Duration) -> bool {
+/// `SET name token NX PX lease` as any Redlock client sends it; true if it was set.
+async fn raw_set(raw: &Client, token: &str, lease: Duration) -> bool {
     let reply: Option<String> = raw
         .set(
             NAME,
             token,
-            Some(Expiration::PX(ttl.as_millis() as i64)),
+            Some(Expiration::PX(lease.as_millis() as i64)),
             Some(SetOptions::NX),
             false,
         )
@@ -60,10 +60,10 @@ async fn racing_redlocks_never_both_hold() {
     bounded(async {
         const ROUNDS: usize = 1000;
         let servers = start_servers(5);
-        let ttl = Duration::from_secs(2);
+        let lease = Duration::from_secs(2);
         let redlocks = [
-            quick(clients(&urls(&servers)).await, ttl),
-            quick(clients(&urls(&servers)).await, ttl),
+            quick(clients(&urls(&servers)).await, lease),
+            quick(clients(&urls(&servers)).await, lease),
         ];
         let inside = Arc::new(AtomicBool::new(false));
         let rounds = Arc::new(AtomicUsize::new(0));
@@ -74,11 +74,11 @@ async fn racing_redlocks_never_both_hold() {
             let (inside, rounds, wins) = (inside.clone(), rounds.clone(), wins[task % 2].clone());
             tasks.push(tokio::spawn(async move {
                 while rounds.load(Ordering::SeqCst) < ROUNDS {
-                    // Half the tasks use the watchdog, half a fixed ttl.
+                    // Half the tasks use the watchdog, half a fixed lease.
                     let guard = if task % 4 < 2 {
                         redlock.lock().await.unwrap()
                     } else {
-                        match redlock.try_lock(Duration::from_secs(20), Some(ttl)).await {
+                        match redlock.try_lock(Duration::from_secs(20), Some(lease)).await {
                             Ok(Some(guard)) => guard,
                             other => panic!("task {task}: no guard after 20 s: {other:?}"),
                         }
@@ -121,7 +121,7 @@ async fn two_dead_nodes_are_tolerated_three_are_reported() {
     bounded(async {
         let mut servers = start_servers(5);
         let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .ttl(Duration::from_secs(5))
+            .lease(Duration::from_secs(5))
             .node_timeout(Duration::from_millis(50))
             .retry_delay(Duration::from_millis(10)..=Duration::from_millis(20))
             .build()
@@ -194,7 +194,7 @@ async fn two_dead_nodes_are_tolerated_three_are_reported() {
         }
 
         // lock() keeps trying through the outage and gets the lock once a majority is back
-        // (node 4 restarted empty: in production it would have to stay down a whole ttl).
+        // (node 4 restarted empty: in production it would have to stay down a whole lease).
         let waiting = tokio::spawn({
             let redlock = redlock.clone();
             async move { redlock.lock().await }
@@ -230,11 +230,11 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
         for proxy in &proxies {
             proxy.stall();
         }
-        let ttl = Duration::from_secs(10);
+        let lease = Duration::from_secs(10);
 
         // Two stalled nodes: the three others are a majority, and nobody waits for the stalled.
         let started = Instant::now();
-        let guard = redlock.try_lock(Duration::ZERO, Some(ttl)).await.unwrap();
+        let guard = redlock.try_lock(Duration::ZERO, Some(lease)).await.unwrap();
         let elapsed = started.elapsed();
         let guard = guard.expect("three live nodes are a majority");
         println!("acquired past two stalled nodes in {elapsed:?}");
@@ -251,9 +251,9 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
         // Now the majority depends on the stalled nodes: another client holds node 0, so only
         // two live nodes can grant it. The attempt fails once the stalled nodes time out.
         let raw = servers[0].raw().await;
-        assert!(raw_set(&raw, "foreign", ttl).await);
+        assert!(raw_set(&raw, "foreign", lease).await);
         let started = Instant::now();
-        let outcome = redlock.try_lock(Duration::ZERO, Some(ttl)).await;
+        let outcome = redlock.try_lock(Duration::ZERO, Some(lease)).await;
         let elapsed = started.elapsed();
         println!("failed on two stalled nodes in {elapsed:?}: {outcome:?}");
         assert!(
@@ -296,34 +296,34 @@ async fn validity_is_below_ttl_minus_elapsed() {
         let servers = start_servers(5);
         let raws = raws(&servers).await;
         let redlock = RedLock::new(clients(&urls(&servers)).await, NAME).unwrap();
-        let ttl = Duration::from_millis(1500);
-        let drift = ttl.mul_f64(fredlock::DEFAULT_DRIFT_FACTOR) + fredlock::DRIFT_ALLOWANCE;
+        let lease = Duration::from_millis(1500);
+        let drift = lease.mul_f64(fredlock::DEFAULT_DRIFT_FACTOR) + fredlock::DRIFT_ALLOWANCE;
         for _ in 0..20 {
             let started = Instant::now();
             let guard = redlock
-                .try_lock(Duration::ZERO, Some(ttl))
+                .try_lock(Duration::ZERO, Some(lease))
                 .await
                 .unwrap()
                 .unwrap();
             let elapsed = started.elapsed();
             let validity = guard.validity();
             assert!(
-                validity < ttl - elapsed,
-                "{validity:?} >= {ttl:?} - {elapsed:?}"
+                validity < lease - elapsed,
+                "{validity:?} >= {lease:?} - {elapsed:?}"
             );
             assert!(
-                validity + drift + elapsed + Duration::from_millis(20) >= ttl,
-                "validity {validity:?} far below {ttl:?} - {elapsed:?} - {drift:?}"
+                validity + drift + elapsed + Duration::from_millis(20) >= lease,
+                "validity {validity:?} far below {lease:?} - {elapsed:?} - {drift:?}"
             );
-            assert_eq!(guard.ttl(), Some(ttl));
+            assert_eq!(guard.lease(), Some(lease));
             guard.unlock().await.unwrap();
         }
 
-        // A fixed-ttl guard is lost when its validity ends, while the keys are still there or
+        // A fixed-lease guard is lost when its validity ends, while the keys are still there or
         // just gone: never after the nodes dropped them.
         let started = Instant::now();
         let guard = redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -333,12 +333,12 @@ async fn validity_is_below_ttl_minus_elapsed() {
         assert!(guard.is_lost());
         assert_eq!(guard.validity(), Duration::ZERO);
         assert!(
-            lost_after >= ttl - drift - Duration::from_millis(20),
+            lost_after >= lease - drift - Duration::from_millis(20),
             "{lost_after:?}"
         );
         assert!(
-            lost_after < ttl,
-            "lost reported after the ttl: {lost_after:?}"
+            lost_after < lease,
+            "lost reported after the lease: {lost_after:?}"
         );
         let held = values(&raws)
             .await
@@ -348,7 +348,7 @@ async fn validity_is_below_ttl_minus_elapsed() {
         println!("lost after {lost_after:?}; token still on {held} nodes");
         assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
 
-        // A ttl that the drift allowance eats whole is refused before anything is sent.
+        // A lease that the drift allowance eats whole is refused before anything is sent.
         assert!(matches!(
             redlock
                 .try_lock(Duration::ZERO, Some(Duration::from_millis(2)))
@@ -363,16 +363,16 @@ async fn validity_is_below_ttl_minus_elapsed() {
 async fn extension_keeps_it_for_five_ttls_and_losing_a_majority_is_reported() {
     bounded(async {
         let mut servers = start_servers(5);
-        let ttl = Duration::from_millis(800);
+        let lease = Duration::from_millis(800);
         let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .ttl(ttl)
+            .lease(lease)
             .node_timeout(Duration::from_millis(50))
             .build()
             .unwrap();
         let rival = RedLock::new(clients(&urls(&servers)).await, NAME).unwrap();
         let guard = redlock.lock().await.unwrap();
-        assert_eq!(guard.ttl(), None);
-        let held_until = Instant::now() + ttl * 5;
+        assert_eq!(guard.lease(), None);
+        let held_until = Instant::now() + lease * 5;
         while Instant::now() < held_until {
             assert!(!guard.is_lost());
             assert!(guard.validity() > Duration::ZERO);
@@ -391,9 +391,9 @@ async fn extension_keeps_it_for_five_ttls_and_losing_a_majority_is_reported() {
             servers[index].kill();
         }
         let killed = Instant::now();
-        tokio::time::timeout(ttl, guard.lost())
+        tokio::time::timeout(lease, guard.lost())
             .await
-            .expect("lost() did not fire within the ttl after three of five nodes died");
+            .expect("lost() did not fire within the lease after three of five nodes died");
         println!("lost {:?} after three nodes died", killed.elapsed());
         assert!(guard.is_lost());
         assert_eq!(guard.validity(), Duration::ZERO);
@@ -406,9 +406,9 @@ async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
     bounded(async {
         let servers = start_servers(5);
         let raws = raws(&servers).await;
-        let ttl = Duration::from_millis(900);
+        let lease = Duration::from_millis(900);
         let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .ttl(ttl)
+            .lease(lease)
             .build()
             .unwrap();
         let guard = redlock.lock().await.unwrap();
@@ -417,7 +417,7 @@ async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
             let _: () = raw.set(NAME, "intruder", None, None, false).await.unwrap();
         }
         let changed = Instant::now();
-        tokio::time::timeout(ttl / 3 + Duration::from_millis(200), guard.lost())
+        tokio::time::timeout(lease / 3 + Duration::from_millis(200), guard.lost())
             .await
             .expect("lost() did not fire at the next extension");
         println!("lost {:?} after the overwrite", changed.elapsed());
@@ -441,25 +441,25 @@ async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
 async fn max_hold_stops_the_extensions() {
     bounded(async {
         let servers = start_servers(5);
-        let ttl = Duration::from_millis(600);
+        let lease = Duration::from_millis(600);
         let limit = Duration::from_millis(1500);
         let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .ttl(ttl)
+            .lease(lease)
             .max_hold(limit)
             .build()
             .unwrap();
-        // The rival's own requests get room for a loaded machine (its default, ttl / 100, is
+        // The rival's own requests get room for a loaded machine (its default, lease / 100, is
         // 6 ms); what is measured here is the limited lock.
         let rival = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .ttl(ttl)
+            .lease(lease)
             .node_timeout(Duration::from_millis(50))
             .retry_delay(Duration::ZERO..=Duration::from_millis(3))
             .build()
             .unwrap();
         let started = Instant::now();
         let guard = redlock.lock().await.unwrap();
-        // Extended past its first ttl...
-        tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+        // Extended past its first lease...
+        tokio::time::sleep(lease + Duration::from_millis(200)).await;
         assert!(!guard.is_lost());
         // ...and lost when the limit is reached, with the keys gone on the nodes then too.
         guard.lost().await;
@@ -494,20 +494,20 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
             .retry_delay(Duration::from_millis(5)..=Duration::from_millis(20))
             .build()
             .unwrap();
-        let ttl = Duration::from_secs(10);
+        let lease = Duration::from_secs(10);
 
         // A raw SET NX PX writer holds all five nodes: we cannot get it.
         for raw in &raws {
-            assert!(raw_set(raw, "foreign-token", ttl).await);
+            assert!(raw_set(raw, "foreign-token", lease).await);
         }
         assert!(redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .is_none());
         let started = Instant::now();
         assert!(redlock
-            .try_lock(Duration::from_millis(300), Some(ttl))
+            .try_lock(Duration::from_millis(300), Some(lease))
             .await
             .unwrap()
             .is_none());
@@ -519,12 +519,12 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         // We hold it: the raw writer gets no node, and sees one token of at least 20 random
         // bytes, new for every acquisition.
         let guard = redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
         for raw in &raws {
-            assert!(!raw_set(raw, "foreign-token", ttl).await);
+            assert!(!raw_set(raw, "foreign-token", lease).await);
             let pttl: i64 = raw.pttl(NAME).await.unwrap();
             assert!(pttl > 9_000 && pttl <= 10_000, "PTTL {pttl}");
         }
@@ -535,7 +535,7 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         assert!(guard.token().len() >= 40 && guard.token().chars().all(|c| c.is_ascii_hexdigit()));
         guard.unlock().await.unwrap();
         let guard = redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -545,10 +545,10 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         // A minority held by the foreign writer: we take the rest, and our unlock deletes only
         // our own keys.
         for raw in &raws[..2] {
-            assert!(raw_set(raw, "foreign-token", ttl).await);
+            assert!(raw_set(raw, "foreign-token", lease).await);
         }
         let guard = redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -568,27 +568,27 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
 
         // rslock, another Redlock implementation, on the same five nodes.
         let rslock = rslock::LockManager::new(urls(&servers));
-        let theirs = rslock.lock(NAME, ttl).await.expect("rslock lock");
+        let theirs = rslock.lock(NAME, lease).await.expect("rslock lock");
         assert!(redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .is_none());
         rslock.unlock(&theirs).await;
         let ours = redlock
-            .try_lock(Duration::ZERO, Some(ttl))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
         let mut rslock = rslock;
         rslock.set_retry(2, Duration::from_millis(10));
         assert!(
-            rslock.lock(NAME, ttl).await.is_err(),
+            rslock.lock(NAME, lease).await.is_err(),
             "rslock acquired our Redlock"
         );
         ours.unlock().await.unwrap();
         let theirs = rslock
-            .lock(NAME, ttl)
+            .lock(NAME, lease)
             .await
             .expect("rslock after our unlock");
         rslock.unlock(&theirs).await;
@@ -654,7 +654,7 @@ async fn bad_settings_are_refused() {
         ));
         assert!(invalid(
             RedLock::builder(vec![one.clone()], NAME)
-                .ttl(Duration::from_millis(1))
+                .lease(Duration::from_millis(1))
                 .build()
         ));
         assert!(invalid(
@@ -687,10 +687,10 @@ async fn an_extension_confirmed_after_the_validity_ended_does_not_count() {
             .collect();
         let mut node_urls: Vec<String> = proxies.iter().map(StallingProxy::url).collect();
         node_urls.extend(urls(&servers[3..]));
-        let ttl = Duration::from_millis(600);
-        // A node timeout longer than the ttl: only the validity can end a stalled extension.
+        let lease = Duration::from_millis(600);
+        // A node timeout longer than the lease: only the validity can end a stalled extension.
         let redlock = RedLock::builder(clients(&node_urls).await, NAME)
-            .ttl(ttl)
+            .lease(lease)
             .node_timeout(Duration::from_secs(3))
             .build()
             .unwrap();
@@ -699,7 +699,7 @@ async fn an_extension_confirmed_after_the_validity_ended_does_not_count() {
             proxy.stall();
         }
         let stalled = Instant::now();
-        tokio::time::timeout(ttl, guard.lost())
+        tokio::time::timeout(lease, guard.lost())
             .await
             .expect("lost() waited for the stalled extension instead of the validity");
         println!("lost {:?} after three nodes stalled", stalled.elapsed());
@@ -730,11 +730,11 @@ async fn a_release_nobody_waits_for_still_runs_its_eval_fallback() {
             .node_timeout(node_timeout)
             .build()
             .unwrap();
-        let ttl = Duration::from_secs(10);
+        let lease = Duration::from_secs(10);
         // Nodes 0 and 1 are held by another client; nodes 3 and 4 stall and have forgotten
         // their scripts (as after a restart), so a release there needs EVAL after NOSCRIPT.
         for raw in &raws[..2] {
-            assert!(raw_set(raw, "foreign", ttl).await);
+            assert!(raw_set(raw, "foreign", lease).await);
         }
         for raw in &raws[3..] {
             let _: () = raw.script_flush(false).await.unwrap();
@@ -742,7 +742,7 @@ async fn a_release_nobody_waits_for_still_runs_its_eval_fallback() {
         for proxy in &proxies {
             proxy.stall();
         }
-        let outcome = redlock.try_lock(Duration::ZERO, Some(ttl)).await;
+        let outcome = redlock.try_lock(Duration::ZERO, Some(lease)).await;
         assert!(
             matches!(outcome, Err(Error::NoQuorum { .. })),
             "{outcome:?}"

@@ -152,7 +152,7 @@ async fn cluster_renews_across_slots_and_wakes_waiters() {
         tokio::time::sleep(watchdog * 3).await;
         for name in &names {
             let ttl: i64 = raw.pttl(name.as_str()).await.unwrap();
-            assert!(ttl > 0, "{name} expired: renewal missed its slot");
+            assert!(ttl > 0, "{name} expired: renewal missed its period");
         }
         assert!(guards.iter().all(|guard| !guard.is_lost()));
 

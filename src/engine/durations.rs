@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// The longest lease, ttl or timeout fredlock accepts (365 days): leases, the watchdog timeout,
+/// The longest lease or timeout fredlock accepts (365 days): leases, the watchdog timeout,
 /// the fair wait timeout, the command timeout, Redlock leases, node timeouts, retry delays and hold
 /// limits. Longer values are refused with [`Error::InvalidArgument`] before anything is sent.
 ///
@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 /// longer than any deadline means waiting for ever.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// The shortest lease or ttl: Redis counts expiry in whole milliseconds.
+/// The shortest lease: Redis counts expiry in whole milliseconds.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(1);
 
 /// Fails with [`Error::InvalidArgument`] unless `min <= value <= MAX_DURATION`; `what` names the

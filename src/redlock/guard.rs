@@ -19,16 +19,16 @@ use crate::error::{Error, NodeFailureReason, Result};
 pub(super) struct Written {
     shared: Arc<Shared>,
     token: Token,
-    ttl: Duration,
+    lease: Duration,
     armed: bool,
 }
 
 impl Written {
-    pub(super) fn new(shared: Arc<Shared>, token: Token, ttl: Duration) -> Written {
+    pub(super) fn new(shared: Arc<Shared>, token: Token, lease: Duration) -> Written {
         Written {
             shared,
             token,
-            ttl,
+            lease,
             armed: true,
         }
     }
@@ -38,7 +38,7 @@ impl Written {
     pub(super) async fn release(mut self, wait_for: &[usize]) {
         self.armed = false;
         let until = Until::Answered(wait_for);
-        release_everywhere(&self.shared, &self.token, self.ttl, until).await;
+        release_everywhere(&self.shared, &self.token, self.lease, until).await;
     }
 
     /// The won acquisition becomes a guard, which extends it (`fixed` false) or watches its end.
@@ -52,7 +52,7 @@ impl Written {
         RedLockGuard::start(
             self.shared.clone(),
             self.token.clone(),
-            self.ttl,
+            self.lease,
             fixed,
             started,
             valid_until,
@@ -64,7 +64,7 @@ impl Drop for Written {
     fn drop(&mut self) {
         if self.armed {
             // Dropped unread, the release goes out in a task of its own.
-            let timeout = self.shared.settings.node_timeout(self.ttl);
+            let timeout = self.shared.settings.node_timeout(self.lease);
             drop(self.shared.nodes.release(&self.token, timeout));
         }
     }
@@ -72,7 +72,7 @@ impl Drop for Written {
 
 /// What a guard and its keeper task share.
 struct State {
-    /// Until when the lock is safe: the start of the last successful round plus its ttl minus the
+    /// Until when the lock is safe: the start of the last successful round plus its lease minus the
     /// drift allowance.
     valid_until: Mutex<Instant>,
     lost: CancellationToken,
@@ -97,12 +97,12 @@ impl State {
 }
 
 /// One acquisition of a [`RedLock`](crate::RedLock), from [`lock`](crate::RedLock::lock),
-/// [`lock_with_ttl`](crate::RedLock::lock_with_ttl) or [`try_lock`](crate::RedLock::try_lock).
+/// [`lock_with_lease`](crate::RedLock::lock_with_lease) or [`try_lock`](crate::RedLock::try_lock).
 ///
 /// - [`validity`](Self::validity) is how much longer the lock is safe by this process's clock:
 ///   check it before work that must not overlap another holder's.
 /// - [`lost`](Self::lost) completes, and [`is_lost`](Self::is_lost) turns true, when the
-///   validity ran out without an extension by a majority: a fixed ttl ended, extensions failed
+///   validity ran out without an extension by a majority: a fixed lease ended, extensions failed
 ///   on too many nodes, the [`max_hold`](crate::RedLockBuilder::max_hold) limit was reached, or
 ///   a majority no longer carries this acquisition's token.
 /// - [`unlock`](Self::unlock) deletes the key on every node that still carries this
@@ -112,7 +112,7 @@ pub struct RedLockGuard {
     shared: Arc<Shared>,
     token: Token,
     state: Arc<State>,
-    ttl: Duration,
+    lease: Duration,
     fixed: bool,
     acquired_at: Instant,
     /// Stops the keeper task when the guard goes; taken when unlocking begins, so `None` means
@@ -124,7 +124,7 @@ impl RedLockGuard {
     fn start(
         shared: Arc<Shared>,
         token: Token,
-        ttl: Duration,
+        lease: Duration,
         fixed: bool,
         started: Instant,
         valid_until: Instant,
@@ -139,7 +139,7 @@ impl RedLockGuard {
             shared: shared.clone(),
             token: token.clone(),
             state: state.clone(),
-            ttl,
+            lease,
             acquired_at: started,
         };
         tokio::spawn(keeper.run(fixed, stop.clone()));
@@ -147,7 +147,7 @@ impl RedLockGuard {
             shared,
             token,
             state,
-            ttl,
+            lease,
             fixed,
             acquired_at: started,
             stop: Some(stop.drop_guard()),
@@ -155,7 +155,7 @@ impl RedLockGuard {
     }
 
     /// How much longer the lock is safe: the end of its validity minus now, by this process's
-    /// clock; zero once lost. The validity of an acquisition or extension is its ttl minus the
+    /// clock; zero once lost. The validity of an acquisition or extension is its lease minus the
     /// time it took minus the drift allowance, counted from when its requests were sent.
     pub fn validity(&self) -> Duration {
         if self.is_lost() {
@@ -207,10 +207,10 @@ impl RedLockGuard {
         self.token.as_str()
     }
 
-    /// The fixed ttl this lock was taken with, or `None` for a lock extended every third of
-    /// the Redlock's [`ttl`](crate::RedLockBuilder::ttl).
-    pub fn ttl(&self) -> Option<Duration> {
-        self.fixed.then_some(self.ttl)
+    /// The fixed lease this lock was taken with, or `None` for a lock extended every third of
+    /// the Redlock's [`lease`](crate::RedLockBuilder::lease).
+    pub fn lease(&self) -> Option<Duration> {
+        self.fixed.then_some(self.lease)
     }
 
     /// Deletes the key on every node that still carries this acquisition's token, waiting for
@@ -220,7 +220,7 @@ impl RedLockGuard {
     ///
     /// [`Error::NotHeld`] (with the token as the owner) when the lock was lost before the call;
     /// [`Error::Unreleased`] when fewer than a majority of nodes confirmed (by deleting the key,
-    /// or by not having it), listing the nodes that did not; the lock then ends with its ttl
+    /// or by not having it), listing the nodes that did not; the lock then ends with its lease
     /// there. Nodes that failed while a majority confirmed are only logged.
     ///
     /// # Cancel safety
@@ -232,7 +232,7 @@ impl RedLockGuard {
         // loss.
         drop(self.stop.take());
         let was_lost = self.is_lost();
-        let tally = release_everywhere(&self.shared, &self.token, self.ttl, Until::All).await;
+        let tally = release_everywhere(&self.shared, &self.token, self.lease, Until::All).await;
         let nodes = &self.shared.nodes;
         let confirmed = tally.done.len() + tally.missing + tally.held_elsewhere();
         if was_lost || tally.done.is_empty() && confirmed >= nodes.quorum() {
@@ -263,10 +263,10 @@ impl RedLockGuard {
 async fn release_everywhere(
     shared: &Shared,
     token: &Token,
-    ttl: Duration,
+    lease: Duration,
     until: Until<'_>,
 ) -> Tally {
-    let timeout = shared.settings.node_timeout(ttl);
+    let timeout = shared.settings.node_timeout(lease);
     let replies = shared.nodes.release(token, timeout);
     replies.tally(&shared.nodes, until).await
 }
@@ -276,7 +276,7 @@ fn log_released(shared: &Shared, tally: &Tally, acquired_at: Instant) {
     if unconfirmed > 0 {
         tracing::warn!(
             lock = %shared.name, deleted = tally.done.len(), unconfirmed,
-            "Redlock released on a majority; some nodes did not confirm and keep the key until its ttl ends"
+            "Redlock released on a majority; some nodes did not confirm and keep the key until its lease ends"
         );
     } else {
         tracing::debug!(
@@ -294,9 +294,9 @@ impl Drop for RedLockGuard {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let (shared, token) = (self.shared.clone(), self.token.clone());
-            let (ttl, acquired_at) = (self.ttl, self.acquired_at);
+            let (lease, acquired_at) = (self.lease, self.acquired_at);
             runtime.spawn(async move {
-                let tally = release_everywhere(&shared, &token, ttl, Until::All).await;
+                let tally = release_everywhere(&shared, &token, lease, Until::All).await;
                 log_released(&shared, &tally, acquired_at);
             });
         }
@@ -307,20 +307,20 @@ impl fmt::Debug for RedLockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedLockGuard")
             .field("name", &self.shared.name)
-            .field("ttl", &self.ttl())
+            .field("lease", &self.lease())
             .field("validity", &self.validity())
             .field("lost", &self.is_lost())
             .finish()
     }
 }
 
-/// The task behind a guard: extends a watchdog-mode lock every third of its ttl, and declares
+/// The task behind a guard: extends a watchdog-mode lock every third of its lease, and declares
 /// the guard lost when its validity runs out unextended.
 struct Keeper {
     shared: Arc<Shared>,
     token: Token,
     state: Arc<State>,
-    ttl: Duration,
+    lease: Duration,
     acquired_at: Instant,
 }
 
@@ -338,17 +338,17 @@ impl Keeper {
     async fn keep(&self, fixed: bool) -> &'static str {
         if fixed {
             tokio::time::sleep_until(self.state.valid_until()).await;
-            return "its ttl ended";
+            return "its lease ended";
         }
         let settings = &self.shared.settings;
         let nodes = &self.shared.nodes;
-        let mut next_round = self.acquired_at + self.ttl / 3;
+        let mut next_round = self.acquired_at + self.lease / 3;
         loop {
             let valid_until = self.state.valid_until();
             tokio::time::sleep_until(next_round.min(valid_until)).await;
             if Instant::now() >= valid_until {
                 let limit_reached = settings.max_hold.is_some_and(|limit| {
-                    Instant::now() + settings.drift(self.ttl) >= self.acquired_at + limit
+                    Instant::now() + settings.drift(self.lease) >= self.acquired_at + limit
                 });
                 return if limit_reached {
                     "its hold limit (max_hold) was reached"
@@ -358,19 +358,19 @@ impl Keeper {
             }
             // The hold limit shortens the last extensions, so the lock ends on the nodes when
             // the limit does.
-            let ttl = match settings.max_hold {
+            let lease = match settings.max_hold {
                 Some(limit) => (self.acquired_at + limit)
                     .saturating_duration_since(Instant::now())
-                    .min(self.ttl),
-                None => self.ttl,
+                    .min(self.lease),
+                None => self.lease,
             };
-            if ttl <= settings.drift(ttl) {
+            if lease <= settings.drift(lease) {
                 tracing::debug!(lock = %self.shared.name, "Redlock hold limit reached; no more extensions");
                 tokio::time::sleep_until(valid_until).await;
                 return "its hold limit (max_hold) was reached";
             }
-            let timeout = settings.node_timeout(self.ttl);
-            let replies = nodes.extend(&self.token, millis(ttl), timeout);
+            let timeout = settings.node_timeout(self.lease);
+            let replies = nodes.extend(&self.token, millis(lease), timeout);
             let started = replies.started;
             let tally = tokio::select! {
                 tally = replies.tally(nodes, Until::Quorum) => tally,
@@ -379,14 +379,14 @@ impl Keeper {
                 }
             };
             if tally.done.len() >= nodes.quorum() && tally.decided_at < valid_until {
-                let extended = started + (ttl - settings.drift(ttl));
+                let extended = started + (lease - settings.drift(lease));
                 *self
                     .state
                     .valid_until
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner) = extended;
                 tracing::trace!(lock = %self.shared.name, granted = tally.done.len(), "Redlock extended");
-                next_round = started + self.ttl / 3;
+                next_round = started + self.lease / 3;
                 continue;
             }
             if tally.missing + tally.held_elsewhere() > nodes.tolerated() {

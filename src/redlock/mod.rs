@@ -20,15 +20,15 @@ use nodes::{Nodes, Tally, Token, Until};
 
 /// How long a [`RedLock`] taken by [`lock`](RedLock::lock) lives without an extension; it is
 /// extended every third of this. Redisson's watchdog default.
-pub const DEFAULT_REDLOCK_TTL: Duration = Duration::from_secs(30);
+pub const DEFAULT_REDLOCK_LEASE: Duration = Duration::from_secs(30);
 
-/// The smallest default per-node timeout; the default is `ttl / 100`, but not below this.
+/// The smallest default per-node timeout; the default is `lease / 100`, but not below this.
 pub const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(5);
 
-/// The share of the ttl assumed lost to clock drift between the nodes and this process.
+/// The share of the lease assumed lost to clock drift between the nodes and this process.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 
-/// The fixed part of the drift allowance, on top of `ttl * drift_factor`, as the algorithm
+/// The fixed part of the drift allowance, on top of `lease * drift_factor`, as the algorithm
 /// publishes it.
 pub const DRIFT_ALLOWANCE: Duration = Duration::from_millis(2);
 
@@ -40,16 +40,16 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// them (`N / 2 + 1`) hold its key, so it survives the loss of a minority and does not depend
 /// on replication.
 ///
-/// Each acquisition writes a fresh random token with `SET <name> <token> NX PX <ttl>` on every
-/// node at once, each request bounded by a per-node timeout much smaller than the ttl. It
+/// Each acquisition writes a fresh random token with `SET <name> <token> NX PX <lease>` on every
+/// node at once, each request bounded by a per-node timeout much smaller than the lease. It
 /// succeeds when a majority said `OK` and time is left: the guard's
-/// [`validity`](RedLockGuard::validity) is `ttl - elapsed - (ttl * drift_factor + 2 ms)`. A failed
+/// [`validity`](RedLockGuard::validity) is `lease - elapsed - (lease * drift_factor + 2 ms)`. A failed
 /// attempt is released on every node (only keys carrying its token are deleted) and retried
 /// after a random delay. The layout is the one every Redlock client uses, so fredlock and other
 /// Redlock implementations exclude each other on the same key. It is not Redisson's `RedLock`,
 /// which is a [`MultiLock`](crate::MultiLock) of hash locks.
 ///
-/// [`lock`](Self::lock) extends the lock on every node every `ttl / 3`. An extension counts only
+/// [`lock`](Self::lock) extends the lock on every node every `lease / 3`. An extension counts only
 /// if a majority confirmed it before the current validity ran out; otherwise the guard is lost
 /// ([`RedLockGuard::lost`]).
 ///
@@ -76,8 +76,8 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// Redlock keeps mutual exclusion only under assumptions that Redis cannot check for you:
 ///
 /// - **Clock drift.** Each node expires the key by its own clock; this process measures validity
-///   by its own. The drift allowance (`ttl * drift_factor + 2 ms`) must cover how much those
-///   clocks can run apart during one ttl. A node whose clock jumps forward (an NTP step, a
+///   by its own. The drift allowance (`lease * drift_factor + 2 ms`) must cover how much those
+///   clocks can run apart during one lease. A node whose clock jumps forward (an NTP step, a
 ///   manual change) expires keys early and breaks the majority; run nodes with slewing time
 ///   sync.
 /// - **Process pauses.** A holder stalled past its validity (GC, swap, a frozen VM, a blocked
@@ -89,7 +89,7 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// - **Delayed restart.** A node that crashes loses its keys unless it persists every write
 ///   (`appendonly yes` with `appendfsync always`). Restarted at once, it would grant the lock to
 ///   a second client while the first still counts it in its majority. A crashed node must stay
-///   down for at least the longest ttl in use (the watchdog ttl, or the longest fixed ttl)
+///   down for at least the longest lease in use (the watchdog lease, or the longest fixed lease)
 ///   before it rejoins.
 /// - **Independence.** The nodes must be independent masters: not replicas of each other and not
 ///   one server listed twice (the same client twice is rejected, but two clients on one server
@@ -109,7 +109,7 @@ pub(crate) struct Shared {
 /// The tunables of one Redlock; see [`RedLockBuilder`].
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
-    pub(crate) ttl: Duration,
+    pub(crate) lease: Duration,
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) drift_factor: f64,
     pub(crate) retry_delay: RangeInclusive<Duration>,
@@ -117,15 +117,15 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The per-node timeout for requests about a key of this ttl.
-    pub(crate) fn node_timeout(&self, ttl: Duration) -> Duration {
+    /// The per-node timeout for requests about a key of this lease.
+    pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
         self.node_timeout
-            .unwrap_or_else(|| (ttl / 100).max(MIN_NODE_TIMEOUT))
+            .unwrap_or_else(|| (lease / 100).max(MIN_NODE_TIMEOUT))
     }
 
-    /// The drift allowance for a ttl.
-    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.drift_factor) + DRIFT_ALLOWANCE
+    /// The drift allowance for a lease.
+    pub(crate) fn drift(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.drift_factor) + DRIFT_ALLOWANCE
     }
 
     /// A random pause before the next attempt.
@@ -145,7 +145,7 @@ impl Settings {
 /// use std::time::Duration;
 ///
 /// let redlock = fredlock::RedLock::builder(nodes, "reports:nightly")
-///     .ttl(Duration::from_secs(10))                   // extended every 3.3 s
+///     .lease(Duration::from_secs(10))                   // extended every 3.3 s
 ///     .node_timeout(Duration::from_millis(50))
 ///     .retry_delay(Duration::from_millis(10)..=Duration::from_millis(100))
 ///     .max_hold(Duration::from_secs(600))             // never held longer than 10 minutes
@@ -161,25 +161,25 @@ pub struct RedLockBuilder {
 }
 
 impl RedLockBuilder {
-    /// The ttl of a lock taken without one ([`RedLock::lock`], or `try_lock` with `None`): how
+    /// The lease of a lock taken without one ([`RedLock::lock`], or `try_lock` with `None`): how
     /// long it lives on the nodes without an extension. It is extended every third of this; a
     /// crashed holder's lock frees itself after at most this long. Default
-    /// [`DEFAULT_REDLOCK_TTL`] (30 s).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.settings.ttl = ttl;
+    /// [`DEFAULT_REDLOCK_LEASE`] (30 s).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.settings.lease = lease;
         self
     }
 
-    /// How long each node may take to answer one request. Default: the ttl of the request / 100,
-    /// at least [`MIN_NODE_TIMEOUT`] (5 ms). Keep it well below the ttl: a slow node then costs
+    /// How long each node may take to answer one request. Default: the lease of the request / 100,
+    /// at least [`MIN_NODE_TIMEOUT`] (5 ms). Keep it well below the lease: a slow node then costs
     /// at most this much, and a node that answers later than this counts as failed.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.settings.node_timeout = Some(timeout);
         self
     }
 
-    /// The share of the ttl set aside for clock drift: validity is
-    /// `ttl - elapsed - (ttl * factor + 2 ms)`. Default [`DEFAULT_DRIFT_FACTOR`] (0.01).
+    /// The share of the lease set aside for clock drift: validity is
+    /// `lease - elapsed - (lease * factor + 2 ms)`. Default [`DEFAULT_DRIFT_FACTOR`] (0.01).
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.settings.drift_factor = factor;
         self
@@ -203,7 +203,7 @@ impl RedLockBuilder {
     /// Checks the settings and makes the Redlock. Sends nothing.
     ///
     /// Fails with [`Error::InvalidArgument`] for no nodes, the same client twice, an empty name,
-    /// a zero ttl, node timeout or hold limit, a drift factor outside `0..1`, a ttl that the
+    /// a zero lease, node timeout or hold limit, a drift factor outside `0..1`, a lease that the
     /// drift allowance leaves no validity, or an empty retry range.
     pub fn build(self) -> Result<RedLock> {
         let invalid = |message: String| Err(Error::InvalidArgument(message));
@@ -263,7 +263,7 @@ impl RedLockBuilder {
             *settings.retry_delay.end(),
             Duration::ZERO,
         )?;
-        check_ttl(&self.name, &settings, settings.ttl)?;
+        check_lease(&self.name, &settings, settings.lease)?;
         let nodes = Nodes {
             key: Key::from(name.as_str()),
             clients: self.nodes,
@@ -278,17 +278,17 @@ impl RedLockBuilder {
     }
 }
 
-/// A ttl must leave a validity once the drift allowance is taken off, and be one Redis takes.
-fn check_ttl(name: &str, settings: &Settings, ttl: Duration) -> Result<()> {
+/// A lease must leave a validity once the drift allowance is taken off, and be one Redis takes.
+fn check_lease(name: &str, settings: &Settings, lease: Duration) -> Result<()> {
     durations::check(
-        format_args!("Redlock {name:?}: the ttl"),
-        ttl,
+        format_args!("Redlock {name:?}: the lease"),
+        lease,
         durations::MIN_LEASE,
     )?;
-    if ttl <= settings.drift(ttl) {
+    if lease <= settings.drift(lease) {
         return Err(Error::InvalidArgument(format!(
-            "Redlock {name:?}: a ttl of {ttl:?} leaves no validity after the drift allowance of {:?}",
-            settings.drift(ttl)
+            "Redlock {name:?}: a lease of {lease:?} leaves no validity after the drift allowance of {:?}",
+            settings.drift(lease)
         )));
     }
     Ok(())
@@ -321,7 +321,7 @@ impl RedLock {
             nodes,
             name: name.into(),
             settings: Settings {
-                ttl: DEFAULT_REDLOCK_TTL,
+                lease: DEFAULT_REDLOCK_LEASE,
                 node_timeout: None,
                 drift_factor: DEFAULT_DRIFT_FACTOR,
                 retry_delay: DEFAULT_RETRY_DELAY,
@@ -340,7 +340,7 @@ impl RedLock {
         self.shared.nodes.quorum()
     }
 
-    /// Acquires the lock, waiting as long as it takes; it is extended every `ttl / 3` until the
+    /// Acquires the lock, waiting as long as it takes; it is extended every `lease / 3` until the
     /// guard is unlocked or dropped (or the [`max_hold`](RedLockBuilder::max_hold) limit ends
     /// it).
     ///
@@ -363,26 +363,26 @@ impl RedLock {
         }
     }
 
-    /// Acquires the lock, waiting as long as it takes, for a fixed `ttl`: it ends by itself then
+    /// Acquires the lock, waiting as long as it takes, for a fixed `lease`: it ends by itself then
     /// and is never extended. [`RedLockGuard::validity`] says how much of it is left.
     ///
     /// # Errors
     ///
-    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a ttl that leaves no validity.
+    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a lease that leaves no validity.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_ttl(&self, ttl: Duration) -> Result<RedLockGuard> {
-        match self.acquire(None, Some(ttl)).await? {
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
+        match self.acquire(None, Some(lease)).await? {
             Some(guard) => Ok(guard),
             None => unreachable_without_deadline(&self.shared.name),
         }
     }
 
     /// Tries to acquire the lock within `wait`: `Ok(None)` when other holders kept a majority
-    /// of the nodes that long. `wait` zero makes exactly one attempt. `ttl` `None` extends the
-    /// lock until the guard goes; `Some(ttl)` holds it for that long at most.
+    /// of the nodes that long. `wait` zero makes exactly one attempt. `lease` `None` extends the
+    /// lock until the guard goes; `Some(lease)` holds it for that long at most.
     ///
     /// An attempt already on its way when the wait ends is finished, so the call may take up
     /// to one per-node timeout longer than `wait`.
@@ -391,7 +391,7 @@ impl RedLock {
     ///
     /// [`Error::NoQuorum`] when the last attempt failed for node failures (timeouts, unreachable
     /// nodes, rejected requests) rather than because the lock was held, listing each node and
-    /// why; [`Error::InvalidArgument`] for a ttl that leaves no validity.
+    /// why; [`Error::InvalidArgument`] for a lease that leaves no validity.
     ///
     /// # Cancel safety
     ///
@@ -399,24 +399,24 @@ impl RedLock {
     pub async fn try_lock(
         &self,
         wait: Duration,
-        ttl: Option<Duration>,
+        lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(wait), ttl).await
+        self.acquire(Some(wait), lease).await
     }
 
     async fn acquire(
         &self,
         wait: Option<Duration>,
-        fixed_ttl: Option<Duration>,
+        fixed_lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
         let shared = &self.shared;
-        let ttl = fixed_ttl.unwrap_or(shared.settings.ttl);
-        check_ttl(&shared.name, &shared.settings, ttl)?;
+        let lease = fixed_lease.unwrap_or(shared.settings.lease);
+        check_lease(&shared.name, &shared.settings, lease)?;
         let started = Instant::now();
         let deadline = wait.and_then(|wait| durations::deadline(started, wait));
         let mut warned = false;
         loop {
-            let (tally, elapsed) = match self.attempt(ttl, fixed_ttl.is_some()).await {
+            let (tally, elapsed) = match self.attempt(lease, fixed_lease.is_some()).await {
                 Attempt::Won(guard) => {
                     tracing::debug!(
                         lock = %shared.name,
@@ -468,19 +468,19 @@ impl RedLock {
 
     /// One round of the algorithm: `SET NX PX` on every node at once; won if a majority said OK
     /// while time was left, else released on every node.
-    async fn attempt(&self, ttl: Duration, fixed: bool) -> Attempt {
+    async fn attempt(&self, lease: Duration, fixed: bool) -> Attempt {
         let shared = &self.shared;
         let token = Token::new();
-        let timeout = shared.settings.node_timeout(ttl);
-        let ttl_ms = millis(ttl);
+        let timeout = shared.settings.node_timeout(lease);
+        let lease_ms = millis(lease);
         // Whatever the requests wrote is deleted everywhere unless the guard takes it over, even
         // if this future is dropped half-way.
-        let written = guard::Written::new(shared.clone(), token.clone(), ttl);
-        let replies = shared.nodes.acquire(&token, ttl_ms, timeout);
+        let written = guard::Written::new(shared.clone(), token.clone(), lease);
+        let replies = shared.nodes.acquire(&token, lease_ms, timeout);
         let started = replies.started;
         let tally = replies.tally(&shared.nodes, Until::Quorum).await;
         let elapsed = tally.decided_at - started;
-        let valid_until = started + (ttl - shared.settings.drift(ttl));
+        let valid_until = started + (lease - shared.settings.drift(lease));
         if tally.done.len() >= shared.nodes.quorum() && tally.decided_at < valid_until {
             let guard = written.into_guard(started, valid_until, fixed);
             return Attempt::Won(guard);

@@ -94,15 +94,15 @@ impl Nodes {
         self.clients.len() - self.quorum()
     }
 
-    /// `SET key token NX PX ttl` on every node.
-    pub(crate) fn acquire(&self, token: &Token, ttl_ms: u64, timeout: Duration) -> Replies {
+    /// `SET key token NX PX lease` on every node.
+    pub(crate) fn acquire(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
         self.on_every_node(token, timeout, move |redis, key, token| async move {
             // Sent once: the release that may follow must come after it on the wire.
             let reply: Option<String> = write(&redis, Attempts::Once, || {
                 redis.set(
                     key.clone(),
                     token.as_str(),
-                    Some(Expiration::PX(ttl_ms as i64)),
+                    Some(Expiration::PX(lease_ms as i64)),
                     Some(SetOptions::NX),
                     false,
                 )
@@ -117,13 +117,13 @@ impl Nodes {
     }
 
     /// Compare-and-pexpire on every node.
-    pub(crate) fn extend(&self, token: &Token, ttl_ms: u64, timeout: Duration) -> Replies {
+    pub(crate) fn extend(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
         self.on_every_node(token, timeout, move |redis, key, token| async move {
             let reply: i64 = REDLOCK_EXTEND
                 .run(&redis, || {
                     (
                         vec![key.clone()],
-                        vec![Value::from(token.as_str()), Value::from(ttl_ms as i64)],
+                        vec![Value::from(token.as_str()), Value::from(lease_ms as i64)],
                     )
                 })
                 .await?;
@@ -315,7 +315,7 @@ impl Drop for Replies {
         {
             return;
         }
-        // Without a runtime nothing can run them; ttls end what they would have done.
+        // Without a runtime nothing can run them; leases end what they would have done.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(finish(std::mem::take(&mut self.calls)));
         }

@@ -129,7 +129,7 @@ impl RedisServer {
         raw_client(&self.url()).await
     }
 
-    /// A fredlock client with the given fair-lock waiter slot (and the default watchdog).
+    /// A fredlock client with the given fair-lock wait timeout (and the default watchdog).
     pub async fn fair_client(&self, fair_wait: Duration) -> fredlock::LockClient {
         fredlock::LockClient::builder()
             .url(self.url())

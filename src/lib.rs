@@ -25,8 +25,10 @@
 //! One [`LockClient`] per process owns a command connection, one subscriber connection shared
 //! by all waiters, a watchdog task that renews every watchdog-held lock every
 //! `watchdog_timeout / 3` (up to 100 locks per script call), and a task that releases dropped
-//! guards. Locks ([`Lock`], and [`FairLock`] for first-come-first-served order) are cheap
-//! handles; acquiring one returns a [`LockGuard`].
+//! guards. Locks are cheap handles: [`Lock`], [`FairLock`] for first-come-first-served order,
+//! [`FencedLock`] whose guards carry a fencing token, and [`SpinLock`] whose waiters back off
+//! instead of subscribing. Acquiring one returns a [`LockGuard`] (a [`FencedGuard`] for the
+//! fenced lock).
 //!
 //! Two locks are built from several of those: [`RedLock`], the Redlock algorithm over a
 //! `LockClient` per independent master (held while a majority holds it), and [`MultiLock`],
@@ -57,8 +59,9 @@
 //!   runtime thread) may resume believing it holds a lock that has expired and been taken. The
 //!   watchdog narrows this (it tells the guard via [`LockGuard::lost`]), but cannot close it:
 //!   a check and a write are never atomic with respect to a lease. This is why **fencing
-//!   tokens** exist: the protected resource rejects writes carrying an older token than it has
-//!   seen.
+//!   tokens** exist ([`FencedLock`]): the protected resource rejects writes carrying an older
+//!   token than it has seen. For data in Redis, [`LockGuard::eval_while_held`] makes the check
+//!   and the write one step.
 //! - **Leases.** A crashed holder's lock frees itself only when its lease ends (the watchdog
 //!   timeout for [`Lock::lock`]). A connection failure in the middle of an acquire or release
 //!   leaves its outcome unknown; the lock is then freed by its lease at the latest.

@@ -149,8 +149,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
     let raw = raw_client(url).await;
     let scripts = Arc::new(RawScripts::load(&raw).await);
     let cycles = sizes.cycles;
-    let ours_once = |n: usize| {
-        let lock = client.lock("bench:uncontended");
+    let ours_once = |lock: fredlock::Lock, n: usize| {
         in_task(async move {
             let started = Instant::now();
             for _ in 0..n {
@@ -176,31 +175,60 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
             started.elapsed().as_secs_f64() * 1e6 / n as f64
         })
     };
-    ours_once(cycles / 10).await;
-    raw_once(cycles / 10).await;
-    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
-    // Interleaved, so that drift of a shared machine hits both alike.
-    for _ in 0..sizes.rounds {
-        ours.push(ours_once(cycles).await);
-        baseline.push(raw_once(cycles).await);
-    }
-    let ours = Summary::of(&ours);
-    let baseline = Summary::of(&baseline);
-    let mut rows = vec![
-        Row::new("1 uncontended", "fredlock", "lock+unlock", "µs", ours),
-        Row::new(
-            "1 uncontended",
-            "raw EVALSHA x2",
-            "acquire+release scripts",
-            "µs",
-            baseline,
+    // The reentrant lock, and the two primitives built on the same engine: the fenced lock
+    // (its acquire also INCRs the token counter) and the spin lock (its release publishes
+    // nothing).
+    let locks = [
+        ("fredlock", client.lock("bench:uncontended")),
+        (
+            "fredlock fenced",
+            client
+                .fenced_lock("bench:uncontended:fenced")
+                .as_lock()
+                .clone(),
         ),
-        Row::ratio(
-            "1 uncontended",
-            "fredlock / raw",
-            ours.median / baseline.median,
+        (
+            "fredlock spin",
+            client.spin_lock("bench:uncontended:spin").as_lock().clone(),
         ),
     ];
+    for (_, lock) in &locks {
+        ours_once(lock.clone(), cycles / 10).await;
+    }
+    raw_once(cycles / 10).await;
+    let mut ours: Vec<Vec<f64>> = vec![Vec::new(); locks.len()];
+    let mut baseline = Vec::new();
+    // Interleaved, so that drift of a shared machine hits all alike.
+    for _ in 0..sizes.rounds {
+        for ((_, lock), samples) in locks.iter().zip(ours.iter_mut()) {
+            samples.push(ours_once(lock.clone(), cycles).await);
+        }
+        baseline.push(raw_once(cycles).await);
+    }
+    let baseline = Summary::of(&baseline);
+    let mut rows = Vec::new();
+    for ((library, _), samples) in locks.iter().zip(&ours) {
+        let summary = Summary::of(samples);
+        rows.push(Row::new(
+            "1 uncontended",
+            library,
+            "lock+unlock",
+            "µs",
+            summary,
+        ));
+        rows.push(Row::ratio(
+            "1 uncontended",
+            &format!("{library} / raw"),
+            summary.median / baseline.median,
+        ));
+    }
+    rows.push(Row::new(
+        "1 uncontended",
+        "raw EVALSHA x2",
+        "acquire+release scripts",
+        "µs",
+        baseline,
+    ));
     for name in &libs::NAMES[1..] {
         let library: Arc<dyn Library> = libs::connect(name, url).await.into();
         let mut samples = Vec::new();

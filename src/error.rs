@@ -238,6 +238,12 @@ impl fmt::Display for ErrorList<'_> {
     }
 }
 
+/// The outcome of a wait without a deadline, which ends only with a guard or an error: no
+/// guard means that the client shut down under it.
+pub(crate) fn waited<T>(outcome: Option<T>) -> Result<T> {
+    outcome.ok_or(Error::Shutdown)
+}
+
 impl Error {
     /// Converts a fred error met on `server` while working on `lock`, recognising `WRONGTYPE`
     /// replies.

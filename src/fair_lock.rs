@@ -8,9 +8,7 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{AcquireArgs, Call, Kind, ReleaseArgs, Request, Script, Wake};
-use crate::error::Result;
-use crate::guard::LockGuard;
-use crate::lock::{Lock, LockKind};
+use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::names::{self, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, LOCK_RENEW};
@@ -18,7 +16,7 @@ use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, 
 /// A reentrant distributed lock whose waiters are served first come, first served: Redisson's
 /// `RFairLock`, with the same keys, so Java and Rust waiters share one line.
 ///
-/// Everything [`Lock`] does, a `FairLock` does the same way (reentrancy, watchdog, [`LockGuard`],
+/// Everything [`Lock`] does, a `FairLock` does the same way (reentrancy, watchdog, [`LockGuard`](crate::LockGuard),
 /// cancel safety); the difference is who gets the lock when it is released:
 ///
 /// - A waiter takes its place in the lock's queue (`redisson_lock_queue:{name}`) with its first
@@ -80,72 +78,16 @@ impl FairLock {
         }
     }
 
-    /// Acquires the lock when its turn comes, waiting as long as it takes; the watchdog renews it
-    /// until the guard goes. See [`Lock::lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped, no hold is left behind and the waiter's place in
-    /// the queue is given up within milliseconds.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.lock.lock().await
-    }
+    lock_acquires!(
+        waits: "Granted when the waiter's turn comes: first come, first served.",
+        cancel: "Cancel safe: if the future is dropped, no hold is left behind and the waiter's \
+                 place in the queue is given up within milliseconds.",
+        try_lock: "When its turn did not come within `wait`, its place in the queue is already \
+                   given up. A zero `wait` takes the lock only if it is free and nobody is \
+                   queued, and never queues.",
+    );
 
-    /// Acquires the lock when its turn comes, for a fixed `lease`. See
-    /// [`Lock::lock_with_lease`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock_with_lease`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.lock.lock_with_lease(lease).await
-    }
-
-    /// Tries to acquire the lock within `wait`: `Ok(None)` when its turn did not come that soon,
-    /// and then its place in the queue is already given up. A zero `wait` takes the lock only
-    /// if it is free and nobody is queued, and never queues. See [`Lock::try_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.lock.try_lock(wait, lease).await
-    }
-
-    /// Runs `work` while holding the lock, taken when its turn comes; see [`Lock::with_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::with_lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Lock::with_lock`]; a dropped wait gives up its place in the queue.
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        self.lock.with_lock(work).await
-    }
-
-    crate::lock::lock_reads!();
+    lock_reads!();
 }
 
 impl From<FairLock> for Lock {

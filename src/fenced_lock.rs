@@ -11,7 +11,7 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
-use crate::error::{Error, Result};
+use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
 use crate::names;
@@ -151,10 +151,7 @@ impl FencedLock {
     /// dropped is never handed to anyone (the hold is given back); the next acquisition gets a
     /// greater one.
     pub async fn lock(&self) -> Result<FencedGuard> {
-        match self.acquire(None, Lease::Watchdog).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Shutdown),
-        }
+        self.acquire(None, Lease::Watchdog).await.and_then(waited)
     }
 
     /// Acquires the lock, waiting as long as it takes, for a fixed `lease`. See
@@ -168,10 +165,9 @@ impl FencedLock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<FencedGuard> {
-        match self.acquire(None, Lease::Fixed(lease)).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Shutdown),
-        }
+        self.acquire(None, Lease::Fixed(lease))
+            .await
+            .and_then(waited)
     }
 
     /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See

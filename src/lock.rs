@@ -11,7 +11,7 @@ use crate::client::LockClient;
 use crate::engine::{
     self, AcquireArgs, Backoff, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win,
 };
-use crate::error::{Error, Result};
+use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
 use crate::names::{self, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
@@ -222,11 +222,7 @@ impl Lock {
     /// Cancel safe: if the future is dropped, no hold is left behind. An acquire request already
     /// sent runs to completion in a task of its own, which gives the hold back if it won.
     pub async fn lock(&self) -> Result<LockGuard> {
-        match self.acquire(None, Lease::Watchdog).await? {
-            Some(guard) => Ok(guard),
-            // A wait without a deadline ends only with a guard or an error.
-            None => Err(Error::Shutdown),
-        }
+        self.acquire(None, Lease::Watchdog).await.and_then(waited)
     }
 
     /// Acquires the lock, waiting as long as it takes, for a fixed `lease`: the lock ends by
@@ -241,10 +237,9 @@ impl Lock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        match self.acquire(None, Lease::Fixed(lease)).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Shutdown),
-        }
+        self.acquire(None, Lease::Fixed(lease))
+            .await
+            .and_then(waited)
     }
 
     /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
@@ -482,6 +477,85 @@ impl fmt::Debug for Lock {
             .finish_non_exhaustive()
     }
 }
+
+/// The acquisitions every lock of the reentrant family that returns a [`LockGuard`] shares with
+/// [`Lock`], for a handle whose field `lock` is the `Lock` it wraps: `$waits` says how its waiter
+/// waits, `$cancel` what a dropped wait gives up, `$try_lock` what `try_lock` adds.
+macro_rules! lock_acquires {
+    (waits: $waits:literal, cancel: $cancel:literal, try_lock: $try_lock:literal $(,)?) => {
+        /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the
+        /// guard goes. See [`Lock::lock`](crate::Lock::lock).
+        ///
+        #[doc = $waits]
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::lock`](crate::Lock::lock).
+        ///
+        /// # Cancel safety
+        ///
+        #[doc = $cancel]
+        pub async fn lock(&self) -> $crate::Result<$crate::LockGuard> {
+            self.lock.lock().await
+        }
+
+        /// Acquires the lock, waiting as long as it takes, for a fixed `lease`. See
+        /// [`Lock::lock_with_lease`](crate::Lock::lock_with_lease).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::lock_with_lease`](crate::Lock::lock_with_lease).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`lock`](Self::lock).
+        pub async fn lock_with_lease(
+            &self,
+            lease: std::time::Duration,
+        ) -> $crate::Result<$crate::LockGuard> {
+            self.lock.lock_with_lease(lease).await
+        }
+
+        /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
+        /// See [`Lock::try_lock`](crate::Lock::try_lock).
+        ///
+        #[doc = $try_lock]
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::try_lock`](crate::Lock::try_lock).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`lock`](Self::lock).
+        pub async fn try_lock(
+            &self,
+            wait: std::time::Duration,
+            lease: Option<std::time::Duration>,
+        ) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.lock.try_lock(wait, lease).await
+        }
+
+        /// Runs `work` while holding the lock; see [`Lock::with_lock`](crate::Lock::with_lock).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::with_lock`](crate::Lock::with_lock).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`lock`](Self::lock): dropping the future drops the work where it
+        /// stands and gives the hold back in the background.
+        pub async fn with_lock<F, Fut, T>(&self, work: F) -> $crate::Result<T>
+        where
+            F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+            Fut: std::future::Future<Output = T>,
+        {
+            self.lock.with_lock(work).await
+        }
+    };
+}
+pub(crate) use lock_acquires;
 
 /// The reads and the force unlock every lock of the reentrant family shares with [`Lock`],
 /// for a handle whose field `lock` is the `Lock` it wraps.

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::engine::durations;
 use crate::engine::join::join_all;
 use crate::engine::Lease;
-use crate::error::{Error, Result};
+use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
@@ -105,10 +105,7 @@ impl MultiLock {
     /// Cancel safe: if the future is dropped, every member it acquired is released in the
     /// background, and member attempts in flight undo themselves as [`Lock::lock`] does.
     pub async fn lock(&self) -> Result<MultiLockGuard> {
-        match self.acquire(None, Lease::Watchdog).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Shutdown),
-        }
+        self.acquire(None, Lease::Watchdog).await.and_then(waited)
     }
 
     /// Acquires every member, waiting as long as it takes, each for a fixed `lease`.
@@ -121,10 +118,9 @@ impl MultiLock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
-        match self.acquire(None, Lease::Fixed(lease)).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Shutdown),
-        }
+        self.acquire(None, Lease::Fixed(lease))
+            .await
+            .and_then(waited)
     }
 
     /// Tries to acquire every member within `wait`: `Ok(None)` when some member stayed held that

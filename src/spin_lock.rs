@@ -7,8 +7,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::engine::{durations, Backoff};
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::lock::{lock_reads, Lock, Reentrant};
+use crate::lock::{lock_acquires, lock_reads, Lock, Reentrant};
 use crate::owner::OwnerId;
 
 /// The first pause of a spin lock's waiter (Redisson's default).
@@ -107,70 +106,14 @@ impl SpinLock {
         }
     }
 
-    /// Acquires the lock, trying again with backoff as long as it takes; the watchdog renews it
-    /// until the guard goes. See [`Lock::lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped, no hold is left behind (an attempt already sent
-    /// finishes in a task of its own and gives back what it won). A waiter holds nothing in
-    /// Redis between attempts.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.lock.lock().await
-    }
-
-    /// Acquires the lock, trying again with backoff as long as it takes, for a fixed `lease`.
-    /// See [`Lock::lock_with_lease`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock_with_lease`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.lock.lock_with_lease(lease).await
-    }
-
-    /// Tries to acquire the lock within `wait`, trying again with backoff: `Ok(None)` when it
-    /// stayed held that long. See [`Lock::try_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>> {
-        self.lock.try_lock(wait, lease).await
-    }
-
-    /// Runs `work` while holding the lock; see [`Lock::with_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::with_lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Lock::with_lock`].
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        self.lock.with_lock(work).await
-    }
+    lock_acquires!(
+        waits: "A waiter tries again after each pause of its backoff, never subscribing.",
+        cancel: "Cancel safe: if the future is dropped, no hold is left behind (an attempt \
+                 already sent finishes in a task of its own and gives back what it won). A \
+                 waiter holds nothing in Redis between attempts.",
+        try_lock: "The attempts within `wait` follow the backoff; the last one is made at the \
+                   end of the wait.",
+    );
 
     lock_reads!();
 }

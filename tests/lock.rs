@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{bounded, eventually, Kind, RedisServer};
@@ -354,56 +353,11 @@ async fn cancelled_acquisitions_leave_nothing(kind: Kind) {
     // Waiter places far longer than the test: a queue place left behind cannot expire meanwhile.
     let holder_client = server.fair_client(Duration::from_secs(120)).await;
     let client = server.fair_client(Duration::from_secs(120)).await;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let holder = {
-        let lock = kind.lock(&holder_client, "cancel");
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let guard = lock.lock().await.unwrap();
-                let hold = rand::thread_rng().gen_range(0..3000);
-                tokio::time::sleep(Duration::from_micros(hold)).await;
-                guard.unlock().await.unwrap();
-                tokio::task::yield_now().await;
-            }
-        })
-    };
-    let mut tasks = Vec::new();
-    for i in 0..200 {
-        let lock = kind.lock(&client, "cancel");
-        // Timers tick in milliseconds, longer than a round trip on loopback; yields cancel
-        // at finer points, inside the acquire script's round trip too.
-        let (yields, after) = {
-            let mut rng = rand::thread_rng();
-            (
-                rng.gen_range(0..400),
-                Duration::from_micros(rng.gen_range(0..4000)),
-            )
-        };
-        tasks.push(tokio::spawn(async move {
-            // Whatever it got before being cancelled is released when the guard drops.
-            if i % 2 == 0 {
-                tokio::select! {
-                    _ = lock.lock() => {}
-                    _ = async { for _ in 0..yields { tokio::task::yield_now().await } } => {}
-                }
-            } else {
-                let _ = tokio::time::timeout(after, lock.lock()).await;
-            }
-        }));
-        if i % 10 == 9 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    // A hold leaked by a cancelled acquire would stall the holder for a whole 30 s lease.
-    tokio::time::timeout(Duration::from_secs(5), holder)
-        .await
-        .expect("the holder was not blocked by a leaked hold")
-        .unwrap();
+    common::cancellation_storm(
+        kind.lock(&holder_client, "cancel"),
+        kind.lock(&client, "cancel"),
+    )
+    .await;
     let clean = eventually(Duration::from_secs(5), || async {
         let exists: u32 = raw
             .exists(vec![

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{bounded, command_calls, eventually, RedisServer};
@@ -167,52 +166,11 @@ async fn cancelled_spin_acquisitions_leave_nothing() {
         let raw = server.raw().await;
         let holder_client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
         let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let holder = {
-            let lock = holder_client.spin_lock("spin-cancel");
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let guard = lock.lock().await.unwrap();
-                    let hold = rand::thread_rng().gen_range(0..3000);
-                    tokio::time::sleep(Duration::from_micros(hold)).await;
-                    guard.unlock().await.unwrap();
-                    tokio::task::yield_now().await;
-                }
-            })
-        };
-        let mut tasks = Vec::new();
-        for i in 0..200 {
-            let lock = client.spin_lock("spin-cancel");
-            let (yields, after) = {
-                let mut rng = rand::thread_rng();
-                (
-                    rng.gen_range(0..400),
-                    Duration::from_micros(rng.gen_range(0..4000)),
-                )
-            };
-            tasks.push(tokio::spawn(async move {
-                if i % 2 == 0 {
-                    tokio::select! {
-                        _ = lock.lock() => {}
-                        _ = async { for _ in 0..yields { tokio::task::yield_now().await } } => {}
-                    }
-                } else {
-                    let _ = tokio::time::timeout(after, lock.lock()).await;
-                }
-            }));
-            if i % 10 == 9 {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        tokio::time::timeout(Duration::from_secs(5), holder)
-            .await
-            .expect("the holder was not blocked by a leaked hold")
-            .unwrap();
+        common::cancellation_storm(
+            holder_client.spin_lock("spin-cancel").as_lock().clone(),
+            client.spin_lock("spin-cancel").as_lock().clone(),
+        )
+        .await;
 
         // try_lock gives up after about its wait while another holds it.
         let guard = holder_client.spin_lock("spin-cancel").lock().await.unwrap();

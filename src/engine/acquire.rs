@@ -16,7 +16,7 @@ use crate::engine::durations;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::InFlight;
-use crate::engine::kind::{AcquireArgs, Backoff, Kind, Reply, Wake};
+use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::pubsub::Waiter;
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine};
@@ -268,14 +268,14 @@ async fn attempt(
         let holds = core.holds.count(name, &task_field);
         let request = turn.request();
         let sent_at = Instant::now();
-        let call = task_kind.acquire(&AcquireArgs {
+        let args = AcquireArgs {
             field: &task_field,
             lease_ms,
             holds,
             place_ms,
             request: &request,
-        });
-        let reply = call.run::<Value>(&core.redis).await;
+        };
+        let reply = Call::run_made::<Value>(&core.redis, || task_kind.acquire(&args)).await;
         turn.record(request, &reply);
         // No settle here: the acquire loop tries again with the fences, or settles on exit.
         drop(turn);

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::inflight::InFlight;
-use crate::engine::kind::{Kind, ReleaseArgs};
+use crate::engine::kind::{Call, Kind, ReleaseArgs};
 use crate::engine::releaser::{settle_later, Undo};
 use crate::engine::{Core, Engine};
 use crate::error::{Error, Result};
@@ -175,13 +175,13 @@ impl Release {
         // within a command timeout; only then is the outcome left to the settle.
         let (reply, resent) = turn
             .send_again_while_lost(&core.redis, |request| async {
-                let call = self.kind.release(&ReleaseArgs {
+                let args = ReleaseArgs {
                     field: &hold.field,
                     left,
                     lease_ms,
                     request: &request,
-                });
-                let reply = call.run(&core.redis).await;
+                };
+                let reply = Call::run_made(&core.redis, || self.kind.release(&args)).await;
                 (request, reply)
             })
             .await;

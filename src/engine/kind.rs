@@ -2,7 +2,7 @@
 //! how its waiters wake, and whether they queue. A primitive hands the engine one [`Kind`]; the
 //! engine runs the acquire loop, holds, renewals and undos on it without knowing which it is.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::Client;
@@ -23,11 +23,32 @@ pub(crate) struct Call {
 }
 
 impl Call {
+    /// Runs the call, cloning its keys and arguments for a resend: for calls off the hot path.
     pub(crate) async fn run<R: fred::types::FromValue>(
         self,
         redis: &Client,
     ) -> Result<R, fred::error::Error> {
         self.script.call(redis, self.keys, self.args).await
+    }
+
+    /// Runs the call `make` makes, built once on the common path and made again only for the
+    /// `EVAL` fallback or a resend, instead of cloned for them.
+    pub(crate) async fn run_made<R: fred::types::FromValue>(
+        redis: &Client,
+        make: impl Fn() -> Call,
+    ) -> Result<R, fred::error::Error> {
+        let first = make();
+        let script = first.script;
+        let first = Mutex::new(Some((first.keys, first.args)));
+        script
+            .run(redis, || {
+                let taken = first.lock().unwrap_or_else(PoisonError::into_inner).take();
+                taken.unwrap_or_else(|| {
+                    let again = make();
+                    (again.keys, again.args)
+                })
+            })
+            .await
     }
 }
 

@@ -111,8 +111,8 @@ impl SpinLock {
         cancel: "Cancel safe: if the future is dropped, no hold is left behind (an attempt \
                  already sent finishes in a task of its own and gives back what it won). A \
                  waiter holds nothing in Redis between attempts.",
-        try_lock: "The attempts within `wait` follow the backoff; the last one is made at the \
-                   end of the wait.",
+        try_lock: "The attempts within `wait` follow the backoff, so the last one may come up \
+                   to a pause (128 ms by default) before the wait ends.",
     );
 
     lock_reads!();

@@ -8,7 +8,10 @@ use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{bounded, eventually, queue_key, sigkill, timeout_key, RedisCluster, RedisServer};
+use common::{
+    bounded, eventually, queue_key, sigkill, time_acquisition, timeout_key, RedisCluster,
+    RedisServer,
+};
 use fred::prelude::*;
 use fredlock::{FairLock, LockClient};
 use rand::Rng;
@@ -55,16 +58,6 @@ async fn queue_reaches(raw: &Client, name: &str, len: usize) -> bool {
         queue(raw, name).await.len() == len
     })
     .await
-}
-
-/// Spawns a task that waits for `lock`, releases it at once, and returns when it got it.
-fn time_acquisition(lock: FairLock) -> tokio::task::JoinHandle<Instant> {
-    tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        let at = Instant::now();
-        guard.unlock().await.unwrap();
-        at
-    })
 }
 
 /// Who got the lock, in the order they got it.

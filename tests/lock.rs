@@ -196,12 +196,7 @@ async fn waiter_wakes_promptly_on_unlock(kind: Kind) {
     let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
     let guard = kind.lock(&holder, "prompt").lock().await.unwrap();
     let lock = kind.lock(&waiter_client, "prompt");
-    let waiter = tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        let at = Instant::now();
-        guard.unlock().await.unwrap();
-        at
-    });
+    let waiter = common::time_acquisition(lock);
     assert!(
         eventually(Duration::from_secs(5), || async {
             waiter_client.stats().subscriptions == 1
@@ -227,12 +222,7 @@ async fn missed_message_costs_at_most_the_ttl(kind: Kind) {
     let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
     let _guard = kind.lock(&holder, "missed").lock().await.unwrap();
     let lock = kind.lock(&waiter_client, "missed");
-    let waiter = tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        let at = Instant::now();
-        guard.unlock().await.unwrap();
-        at
-    });
+    let waiter = common::time_acquisition(lock);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ttl: i64 = raw.pttl("missed").await.unwrap();
     let _: i64 = raw.del("missed").await.unwrap();

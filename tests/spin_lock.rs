@@ -82,12 +82,7 @@ async fn a_waiter_acquires_within_the_backoff_cap_after_an_unlock() {
             let name = format!("spin-wake-{round}");
             let guard = holder.spin_lock(name.as_str()).lock().await.unwrap();
             let lock = waiter_client.spin_lock(name.as_str());
-            let waiter = tokio::spawn(async move {
-                let guard = lock.lock().await.unwrap();
-                let at = Instant::now();
-                guard.unlock().await.unwrap();
-                at
-            });
+            let waiter = common::time_acquisition(lock);
             // Long enough for the backoff to reach its cap (1 + 2 + .. + 128 ms).
             let held = Duration::from_millis(400 + rand::thread_rng().gen_range(0..128));
             tokio::time::sleep(held).await;
@@ -130,12 +125,7 @@ async fn backoff_is_configurable_and_checked() {
             .unwrap();
         let holder = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
         let guard = holder.spin_lock("spin-fast").lock().await.unwrap();
-        let waiter = tokio::spawn(async move {
-            let guard = fast.lock().await.unwrap();
-            let at = Instant::now();
-            guard.unlock().await.unwrap();
-            at
-        });
+        let waiter = common::time_acquisition(fast);
         tokio::time::sleep(Duration::from_millis(200)).await;
         guard.unlock().await.unwrap();
         let unlocked = Instant::now();

@@ -919,3 +919,16 @@ pub async fn cancellation_storm(holder: fredlock::Lock, contender: fredlock::Loc
         .expect("the holder was not blocked by a leaked hold")
         .unwrap();
 }
+
+/// Spawns a task that waits for `lock`, releases it at once, and returns when it got it.
+pub fn time_acquisition(
+    lock: impl Into<fredlock::Lock>,
+) -> tokio::task::JoinHandle<tokio::time::Instant> {
+    let lock = lock.into();
+    tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let at = tokio::time::Instant::now();
+        guard.unlock().await.unwrap();
+        at
+    })
+}

@@ -8,6 +8,7 @@
 //! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes
 //! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6
 //! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
+//! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and
@@ -18,6 +19,7 @@
 mod harness;
 
 mod chart;
+mod instructions;
 mod libs;
 mod measure;
 mod redlock;
@@ -246,6 +248,29 @@ fn fmt(value: f64) -> String {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|arg| arg == instructions::CHILD_FLAG) {
+        // A child of scenario 8, counted by callgrind: one thread, nothing else.
+        let (subject, cycles, url) = match (args.get(at + 1), args.get(at + 2), args.get(at + 3)) {
+            (Some(subject), Some(cycles), Some(url)) => (subject, cycles, url),
+            _ => {
+                eprintln!(
+                    "usage: {} <subject> <cycles> <url>",
+                    instructions::CHILD_FLAG
+                );
+                std::process::exit(2);
+            }
+        };
+        let cycles = cycles.parse().unwrap_or(0);
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(instructions::child(subject, cycles, url)),
+            Err(error) => eprintln!("no tokio runtime: {error}"),
+        }
+        return;
+    }
     let options = options();
     let mut runtime = if options.current_thread {
         tokio::runtime::Builder::new_current_thread()
@@ -281,15 +306,15 @@ async fn run(options: Options) {
     let mut rows = Vec::new();
     let mut chart_written = None;
     if wanted(1) {
-        eprintln!("1/7 uncontended latency");
+        eprintln!("1/8 uncontended latency");
         rows.extend(scenarios::uncontended(&url, sizes).await);
     }
     if wanted(2) {
-        eprintln!("2/7 throughput");
+        eprintln!("2/8 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/7 wake-up latency");
+        eprintln!("3/8 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -303,20 +328,24 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/7 contention");
+        eprintln!("4/8 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/7 watchdog at scale");
+        eprintln!("5/8 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/7 memory");
+        eprintln!("6/8 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
+    }
+    if wanted(8) {
+        eprintln!("8/8 instructions per cycle (callgrind)");
+        rows.extend(instructions::instructions(&url));
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/7 Redlock over five servers");
+        eprintln!("7/8 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

@@ -68,7 +68,7 @@ pub async fn raw_client(url: &str) -> Client {
 }
 
 /// Our acquire and release scripts, run straight through fred: the floor fredlock sits on.
-struct RawScripts {
+pub struct RawScripts {
     acquire: String,
     release: String,
     /// Request ids, as fredlock sends one with every call.
@@ -76,7 +76,7 @@ struct RawScripts {
 }
 
 impl RawScripts {
-    async fn load(redis: &Client) -> RawScripts {
+    pub async fn load(redis: &Client) -> RawScripts {
         // fredlock's own composition, so the SHAs are fredlock's own.
         let load = |name: &str| {
             let script = crate::harness::script(name);
@@ -94,7 +94,7 @@ impl RawScripts {
         }
     }
 
-    async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {
+    pub async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {
         // The arguments fredlock sends: the hold count, a request id, the fence set's key.
         let fences = format!("fredlock_fences:{{{name}}}");
         let id = || self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64;
@@ -129,7 +129,7 @@ impl RawScripts {
 }
 
 /// One fredlock lock() + unlock().
-async fn lock_cycle(lock: &fredlock::Lock) {
+pub async fn lock_cycle(lock: &fredlock::Lock) {
     let guard = lock.lock().await.expect("lock");
     guard.unlock().await.expect("unlock");
 }

@@ -37,6 +37,7 @@ for_each_kind!(
     dropped_and_moved_guards_release,
     waiter_survives_redis_restart,
     one_owners_concurrent_calls_each_count,
+    a_dropped_guards_release_never_takes_the_next_hold,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -809,6 +810,42 @@ async fn one_owners_concurrent_calls_each_count(kind: Kind) {
         .await,
         "dropped guards release every hold"
     );
+}
+
+/// A dropped guard's release, sent in the background, and the same owner's next acquisition,
+/// back to back: the new hold stands. The acquisition attaches its hold before the owner's turn
+/// passes on, so the release that takes the turn next counts it; handed on before, the release
+/// counted one hold too few and deleted the lock the new guard believed held (every few dozen
+/// rounds). Every other round the lock is deleted first, so the acquisition is granted afresh.
+async fn a_dropped_guards_release_never_takes_the_next_hold(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let lock = kind.lock(&client, "racing");
+    let field = client.owner_field(OwnerId::current());
+    for round in 0..300 {
+        let guard = lock.lock().await.unwrap();
+        if round % 2 == 0 {
+            assert!(lock.force_unlock().await.unwrap());
+        }
+        drop(guard);
+        let guard = lock.lock().await.unwrap();
+        let settled = eventually(Duration::from_millis(500), || async {
+            raw.hget::<Option<u32>, _, _>("racing", &field)
+                .await
+                .unwrap()
+                == Some(1)
+        })
+        .await;
+        let count: Option<u32> = raw.hget("racing", &field).await.unwrap();
+        assert!(
+            settled,
+            "round {round}: the owner's count is {count:?}, its client holds 1"
+        );
+        guard.unlock().await.unwrap();
+        let exists: bool = raw.exists("racing").await.unwrap();
+        assert!(!exists, "round {round}: the last unlock released it");
+    }
 }
 
 /// Many waiters of one lock in one client share one subscription, and leave none behind.

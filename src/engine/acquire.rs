@@ -277,14 +277,12 @@ async fn attempt(
         };
         let reply = Call::run_made::<Value>(&core.redis, || task_kind.acquire(&args)).await;
         turn.record(request, &reply);
-        // No settle here: the acquire loop tries again with the fences, or settles on exit.
-        drop(turn);
-        match Reply::parse(reply?)? {
-            Reply::Busy(pttl) => {
+        let outcome = match reply.and_then(Reply::parse) {
+            Ok(Reply::Busy(pttl)) => {
                 let queued = place_ms.map(|_| leave_undo(core, &task_kind, &task_field));
                 Ok(Outcome::Busy(pttl, queued))
             }
-            Reply::Won { afresh, value } => {
+            Ok(Reply::Won { afresh, value }) => {
                 if afresh {
                     core.holds.lose(name, &task_field);
                 }
@@ -295,7 +293,16 @@ async fn attempt(
                 let guard = Guard::new(engine.clone(), hold, task_kind.clone(), lease);
                 Ok(Outcome::Won(Win { guard, value }))
             }
-        }
+            Err(error) => Err(error),
+        };
+        // Only now, with the win attached (and a lost hold it replaced marked lost), may the
+        // owner's next call take the turn: a release waiting for it counts the new hold. Handed
+        // on before, a release of another guard of the owner (a dropped one, say) would count
+        // one hold too few and set the owner's count below its guards, down to deleting the
+        // lock a new guard believes held. No settle here: the acquire loop tries again with the
+        // fences, or settles on exit.
+        drop(turn);
+        outcome
     });
     let reply = match deadline {
         Some(deadline) => match tokio::time::timeout_at(deadline, call).await {

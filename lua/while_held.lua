@@ -6,13 +6,14 @@
 -- caller's script sees them.
 --
 -- Reply: the caller's script's reply, or a NOTHELD error reply, having run
--- nothing, when the owner's field is not in the lock's hash.
+-- nothing, when the owner's field is not in the lock's hash (or the lock's key
+-- is no hash at all: then it holds nothing either).
 local function while_held(KEYS, ARGV)
 --@script
 end
 
 local lock, owner = KEYS[#KEYS], ARGV[#ARGV]
-if redis.call('hexists', lock, owner) == 0 then
+if redis.pcall('hexists', lock, owner) ~= 1 then
     return redis.error_reply('NOTHELD the lock is not held by this owner any more; nothing was run')
 end
 local keys, args = {}, {}

@@ -273,6 +273,21 @@ impl Error {
         }
     }
 
+    /// Converts a fred error of a caller's own script run on `server` for `lock`: always
+    /// [`Error::Redis`], since a `WRONGTYPE` there is about the caller's keys, not the lock's.
+    pub(crate) fn from_script(
+        server: &str,
+        lock: &str,
+        owner: Option<&str>,
+        source: fred::error::Error,
+    ) -> Error {
+        Error::Redis {
+            context: Context { lock, owner }.to_string(),
+            server: server.to_owned(),
+            source,
+        }
+    }
+
     /// The fred error behind a failure to reach Redis, if there is one.
     pub(crate) fn into_source(self) -> Option<fred::error::Error> {
         match self {

@@ -129,7 +129,8 @@ impl LockGuard {
     /// [`Error::NotHeld`], having run nothing, when the hold is gone (on the server, or known
     /// lost here). On a cluster, [`Error::InvalidArgument`] before anything is sent when a key
     /// is not in the lock's hash slot: give the keys the lock's hash tag (`{name}`), as in the
-    /// example. [`Error::Redis`] when the script fails or Redis cannot be reached.
+    /// example. [`Error::Redis`] when the script fails (a `WRONGTYPE` of the caller's keys
+    /// included) or Redis cannot be reached.
     ///
     /// # Cancel safety
     ///
@@ -179,12 +180,16 @@ impl LockGuard {
             Err(error) if error.details().starts_with("NOTHELD") => {
                 return Err(self.guard.not_held())
             }
-            Err(error) => {
-                return Err(engine.redis_error(self.name(), Some(self.owner_field()), error))
-            }
+            Err(error) => return Err(self.script_error(error)),
         };
-        R::from_value(reply)
-            .map_err(|error| engine.redis_error(self.name(), Some(self.owner_field()), error))
+        R::from_value(reply).map_err(|error| self.script_error(error))
+    }
+
+    /// An error of the caller's script (or of converting its reply), naming the lock, the owner
+    /// and the server.
+    fn script_error(&self, source: fred::error::Error) -> Error {
+        let server = &self.guard.engine().core().address;
+        Error::from_script(server, self.name(), Some(self.owner_field()), source)
     }
 }
 

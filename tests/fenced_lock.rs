@@ -405,6 +405,30 @@ async fn held_only_writes_are_checked_by_the_server() {
         assert_eq!(data, "v1");
         drop(guard);
 
+        // The caller's own script failing is the caller's error, not the lock's key.
+        let guard = lock.lock().await.unwrap();
+        let _: i64 = raw.hset("{held-only}:hash", ("f", "v")).await.unwrap();
+        let failed = guard
+            .eval_while_held::<i64, _, _>(
+                "return redis.call('incr', KEYS[1])",
+                ["{held-only}:hash"],
+                Vec::<String>::new(),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(failed, Error::Redis { .. }), "{failed}");
+        assert!(failed.to_string().contains("held-only"), "{failed}");
+        let fields: std::collections::HashMap<String, i64> =
+            raw.hgetall("held-only").await.unwrap();
+        assert_eq!(
+            lock.hold_count().await.unwrap(),
+            1,
+            "the hold is untouched: {fields:?} {:?} {}",
+            client.stats(),
+            guard.is_lost()
+        );
+        guard.unlock().await.unwrap();
+
         let cluster = RedisCluster::start();
         let client = LockClient::connect(&cluster.url()).await.unwrap();
         let guard = client.fenced_lock("held-slot").lock().await.unwrap();

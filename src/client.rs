@@ -9,7 +9,7 @@ use fred::clients::Client;
 use uuid::Uuid;
 
 use crate::config::LockClientBuilder;
-use crate::engine::{self, Engine};
+use crate::engine::{self, ClientStats, Engine};
 use crate::error::Result;
 use crate::owner::OwnerId;
 
@@ -44,21 +44,6 @@ pub struct LockClient {
     key_prefix: Arc<str>,
     /// How long a fair lock's waiter keeps its place without trying again.
     fair_wait_timeout: Duration,
-}
-
-/// A snapshot of a client's bookkeeping, for metrics and tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClientStats {
-    /// (lock, owner) pairs this client holds.
-    pub held: usize,
-    /// Lock channels with local waiters.
-    pub wait_entries: usize,
-    /// Channels the subscriber connection is subscribed to.
-    pub subscriptions: usize,
-    /// (lock, owner) pairs with a change on its way to Redis, or with a lost reply still to
-    /// settle (see `docs/RELIABILITY.md`).
-    pub unsettled: usize,
 }
 
 impl LockClient {
@@ -129,13 +114,7 @@ impl LockClient {
 
     /// Counts of what the client holds and waits for.
     pub fn stats(&self) -> ClientStats {
-        let counts = self.engine.counts();
-        ClientStats {
-            held: counts.held,
-            wait_entries: counts.wait_entries,
-            subscriptions: counts.subscriptions,
-            unsettled: counts.unsettled,
-        }
+        self.engine.stats()
     }
 
     /// Stops the watchdog and the background tasks and closes the connections.

@@ -10,7 +10,7 @@ use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
+use crate::engine::{self, AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
@@ -66,8 +66,6 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
 #[derive(Clone)]
 pub struct FencedLock {
     lock: Lock,
-    /// The token counter, for [`token`](Self::token).
-    counter: Key,
 }
 
 /// The fenced lock's kind: the reentrant lock with its own acquire script, which takes the
@@ -116,14 +114,12 @@ impl LockClient {
     /// comes with a fencing token. Creating it costs nothing and sends nothing.
     pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
         let name = self.key(name.into());
-        let counter = Key::from(names::fencing_token(&name));
         let fenced = Fenced {
+            counter: Key::from(names::fencing_token(&name)),
             lock: Reentrant::new(name),
-            counter: counter.clone(),
         };
         FencedLock {
             lock: Lock::of_kind(self.clone(), fenced),
-            counter,
         }
     }
 }
@@ -133,7 +129,6 @@ impl FencedLock {
     pub fn with_owner(self, owner: OwnerId) -> FencedLock {
         FencedLock {
             lock: self.lock.with_owner(owner),
-            counter: self.counter,
         }
     }
 
@@ -224,7 +219,8 @@ impl FencedLock {
     ///
     /// # Errors
     ///
-    /// [`Error::WrongType`] when the counter holds something other than a whole number.
+    /// [`Error::WrongType`] when the counter holds something other than a whole number,
+    /// [`Error::InvalidArgument`] for an empty name.
     ///
     /// # Cancel safety
     ///
@@ -232,16 +228,18 @@ impl FencedLock {
     pub async fn token(&self) -> Result<Option<u64>> {
         let client = self.lock.client();
         client.engine().core().ensure_open()?;
+        engine::check_name(self.name())?;
+        let counter = names::fencing_token(self.name());
         let value: Value = client
             .redis()
-            .get(self.counter.clone())
+            .get(counter.as_str())
             .await
             .map_err(|error| client.engine().redis_error(self.name(), None, error))?;
         match value {
             Value::Null => Ok(None),
             other => other.as_u64().map(Some).ok_or_else(|| Error::WrongType {
                 lock: self.name().to_owned(),
-                key: String::from_utf8_lossy(self.counter.as_bytes()).into_owned(),
+                key: counter,
             }),
         }
     }

@@ -120,11 +120,12 @@ mod redlock;
 mod scripts;
 mod spin_lock;
 
-pub use client::{ClientStats, LockClient};
+pub use client::LockClient;
 pub use config::{
     LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use engine::durations::MAX_DURATION;
+pub use engine::ClientStats;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};

@@ -56,8 +56,6 @@ pub struct Lock {
     client: LockClient,
     /// The lock's kind: its keys and scripts, and how its waiters wake.
     kind: Arc<dyn LockKind>,
-    /// The same, as the engine takes it.
-    engine_kind: Arc<dyn Kind>,
     owner: Option<OwnerId>,
 }
 
@@ -176,11 +174,9 @@ impl LockKind for Reentrant {
 impl Lock {
     /// A lock of `kind` (of the reentrant family) on `client`.
     pub(crate) fn of_kind<K: LockKind>(client: LockClient, kind: K) -> Lock {
-        let kind = Arc::new(kind);
         Lock {
             client,
-            kind: kind.clone(),
-            engine_kind: kind,
+            kind: Arc::new(kind),
             owner: None,
         }
     }
@@ -416,25 +412,15 @@ impl Lock {
     fn ready(&self) -> Result<&fred::clients::Client> {
         let core = self.client.engine().core();
         core.ensure_open()?;
-        if self.name().is_empty() {
-            return Err(Error::InvalidArgument(
-                "a lock name must not be empty".into(),
-            ));
-        }
+        engine::check_name(self.name())?;
         Ok(&core.redis)
     }
 
     /// Acquires the lock for its owner, waiting at most `wait` (`None`: as long as it takes), and
     /// returns the engine's win, for a primitive that builds its own guard from it.
     pub(crate) async fn win(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<Win>> {
-        engine::acquire(
-            self.client.engine(),
-            &self.engine_kind,
-            self.owner(),
-            wait,
-            lease,
-        )
-        .await
+        let kind: Arc<dyn Kind> = self.kind.clone();
+        engine::acquire(self.client.engine(), &kind, self.owner(), wait, lease).await
     }
 
     /// Acquires the lock as [`win`](Self::win) does, as a [`LockGuard`].

@@ -188,6 +188,10 @@ async fn layout_is_redissons_and_a_bad_counter_changes_nothing() {
         let error = bad.try_lock(Duration::ZERO, None).await.unwrap_err();
         assert!(matches!(error, Error::WrongType { .. }), "{error}");
         assert!(matches!(bad.token().await, Err(Error::WrongType { .. })));
+        assert!(matches!(
+            client.fenced_lock("").token().await,
+            Err(Error::InvalidArgument(_))
+        ));
         let exists: u32 = raw.exists("fenced-bad").await.unwrap();
         assert_eq!(exists, 0, "the lock was not written");
         let value: String = raw.get(bad_counter.as_str()).await.unwrap();

@@ -74,11 +74,7 @@ pub(crate) async fn acquire(
     let core = engine.core();
     core.ensure_open()?;
     let name = kind.name();
-    if name.is_empty() {
-        return Err(Error::InvalidArgument(
-            "a lock name must not be empty".into(),
-        ));
-    }
+    check_name(name)?;
     lease.check(name)?;
     let field = core.field(owner);
     let started = Instant::now();
@@ -188,6 +184,16 @@ pub(crate) async fn acquire(
             return gave_up(engine, name, reached, last_failure.take());
         }
     }
+}
+
+/// Fails with `InvalidArgument` for an empty name, before anything is sent.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::InvalidArgument(
+            "a lock name must not be empty".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Joins the waiters of `channel` and waits (until `until` at most) for the subscription to be

@@ -35,7 +35,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
 
-pub(crate) use acquire::{acquire, Win};
+pub(crate) use acquire::{acquire, check_name, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
@@ -154,12 +154,19 @@ impl Drop for CloseOnDrop {
     }
 }
 
-/// Counts of what the engine holds and waits for.
-pub(crate) struct Counts {
-    pub(crate) held: usize,
-    pub(crate) wait_entries: usize,
-    pub(crate) subscriptions: usize,
-    pub(crate) unsettled: usize,
+/// A snapshot of a client's bookkeeping, for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// (lock, owner) pairs this client holds.
+    pub held: usize,
+    /// Lock channels with local waiters.
+    pub wait_entries: usize,
+    /// Channels the subscriber connection is subscribed to.
+    pub subscriptions: usize,
+    /// (lock, owner) pairs with a change on its way to Redis, or with a lost reply still to
+    /// settle (see `docs/RELIABILITY.md`).
+    pub unsettled: usize,
 }
 
 impl Engine {
@@ -242,9 +249,9 @@ impl Engine {
         &self.handle.core
     }
 
-    pub(crate) fn counts(&self) -> Counts {
+    pub(crate) fn stats(&self) -> ClientStats {
         let core = &self.handle.core;
-        Counts {
+        ClientStats {
             held: core.holds.len(),
             wait_entries: core.pubsub.wait_entries(),
             subscriptions: core.pubsub.subscriptions(),

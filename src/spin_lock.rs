@@ -78,14 +78,14 @@ impl SpinLock {
         durations::check(
             format_args!("the longest pause of spin lock {name:?}"),
             max,
-            first,
-        )
-        .map_err(|error| match error {
-            Error::InvalidArgument(message) => {
-                Error::InvalidArgument(format!("{message} (the first pause)"))
-            }
-            other => other,
-        })?;
+            durations::MIN_LEASE,
+        )?;
+        if max < first {
+            return Err(Error::InvalidArgument(format!(
+                "the longest pause of spin lock {name:?} ({max:?}) is shorter than its first \
+                 pause ({first:?})"
+            )));
+        }
         let backoff = Backoff { first, cap: max };
         let lock = Lock::of_kind(
             self.lock.client().clone(),

@@ -1,8 +1,10 @@
 //! [`LockGuard`]: proof of one hold, released by [`LockGuard::unlock`] or by dropping it.
 
 use std::fmt;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use dashmap::DashMap;
 use fred::interfaces::ClientLike;
 use fred::types::{FromValue, Key, Value};
 use tokio_util::sync::CancellationToken;
@@ -13,6 +15,28 @@ use crate::error::{Error, Result};
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
 const WHILE_HELD: &str = include_str!("../lua/while_held.lua");
 const SCRIPT_MARKER: &str = "--@script\n";
+
+/// Callers' scripts as wrapped and hashed, so that a script written through many times is
+/// composed and hashed once. An application has a handful; a cache that outgrows this is
+/// emptied rather than kept.
+static WRAPPED: LazyLock<DashMap<Box<str>, Arc<Script>>> = LazyLock::new(DashMap::new);
+const MOST_WRAPPED: usize = 256;
+
+/// `script` inside the wrapper that runs it only while the hold stands.
+fn wrapped(script: &str) -> Arc<Script> {
+    if let Some(wrapped) = WRAPPED.get(script) {
+        return wrapped.clone();
+    }
+    let (before, after) = WHILE_HELD
+        .split_once(SCRIPT_MARKER)
+        .unwrap_or((WHILE_HELD, ""));
+    let wrapped = Arc::new(Script::new(&[before, script, "\n", after]));
+    if WRAPPED.len() >= MOST_WRAPPED {
+        WRAPPED.clear();
+    }
+    WRAPPED.insert(script.into(), wrapped.clone());
+    wrapped
+}
 
 /// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock),
 /// [`FairLock::lock`](crate::FairLock::lock), [`SpinLock::lock`](crate::SpinLock::lock) and
@@ -171,11 +195,7 @@ impl LockGuard {
         keys.push(Key::from(self.name()));
         let mut args: Vec<Value> = args.into_iter().map(Into::into).collect();
         args.push(Value::from(self.owner_field()));
-        let (before, after) = WHILE_HELD
-            .split_once(SCRIPT_MARKER)
-            .unwrap_or((WHILE_HELD, ""));
-        let script = Script::new(&[before, script, "\n", after]);
-        let reply: Value = match script.call(redis, keys, args).await {
+        let reply: Value = match wrapped(script).call(redis, keys, args).await {
             Ok(reply) => reply,
             Err(error) if error.details().starts_with("NOTHELD") => {
                 return Err(self.guard.not_held())

@@ -98,7 +98,18 @@ pub(crate) async fn acquire(
     loop {
         // Armed while an attempt is on its way and after one whose reply was lost.
         settle.arm();
-        let attempt = attempt(engine, kind, &field, lease, place, deadline, single_attempt).await;
+        // Boxed, like the join and the reconnect wait below: passing states which, inline, would
+        // make every waiting task carry their timers and calls (about 700 bytes) all its wait.
+        let attempt = Box::pin(attempt(
+            engine,
+            kind,
+            &field,
+            lease,
+            place,
+            deadline,
+            single_attempt,
+        ))
+        .await;
         if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
             // A reply: it carried the fences of every earlier lost one.
             settle.disarm();
@@ -149,7 +160,7 @@ pub(crate) async fn acquire(
             tokio::select! {
                 biased;
                 _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                _ = core.redis.wait_for_connect() => {}
+                _ = Box::pin(core.redis.wait_for_connect()) => {}
                 _ = tokio::time::sleep_until(until) => {}
             }
         } else {
@@ -163,12 +174,12 @@ pub(crate) async fn acquire(
                 }
                 (None, Wake::Shared(channel)) => {
                     tracing::debug!(lock = %name, owner = %field, "waiting");
-                    waiter = Some(join(core, channel.clone(), until).await?);
+                    waiter = Some(Box::pin(join(core, channel.clone(), until)).await?);
                 }
                 (None, Wake::PerWaiter(prefix)) => {
                     tracing::debug!(lock = %name, owner = %field, "waiting");
                     let channel: Arc<str> = format!("{prefix}:{field}").into();
-                    waiter = Some(join(core, channel, until).await?);
+                    waiter = Some(Box::pin(join(core, channel, until)).await?);
                 }
                 (Some(waiter), _) => {
                     tokio::select! {

@@ -14,8 +14,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::durations;
 use crate::engine::script::Script;
+use crate::engine::durations;
 use crate::error::Result;
 
 /// How long a hold lasts without being renewed.
@@ -74,8 +74,12 @@ pub(crate) struct Hold {
     /// Live guards in watchdog mode. Changed only under the registry's shard lock.
     watchdog_guards: AtomicUsize,
     times: Mutex<LeaseTimes>,
-    /// Cancelled when the hold is known lost; every guard's token is a child of it.
-    lost: CancellationToken,
+    /// Set when the hold is known lost.
+    lost: AtomicBool,
+    /// Cancelled when the hold is known lost; every guard's token is a child of it. Made by the
+    /// first guard that asks for a token: a token costs over 100 bytes, which most holds would
+    /// carry for nothing.
+    lost_token: OnceLock<CancellationToken>,
     /// Signalled whenever the lease changes (acquire, partial release, renewal), which includes
     /// every change of guards that leaves some behind: [`Hold::lost`] looks again then.
     changed: Notify,
@@ -83,16 +87,16 @@ pub(crate) struct Hold {
     /// is on its way.
     pub(crate) visiting: AtomicBool,
     /// The key and field as sent in renewals, built by the watchdog on the first one: holds
-    /// released within a period never pay for them.
-    pub(crate) renewal_args: OnceLock<(Key, Value)>,
+    /// released within a period never pay for them (boxed, nor for their room).
+    pub(crate) renewal_args: OnceLock<Box<(Key, Value)>>,
     /// How long after the last confirmed renewal was sent the hold counts as lost while
     /// watchdog guards remain; see `LockClientBuilder::renew_deadline`.
     renew_deadline: Duration,
     /// The script the watchdog renews and checks this hold with: its primitive's.
     pub(crate) renewal: &'static Script,
     /// What the acquisition that made the hold returned besides the hold (a fencing token, say),
-    /// which a re-entry by the same owner gets too.
-    value: Mutex<Option<Value>>,
+    /// which a re-entry by the same owner gets too. Boxed: most primitives return none.
+    value: Mutex<Option<Box<Value>>>,
 }
 
 impl Hold {
@@ -112,7 +116,7 @@ impl Hold {
     /// for the renew deadline (reported lost from then on, whatever a late renewal says); or,
     /// with no watchdog guard to renew it, past the end of its fixed lease.
     pub(crate) fn is_lost(&self) -> bool {
-        if self.lost.is_cancelled() {
+        if self.lost.load(Ordering::SeqCst) {
             return true;
         }
         let renewed = self.watchdog_guards() > 0;
@@ -142,7 +146,13 @@ impl Hold {
 
     /// Marks the hold lost; every guard's `lost()` completes.
     pub(crate) fn mark_lost(&self) {
-        self.lost.cancel();
+        // Set before the token is looked at, as `lost_token` makes the token before it looks at
+        // the flag: whichever runs second cancels the token.
+        self.lost.store(true, Ordering::SeqCst);
+        if let Some(token) = self.lost_token.get() {
+            token.cancel();
+        }
+        self.changed.notify_waiters();
     }
 
     /// Completes when the hold is known lost.
@@ -154,7 +164,6 @@ impl Hold {
                 return;
             }
             tokio::select! {
-                _ = self.lost.cancelled() => return,
                 _ = tokio::time::sleep_until(self.deadline()) => {}
                 _ = changed => {}
             }
@@ -163,7 +172,11 @@ impl Hold {
 
     /// A token cancelled when the hold is known lost.
     pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
-        let token = self.lost.child_token();
+        let lost = self.lost_token.get_or_init(CancellationToken::new);
+        if self.lost.load(Ordering::SeqCst) {
+            lost.cancel();
+        }
+        let token = lost.child_token();
         if self.watchdog_guards() == 0 {
             // A fixed lease ends by time alone, which nothing else would signal (the watchdog
             // marks a renewed hold lost at its renew deadline itself). The watcher ends with the
@@ -181,7 +194,6 @@ impl Hold {
                         return;
                     }
                     tokio::select! {
-                        _ = hold.lost.cancelled() => {}
                         _ = child.cancelled() => return,
                         _ = tokio::time::sleep_until(hold.deadline()) => {}
                         _ = changed => {}
@@ -247,10 +259,10 @@ impl Holds {
             let mut kept = hold.value.lock().unwrap_or_else(PoisonError::into_inner);
             match value {
                 Some(value) => {
-                    *kept = Some(value.clone());
+                    *kept = Some(Box::new(value.clone()));
                     Some(value)
                 }
-                None => kept.clone(),
+                None => kept.as_deref().cloned(),
             }
         };
         hold.guards.fetch_add(1, Ordering::AcqRel);
@@ -338,7 +350,8 @@ impl Holds {
                 leased_at: sent_at,
                 expires_at: sent_at + lease,
             }),
-            lost: CancellationToken::new(),
+            lost: AtomicBool::new(false),
+            lost_token: OnceLock::new(),
             changed: Notify::new(),
             visiting: AtomicBool::new(false),
             renewal_args: OnceLock::new(),

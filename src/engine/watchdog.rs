@@ -190,9 +190,9 @@ impl Watchdog {
         };
         args.push(Value::from(lease_ms));
         for hold in &holds {
-            let (key, field) = hold
+            let (key, field) = &**hold
                 .renewal_args
-                .get_or_init(|| (Key::from(&*hold.name), Value::from(&*hold.field)));
+                .get_or_init(|| Box::new((Key::from(&*hold.name), Value::from(&*hold.field))));
             keys.push(key.clone());
             args.push(field.clone());
         }

@@ -121,12 +121,18 @@ struct Fair {
 
 impl Fair {
     fn new(name: String, place: Duration) -> Fair {
+        let [key, queue, timeouts, fences] = names::keys([
+            &name,
+            &names::fair_queue(&name),
+            &names::fair_timeouts(&name),
+            &names::fences(&name),
+        ]);
         Fair {
-            key: Key::from(name.as_str()),
+            key,
             channel: names::lock_channel(&name).into(),
-            queue: Key::from(names::fair_queue(&name)),
-            timeouts: Key::from(names::fair_timeouts(&name)),
-            fences: Key::from(names::fences(&name)),
+            queue,
+            timeouts,
+            fences,
             name: name.into(),
             place,
         }

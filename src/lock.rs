@@ -83,13 +83,14 @@ pub(crate) struct Reentrant {
 impl Reentrant {
     /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
     pub(crate) fn new(name: String) -> Reentrant {
-        let channel: Arc<str> = names::lock_channel(&name).into();
+        let channel = names::lock_channel(&name);
+        let [key, channel_key, fences] = names::keys([&name, &channel, &names::fences(&name)]);
         Reentrant {
-            key: Key::from(name.as_str()),
-            channel: Key::from(&*channel),
-            fences: Key::from(names::fences(&name)),
+            key,
+            channel: channel_key,
+            fences,
             name: name.into(),
-            wake: Wake::Shared(channel),
+            wake: Wake::Shared(channel.into()),
         }
     }
 

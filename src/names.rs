@@ -4,6 +4,9 @@
 use std::fmt::Write;
 use std::sync::OnceLock;
 
+use fred::bytes::Bytes;
+use fred::types::Key;
+
 /// The part of `key` Redis hashes to choose its cluster slot, when it has one: what lies between
 /// the first `{` and the first `}` after it, if that is not empty. Otherwise Redis hashes the
 /// whole key.
@@ -87,6 +90,18 @@ pub(crate) fn fencing_token(name: &str) -> String {
     suffixed("redisson_lock_token", name)
 }
 
+/// Keys of one primitive in one allocation, in the order given: a handle made per task (for a
+/// waiter per request, say) then costs one buffer instead of one per key.
+pub(crate) fn keys<const N: usize>(texts: [&str; N]) -> [Key; N] {
+    let joined = Bytes::from(texts.concat());
+    let mut start = 0;
+    texts.map(|text| {
+        let key = Key::from(joined.slice(start..start + text.len()));
+        start += text.len();
+        key
+    })
+}
+
 /// The message a final unlock publishes on [`lock_channel`].
 pub(crate) const UNLOCK_MESSAGE: i64 = 0;
 
@@ -109,6 +124,15 @@ mod tests {
         assert_eq!(fair_timeouts("t"), "redisson_lock_timeout:{t}");
         // Each waiter's channel, `<lock channel>:<waiter field>`, is checked on the wire by
         // tests/fair_lock.rs (the engine's `Wake::PerWaiter`).
+    }
+
+    #[test]
+    fn keys_made_together_are_the_texts_given() {
+        let [a, b, c, d] = keys(["orders:1", "", "redisson_lock__channel:{orders:1}", "é{ü"]);
+        assert_eq!(a, Key::from("orders:1"));
+        assert_eq!(b, Key::from(""));
+        assert_eq!(c, Key::from("redisson_lock__channel:{orders:1}"));
+        assert_eq!(d, Key::from("é{ü"));
     }
 
     #[test]

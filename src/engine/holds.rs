@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::script::Script;
-use crate::engine::durations;
+use crate::engine::{durations, HashState};
 use crate::error::Result;
 
 /// How long a hold lasts without being renewed.
@@ -218,7 +218,7 @@ impl Hold {
 
 /// The registry of holds, keyed by (name, owner field).
 pub(crate) struct Holds {
-    map: DashMap<(Arc<str>, Arc<str>), Arc<Hold>>,
+    map: DashMap<(Arc<str>, Arc<str>), Arc<Hold>, HashState>,
     watchdog_timeout: Duration,
     renew_deadline: Duration,
 }
@@ -226,7 +226,7 @@ pub(crate) struct Holds {
 impl Holds {
     pub(crate) fn new(watchdog_timeout: Duration, renew_deadline: Duration) -> Holds {
         Holds {
-            map: DashMap::new(),
+            map: DashMap::with_hasher(HashState::default()),
             watchdog_timeout,
             renew_deadline,
         }

@@ -47,6 +47,7 @@ use fred::clients::Client;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::engine::script::Resend;
+use crate::engine::HashState;
 use crate::error::reply_lost;
 
 /// Request ids whose replies were lost, for one (lock, owner).
@@ -64,7 +65,7 @@ pub(crate) struct Ledger {
 }
 
 struct Shared {
-    entries: DashMap<Pair, Arc<Mutex<Unsettled>>>,
+    entries: DashMap<Pair, Arc<Mutex<Unsettled>>, HashState>,
     next: AtomicU64,
 }
 
@@ -88,7 +89,7 @@ impl Ledger {
     pub(crate) fn new() -> Ledger {
         Ledger {
             shared: Arc::new(Shared {
-                entries: DashMap::new(),
+                entries: DashMap::with_hasher(HashState::default()),
                 next: AtomicU64::new(1),
             }),
         }

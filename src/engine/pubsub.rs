@@ -28,6 +28,8 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::HashState;
+
 /// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
 const WAKE_ALL_MESSAGE: i64 = 1;
 
@@ -88,7 +90,7 @@ impl WaitEntry {
 }
 
 struct Shared {
-    entries: DashMap<Arc<str>, Arc<WaitEntry>>,
+    entries: DashMap<Arc<str>, Arc<WaitEntry>, HashState>,
     /// Channels whose subscription the manager must check.
     changed: UnboundedSender<Arc<str>>,
     /// Channels the manager is subscribed to, for [`PubSub::subscriptions`].
@@ -109,7 +111,7 @@ impl PubSub {
     ) -> (PubSub, Vec<tokio::task::JoinHandle<()>>) {
         let (changed, changes) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
-            entries: DashMap::new(),
+            entries: DashMap::with_hasher(HashState::default()),
             changed,
             subscriptions: AtomicUsize::new(0),
         });

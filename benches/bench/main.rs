@@ -120,91 +120,116 @@ fn find<'a>(rows: &'a [Row], scenario: &str, library: &str, metric: &str) -> Opt
     })
 }
 
-/// The targets of issue 3, as (what, measured, target, met).
+/// The targets of issue 13 (performance), as (what, measured, target, met).
 fn targets(rows: &[Row], many: usize) -> Vec<(String, f64, String, bool)> {
     let mut checks = Vec::new();
-    let mut check =
-        |what: &str, value: Option<f64>, target: String, met: fn(f64, f64) -> bool, bound: f64| {
-            if let Some(value) = value {
-                checks.push((what.to_string(), value, target, met(value, bound)));
-            }
-        };
-    let le = |v: f64, b: f64| v <= b;
-    let ge = |v: f64, b: f64| v >= b;
+    let mut check = |what: &str, value: Option<f64>, target: String, met: bool| {
+        if let Some(value) = value {
+            checks.push((what.to_string(), value, target, met));
+        }
+    };
+    let median = |scenario: &str, library: &str, metric: &str| {
+        find(rows, scenario, library, metric).map(Row::median)
+    };
+    let at_most = |value: Option<f64>, bound: f64| value.is_some_and(|v| v <= bound);
+    let at_least = |value: Option<f64>, bound: f64| value.is_some_and(|v| v >= bound);
+    let of = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+
+    let value = median("1 uncontended", "fredlock / raw", "ratio");
     check(
         "1 uncontended: fredlock / raw",
-        find(rows, "1 uncontended", "fredlock / raw", "ratio").map(Row::median),
-        "<= 1.15".into(),
-        le,
-        1.15,
+        value,
+        "<= 1.03".into(),
+        at_most(value, 1.03),
     );
+    let value = of(
+        median("1 uncontended", "fredlock", "lock+unlock"),
+        median("1 uncontended", "rslock 0.10", "lock+unlock"),
+    );
+    check(
+        "1 uncontended: fredlock / rslock",
+        value,
+        "<= 1.0".into(),
+        at_most(value, 1.0),
+    );
+    let value = median("2 throughput", "fredlock / raw", "ratio");
     check(
         "2 throughput: fredlock / raw",
-        find(rows, "2 throughput", "fredlock / raw", "ratio").map(Row::median),
-        ">= 0.85".into(),
-        ge,
-        0.85,
+        value,
+        ">= 0.97".into(),
+        at_least(value, 0.97),
+    );
+    let ping = median("3 wake-up", "PING round trip", "median");
+    let value = median("3 wake-up", "fredlock / PING", "ratio");
+    check(
+        "3 wake-up: median / PING median",
+        value,
+        "<= 2".into(),
+        at_most(value, 2.0),
+    );
+    let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
+    let value = of(p99, ping);
+    check(
+        "3 wake-up: p99 / PING median",
+        value,
+        "<= 5".into(),
+        at_most(value, 5.0),
+    );
+    let value = of(
+        median("4 contention", "fredlock fair", "hand-offs"),
+        median("4 contention", "fredlock", "hand-offs"),
     );
     check(
-        "3 wake-up: fredlock median / PING median",
-        find(rows, "3 wake-up", "fredlock / PING", "ratio").map(Row::median),
-        "<= 3".into(),
-        le,
-        3.0,
+        "4 contention: fair / reentrant hand-offs",
+        value,
+        ">= 0.9".into(),
+        at_least(value, 0.9),
     );
-    if let Some(ours) = find(rows, "3 wake-up", "fredlock", "unlock").map(Row::median) {
-        for peer in &libs::NAMES[1..] {
-            let speedup = find(rows, "3 wake-up", peer, "unlock").map(|row| row.median() / ours);
-            check(
-                &format!("3 wake-up: {peer} median / fredlock median"),
-                speedup,
-                ">= 50".into(),
-                ge,
-                50.0,
-            );
-        }
-    }
     let calls = many as f64 / 100.0 + 1.0;
+    let value = median("5 watchdog", "fredlock", "renewal");
     check(
         "5 watchdog: renewal calls per period",
-        find(rows, "5 watchdog", "fredlock", "renewal").map(Row::median),
+        value,
         format!("<= {calls} (locks/100 + 1 slot)"),
-        le,
-        calls,
+        at_most(value, calls),
     );
+    let value = median("5 watchdog", "fredlock", "client CPU");
     check(
         "5 watchdog: client CPU",
-        find(rows, "5 watchdog", "fredlock", "client CPU").map(Row::median),
+        value,
         "< 5 % of a core".into(),
-        le,
-        5.0,
+        at_most(value, 5.0),
     );
+    let value = median("6 memory", "fredlock", "heap per held");
     check(
         "6 memory: heap per held lock",
-        find(rows, "6 memory", "fredlock", "heap per held").map(Row::median),
-        "< 2048 bytes".into(),
-        le,
-        2048.0,
+        value,
+        "<= 512 bytes".into(),
+        at_most(value, 512.0),
     );
+    let value = median("6 memory", "fredlock", "heap per waiting");
     check(
         "6 memory: heap per waiting task",
-        find(rows, "6 memory", "fredlock", "heap per waiting").map(Row::median),
-        "< 2048 bytes".into(),
-        le,
-        2048.0,
+        value,
+        "<= 1024 bytes".into(),
+        at_most(value, 1024.0),
+    );
+    let value = of(
+        median("7 redlock (5 nodes)", "fredlock RedLock", "try_lock+unlock"),
+        median("7 redlock (5 nodes)", "rslock 0.10", "lock+unlock"),
     );
     check(
-        "7 redlock: fredlock RedLock / raw",
-        find(
-            rows,
-            "7 redlock (5 nodes)",
-            "fredlock RedLock / raw",
-            "ratio",
-        )
-        .map(Row::median),
-        "<= 1.15".into(),
-        le,
-        1.15,
+        "7 redlock: fredlock RedLock / rslock",
+        value,
+        "< 1.0".into(),
+        value.is_some_and(|v| v < 1.0),
+    );
+    let value = median("8 instructions", "fredlock / raw", "ratio");
+    check(
+        "8 instructions: fredlock / raw",
+        value,
+        "<= 1.05".into(),
+        at_most(value, 1.05),
     );
     checks
 }

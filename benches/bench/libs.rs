@@ -35,6 +35,10 @@ pub const NAMES: [&str; 3] = ["fredlock", "rslock 0.10", "redisson 0.1"];
 /// polls with an error, which a 16-task contention run reaches.
 pub const FAIR: &str = "fredlock fair";
 
+/// fredlock's spin lock (waiters back off instead of listening), compared in the contention
+/// scenario only, next to the fair and reentrant locks.
+pub const SPIN: &str = "fredlock spin";
+
 /// Connects a client of library `name` to `url`.
 pub async fn connect(name: &str, url: &str) -> Box<dyn Library> {
     match name {
@@ -44,6 +48,11 @@ pub async fn connect(name: &str, url: &str) -> Box<dyn Library> {
                 .expect("fredlock connects"),
         ),
         FAIR => Box::new(FairClient(
+            fredlock::LockClient::connect(url)
+                .await
+                .expect("fredlock connects"),
+        )),
+        SPIN => Box::new(SpinClient(
             fredlock::LockClient::connect(url)
                 .await
                 .expect("fredlock connects"),
@@ -70,6 +79,15 @@ struct FairClient(fredlock::LockClient);
 impl Library for FairClient {
     fn handle(&self, resource: &str) -> Box<dyn Handle> {
         Box::new(fredlock::Lock::from(self.0.fair_lock(resource)))
+    }
+}
+
+/// A client whose handles are spin locks.
+struct SpinClient(fredlock::LockClient);
+
+impl Library for SpinClient {
+    fn handle(&self, resource: &str) -> Box<dyn Handle> {
+        Box::new(self.0.spin_lock(resource).as_lock().clone())
     }
 }
 

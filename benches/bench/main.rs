@@ -6,7 +6,7 @@
 //! cargo bench --bench bench -- --json        # JSON on stdout, the table on stderr
 //! cargo bench --bench bench -- --only 1,3    # some scenarios
 //! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes
-//! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6
+//! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6, 9
 //! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
 //! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind
 //! ```
@@ -331,15 +331,15 @@ async fn run(options: Options) {
     let mut rows = Vec::new();
     let mut chart_written = None;
     if wanted(1) {
-        eprintln!("1/8 uncontended latency");
+        eprintln!("1/9 uncontended latency");
         rows.extend(scenarios::uncontended(&url, sizes).await);
     }
     if wanted(2) {
-        eprintln!("2/8 throughput");
+        eprintln!("2/9 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/8 wake-up latency");
+        eprintln!("3/9 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -353,24 +353,28 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/8 contention");
+        eprintln!("4/9 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/8 watchdog at scale");
+        eprintln!("5/9 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/8 memory");
+        eprintln!("6/9 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/8 instructions per cycle (callgrind)");
+        eprintln!("8/9 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
+    }
+    if wanted(9) {
+        eprintln!("9/9 waiters at scale");
+        rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/8 Redlock over five servers");
+        eprintln!("7/9 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

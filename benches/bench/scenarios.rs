@@ -407,7 +407,13 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     const CLIENTS: usize = 2;
     const TASKS: usize = 8;
     let mut rows = Vec::new();
-    let names = [libs::NAMES[0], libs::FAIR, libs::NAMES[1], libs::NAMES[2]];
+    let names = [
+        libs::NAMES[0],
+        libs::FAIR,
+        libs::SPIN,
+        libs::NAMES[1],
+        libs::NAMES[2],
+    ];
     for name in names {
         let mut libraries: Vec<Arc<dyn Library>> = Vec::new();
         for _ in 0..CLIENTS {
@@ -470,16 +476,6 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     rows
 }
 
-async fn evalsha_calls(raw: &Client) -> u64 {
-    let info: String = raw.info(Some(InfoKind::CommandStats)).await.expect("info");
-    info.lines()
-        .find_map(|line| {
-            let rest = line.strip_prefix("cmdstat_evalsha:calls=")?;
-            rest.split(',').next()?.parse().ok()
-        })
-        .unwrap_or(0)
-}
-
 /// Takes `count` watchdog locks on distinct names, 100 acquisitions at a time.
 async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredlock::LockGuard> {
     let mut guards = Vec::with_capacity(count);
@@ -514,11 +510,11 @@ pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
     tokio::time::sleep(period * 2).await;
     let cpu_before = measure::cpu_time();
     let started = Instant::now();
-    let mut last = evalsha_calls(&raw).await;
+    let mut last = command_calls(&raw, "evalsha").await;
     let mut per_period = Vec::new();
     while started.elapsed() < sizes.watch_for {
         tokio::time::sleep(period).await;
-        let now = evalsha_calls(&raw).await;
+        let now = command_calls(&raw, "evalsha").await;
         per_period.push((now - last) as f64);
         last = now;
     }
@@ -621,4 +617,103 @@ pub async fn memory(url: &str, sizes: Sizes) -> Vec<Row> {
             Summary::of(&wait_rss),
         ),
     ]
+}
+
+/// Scenario 9: waiters at scale: `many` tasks of one client, each waiting on a name of its own,
+/// all over the client's one subscriber connection. Reports how many SUBSCRIBE commands that
+/// took and how long until every channel was subscribed, the heap per waiting task, and the
+/// wake-up latency of each waiter when the holder then unlocks the names one after another.
+pub async fn waiters_at_scale(url: &str, sizes: Sizes) -> Vec<Row> {
+    const SCENARIO: &str = "9 waiters at scale";
+    let many = sizes.many;
+    let holder = LockClient::connect(url).await.expect("connect");
+    let waiting = LockClient::connect(url).await.expect("connect");
+    let raw = raw_client(url).await;
+    let guards = hold_many(&holder, "bench:scale", many).await;
+
+    measure::count_heap(true);
+    let subscribes = command_calls(&raw, "subscribe").await;
+    let heap = measure::live_heap_bytes();
+    let started = Instant::now();
+    let waiters: Vec<_> = (0..many)
+        .map(|i| {
+            let lock = waiting.lock(format!("bench:scale:{i}"));
+            tokio::spawn(async move {
+                let guard = lock.lock().await.expect("waiter locks");
+                let at = Instant::now();
+                guard.unlock().await.expect("waiter unlocks");
+                at
+            })
+        })
+        .collect();
+    let limit = started + Duration::from_secs(120);
+    while waiting.stats().subscriptions < many && Instant::now() < limit {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let subscribed_in = started.elapsed().as_secs_f64() * 1e3;
+    // Each waiter's second attempt, made once subscribed, has to come back before it waits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let heap_per = (measure::live_heap_bytes() - heap) as f64 / many as f64;
+    let subscribe_calls = command_calls(&raw, "subscribe").await - subscribes;
+    measure::count_heap(false);
+
+    let mut unlocked = Vec::with_capacity(many);
+    for guard in guards {
+        guard.unlock().await.expect("holder unlocks");
+        unlocked.push(Instant::now());
+    }
+    let mut latencies = Vec::with_capacity(many);
+    for (waiter, unlocked) in waiters.into_iter().zip(unlocked) {
+        let acquired = waiter.await.expect("waiter task");
+        latencies.push(acquired.saturating_duration_since(unlocked).as_secs_f64() * 1e3);
+    }
+    holder.shutdown().await;
+    waiting.shutdown().await;
+    let latency = Summary::of(&latencies);
+    vec![
+        Row::single(
+            SCENARIO,
+            "fredlock",
+            &format!("SUBSCRIBE commands for {many} channels"),
+            "count",
+            subscribe_calls as f64,
+        ),
+        Row::single(
+            SCENARIO,
+            "fredlock",
+            "until every channel is subscribed",
+            "ms",
+            subscribed_in,
+        ),
+        Row::single(
+            SCENARIO,
+            "fredlock",
+            "heap per waiting task",
+            "bytes",
+            heap_per,
+        ),
+        Row::new(
+            SCENARIO,
+            "fredlock",
+            "unlock -> waiter holds",
+            "ms",
+            latency,
+        ),
+        Row::single(
+            SCENARIO,
+            "fredlock",
+            "unlock -> waiter holds, p99",
+            "ms",
+            latency.p99,
+        ),
+    ]
+}
+
+/// Calls of `command` the server has counted so far.
+async fn command_calls(raw: &Client, command: &str) -> u64 {
+    let info: String = raw.info(Some(InfoKind::CommandStats)).await.expect("info");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
 }

@@ -5,7 +5,8 @@
 //! cargo bench --bench bench -- --quick       # a short smoke run
 //! cargo bench --bench bench -- --json        # JSON on stdout, the table on stderr
 //! cargo bench --bench bench -- --only 1,3    # some scenarios
-//! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes
+//! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes (the uncontended
+//!                                            # one goes beside it)
 //! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6, 9
 //! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
 //! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind
@@ -329,10 +330,35 @@ async fn run(options: Options) {
     eprintln!("fredlock benchmark on {machine}, {flavor} runtime; redis-server at {url}");
 
     let mut rows = Vec::new();
-    let mut chart_written = None;
+    let mut charts_written = Vec::new();
+    if let Some(dir) = options.chart.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     if wanted(1) {
         eprintln!("1/9 uncontended latency");
-        rows.extend(scenarios::uncontended(&url, sizes).await);
+        let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
+        let raw = find(
+            &uncontended_rows,
+            "1 uncontended",
+            "raw EVALSHA x2",
+            "acquire",
+        )
+        .map_or(0.0, Row::median);
+        rows.extend(uncontended_rows);
+        let chart = chart::Chart {
+            title: "Uncontended lock+unlock latency, one cycle at a time",
+            unit: "microseconds",
+            reference: (
+                format!("raw EVALSHA x2, median of rounds ({raw:.1} µs)"),
+                raw,
+            ),
+            floor: 10.0,
+        };
+        let path = options.chart.with_file_name("uncontended-latency.svg");
+        match chart::cdf(&path, &chart, &series) {
+            Ok(()) => charts_written.push(path.display().to_string()),
+            Err(error) => eprintln!("chart not written: {error}"),
+        }
     }
     if wanted(2) {
         eprintln!("2/9 throughput");
@@ -344,11 +370,14 @@ async fn run(options: Options) {
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
         rows.extend(wakeup_rows);
-        if let Some(dir) = options.chart.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        match chart::wakeup_cdf(&options.chart, &series, ping) {
-            Ok(()) => chart_written = Some(options.chart.display().to_string()),
+        let chart = chart::Chart {
+            title: "Wake-up latency: holder's unlock returns -> blocked waiter holds the lock",
+            unit: "milliseconds",
+            reference: (format!("one PING round trip ({ping:.3} ms)"), ping),
+            floor: 0.01,
+        };
+        match chart::cdf(&options.chart, &chart, &series) {
+            Ok(()) => charts_written.push(options.chart.display().to_string()),
             Err(error) => eprintln!("chart not written: {error}"),
         }
     }
@@ -386,7 +415,7 @@ async fn run(options: Options) {
             "machine": machine,
             "runtime": if options.current_thread { "current-thread" } else { "multi-thread" },
             "quick": options.quick,
-            "chart": chart_written,
+            "charts": charts_written,
             "rows": rows.iter().map(|row| json!({
                 "scenario": row.scenario, "library": row.library, "metric": row.metric,
                 "unit": row.unit, "summary": row.summary.json(),
@@ -401,8 +430,8 @@ async fn run(options: Options) {
         );
     } else {
         println!("{report}");
-        if let Some(chart) = chart_written {
-            println!("wake-up chart: {chart}");
+        for chart in &charts_written {
+            println!("chart: {chart}");
         }
     }
 }

@@ -144,25 +144,25 @@ where
 }
 
 /// Scenario 1: Uncontended latency of lock() + unlock(), against two raw EVALSHA calls of our scripts.
-pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
+///
+/// Also returns each cycle's latency (µs) for the reentrant lock, the raw floor and the peers,
+/// for the chart of their distributions.
+pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec<f64>)>) {
     let client = LockClient::connect(url).await.expect("connect");
     let raw = raw_client(url).await;
     let scripts = Arc::new(RawScripts::load(&raw).await);
     let cycles = sizes.cycles;
     let ours_once = |lock: fredlock::Lock, n: usize| {
-        in_task(async move {
-            let started = Instant::now();
-            for _ in 0..n {
-                lock_cycle(&lock).await;
-            }
-            started.elapsed().as_secs_f64() * 1e6 / n as f64
-        })
+        in_task(timed_cycles(n, move || {
+            let lock = lock.clone();
+            async move { lock_cycle(&lock).await }
+        }))
     };
     let raw_once = |n: usize| {
         let (raw, scripts) = (raw.clone(), scripts.clone());
-        in_task(async move {
-            let started = Instant::now();
-            for _ in 0..n {
+        in_task(timed_cycles(n, move || {
+            let (raw, scripts) = (raw.clone(), scripts.clone());
+            async move {
                 scripts
                     .cycle(
                         &raw,
@@ -170,10 +170,9 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
                         "redisson_lock__channel:{bench:raw}",
                         "raw:1",
                     )
-                    .await;
+                    .await
             }
-            started.elapsed().as_secs_f64() * 1e6 / n as f64
-        })
+        }))
     };
     // The reentrant lock, and the two primitives built on the same engine: the fenced lock
     // (its acquire also INCRs the token counter) and the spin lock (its release publishes
@@ -198,13 +197,24 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
     raw_once(cycles / 10).await;
     let mut ours: Vec<Vec<f64>> = vec![Vec::new(); locks.len()];
     let mut baseline = Vec::new();
+    let (mut ours_cycles, mut raw_cycles) = (Vec::new(), Vec::new());
     // Interleaved, so that drift of a shared machine hits all alike.
     for _ in 0..sizes.rounds {
-        for ((_, lock), samples) in locks.iter().zip(ours.iter_mut()) {
-            samples.push(ours_once(lock.clone(), cycles).await);
+        for (i, ((_, lock), samples)) in locks.iter().zip(ours.iter_mut()).enumerate() {
+            let (mean, each) = ours_once(lock.clone(), cycles).await;
+            samples.push(mean);
+            if i == 0 {
+                ours_cycles.extend(each);
+            }
         }
-        baseline.push(raw_once(cycles).await);
+        let (mean, each) = raw_once(cycles).await;
+        baseline.push(mean);
+        raw_cycles.extend(each);
     }
+    let mut series = vec![
+        ("fredlock".to_string(), ours_cycles),
+        ("raw EVALSHA x2".to_string(), raw_cycles),
+    ];
     let baseline = Summary::of(&baseline);
     let mut rows = Vec::new();
     for ((library, _), samples) in locks.iter().zip(&ours) {
@@ -232,26 +242,26 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
     for name in &libs::NAMES[1..] {
         let library: Arc<dyn Library> = libs::connect(name, url).await.into();
         let mut samples = Vec::new();
+        let mut each_cycle = Vec::new();
         let peer_cycles = (cycles / 4).max(100);
         for round in 0..=sizes.rounds {
-            let handle = library.handle("bench:uncontended:peer");
+            let handle: Arc<dyn libs::Handle> = library.handle("bench:uncontended:peer").into();
             let n = if round == 0 {
                 peer_cycles / 10
             } else {
                 peer_cycles
             };
-            let per_cycle = in_task(async move {
-                let started = Instant::now();
-                for _ in 0..n {
-                    handle.acquire().await.release().await;
-                }
-                started.elapsed().as_secs_f64() * 1e6 / n as f64
-            })
+            let (mean, each) = in_task(timed_cycles(n, move || {
+                let handle = handle.clone();
+                async move { handle.acquire().await.release().await }
+            }))
             .await;
             if round > 0 {
-                samples.push(per_cycle);
+                samples.push(mean);
+                each_cycle.extend(each);
             }
         }
+        series.push((name.to_string(), each_cycle));
         rows.push(Row::new(
             "1 uncontended",
             name,
@@ -261,7 +271,25 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> Vec<Row> {
         ));
     }
     client.shutdown().await;
-    rows
+    (rows, series)
+}
+
+/// Runs `n` cycles one after another: the mean per cycle and each cycle's latency, in µs.
+async fn timed_cycles<F, Fut>(n: usize, cycle: F) -> (f64, Vec<f64>)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut each = Vec::with_capacity(n);
+    let started = Instant::now();
+    let mut last = started;
+    for _ in 0..n {
+        cycle().await;
+        let now = Instant::now();
+        each.push((now - last).as_secs_f64() * 1e6);
+        last = now;
+    }
+    (started.elapsed().as_secs_f64() * 1e6 / n as f64, each)
 }
 
 /// Scenario 2: Throughput of 64 tasks on 64 names through one client, against raw EVALSHA pairs.

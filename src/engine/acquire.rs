@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::engine::durations;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
-use crate::engine::inflight::InFlight;
+use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::pubsub::Waiter;
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
@@ -100,16 +100,8 @@ pub(crate) async fn acquire(
         settle.arm();
         // Boxed, like the join and the reconnect wait below: passing states which, inline, would
         // make every waiting task carry their timers and calls (about 700 bytes) all its wait.
-        let attempt = Box::pin(attempt(
-            engine,
-            kind,
-            &field,
-            lease,
-            place,
-            deadline,
-            single_attempt,
-        ))
-        .await;
+        let attempt =
+            boxed(|| attempt(engine, kind, &field, lease, place, deadline, single_attempt)).await;
         if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
             // A reply: it carried the fences of every earlier lost one.
             settle.disarm();
@@ -174,12 +166,12 @@ pub(crate) async fn acquire(
                 }
                 (None, Wake::Shared(channel)) => {
                     tracing::debug!(lock = %name, owner = %field, "waiting");
-                    waiter = Some(Box::pin(join(core, channel.clone(), until)).await?);
+                    waiter = Some(boxed(|| join(core, channel.clone(), until)).await?);
                 }
                 (None, Wake::PerWaiter(prefix)) => {
                     tracing::debug!(lock = %name, owner = %field, "waiting");
                     let channel: Arc<str> = format!("{prefix}:{field}").into();
-                    waiter = Some(Box::pin(join(core, channel, until)).await?);
+                    waiter = Some(boxed(|| join(core, channel, until)).await?);
                 }
                 (Some(waiter), _) => {
                     tokio::select! {
@@ -278,7 +270,7 @@ async fn attempt(
         },
         None => turn.await,
     };
-    let call = InFlight::new(async move {
+    let call = InFlight::new(|| async move {
         let engine = task_engine;
         let core = engine.core();
         let name = task_kind.name();

@@ -48,7 +48,7 @@ impl Guard {
             return Err(if lost { self.not_held() } else { error });
         }
         let release = self.release();
-        let outcome = InFlight::new(async move { release.run(&core).await }).await;
+        let outcome = InFlight::new(|| async move { release.run(&core).await }).await;
         match outcome {
             Ok(Some(_)) => {
                 tracing::debug!(

@@ -74,7 +74,7 @@ impl ArmedUndo {
             return; // dropped armed: queued for the releaser
         }
         if let Some(undo) = self.undo.take() {
-            InFlight::new(undo.run(self.core.clone())).await;
+            InFlight::new(|| undo.run(self.core.clone())).await;
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
+use crate::engine::ledger::Pair;
 use crate::engine::pubsub::Waiter;
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine};
@@ -77,6 +78,7 @@ pub(crate) async fn acquire(
     check_name(name)?;
     lease.check(name)?;
     let field = core.field(owner);
+    let pair = Pair::new(name, &field);
     let started = Instant::now();
     let deadline = wait.and_then(|wait| durations::deadline(started, wait));
     let single_attempt = wait == Some(Duration::ZERO);
@@ -101,7 +103,7 @@ pub(crate) async fn acquire(
         // Boxed, like the join and the reconnect wait below: passing states which, inline, would
         // make every waiting task carry their timers and calls (about 700 bytes) all its wait.
         let attempt =
-            boxed(|| attempt(engine, kind, &field, lease, place, deadline, single_attempt)).await;
+            boxed(|| attempt(engine, kind, &pair, lease, place, deadline, single_attempt)).await;
         if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
             // A reply: it carried the fences of every earlier lost one.
             settle.disarm();
@@ -239,7 +241,7 @@ fn unavailable(engine: &Engine, name: &str, source: Option<fred::error::Error>) 
 async fn attempt(
     engine: &Engine,
     kind: &Arc<dyn Kind>,
-    field: &Arc<str>,
+    pair: &Pair,
     lease: Lease,
     place: Option<Duration>,
     deadline: Option<Instant>,
@@ -252,8 +254,9 @@ async fn attempt(
     }
     let lease_ms = lease.millis(core.watchdog_timeout);
     let place_ms = place.map(durations::millis);
+    let field = &pair.field;
     let task_kind = kind.clone();
-    let task_field = field.clone();
+    let task_pair = pair.clone();
     let task_engine = engine.clone();
     // A single attempt waits for its reply whatever the deadline.
     let deadline = deadline
@@ -262,7 +265,7 @@ async fn attempt(
     // The owner's turn, taken before the call is handed over: an attempt cancelled or timed out
     // while it waits for it sends nothing. The owner's count of holds cannot change until the
     // reply is in.
-    let turn = core.ledger.turn(kind.name(), field);
+    let turn = core.ledger.turn(pair);
     let mut turn = match deadline {
         Some(deadline) => match tokio::time::timeout_at(deadline, turn).await {
             Ok(turn) => turn,
@@ -273,12 +276,12 @@ async fn attempt(
     let call = InFlight::new(|| async move {
         let engine = task_engine;
         let core = engine.core();
-        let name = task_kind.name();
-        let holds = core.holds.count(name, &task_field);
+        let task_field = &task_pair.field;
+        let holds = core.holds.count(&task_pair);
         let request = turn.request();
         let sent_at = Instant::now();
         let args = AcquireArgs {
-            field: &task_field,
+            field: task_field,
             lease_ms,
             holds,
             place_ms,
@@ -288,17 +291,17 @@ async fn attempt(
         turn.record(request, &reply);
         let outcome = match reply.and_then(Reply::parse) {
             Ok(Reply::Busy(pttl)) => {
-                let queued = place_ms.map(|_| leave_undo(core, &task_kind, &task_field));
+                let queued = place_ms.map(|_| leave_undo(core, &task_kind, task_field));
                 Ok(Outcome::Busy(pttl, queued))
             }
             Ok(Reply::Won { afresh, value }) => {
                 if afresh {
-                    core.holds.lose(name, &task_field);
+                    core.holds.lose(&task_pair);
                 }
                 let renewal = task_kind.renewal();
-                let (hold, value) =
-                    core.holds
-                        .attach(name, &task_field, lease, sent_at, renewal, value);
+                let (hold, value) = core
+                    .holds
+                    .attach(&task_pair, lease, sent_at, renewal, value);
                 let guard = Guard::new(engine.clone(), hold, task_kind.clone(), lease);
                 Ok(Outcome::Won(Win { guard, value }))
             }

@@ -52,18 +52,18 @@ impl Guard {
         match outcome {
             Ok(Some(_)) => {
                 tracing::debug!(
-                    lock = %self.hold.name, owner = %self.hold.field,
+                    lock = %self.hold.pair.name, owner = %self.hold.pair.field,
                     held_ms = self.acquired_at.elapsed().as_millis() as u64,
                     "released"
                 );
                 Ok(())
             }
             Ok(None) => Err(self.not_held()),
-            Err(error) => {
-                Err(self
-                    .engine
-                    .redis_error(&self.hold.name, Some(&self.hold.field), error))
-            }
+            Err(error) => Err(self.engine.redis_error(
+                &self.hold.pair.name,
+                Some(&self.hold.pair.field),
+                error,
+            )),
         }
     }
 
@@ -80,11 +80,11 @@ impl Guard {
     }
 
     pub(crate) fn name(&self) -> &str {
-        &self.hold.name
+        &self.hold.pair.name
     }
 
     pub(crate) fn owner_field(&self) -> &str {
-        &self.hold.field
+        &self.hold.pair.field
     }
 
     /// The fixed lease, or `None` for a watchdog-renewed hold.
@@ -102,8 +102,8 @@ impl Guard {
     /// `Error::NotHeld` for this hold.
     pub(crate) fn not_held(&self) -> Error {
         Error::NotHeld {
-            lock: self.hold.name.to_string(),
-            owner: self.hold.field.to_string(),
+            lock: self.hold.pair.name.to_string(),
+            owner: self.hold.pair.field.to_string(),
         }
     }
 
@@ -149,7 +149,7 @@ impl Release {
     /// calls (see `ledger`).
     pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, fred::error::Error> {
         let hold = &self.hold;
-        let mut turn = core.ledger.turn(&hold.name, &hold.field).await;
+        let mut turn = core.ledger.turn(&hold.pair).await;
         let lost = hold.is_lost();
         if lost {
             // Its field may still be in Redis: a renewal that got through after the renew
@@ -176,7 +176,7 @@ impl Release {
         let (reply, resent) = turn
             .send_again_while_lost(&core.redis, |request| async {
                 let args = ReleaseArgs {
-                    field: &hold.field,
+                    field: &hold.pair.field,
                     left,
                     lease_ms,
                     request: &request,
@@ -208,14 +208,14 @@ impl Release {
     pub(crate) async fn run_dropped(self, core: Arc<Core>) {
         match self.run(&core).await {
             Ok(Some(_)) => {
-                tracing::debug!(lock = %self.hold.name, owner = %self.hold.field, "released (nobody waited for it)")
+                tracing::debug!(lock = %self.hold.pair.name, owner = %self.hold.pair.field, "released (nobody waited for it)")
             }
             Ok(None) => tracing::debug!(
-                lock = %self.hold.name, owner = %self.hold.field,
+                lock = %self.hold.pair.name, owner = %self.hold.pair.field,
                 "hold to release in the background was no longer held"
             ),
             Err(error) => tracing::warn!(
-                lock = %self.hold.name, owner = %self.hold.field, %error,
+                lock = %self.hold.pair.name, owner = %self.hold.pair.field, %error,
                 "could not release a lock in the background; sending it again until Redis confirms it"
             ),
         }

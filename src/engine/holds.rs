@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::ledger::Pair;
 use crate::engine::script::Script;
 use crate::engine::{durations, HashState};
 use crate::error::Result;
@@ -67,8 +68,8 @@ pub(crate) struct LeaseTimes {
 /// One owner's holds on one lock.
 #[derive(Debug)]
 pub(crate) struct Hold {
-    pub(crate) name: Arc<str>,
-    pub(crate) field: Arc<str>,
+    /// The lock and the owner.
+    pub(crate) pair: Pair,
     /// Live guards. Changed only under the registry's shard lock.
     guards: AtomicUsize,
     /// Live guards in watchdog mode. Changed only under the registry's shard lock.
@@ -125,7 +126,7 @@ impl Hold {
         }
         if renewed {
             tracing::warn!(
-                lock = %self.name, owner = %self.field,
+                lock = %self.pair.name, owner = %self.pair.field,
                 "lock lost: no renewal confirmed within the renew deadline"
             );
             self.mark_lost();
@@ -218,7 +219,7 @@ impl Hold {
 
 /// The registry of holds, keyed by (name, owner field).
 pub(crate) struct Holds {
-    map: DashMap<(Arc<str>, Arc<str>), Arc<Hold>, HashState>,
+    map: DashMap<Pair, Arc<Hold>, HashState>,
     watchdog_timeout: Duration,
     renew_deadline: Duration,
 }
@@ -237,8 +238,7 @@ impl Holds {
     /// returned none, the value of the hold's first acquisition.
     pub(crate) fn attach(
         &self,
-        name: &Arc<str>,
-        field: &Arc<str>,
+        pair: &Pair,
         lease: Lease,
         sent_at: Instant,
         renewal: &'static Script,
@@ -247,11 +247,11 @@ impl Holds {
         let lease_len = lease.duration(self.watchdog_timeout);
         let mut entry = self
             .map
-            .entry((name.clone(), field.clone()))
-            .or_insert_with(|| self.new_hold(name, field, sent_at, lease_len, renewal));
+            .entry(pair.clone())
+            .or_insert_with(|| self.new_hold(pair, sent_at, lease_len, renewal));
         // A lost hold's guards keep their own hold; a new acquire starts afresh.
         if entry.is_lost() {
-            *entry = self.new_hold(name, field, sent_at, lease_len, renewal);
+            *entry = self.new_hold(pair, sent_at, lease_len, renewal);
         }
         let hold = entry.clone();
         drop(entry);
@@ -277,7 +277,6 @@ impl Holds {
     /// one was (it set the remaining holds' TTL again). The watchdog no longer renews a hold
     /// without watchdog guards.
     pub(crate) fn detach(&self, hold: &Arc<Hold>, lease: Lease, released_at: Option<Instant>) {
-        let key = (hold.name.clone(), hold.field.clone());
         let forget = |hold: &Hold| {
             if lease == Lease::Watchdog {
                 hold.watchdog_guards.fetch_sub(1, Ordering::AcqRel);
@@ -285,7 +284,7 @@ impl Holds {
             hold.guards.fetch_sub(1, Ordering::AcqRel) == 1
         };
         let mut registered = false;
-        let removed = self.map.remove_if(&key, |_, current| {
+        let removed = self.map.remove_if(&hold.pair, |_, current| {
             registered = Arc::ptr_eq(current, hold);
             registered && forget(hold)
         });
@@ -304,19 +303,19 @@ impl Holds {
         }
     }
 
-    /// How many holds `field` has on the lock `name` by this client's count: its live guards,
+    /// How many holds the pair's owner has on its lock by this client's count: its live guards,
     /// none once the hold is known lost.
-    pub(crate) fn count(&self, name: &Arc<str>, field: &Arc<str>) -> usize {
+    pub(crate) fn count(&self, pair: &Pair) -> usize {
         self.map
-            .get(&(name.clone(), field.clone()))
+            .get(pair)
             .filter(|hold| !hold.is_lost())
             .map_or(0, |hold| hold.guards())
     }
 
-    /// Marks the hold of `field` on `name` lost: Redis found none of the holds counted.
-    pub(crate) fn lose(&self, name: &Arc<str>, field: &Arc<str>) {
-        if let Some(hold) = self.map.get(&(name.clone(), field.clone())) {
-            tracing::warn!(lock = %name, owner = %field, "lock lost: its owner's field was gone from Redis");
+    /// Marks the pair's hold lost: Redis found none of the holds counted.
+    pub(crate) fn lose(&self, pair: &Pair) {
+        if let Some(hold) = self.map.get(pair) {
+            tracing::warn!(lock = %pair.name, owner = %pair.field, "lock lost: its owner's field was gone from Redis");
             hold.mark_lost();
         }
     }
@@ -335,15 +334,13 @@ impl Holds {
 
     fn new_hold(
         &self,
-        name: &Arc<str>,
-        field: &Arc<str>,
+        pair: &Pair,
         sent_at: Instant,
         lease: Duration,
         renewal: &'static Script,
     ) -> Arc<Hold> {
         Arc::new(Hold {
-            name: name.clone(),
-            field: field.clone(),
+            pair: pair.clone(),
             guards: AtomicUsize::new(0),
             watchdog_guards: AtomicUsize::new(0),
             times: Mutex::new(LeaseTimes {
@@ -364,7 +361,7 @@ impl Holds {
     /// Whether `hold` is the one registered for its (lock, owner): not lost and replaced.
     pub(crate) fn is_registered(&self, hold: &Arc<Hold>) -> bool {
         self.map
-            .get(&(hold.name.clone(), hold.field.clone()))
+            .get(&hold.pair)
             .is_some_and(|registered| Arc::ptr_eq(&registered, hold))
     }
 

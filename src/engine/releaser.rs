@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::guard::Release;
 use crate::engine::inflight::InFlight;
 use crate::engine::kind::{Kind, ReleaseArgs};
-use crate::engine::ledger::Turn;
+use crate::engine::ledger::{Pair, Turn};
 use crate::engine::Core;
 use crate::error::is_transient;
 
@@ -99,7 +99,7 @@ impl Leave {
     /// tracing: a place that could not be given up ends when it expires.
     async fn run(self, core: Arc<Core>) {
         let name = self.kind.name().clone();
-        let mut turn = core.ledger.turn(&name, &self.field).await;
+        let mut turn = core.ledger.turn(&Pair::new(&name, &self.field)).await;
         let (left, _) = turn
             .send_again_while_lost(&core.redis, |request| async {
                 let left = match self.kind.leave(&self.field, &request) {
@@ -173,7 +173,7 @@ pub(crate) fn settle_later(core: &Core, kind: &Arc<dyn Kind>, turn: Turn) {
     if turn.is_unsettled() {
         let settle = Settle {
             kind: kind.clone(),
-            field: turn.key().1.clone(),
+            field: turn.key().field.clone(),
         };
         drop(turn);
         // Fails only once the client is gone; leases and queue places then end the effect.
@@ -227,12 +227,13 @@ impl Settle {
         let until = Instant::now() + SETTLE_LIMIT;
         let mut pause = MIN_SETTLE_PAUSE;
         let name = self.kind.name().clone();
+        let pair = Pair::new(&name, &self.field);
         loop {
-            let mut turn = core.ledger.turn(&name, &self.field).await;
+            let mut turn = core.ledger.turn(&pair).await;
             if !turn.is_unsettled() {
                 return; // a later call of the owner carried the fences
             }
-            let left = core.holds.count(&name, &self.field);
+            let left = core.holds.count(&pair);
             let request = turn.request();
             // A lease of 0 keeps the expiry: settling changes counts, never a lease.
             let call = self.kind.release(&ReleaseArgs {

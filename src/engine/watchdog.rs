@@ -161,7 +161,7 @@ impl Watchdog {
                 Visit::Check
             };
             let hash_slot = if clustered {
-                fred::util::redis_keyslot(hold.name.as_bytes())
+                fred::util::redis_keyslot(hold.pair.name.as_bytes())
             } else {
                 0
             };
@@ -190,9 +190,9 @@ impl Watchdog {
         };
         args.push(Value::from(lease_ms));
         for hold in &holds {
-            let (key, field) = &**hold
-                .renewal_args
-                .get_or_init(|| Box::new((Key::from(&*hold.name), Value::from(&*hold.field))));
+            let (key, field) = &**hold.renewal_args.get_or_init(|| {
+                Box::new((Key::from(&*hold.pair.name), Value::from(&*hold.pair.field)))
+            });
             keys.push(key.clone());
             args.push(field.clone());
         }
@@ -247,7 +247,7 @@ impl Watchdog {
                 }
                 Ok(_) => {
                     tracing::warn!(
-                        lock = %hold.name, owner = %hold.field,
+                        lock = %hold.pair.name, owner = %hold.pair.field,
                         "lock lost: its owner's field is gone from Redis"
                     );
                     self.lose(&hold);
@@ -259,7 +259,7 @@ impl Watchdog {
                 }
                 Err(_) => {
                     tracing::warn!(
-                        lock = %hold.name, owner = %hold.field,
+                        lock = %hold.pair.name, owner = %hold.pair.field,
                         "lock lost: no renewal confirmed within the renew deadline"
                     );
                     self.lose(&hold);

@@ -143,7 +143,7 @@ impl Fair {
     fn call(&self, script: &'static Script, args: &[Value], request: Option<&Request>) -> Call {
         let mut argv = Vec::with_capacity(args.len() + 4);
         argv.push(Value::from(&*self.channel));
-        argv.push(Value::from(UNLOCK_MESSAGE));
+        argv.push(Value::from_static_str(UNLOCK_MESSAGE));
         argv.extend_from_slice(args);
         if let Some(request) = request {
             request.append_to(&mut argv);
@@ -176,7 +176,7 @@ impl Kind for Fair {
 
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let own = [
-            Value::from(args.lease_ms as i64),
+            args.lease.clone(),
             Value::from(args.field),
             Value::from(args.place_ms.unwrap_or_default() as i64),
             Value::from(args.holds as i64),
@@ -186,7 +186,7 @@ impl Kind for Fair {
 
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let own = [
-            Value::from(args.lease_ms as i64),
+            args.lease.clone(),
             Value::from(args.field),
             Value::from(args.left as i64),
         ];

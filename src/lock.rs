@@ -106,7 +106,7 @@ impl Reentrant {
     /// script of the family may take keys of its own.
     pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
         let mut argv = Vec::with_capacity(4);
-        argv.push(Value::from(args.lease_ms as i64));
+        argv.push(args.lease.clone());
         argv.push(Value::from(args.field));
         argv.push(Value::from(args.holds as i64));
         args.request.append_to(&mut argv);
@@ -120,8 +120,8 @@ impl Reentrant {
     /// The message a final unlock publishes: none when nobody listens.
     fn unlock_message(&self) -> Value {
         match self.wake {
-            Wake::Backoff(_) => Value::from(""),
-            _ => Value::from(UNLOCK_MESSAGE),
+            Wake::Backoff(_) => Value::from_static_str(""),
+            _ => Value::from_static_str(UNLOCK_MESSAGE),
         }
     }
 }
@@ -142,7 +142,7 @@ impl Kind for Reentrant {
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = Vec::with_capacity(5);
         argv.push(self.unlock_message());
-        argv.push(Value::from(args.lease_ms as i64));
+        argv.push(args.lease.clone());
         argv.push(Value::from(args.field));
         argv.push(Value::from(args.left as i64));
         args.request.append_to(&mut argv);
@@ -167,7 +167,7 @@ impl LockKind for Reentrant {
         Call {
             script: &LOCK_FORCE_UNLOCK,
             keys: vec![self.key.clone(), self.channel.clone()],
-            args: vec![Value::from(UNLOCK_MESSAGE)],
+            args: vec![Value::from_static_str(UNLOCK_MESSAGE)],
         }
     }
 }

@@ -103,7 +103,7 @@ pub(crate) fn keys<const N: usize>(texts: [&str; N]) -> [Key; N] {
 }
 
 /// The message a final unlock publishes on [`lock_channel`].
-pub(crate) const UNLOCK_MESSAGE: i64 = 0;
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
 #[cfg(test)]
 mod tests {

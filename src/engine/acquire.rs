@@ -252,7 +252,7 @@ async fn attempt(
         // fred would queue the script until it reconnects, or until the command timeout.
         return Err(unavailable(engine, kind.name(), Some(not_connected())));
     }
-    let lease_ms = lease.millis(core.watchdog_timeout);
+    let lease_arg = core.lease_arg(lease);
     let place_ms = place.map(durations::millis);
     let field = &pair.field;
     let task_kind = kind.clone();
@@ -282,7 +282,7 @@ async fn attempt(
         let sent_at = Instant::now();
         let args = AcquireArgs {
             field: task_field,
-            lease_ms,
+            lease: &lease_arg,
             holds,
             place_ms,
             request: &request,

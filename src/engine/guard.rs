@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::ClientLike;
+use fred::types::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -164,11 +165,10 @@ impl Release {
                 return Ok(None);
             }
         }
-        let (left, lease_ms) = if lost {
-            (0, 0)
+        let (left, lease) = if lost {
+            (0, Value::from(0))
         } else {
-            let lease_ms = self.lease.millis(core.watchdog_timeout);
-            (hold.guards().saturating_sub(1), lease_ms)
+            (hold.guards().saturating_sub(1), core.lease_arg(self.lease))
         };
         let sent_at = Instant::now();
         // A release is safe to send again, so a lost reply gets an answer here when one comes
@@ -178,7 +178,7 @@ impl Release {
                 let args = ReleaseArgs {
                     field: &hold.pair.field,
                     left,
-                    lease_ms,
+                    lease: &lease,
                     request: &request,
                 };
                 let reply = Call::run_made(&core.redis, || self.kind.release(&args)).await;

@@ -74,7 +74,8 @@ pub(crate) struct Backoff {
 /// The arguments of one acquire attempt.
 pub(crate) struct AcquireArgs<'a> {
     pub(crate) field: &'a str,
-    pub(crate) lease_ms: u64,
+    /// The lease in ms.
+    pub(crate) lease: &'a Value,
     /// The owner's holds by its client's count.
     pub(crate) holds: usize,
     /// How long the waiter's queue place lasts without another attempt (ms); `None` makes a
@@ -83,12 +84,12 @@ pub(crate) struct AcquireArgs<'a> {
     pub(crate) request: &'a Request,
 }
 
-/// The arguments of one release: `field` keeps `left` holds, with `lease_ms` set again while
+/// The arguments of one release: `field` keeps `left` holds, with `lease` (ms) set again while
 /// some remain (0 keeps the expiry as it is).
 pub(crate) struct ReleaseArgs<'a> {
     pub(crate) field: &'a str,
     pub(crate) left: usize,
-    pub(crate) lease_ms: u64,
+    pub(crate) lease: &'a Value,
     pub(crate) request: &'a Request,
 }
 

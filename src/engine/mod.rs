@@ -26,7 +26,7 @@ use std::time::Duration;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy};
-use fred::types::Builder;
+use fred::types::{Builder, Value};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -71,6 +71,8 @@ pub(crate) struct Core {
     pub(crate) address: Arc<str>,
     subscriber: SubscriberClient,
     pub(crate) watchdog_timeout: Duration,
+    /// The watchdog lease in ms, encoded once as the scripts take it: most calls carry it.
+    watchdog_lease: Value,
     holds: holds::Holds,
     /// One state-changing call at a time per (name, owner), and the lost replies to fence.
     ledger: ledger::Ledger,
@@ -83,6 +85,14 @@ impl Core {
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
     pub(crate) fn field(&self, owner: OwnerId) -> Arc<str> {
         format!("{}:{}", self.id_text, owner).into()
+    }
+
+    /// `lease` in ms, as a script argument.
+    pub(crate) fn lease_arg(&self, lease: Lease) -> Value {
+        match lease {
+            Lease::Watchdog => self.watchdog_lease.clone(),
+            Lease::Fixed(_) => Value::from(lease.millis(self.watchdog_timeout) as i64),
+        }
     }
 
     pub(crate) fn ensure_open(&self) -> Result<()> {
@@ -227,6 +237,11 @@ impl Engine {
             address: address.as_str().into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
+            watchdog_lease: Value::from(
+                Lease::Watchdog
+                    .millis(settings.watchdog_timeout)
+                    .to_string(),
+            ),
             holds: holds::Holds::new(settings.watchdog_timeout, settings.renew_deadline),
             ledger: ledger::Ledger::new(),
             pubsub,

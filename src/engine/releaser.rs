@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::ClientLike;
+use fred::types::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -239,7 +240,7 @@ impl Settle {
             let call = self.kind.release(&ReleaseArgs {
                 field: &self.field,
                 left,
-                lease_ms: 0,
+                lease: &Value::from(0),
                 request: &request,
             });
             let reply = call.run::<Option<i64>>(&core.redis).await;

@@ -80,6 +80,36 @@ impl OwnerId {
     }
 }
 
+impl OwnerId {
+    /// Appends the id as [`Display`](fmt::Display) writes it (a test holds them to that),
+    /// without the formatting machinery: every acquire writes one.
+    pub(crate) fn push_to(self, out: &mut String) {
+        let n = match self.0 {
+            Kind::Number(n) => n,
+            Kind::Thread(n) => {
+                out.push('t');
+                n
+            }
+            Kind::Unique(n) => {
+                out.push('u');
+                n
+            }
+        };
+        let mut digits = [b'0'; 20];
+        let mut start = digits.len();
+        let mut rest = n;
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        out.extend(digits[start..].iter().map(|&digit| char::from(digit)));
+    }
+}
+
 impl fmt::Display for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
@@ -110,6 +140,26 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.to_string().starts_with('u'), "{a}");
         assert_eq!(OwnerId::from_raw(7).to_string(), "7");
+    }
+
+    #[test]
+    fn push_to_writes_what_display_writes() {
+        let ids = [
+            OwnerId::from_raw(0),
+            OwnerId::from_raw(7),
+            OwnerId::from_raw(10),
+            OwnerId::from_raw(u64::MAX),
+            OwnerId(Kind::Thread(0)),
+            OwnerId(Kind::Thread(1234567890)),
+            OwnerId(Kind::Unique(u64::MAX)),
+            OwnerId::unique(),
+            OwnerId::current(),
+        ];
+        for id in ids {
+            let mut pushed = String::from("prefix:");
+            id.push_to(&mut pushed);
+            assert_eq!(pushed, format!("prefix:{id}"));
+        }
     }
 
     #[tokio::test]

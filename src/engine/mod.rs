@@ -84,7 +84,11 @@ pub(crate) struct Core {
 impl Core {
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
     pub(crate) fn field(&self, owner: OwnerId) -> Arc<str> {
-        format!("{}:{}", self.id_text, owner).into()
+        let mut field = String::with_capacity(self.id_text.len() + 22);
+        field.push_str(&self.id_text);
+        field.push(':');
+        owner.push_to(&mut field);
+        field.into()
     }
 
     /// `lease` in ms, as a script argument.

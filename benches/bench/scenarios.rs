@@ -128,6 +128,62 @@ impl RawScripts {
     }
 }
 
+/// The same two scripts, with the same arguments, through redis-rs (the client rslock runs on,
+/// one multiplexed connection): what the round trips cost on another client than fred.
+pub struct RedisRsScripts {
+    connection: redis::aio::MultiplexedConnection,
+    acquire: String,
+    release: String,
+    next: AtomicU64,
+}
+
+impl RedisRsScripts {
+    pub async fn connect(url: &str, scripts: &RawScripts) -> RedisRsScripts {
+        let client = redis::Client::open(url).expect("redis-rs url");
+        RedisRsScripts {
+            connection: client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("redis-rs connects"),
+            acquire: scripts.acquire.clone(),
+            release: scripts.release.clone(),
+            next: AtomicU64::new(1),
+        }
+    }
+
+    pub async fn cycle(&self, name: &str, channel: &str, field: &str) {
+        let fences = format!("fredlock_fences:{{{name}}}");
+        let id = || self.next.fetch_add(1, Ordering::Relaxed) as i64;
+        let mut connection = self.connection.clone();
+        let _: Option<i64> = redis::cmd("EVALSHA")
+            .arg(&self.acquire)
+            .arg(2)
+            .arg(name)
+            .arg(&fences)
+            .arg("30000")
+            .arg(field)
+            .arg(0)
+            .arg(id())
+            .query_async(&mut connection)
+            .await
+            .expect("redis-rs acquire");
+        let _: Option<i64> = redis::cmd("EVALSHA")
+            .arg(&self.release)
+            .arg(3)
+            .arg(name)
+            .arg(channel)
+            .arg(&fences)
+            .arg("0")
+            .arg("30000")
+            .arg(field)
+            .arg(0)
+            .arg(id())
+            .query_async(&mut connection)
+            .await
+            .expect("redis-rs release");
+    }
+}
+
 /// One fredlock lock() + unlock().
 pub async fn lock_cycle(lock: &fredlock::Lock) {
     let guard = lock.lock().await.expect("lock");
@@ -191,13 +247,31 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             client.spin_lock("bench:uncontended:spin").as_lock().clone(),
         ),
     ];
+    let redis_rs = Arc::new(RedisRsScripts::connect(url, &scripts).await);
+    let redis_rs_once = |n: usize| {
+        let redis_rs = redis_rs.clone();
+        in_task(timed_cycles(n, move || {
+            let redis_rs = redis_rs.clone();
+            async move {
+                redis_rs
+                    .cycle(
+                        "bench:redisrs",
+                        "redisson_lock__channel:{bench:redisrs}",
+                        "raw:1",
+                    )
+                    .await
+            }
+        }))
+    };
     for (_, lock) in &locks {
         ours_once(lock.clone(), cycles / 10).await;
     }
     raw_once(cycles / 10).await;
+    redis_rs_once(cycles / 10).await;
     let mut ours: Vec<Vec<f64>> = vec![Vec::new(); locks.len()];
     let mut baseline = Vec::new();
     let (mut ours_cycles, mut raw_cycles) = (Vec::new(), Vec::new());
+    let (mut redis_rs_rounds, mut redis_rs_cycles) = (Vec::new(), Vec::new());
     // Interleaved, so that drift of a shared machine hits all alike.
     for _ in 0..sizes.rounds {
         for (i, ((_, lock), samples)) in locks.iter().zip(ours.iter_mut()).enumerate() {
@@ -210,10 +284,14 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
         let (mean, each) = raw_once(cycles).await;
         baseline.push(mean);
         raw_cycles.extend(each);
+        let (mean, each) = redis_rs_once(cycles).await;
+        redis_rs_rounds.push(mean);
+        redis_rs_cycles.extend(each);
     }
     let mut series = vec![
         ("fredlock".to_string(), ours_cycles),
         ("raw EVALSHA x2".to_string(), raw_cycles),
+        ("redis-rs EVALSHA x2".to_string(), redis_rs_cycles),
     ];
     let baseline = Summary::of(&baseline);
     let mut rows = Vec::new();
@@ -238,6 +316,19 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
         "acquire+release scripts",
         "µs",
         baseline,
+    ));
+    let redis_rs = Summary::of(&redis_rs_rounds);
+    rows.push(Row::new(
+        "1 uncontended",
+        "redis-rs EVALSHA x2",
+        "acquire+release scripts",
+        "µs",
+        redis_rs,
+    ));
+    rows.push(Row::ratio(
+        "1 uncontended",
+        "raw EVALSHA x2 / redis-rs",
+        baseline.median / redis_rs.median,
     ));
     for name in &libs::NAMES[1..] {
         let library: Arc<dyn Library> = libs::connect(name, url).await.into();

@@ -121,118 +121,130 @@ fn find<'a>(rows: &'a [Row], scenario: &str, library: &str, metric: &str) -> Opt
     })
 }
 
+/// How a measured figure must compare with its bound.
+#[derive(Clone, Copy)]
+enum Bound {
+    AtMost(f64),
+    AtLeast(f64),
+    Below(f64),
+}
+
+impl Bound {
+    fn met(self, value: f64) -> bool {
+        match self {
+            Bound::AtMost(bound) => value <= bound,
+            Bound::AtLeast(bound) => value >= bound,
+            Bound::Below(bound) => value < bound,
+        }
+    }
+
+    fn text(self, unit: &str) -> String {
+        match self {
+            Bound::AtMost(bound) => format!("<= {bound}{unit}"),
+            Bound::AtLeast(bound) => format!(">= {bound}{unit}"),
+            Bound::Below(bound) => format!("< {bound}{unit}"),
+        }
+    }
+}
+
 /// The targets of issue 13 (performance), as (what, measured, target, met).
 fn targets(rows: &[Row], many: usize) -> Vec<(String, f64, String, bool)> {
-    let mut checks = Vec::new();
-    let mut check = |what: &str, value: Option<f64>, target: String, met: bool| {
-        if let Some(value) = value {
-            checks.push((what.to_string(), value, target, met));
-        }
-    };
     let median = |scenario: &str, library: &str, metric: &str| {
         find(rows, scenario, library, metric).map(Row::median)
     };
-    let at_most = |value: Option<f64>, bound: f64| value.is_some_and(|v| v <= bound);
-    let at_least = |value: Option<f64>, bound: f64| value.is_some_and(|v| v >= bound);
     let of = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
-
-    let value = median("1 uncontended", "fredlock / raw", "ratio");
-    check(
-        "1 uncontended: fredlock / raw",
-        value,
-        "<= 1.03".into(),
-        at_most(value, 1.03),
-    );
-    let value = of(
-        median("1 uncontended", "fredlock", "lock+unlock"),
-        median("1 uncontended", "rslock 0.10", "lock+unlock"),
-    );
-    check(
-        "1 uncontended: fredlock / rslock",
-        value,
-        "<= 1.0".into(),
-        at_most(value, 1.0),
-    );
-    let value = median("2 throughput", "fredlock / raw", "ratio");
-    check(
-        "2 throughput: fredlock / raw",
-        value,
-        ">= 0.97".into(),
-        at_least(value, 0.97),
-    );
     let ping = median("3 wake-up", "PING round trip", "median");
-    let value = median("3 wake-up", "fredlock / PING", "ratio");
-    check(
-        "3 wake-up: median / PING median",
-        value,
-        "<= 2".into(),
-        at_most(value, 2.0),
-    );
     let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
-    let value = of(p99, ping);
-    check(
-        "3 wake-up: p99 / PING median",
-        value,
-        "<= 5".into(),
-        at_most(value, 5.0),
-    );
-    let value = of(
-        median("4 contention", "fredlock fair", "hand-offs"),
-        median("4 contention", "fredlock", "hand-offs"),
-    );
-    check(
-        "4 contention: fair / reentrant hand-offs",
-        value,
-        ">= 0.9".into(),
-        at_least(value, 0.9),
-    );
     let calls = many as f64 / 100.0 + 1.0;
-    let value = median("5 watchdog", "fredlock", "renewal");
-    check(
-        "5 watchdog: renewal calls per period",
-        value,
-        format!("<= {calls} (locks/100 + 1 slot)"),
-        at_most(value, calls),
-    );
-    let value = median("5 watchdog", "fredlock", "client CPU");
-    check(
-        "5 watchdog: client CPU",
-        value,
-        "< 5 % of a core".into(),
-        at_most(value, 5.0),
-    );
-    let value = median("6 memory", "fredlock", "heap per held");
-    check(
-        "6 memory: heap per held lock",
-        value,
-        "<= 512 bytes".into(),
-        at_most(value, 512.0),
-    );
-    let value = median("6 memory", "fredlock", "heap per waiting");
-    check(
-        "6 memory: heap per waiting task",
-        value,
-        "<= 1024 bytes".into(),
-        at_most(value, 1024.0),
-    );
-    let value = of(
-        median("7 redlock (5 nodes)", "fredlock RedLock", "try_lock+unlock"),
-        median("7 redlock (5 nodes)", "rslock 0.10", "lock+unlock"),
-    );
-    check(
-        "7 redlock: fredlock RedLock / rslock",
-        value,
-        "< 1.0".into(),
-        value.is_some_and(|v| v < 1.0),
-    );
-    let value = median("8 instructions", "fredlock / raw", "ratio");
-    check(
-        "8 instructions: fredlock / raw",
-        value,
-        "<= 1.05".into(),
-        at_most(value, 1.05),
-    );
-    checks
+    let wanted: [(&str, Option<f64>, Bound, String); 12] = [
+        (
+            "1 uncontended: fredlock / raw",
+            median("1 uncontended", "fredlock / raw", "ratio"),
+            Bound::AtMost(1.03),
+            String::new(),
+        ),
+        (
+            "1 uncontended: fredlock / rslock",
+            of(
+                median("1 uncontended", "fredlock", "lock+unlock"),
+                median("1 uncontended", "rslock 0.10", "lock+unlock"),
+            ),
+            Bound::AtMost(1.0),
+            String::new(),
+        ),
+        (
+            "2 throughput: fredlock / raw",
+            median("2 throughput", "fredlock / raw", "ratio"),
+            Bound::AtLeast(0.97),
+            String::new(),
+        ),
+        (
+            "3 wake-up: median / PING median",
+            median("3 wake-up", "fredlock / PING", "ratio"),
+            Bound::AtMost(2.0),
+            String::new(),
+        ),
+        (
+            "3 wake-up: p99 / PING median",
+            of(p99, ping),
+            Bound::AtMost(5.0),
+            String::new(),
+        ),
+        (
+            "4 contention: fair / reentrant hand-offs",
+            of(
+                median("4 contention", "fredlock fair", "hand-offs"),
+                median("4 contention", "fredlock", "hand-offs"),
+            ),
+            Bound::AtLeast(0.9),
+            String::new(),
+        ),
+        (
+            "5 watchdog: renewal calls per period",
+            median("5 watchdog", "fredlock", "renewal"),
+            Bound::AtMost(calls),
+            " (locks/100 + 1 slot)".into(),
+        ),
+        (
+            "5 watchdog: client CPU",
+            median("5 watchdog", "fredlock", "client CPU"),
+            Bound::Below(5.0),
+            " % of a core".into(),
+        ),
+        (
+            "6 memory: heap per held lock",
+            median("6 memory", "fredlock", "heap per held"),
+            Bound::AtMost(512.0),
+            " bytes".into(),
+        ),
+        (
+            "6 memory: heap per waiting task",
+            median("6 memory", "fredlock", "heap per waiting"),
+            Bound::AtMost(1024.0),
+            " bytes".into(),
+        ),
+        (
+            "7 redlock: fredlock RedLock / rslock",
+            of(
+                median("7 redlock (5 nodes)", "fredlock RedLock", "try_lock+unlock"),
+                median("7 redlock (5 nodes)", "rslock 0.10", "lock+unlock"),
+            ),
+            Bound::Below(1.0),
+            String::new(),
+        ),
+        (
+            "8 instructions: fredlock / raw",
+            median("8 instructions", "fredlock / raw", "ratio"),
+            Bound::AtMost(1.05),
+            String::new(),
+        ),
+    ];
+    wanted
+        .into_iter()
+        .filter_map(|(what, value, bound, unit)| {
+            value.map(|value| (what.to_string(), value, bound.text(&unit), bound.met(value)))
+        })
+        .collect()
 }
 
 fn table(rows: &[Row], checks: &[(String, f64, String, bool)]) -> String {

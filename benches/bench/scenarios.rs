@@ -154,33 +154,32 @@ impl RedisRsScripts {
     pub async fn cycle(&self, name: &str, channel: &str, field: &str) {
         let fences = format!("fredlock_fences:{{{name}}}");
         let id = || self.next.fetch_add(1, Ordering::Relaxed) as i64;
-        let mut connection = self.connection.clone();
-        let _: Option<i64> = redis::cmd("EVALSHA")
-            .arg(&self.acquire)
-            .arg(2)
-            .arg(name)
-            .arg(&fences)
-            .arg("30000")
-            .arg(field)
+        self.evalsha(&self.acquire, &[name, &fences], &["30000", field], id())
+            .await;
+        self.evalsha(
+            &self.release,
+            &[name, channel, &fences],
+            &["0", "30000", field],
+            id(),
+        )
+        .await;
+    }
+
+    /// `EVALSHA sha keys.. args.. 0 id`: the scripts' own arguments, then a hold count of 0 and
+    /// the request id.
+    async fn evalsha(&self, sha: &str, keys: &[&str], args: &[&str], id: i64) {
+        let mut command = redis::cmd("EVALSHA");
+        command
+            .arg(sha)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
             .arg(0)
-            .arg(id())
-            .query_async(&mut connection)
+            .arg(id);
+        let _: Option<i64> = command
+            .query_async(&mut self.connection.clone())
             .await
-            .expect("redis-rs acquire");
-        let _: Option<i64> = redis::cmd("EVALSHA")
-            .arg(&self.release)
-            .arg(3)
-            .arg(name)
-            .arg(channel)
-            .arg(&fences)
-            .arg("0")
-            .arg("30000")
-            .arg(field)
-            .arg(0)
-            .arg(id())
-            .query_async(&mut connection)
-            .await
-            .expect("redis-rs release");
+            .expect("redis-rs EVALSHA");
     }
 }
 

@@ -203,8 +203,8 @@ impl Kind for Fair {
 }
 
 impl LockKind for Fair {
-    fn key(&self) -> &Key {
-        &self.key
+    fn key(&self) -> Key {
+        self.key.clone()
     }
 
     fn force_unlock(&self) -> Call {

@@ -100,7 +100,7 @@ impl Kind for Fenced {
 }
 
 impl LockKind for Fenced {
-    fn key(&self) -> &Key {
+    fn key(&self) -> Key {
         self.lock.key()
     }
 

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::bytes::Bytes;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 
@@ -63,7 +64,7 @@ pub struct Lock {
 /// [`Lock`] apply, plus a force unlock of its own.
 pub(crate) trait LockKind: Kind {
     /// The hash of holds.
-    fn key(&self) -> &Key;
+    fn key(&self) -> Key;
     /// Deletes the lock whoever holds it, telling its waiters; replies 1 when it was held.
     fn force_unlock(&self) -> Call;
 }
@@ -72,11 +73,12 @@ pub(crate) trait LockKind: Kind {
 /// back off instead of listening, and its releases announce nothing.
 pub(crate) struct Reentrant {
     name: Arc<str>,
-    key: Key,
-    /// The channel every final unlock is published on.
-    channel: Key,
-    /// Ids of calls whose replies were lost, which never take effect (see `engine::ledger`).
-    fences: Key,
+    /// The lock's keys, one after another in one buffer (a handle is made per task, so it is
+    /// kept small): the hash of holds (the name), the channel every final unlock is published
+    /// on, and the ids of calls whose replies were lost, which never take effect (see
+    /// `engine::ledger`), from `fences_at` on.
+    keys: Bytes,
+    fences_at: usize,
     wake: Wake,
 }
 
@@ -84,11 +86,10 @@ impl Reentrant {
     /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
     pub(crate) fn new(name: String) -> Reentrant {
         let channel = names::lock_channel(&name);
-        let [key, channel_key, fences] = names::keys([&name, &channel, &names::fences(&name)]);
+        let keys = Bytes::from([name.as_str(), &channel, &names::fences(&name)].concat());
         Reentrant {
-            key,
-            channel: channel_key,
-            fences,
+            keys,
+            fences_at: name.len() + channel.len(),
             name: name.into(),
             wake: Wake::Shared(channel.into()),
         }
@@ -102,6 +103,18 @@ impl Reentrant {
         }
     }
 
+    fn hash(&self) -> Key {
+        Key::from(self.keys.slice(..self.name.len()))
+    }
+
+    fn channel(&self) -> Key {
+        Key::from(self.keys.slice(self.name.len()..self.fences_at))
+    }
+
+    fn fences(&self) -> Key {
+        Key::from(self.keys.slice(self.fences_at..))
+    }
+
     /// The acquire script's keys and arguments (see `lua/lock_acquire.lua`), after which a
     /// script of the family may take keys of its own.
     pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
@@ -112,7 +125,7 @@ impl Reentrant {
         args.request.append_to(&mut argv);
         Call {
             script,
-            keys: vec![self.key.clone(), self.fences.clone()],
+            keys: vec![self.hash(), self.fences()],
             args: argv,
         }
     }
@@ -148,7 +161,7 @@ impl Kind for Reentrant {
         args.request.append_to(&mut argv);
         Call {
             script: &LOCK_RELEASE,
-            keys: vec![self.key.clone(), self.channel.clone(), self.fences.clone()],
+            keys: vec![self.hash(), self.channel(), self.fences()],
             args: argv,
         }
     }
@@ -159,14 +172,14 @@ impl Kind for Reentrant {
 }
 
 impl LockKind for Reentrant {
-    fn key(&self) -> &Key {
-        &self.key
+    fn key(&self) -> Key {
+        self.hash()
     }
 
     fn force_unlock(&self) -> Call {
         Call {
             script: &LOCK_FORCE_UNLOCK,
-            keys: vec![self.key.clone(), self.channel.clone()],
+            keys: vec![self.hash(), self.channel()],
             args: vec![Value::from_static_str(UNLOCK_MESSAGE)],
         }
     }
@@ -317,7 +330,7 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         let redis = self.ready()?;
         let kind: String = redis
-            .r#type(self.kind.key().clone())
+            .r#type(self.kind.key())
             .await
             .map_err(self.redis_error(None))?;
         match kind.as_str() {
@@ -349,7 +362,7 @@ impl Lock {
         let redis = self.ready()?;
         let field = self.client.engine().core().field(self.owner());
         redis
-            .hget::<Option<u32>, _, _>(self.kind.key().clone(), &*field)
+            .hget::<Option<u32>, _, _>(self.kind.key(), &*field)
             .await
             .map(Option::unwrap_or_default)
             .map_err(self.redis_error(Some(&field)))
@@ -363,7 +376,7 @@ impl Lock {
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
         let redis = self.ready()?;
         let ttl = redis
-            .pttl::<i64, _>(self.kind.key().clone())
+            .pttl::<i64, _>(self.kind.key())
             .await
             .map_err(self.redis_error(None))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))

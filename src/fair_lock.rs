@@ -9,7 +9,7 @@ use fred::types::{Key, Value};
 use crate::client::LockClient;
 use crate::engine::{AcquireArgs, Call, Kind, ReleaseArgs, Request, Script, Wake};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
-use crate::names::{self, UNLOCK_MESSAGE};
+use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, LOCK_RENEW};
 
@@ -106,33 +106,26 @@ impl fmt::Debug for FairLock {
 /// told on its own channel.
 struct Fair {
     name: Arc<str>,
-    key: Key,
+    /// The hash of holds (the name); the list of waiter fields in arrival order; the zset of
+    /// waiter field -> when its place expires (server clock, ms); the ids of calls whose
+    /// replies were lost (see `engine::ledger`).
+    keys: Keys<4>,
     /// The prefix of each waiter's own channel, `<prefix>:<waiter field>`.
     channel: Arc<str>,
-    /// List of waiter fields in arrival order.
-    queue: Key,
-    /// Zset of waiter field -> when its place expires (server clock, ms).
-    timeouts: Key,
-    /// Ids of calls whose replies were lost (see `engine::ledger`).
-    fences: Key,
     /// How long a waiter keeps its place without trying again.
     place: Duration,
 }
 
 impl Fair {
     fn new(name: String, place: Duration) -> Fair {
-        let [key, queue, timeouts, fences] = names::keys([
-            &name,
-            &names::fair_queue(&name),
-            &names::fair_timeouts(&name),
-            &names::fences(&name),
-        ]);
         Fair {
-            key,
+            keys: Keys::new([
+                &name,
+                &names::fair_queue(&name),
+                &names::fair_timeouts(&name),
+                &names::fences(&name),
+            ]),
             channel: names::lock_channel(&name).into(),
-            queue,
-            timeouts,
-            fences,
             name: name.into(),
             place,
         }
@@ -151,10 +144,10 @@ impl Fair {
         Call {
             script,
             keys: vec![
-                self.key.clone(),
-                self.queue.clone(),
-                self.timeouts.clone(),
-                self.fences.clone(),
+                self.keys.get(0),
+                self.keys.get(1),
+                self.keys.get(2),
+                self.keys.get(3),
             ],
             args: argv,
         }
@@ -204,7 +197,7 @@ impl Kind for Fair {
 
 impl LockKind for Fair {
     fn key(&self) -> Key {
-        self.key.clone()
+        self.keys.get(0)
     }
 
     fn force_unlock(&self) -> Call {

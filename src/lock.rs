@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::bytes::Bytes;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::{Key, Value};
 
@@ -14,7 +13,7 @@ use crate::engine::{
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
-use crate::names::{self, UNLOCK_MESSAGE};
+use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_RELEASE, LOCK_RENEW};
 
@@ -73,12 +72,9 @@ pub(crate) trait LockKind: Kind {
 /// back off instead of listening, and its releases announce nothing.
 pub(crate) struct Reentrant {
     name: Arc<str>,
-    /// The lock's keys, one after another in one buffer (a handle is made per task, so it is
-    /// kept small): the hash of holds (the name), the channel every final unlock is published
-    /// on, and the ids of calls whose replies were lost, which never take effect (see
-    /// `engine::ledger`), from `fences_at` on.
-    keys: Bytes,
-    fences_at: usize,
+    /// The hash of holds (the name), the channel every final unlock is published on, and the
+    /// ids of calls whose replies were lost, which never take effect (see `engine::ledger`).
+    keys: Keys<3>,
     wake: Wake,
 }
 
@@ -86,10 +82,8 @@ impl Reentrant {
     /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
     pub(crate) fn new(name: String) -> Reentrant {
         let channel = names::lock_channel(&name);
-        let keys = Bytes::from([name.as_str(), &channel, &names::fences(&name)].concat());
         Reentrant {
-            keys,
-            fences_at: name.len() + channel.len(),
+            keys: Keys::new([&name, &channel, &names::fences(&name)]),
             name: name.into(),
             wake: Wake::Shared(channel.into()),
         }
@@ -104,15 +98,15 @@ impl Reentrant {
     }
 
     fn hash(&self) -> Key {
-        Key::from(self.keys.slice(..self.name.len()))
+        self.keys.get(0)
     }
 
     fn channel(&self) -> Key {
-        Key::from(self.keys.slice(self.name.len()..self.fences_at))
+        self.keys.get(1)
     }
 
     fn fences(&self) -> Key {
-        Key::from(self.keys.slice(self.fences_at..))
+        self.keys.get(2)
     }
 
     /// The acquire script's keys and arguments (see `lua/lock_acquire.lua`), after which a

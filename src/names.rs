@@ -90,16 +90,36 @@ pub(crate) fn fencing_token(name: &str) -> String {
     suffixed("redisson_lock_token", name)
 }
 
-/// Keys of one primitive in one allocation, in the order given: a handle made per task (for a
-/// waiter per request, say) then costs one buffer instead of one per key.
-pub(crate) fn keys<const N: usize>(texts: [&str; N]) -> [Key; N] {
-    let joined = Bytes::from(texts.concat());
-    let mut start = 0;
-    texts.map(|text| {
-        let key = Key::from(joined.slice(start..start + text.len()));
-        start += text.len();
-        key
-    })
+/// The keys of one primitive, one after another in one buffer: a handle made per task (for a
+/// waiter per request, say) then costs one allocation and a few offsets instead of a buffer and
+/// a `Key` per key. A key taken out shares the buffer.
+pub(crate) struct Keys<const N: usize> {
+    joined: Bytes,
+    /// Where each key ends in `joined`. As `u32`, to keep the handle small: a key never comes
+    /// near that, as Redis refuses arguments over 512 MB (the ends saturate beyond it, and a
+    /// command carrying such a name is refused whole).
+    ends: [u32; N],
+}
+
+impl<const N: usize> Keys<N> {
+    pub(crate) fn new(texts: [&str; N]) -> Keys<N> {
+        let mut end = 0usize;
+        let ends = texts.map(|text| {
+            end += text.len();
+            u32::try_from(end).unwrap_or(u32::MAX)
+        });
+        Keys {
+            joined: Bytes::from(texts.concat()),
+            ends,
+        }
+    }
+
+    /// The `i`-th key given to [`Keys::new`].
+    pub(crate) fn get(&self, i: usize) -> Key {
+        let end = |at: usize| (self.ends[at] as usize).min(self.joined.len());
+        let start = i.checked_sub(1).map_or(0, end);
+        Key::from(self.joined.slice(start..end(i)))
+    }
 }
 
 /// The message a final unlock publishes on [`lock_channel`].
@@ -128,11 +148,11 @@ mod tests {
 
     #[test]
     fn keys_made_together_are_the_texts_given() {
-        let [a, b, c, d] = keys(["orders:1", "", "redisson_lock__channel:{orders:1}", "é{ü"]);
-        assert_eq!(a, Key::from("orders:1"));
-        assert_eq!(b, Key::from(""));
-        assert_eq!(c, Key::from("redisson_lock__channel:{orders:1}"));
-        assert_eq!(d, Key::from("é{ü"));
+        let texts = ["orders:1", "", "redisson_lock__channel:{orders:1}", "é{ü"];
+        let keys = Keys::new(texts);
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(keys.get(i), Key::from(*text));
+        }
     }
 
     #[test]

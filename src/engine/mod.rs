@@ -87,7 +87,8 @@ impl Core {
         let mut field = String::with_capacity(self.id_text.len() + 22);
         field.push_str(&self.id_text);
         field.push(':');
-        owner.push_to(&mut field);
+        // Writing to a String cannot fail.
+        let _ = owner.write_to(&mut field);
         field.into()
     }
 

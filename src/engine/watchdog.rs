@@ -68,7 +68,6 @@ pub(crate) struct Watchdog {
     timeout: Duration,
     period: Duration,
     retry: Duration,
-    lease_ms: u64,
     queue: DelayQueue<Tick>,
     retry_scheduled: bool,
     /// Holds whose last renewal failed, by address, until renewed or lost.
@@ -88,7 +87,6 @@ impl Watchdog {
             // Retries after a failed renewal: often enough to get through before the deadline,
             // rarely enough not to hammer a recovering server.
             retry: (period / 4).clamp(Duration::from_millis(20), Duration::from_secs(1)),
-            lease_ms: Lease::Watchdog.millis(timeout),
             queue: DelayQueue::new(),
             retry_scheduled: false,
             failing: HashMap::new(),
@@ -184,11 +182,10 @@ impl Watchdog {
         let mut keys = Vec::with_capacity(holds.len());
         let mut args = Vec::with_capacity(holds.len() + 1);
         // A lease of 0 asks the script to check without extending.
-        let lease_ms = match visit {
-            Visit::Renew => self.lease_ms as i64,
-            Visit::Check => 0,
-        };
-        args.push(Value::from(lease_ms));
+        args.push(match visit {
+            Visit::Renew => self.core.lease_arg(Lease::Watchdog),
+            Visit::Check => Value::from(0),
+        });
         for hold in &holds {
             let (key, field) = &**hold.renewal_args.get_or_init(|| {
                 Box::new((Key::from(&*hold.pair.name), Value::from(&*hold.pair.field)))

@@ -1,5 +1,5 @@
 -- Delete a fair lock whoever holds it, and tell its first waiter (see
--- holds.lua and fair_queue.lua). The queue itself is kept: its waiters still
+-- delete_lock.lua and fair_queue.lua). The queue itself is kept: its waiters still
 -- come in their order.
 --
 -- ARGV[1]  channel prefix

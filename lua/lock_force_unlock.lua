@@ -1,4 +1,4 @@
--- Delete a reentrant lock whoever holds it (see holds.lua), and wake its
+-- Delete a reentrant lock whoever holds it (see delete_lock.lua), and wake its
 -- waiters.
 --
 -- KEYS[1]  lock name

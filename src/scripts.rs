@@ -1,6 +1,8 @@
 //! The Lua scripts of the lock family, composed here and nowhere else: each is its shared
-//! preambles (`lua/holds.lua`, then `lua/fair_queue.lua` for the fair lock) followed by its own
-//! file. Tests and the benchmark read the composed text through [`source`].
+//! preambles (`lua/holds.lua`, then `lua/fair_queue.lua` for the fair lock, then
+//! `lua/delete_lock.lua` for a force unlock) followed by its own file. A preamble goes only
+//! into the scripts that use it: Redis runs a script's whole text, making every function it
+//! defines, on every call. Tests and the benchmark read the composed text through [`source`].
 
 use std::sync::LazyLock;
 
@@ -10,6 +12,9 @@ use crate::engine::Script;
 const HOLDS: &str = include_str!("../lua/holds.lua");
 /// The queue functions every fair-lock script starts with, after [`HOLDS`].
 const FAIR_QUEUE: &str = include_str!("../lua/fair_queue.lua");
+
+/// Deleting a lock whoever holds it, which the force-unlock scripts start with, after the others.
+const DELETE_LOCK: &str = include_str!("../lua/delete_lock.lua");
 
 /// A script of the reentrant lock's family (reentrant, fenced, spin): [`HOLDS`], then `body`.
 pub(crate) fn holds_script(body: &str) -> Script {
@@ -31,8 +36,13 @@ pub(crate) static LOCK_RELEASE: LazyLock<Script> =
 pub(crate) static LOCK_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(&[include_str!("../lua/lock_renew.lua")]));
 /// Deletes a lock whoever holds it.
-pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| holds_script(include_str!("../lua/lock_force_unlock.lua")));
+pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&[
+        HOLDS,
+        DELETE_LOCK,
+        include_str!("../lua/lock_force_unlock.lua"),
+    ])
+});
 
 /// Takes, re-enters or queues for a fair lock.
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
@@ -44,8 +54,14 @@ pub(crate) static FAIR_RELEASE: LazyLock<Script> =
 pub(crate) static FAIR_LEAVE: LazyLock<Script> =
     LazyLock::new(|| fair_script(include_str!("../lua/fair_leave.lua")));
 /// Deletes a fair lock whoever holds it, telling the first waiter.
-pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| fair_script(include_str!("../lua/fair_force_unlock.lua")));
+pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&[
+        HOLDS,
+        FAIR_QUEUE,
+        DELETE_LOCK,
+        include_str!("../lua/fair_force_unlock.lua"),
+    ])
+});
 
 /// The token check both Redlock scripts start with.
 const REDLOCK_TOKEN: &str = include_str!("../lua/redlock_token.lua");

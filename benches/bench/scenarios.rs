@@ -271,19 +271,32 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
     let mut baseline = Vec::new();
     let (mut ours_cycles, mut raw_cycles) = (Vec::new(), Vec::new());
     let (mut redis_rs_rounds, mut redis_rs_cycles) = (Vec::new(), Vec::new());
+    // What each library's cycle costs Redis itself (its CPU time per cycle, medians over the
+    // rounds): on a machine where client and server share the cores, that is round-trip time.
+    let mut server: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut record_server = |library: &str, spent: f64, n: usize| {
+        let per_cycle = spent / n as f64;
+        match server.iter_mut().find(|(name, _)| name == library) {
+            Some((_, samples)) => samples.push(per_cycle),
+            None => server.push((library.to_string(), vec![per_cycle])),
+        }
+    };
     // Interleaved, so that drift of a shared machine hits all alike.
     for _ in 0..sizes.rounds {
-        for (i, ((_, lock), samples)) in locks.iter().zip(ours.iter_mut()).enumerate() {
-            let (mean, each) = ours_once(lock.clone(), cycles).await;
+        for (i, ((library, lock), samples)) in locks.iter().zip(ours.iter_mut()).enumerate() {
+            let ((mean, each), spent) = server_time(&raw, ours_once(lock.clone(), cycles)).await;
+            record_server(library, spent, cycles);
             samples.push(mean);
             if i == 0 {
                 ours_cycles.extend(each);
             }
         }
-        let (mean, each) = raw_once(cycles).await;
+        let ((mean, each), spent) = server_time(&raw, raw_once(cycles)).await;
+        record_server("raw EVALSHA x2", spent, cycles);
         baseline.push(mean);
         raw_cycles.extend(each);
-        let (mean, each) = redis_rs_once(cycles).await;
+        let ((mean, each), spent) = server_time(&raw, redis_rs_once(cycles)).await;
+        record_server("redis-rs EVALSHA x2", spent, cycles);
         redis_rs_rounds.push(mean);
         redis_rs_cycles.extend(each);
     }
@@ -341,14 +354,15 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             } else {
                 peer_cycles
             };
-            let (mean, each) = in_task(timed_cycles(n, move || {
+            let run = in_task(timed_cycles(n, move || {
                 let handle = handle.clone();
                 async move { handle.acquire().await.release().await }
-            }))
-            .await;
+            }));
+            let ((mean, each), spent) = server_time(&raw, run).await;
             if round > 0 {
                 samples.push(mean);
                 each_cycle.extend(each);
+                record_server(name, spent, n);
             }
         }
         series.push((name.to_string(), each_cycle));
@@ -358,6 +372,15 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             "lock+unlock",
             "µs",
             Summary::of(&samples),
+        ));
+    }
+    for (library, samples) in &server {
+        rows.push(Row::new(
+            "1 uncontended",
+            library,
+            "Redis CPU per cycle",
+            "µs",
+            Summary::of(samples),
         ));
     }
     client.shutdown().await;
@@ -828,6 +851,25 @@ pub async fn waiters_at_scale(url: &str, sizes: Sizes) -> Vec<Row> {
 }
 
 /// Calls of `command` the server has counted so far.
+/// The CPU time (µs, `INFO cpu`: user + system of the server process) Redis spent while `run`
+/// ran: reading, running and answering every command, which per-command statistics do not add
+/// up to (a script's own commands are counted inside it and again on their own).
+async fn server_time<T>(raw: &Client, run: impl std::future::Future<Output = T>) -> (T, f64) {
+    let spent = || async {
+        let info: String = raw.info(Some(InfoKind::Cpu)).await.expect("info");
+        info.lines()
+            .filter_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                matches!(key, "used_cpu_user" | "used_cpu_sys")
+                    .then(|| value.trim().parse::<f64>().ok())?
+            })
+            .sum::<f64>()
+    };
+    let before = spent().await;
+    let output = run.await;
+    (output, (spent().await - before) * 1e6)
+}
+
 async fn command_calls(raw: &Client, command: &str) -> u64 {
     let info: String = raw.info(Some(InfoKind::CommandStats)).await.expect("info");
     let prefix = format!("cmdstat_{command}:calls=");

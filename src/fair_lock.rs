@@ -159,6 +159,10 @@ impl Kind for Fair {
         &self.name
     }
 
+    fn key(&self) -> Key {
+        self.keys.get(0)
+    }
+
     fn wake(&self) -> Wake {
         Wake::PerWaiter(self.channel.clone())
     }
@@ -170,7 +174,7 @@ impl Kind for Fair {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let own = [
             args.lease.clone(),
-            Value::from(args.field),
+            Value::String(args.field.clone()),
             Value::from(args.place_ms.unwrap_or_default() as i64),
             Value::from(args.holds as i64),
         ];
@@ -180,7 +184,7 @@ impl Kind for Fair {
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let own = [
             args.lease.clone(),
-            Value::from(args.field),
+            Value::String(args.field.clone()),
             Value::from(args.left as i64),
         ];
         self.call(&FAIR_RELEASE, &own, Some(args.request))
@@ -196,10 +200,6 @@ impl Kind for Fair {
 }
 
 impl LockKind for Fair {
-    fn key(&self) -> Key {
-        self.keys.get(0)
-    }
-
     fn force_unlock(&self) -> Call {
         self.call(&FAIR_FORCE_UNLOCK, &[], None)
     }

@@ -80,6 +80,10 @@ impl Kind for Fenced {
         self.lock.name()
     }
 
+    fn key(&self) -> Key {
+        self.lock.key()
+    }
+
     fn wake(&self) -> Wake {
         self.lock.wake()
     }
@@ -100,10 +104,6 @@ impl Kind for Fenced {
 }
 
 impl LockKind for Fenced {
-    fn key(&self) -> Key {
-        self.lock.key()
-    }
-
     fn force_unlock(&self) -> Call {
         self.lock.force_unlock()
     }

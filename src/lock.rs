@@ -62,8 +62,6 @@ pub struct Lock {
 /// A primitive of the reentrant lock's family: the hash of holds at its name, so the reads of
 /// [`Lock`] apply, plus a force unlock of its own.
 pub(crate) trait LockKind: Kind {
-    /// The hash of holds.
-    fn key(&self) -> Key;
     /// Deletes the lock whoever holds it, telling its waiters; replies 1 when it was held.
     fn force_unlock(&self) -> Call;
 }
@@ -114,7 +112,7 @@ impl Reentrant {
     pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
         let mut argv = Vec::with_capacity(4);
         argv.push(args.lease.clone());
-        argv.push(Value::from(args.field));
+        argv.push(Value::String(args.field.clone()));
         argv.push(Value::from(args.holds as i64));
         args.request.append_to(&mut argv);
         Call {
@@ -138,6 +136,10 @@ impl Kind for Reentrant {
         &self.name
     }
 
+    fn key(&self) -> Key {
+        self.hash()
+    }
+
     fn wake(&self) -> Wake {
         self.wake.clone()
     }
@@ -150,7 +152,7 @@ impl Kind for Reentrant {
         let mut argv = Vec::with_capacity(5);
         argv.push(self.unlock_message());
         argv.push(args.lease.clone());
-        argv.push(Value::from(args.field));
+        argv.push(Value::String(args.field.clone()));
         argv.push(Value::from(args.left as i64));
         args.request.append_to(&mut argv);
         Call {
@@ -166,10 +168,6 @@ impl Kind for Reentrant {
 }
 
 impl LockKind for Reentrant {
-    fn key(&self) -> Key {
-        self.hash()
-    }
-
     fn force_unlock(&self) -> Call {
         Call {
             script: &LOCK_FORCE_UNLOCK,

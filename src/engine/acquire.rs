@@ -20,7 +20,7 @@ use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::ledger::Pair;
 use crate::engine::pubsub::Waiter;
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
-use crate::engine::{Core, Engine};
+use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
 
@@ -77,26 +77,25 @@ pub(crate) async fn acquire(
     let name = kind.name();
     check_name(name)?;
     lease.check(name)?;
-    let field = core.field(owner);
-    let pair = Pair::new(name, &field);
+    // Kept once, in the pair: every state a waiting task's future keeps it in costs its bytes.
+    let pair = Pair::new(name, core.field(owner));
+    let field = &pair.field;
     let started = Instant::now();
     let deadline = wait.and_then(|wait| durations::deadline(started, wait));
     let single_attempt = wait == Some(Duration::ZERO);
     // Only a waiter queues: a single attempt leaves no trace in a queue.
     let place = kind.place().filter(|_| !single_attempt);
-    let queued = place.map(|_| leave_undo(core, kind, &field));
-    let wake = kind.wake();
-    let mut backoff = match &wake {
-        Wake::Backoff(backoff) => Some(Backoff::start(*backoff)),
-        _ => None,
-    };
+    let queued = place.map(|_| leave_undo(core, kind, field));
+    // Busy replies so far, which a backing-off kind's pauses grow with.
+    let mut busy: u32 = 0;
     let mut error_pause = MIN_ERROR_PAUSE;
     let mut waiter: Option<Waiter> = None;
     // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
     // lock held by someone else.
     let mut reached = false;
-    let mut last_failure: Option<fred::error::Error> = None;
-    let mut settle = SettleOnExit::new(core, kind, &field);
+    // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
+    let mut last_failure: Option<Box<fred::error::Error>> = None;
+    let mut settle = SettleOnExit::new(core, kind, field);
     loop {
         // Armed while an attempt is on its way and after one whose reply was lost.
         settle.arm();
@@ -124,10 +123,11 @@ pub(crate) async fn acquire(
             Ok(Attempt::Busy { retry_after }) => {
                 reached = true;
                 error_pause = MIN_ERROR_PAUSE;
-                let pause = match &mut backoff {
-                    Some(backoff) => retry_after.min(backoff.next()),
-                    None => retry_after,
+                let pause = match kind.wake() {
+                    Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
+                    _ => retry_after,
                 };
+                busy = busy.saturating_add(1);
                 // Trying again is what keeps a queued waiter's place.
                 place.map_or(pause, |place| pause.min(place / 3))
             }
@@ -137,7 +137,7 @@ pub(crate) async fn acquire(
             }
             Err(error) if error.is_transient() && !single_attempt => {
                 tracing::debug!(lock = %name, owner = %field, %error, "acquire failed; retrying");
-                last_failure = error.into_source().or(last_failure);
+                last_failure = error.into_source().map(Box::new).or(last_failure);
                 let pause = error_pause;
                 error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
                 pause
@@ -158,7 +158,7 @@ pub(crate) async fn acquire(
                 _ = tokio::time::sleep_until(until) => {}
             }
         } else {
-            match (&waiter, &wake) {
+            match (&waiter, kind.wake()) {
                 (_, Wake::Backoff(_)) => {
                     tokio::select! {
                         biased;
@@ -218,12 +218,16 @@ fn gave_up(
     engine: &Engine,
     name: &str,
     reached: bool,
-    last_failure: Option<fred::error::Error>,
+    last_failure: Option<Box<fred::error::Error>>,
 ) -> Result<Option<Win>> {
     if reached {
         return Ok(None);
     }
-    Err(unavailable(engine, name, last_failure))
+    Err(unavailable(
+        engine,
+        name,
+        last_failure.map(|failure| *failure),
+    ))
 }
 
 /// No attempt reached Redis; `source` is the last failure seen, if any.
@@ -298,10 +302,9 @@ async fn attempt(
                 if afresh {
                     core.holds.lose(&task_pair);
                 }
-                let renewal = task_kind.renewal();
                 let (hold, value) = core
                     .holds
-                    .attach(&task_pair, lease, sent_at, renewal, value);
+                    .attach(&task_pair, lease, sent_at, &task_kind, value);
                 let guard = Guard::new(engine.clone(), hold, task_kind.clone(), lease);
                 Ok(Outcome::Won(Win { guard, value }))
             }
@@ -339,7 +342,7 @@ async fn attempt(
 }
 
 /// The undo that takes `field` out of the kind's queue.
-fn leave_undo(core: &Arc<Core>, kind: &Arc<dyn Kind>, field: &Arc<str>) -> ArmedUndo {
+fn leave_undo(core: &Arc<Core>, kind: &Arc<dyn Kind>, field: &Field) -> ArmedUndo {
     let leave = Leave {
         kind: kind.clone(),
         field: field.clone(),
@@ -377,27 +380,14 @@ fn bounded(until: Instant, deadline: Option<Instant>) -> Instant {
     deadline.map_or(until, |deadline| until.min(deadline))
 }
 
-/// A backoff under way: the pause before the n-th retry.
-struct Backing {
-    next: Duration,
-    cap: Duration,
-}
-
 impl Backoff {
-    fn start(self) -> Backing {
-        Backing {
-            next: self.first,
-            cap: self.cap,
-        }
-    }
-}
-
-impl Backing {
-    /// The next pause: random in the upper half of the current step (so contenders spread out
-    /// and none waits longer than the cap), then the step doubles up to the cap.
-    fn next(&mut self) -> Duration {
-        let step = self.next.min(self.cap);
-        self.next = step.saturating_mul(2).min(self.cap);
+    /// The pause after `busy` busy replies: random in the upper half of `first * 2^busy`,
+    /// capped (so contenders spread out and none waits longer than the cap).
+    fn pause(self, busy: u32) -> Duration {
+        let step = self
+            .first
+            .saturating_mul(2u32.saturating_pow(busy.min(31)))
+            .min(self.cap);
         let half = step / 2;
         let nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
         half + Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
@@ -410,14 +400,13 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_its_cap_and_never_sleeps_past_it() {
-        let mut backing = Backoff {
+        let backoff = Backoff {
             first: Duration::from_millis(1),
             cap: Duration::from_millis(128),
-        }
-        .start();
+        };
         let mut steps = Vec::new();
-        for _ in 0..12 {
-            let pause = backing.next();
+        for busy in 0..12 {
+            let pause = backoff.pause(busy);
             assert!(pause <= Duration::from_millis(128), "{pause:?}");
             steps.push(pause);
         }

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use fred::types::{Key, Value};
+use fred::types::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::kind::Kind;
 use crate::engine::ledger::Pair;
-use crate::engine::script::Script;
 use crate::engine::{durations, HashState};
 use crate::error::Result;
 
@@ -66,7 +66,6 @@ pub(crate) struct LeaseTimes {
 }
 
 /// One owner's holds on one lock.
-#[derive(Debug)]
 pub(crate) struct Hold {
     /// The lock and the owner.
     pub(crate) pair: Pair,
@@ -87,17 +86,26 @@ pub(crate) struct Hold {
     /// Set by the watchdog while a visit (a renewal, or a check of a fixed lease) of this hold
     /// is on its way.
     pub(crate) visiting: AtomicBool,
-    /// The key and field as sent in renewals, built by the watchdog on the first one: holds
-    /// released within a period never pay for them (boxed, nor for their room).
-    pub(crate) renewal_args: OnceLock<Box<(Key, Value)>>,
     /// How long after the last confirmed renewal was sent the hold counts as lost while
     /// watchdog guards remain; see `LockClientBuilder::renew_deadline`.
     renew_deadline: Duration,
-    /// The script the watchdog renews and checks this hold with: its primitive's.
-    pub(crate) renewal: &'static Script,
+    /// The primitive held, whose key and renewal script the watchdog renews this hold with. Its
+    /// guards keep it alive anyway; a copy of the key would cost every held lock its bytes.
+    pub(crate) kind: Arc<dyn Kind>,
     /// What the acquisition that made the hold returned besides the hold (a fencing token, say),
     /// which a re-entry by the same owner gets too. Boxed: most primitives return none.
     value: Mutex<Option<Box<Value>>>,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("pair", &self.pair)
+            .field("guards", &self.guards)
+            .field("watchdog_guards", &self.watchdog_guards)
+            .field("lost", &self.lost)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Hold {
@@ -241,17 +249,17 @@ impl Holds {
         pair: &Pair,
         lease: Lease,
         sent_at: Instant,
-        renewal: &'static Script,
+        kind: &Arc<dyn Kind>,
         value: Option<Value>,
     ) -> (Arc<Hold>, Option<Value>) {
         let lease_len = lease.duration(self.watchdog_timeout);
         let mut entry = self
             .map
             .entry(pair.clone())
-            .or_insert_with(|| self.new_hold(pair, sent_at, lease_len, renewal));
+            .or_insert_with(|| self.new_hold(pair, sent_at, lease_len, kind));
         // A lost hold's guards keep their own hold; a new acquire starts afresh.
         if entry.is_lost() {
-            *entry = self.new_hold(pair, sent_at, lease_len, renewal);
+            *entry = self.new_hold(pair, sent_at, lease_len, kind);
         }
         let hold = entry.clone();
         drop(entry);
@@ -337,7 +345,7 @@ impl Holds {
         pair: &Pair,
         sent_at: Instant,
         lease: Duration,
-        renewal: &'static Script,
+        kind: &Arc<dyn Kind>,
     ) -> Arc<Hold> {
         Arc::new(Hold {
             pair: pair.clone(),
@@ -351,9 +359,8 @@ impl Holds {
             lost_token: OnceLock::new(),
             changed: Notify::new(),
             visiting: AtomicBool::new(false),
-            renewal_args: OnceLock::new(),
             renew_deadline: self.renew_deadline,
-            renewal,
+            kind: kind.clone(),
             value: Mutex::new(None),
         })
     }

@@ -10,6 +10,7 @@ use fred::types::{Key, Value};
 
 use crate::engine::ledger::Request;
 use crate::engine::script::Script;
+use crate::engine::Field;
 
 /// The reply of an acquire script that granted a first hold although the owner's client counted
 /// more: those holds were gone.
@@ -73,7 +74,7 @@ pub(crate) struct Backoff {
 
 /// The arguments of one acquire attempt.
 pub(crate) struct AcquireArgs<'a> {
-    pub(crate) field: &'a str,
+    pub(crate) field: &'a Field,
     /// The lease in ms.
     pub(crate) lease: &'a Value,
     /// The owner's holds by its client's count.
@@ -87,7 +88,7 @@ pub(crate) struct AcquireArgs<'a> {
 /// The arguments of one release: `field` keeps `left` holds, with `lease` (ms) set again while
 /// some remain (0 keeps the expiry as it is).
 pub(crate) struct ReleaseArgs<'a> {
-    pub(crate) field: &'a str,
+    pub(crate) field: &'a Field,
     pub(crate) left: usize,
     pub(crate) lease: &'a Value,
     pub(crate) request: &'a Request,
@@ -134,6 +135,9 @@ impl Reply {
 pub(crate) trait Kind: Send + Sync + 'static {
     /// The primitive's name: its main key, which holds and messages are named by.
     fn name(&self) -> &Arc<str>;
+
+    /// The main key as sent to Redis (the renewal script takes it), shared rather than copied.
+    fn key(&self) -> Key;
 
     /// How its waiters wake.
     fn wake(&self) -> Wake;

@@ -48,7 +48,7 @@ use fred::clients::Client;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::engine::script::Resend;
-use crate::engine::HashState;
+use crate::engine::{Field, HashState};
 use crate::error::reply_lost;
 
 /// Request ids whose replies were lost, for one (lock, owner).
@@ -63,19 +63,19 @@ pub(crate) struct Unsettled {
 #[derive(Clone, Debug)]
 pub(crate) struct Pair {
     pub(crate) name: Arc<str>,
-    pub(crate) field: Arc<str>,
+    pub(crate) field: Field,
     hash: u64,
 }
 
 impl Pair {
-    pub(crate) fn new(name: &Arc<str>, field: &Arc<str>) -> Pair {
+    pub(crate) fn new(name: &Arc<str>, field: Field) -> Pair {
         // Seeded at random once per process, like the maps' own hashers: names nobody can make
         // collide on purpose.
         static SEED: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
         Pair {
-            hash: SEED.hash_one((&**name, &**field)),
+            hash: SEED.hash_one((&**name, &*field)),
             name: name.clone(),
-            field: field.clone(),
+            field,
         }
     }
 }
@@ -247,7 +247,7 @@ mod tests {
     }
 
     fn pair() -> Pair {
-        Pair::new(&"lock".into(), &"owner".into())
+        Pair::new(&"lock".into(), "owner".into())
     }
 
     #[tokio::test]

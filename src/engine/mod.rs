@@ -47,6 +47,10 @@ pub(crate) use script::{write, Attempts, Script};
 /// default SipHash's cost on these keys.
 type HashState = foldhash::fast::RandomState;
 
+/// An owner field (`<client uuid>:<owner id>`), as every script call that changes a hold sends
+/// it: shared, not copied, into each call and renewal.
+pub(crate) type Field = fred::bytes_utils::Str;
+
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
 const MESSAGE_BUFFER: usize = 4096;
@@ -83,13 +87,14 @@ pub(crate) struct Core {
 
 impl Core {
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
-    pub(crate) fn field(&self, owner: OwnerId) -> Arc<str> {
+    pub(crate) fn field(&self, owner: OwnerId) -> Field {
         let mut field = String::with_capacity(self.id_text.len() + 22);
         field.push_str(&self.id_text);
         field.push(':');
         // Writing to a String cannot fail.
         let _ = owner.write_to(&mut field);
-        field.into()
+        // Exactly its length: a buffer with room to spare costs `Bytes` a second allocation.
+        Field::from(field.into_boxed_str())
     }
 
     /// `lease` in ms, as a script argument.

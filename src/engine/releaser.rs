@@ -16,7 +16,7 @@ use crate::engine::guard::Release;
 use crate::engine::inflight::InFlight;
 use crate::engine::kind::{Kind, ReleaseArgs};
 use crate::engine::ledger::{Pair, Turn};
-use crate::engine::Core;
+use crate::engine::{Core, Field};
 use crate::error::is_transient;
 
 /// How long shutdown waits for queued requests before giving up on them (leases and queue
@@ -92,7 +92,7 @@ impl Drop for ArmedUndo {
 /// Takes one waiter out of a primitive's queue.
 pub(crate) struct Leave {
     pub(crate) kind: Arc<dyn Kind>,
-    pub(crate) field: Arc<str>,
+    pub(crate) field: Field,
 }
 
 impl Leave {
@@ -100,7 +100,10 @@ impl Leave {
     /// tracing: a place that could not be given up ends when it expires.
     async fn run(self, core: Arc<Core>) {
         let name = self.kind.name().clone();
-        let mut turn = core.ledger.turn(&Pair::new(&name, &self.field)).await;
+        let mut turn = core
+            .ledger
+            .turn(&Pair::new(&name, self.field.clone()))
+            .await;
         let (left, _) = turn
             .send_again_while_lost(&core.redis, |request| async {
                 let left = match self.kind.leave(&self.field, &request) {
@@ -166,7 +169,7 @@ const MAX_SETTLE_PAUSE: Duration = Duration::from_secs(5);
 /// lost calls fenced, retried with backoff until Redis confirms it.
 pub(crate) struct Settle {
     kind: Arc<dyn Kind>,
-    field: Arc<str>,
+    field: Field,
 }
 
 /// Queues a settle when `turn` ends with replies lost, for a call nobody will send again.
@@ -188,12 +191,12 @@ pub(crate) fn settle_later(core: &Core, kind: &Arc<dyn Kind>, turn: Turn) {
 pub(crate) struct SettleOnExit<'a> {
     core: &'a Core,
     kind: &'a Arc<dyn Kind>,
-    field: &'a Arc<str>,
+    field: &'a Field,
     armed: bool,
 }
 
 impl<'a> SettleOnExit<'a> {
-    pub(crate) fn new(core: &'a Core, kind: &'a Arc<dyn Kind>, field: &'a Arc<str>) -> Self {
+    pub(crate) fn new(core: &'a Core, kind: &'a Arc<dyn Kind>, field: &'a Field) -> Self {
         SettleOnExit {
             core,
             kind,
@@ -228,7 +231,7 @@ impl Settle {
         let until = Instant::now() + SETTLE_LIMIT;
         let mut pause = MIN_SETTLE_PAUSE;
         let name = self.kind.name().clone();
-        let pair = Pair::new(&name, &self.field);
+        let pair = Pair::new(&name, self.field.clone());
         loop {
             let mut turn = core.ledger.turn(&pair).await;
             if !turn.is_unsettled() {

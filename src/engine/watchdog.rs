@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::{Key, Value};
+use fred::types::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -163,10 +163,11 @@ impl Watchdog {
             } else {
                 0
             };
-            let script = std::ptr::from_ref(hold.renewal) as usize;
+            let renewal = hold.kind.renewal();
+            let script = std::ptr::from_ref(renewal) as usize;
             groups
                 .entry((hash_slot, visit, script))
-                .or_insert_with(|| (hold.renewal, Vec::new()))
+                .or_insert_with(|| (renewal, Vec::new()))
                 .1
                 .push(hold);
         }
@@ -179,20 +180,11 @@ impl Watchdog {
     }
 
     fn send_batch(&mut self, script: &'static Script, holds: Vec<Arc<Hold>>, visit: Visit) {
-        let mut keys = Vec::with_capacity(holds.len());
-        let mut args = Vec::with_capacity(holds.len() + 1);
         // A lease of 0 asks the script to check without extending.
-        args.push(match visit {
+        let lease = match visit {
             Visit::Renew => self.core.lease_arg(Lease::Watchdog),
             Visit::Check => Value::from(0),
-        });
-        for hold in &holds {
-            let (key, field) = &**hold.renewal_args.get_or_init(|| {
-                Box::new((Key::from(&*hold.pair.name), Value::from(&*hold.pair.field)))
-            });
-            keys.push(key.clone());
-            args.push(field.clone());
-        }
+        };
         let redis = self.redis.clone();
         // A renewal still unanswered at the earliest renew deadline is given up then: that is
         // when its holds count as lost (`Hold::deadline`), so the loss reaches them then, not
@@ -205,7 +197,19 @@ impl Watchdog {
         .unwrap_or_else(|| Instant::now() + self.period);
         self.batches.spawn(async move {
             let sent_at = Instant::now();
-            let renewal = script.run::<Vec<i64>>(&redis, || (keys.clone(), args.clone()));
+            // Made again only for an `EVAL` fallback. Nothing is copied: each hold's key is its
+            // primitive's, and its field the one its acquisition sent.
+            let arguments = || {
+                let mut keys = Vec::with_capacity(holds.len());
+                let mut args = Vec::with_capacity(holds.len() + 1);
+                args.push(lease.clone());
+                for hold in &holds {
+                    keys.push(hold.kind.key());
+                    args.push(Value::String(hold.pair.field.clone()));
+                }
+                (keys, args)
+            };
+            let renewal = script.run::<Vec<i64>>(&redis, arguments);
             let result = match tokio::time::timeout_at(limit, renewal).await {
                 Ok(result) => result,
                 Err(_) => Err(fred::error::Error::new(

@@ -79,11 +79,11 @@ pub(crate) struct Reentrant {
 impl Reentrant {
     /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
     pub(crate) fn new(name: String) -> Reentrant {
-        let channel = names::lock_channel(&name);
+        let keys = Keys::new([&name, &names::lock_channel(&name), &names::fences(&name)]);
         Reentrant {
-            keys: Keys::new([&name, &channel, &names::fences(&name)]),
+            wake: Wake::Shared(keys.text(1)),
+            keys,
             name: name.into(),
-            wake: Wake::Shared(channel.into()),
         }
     }
 

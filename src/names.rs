@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::OnceLock;
 
 use fred::bytes::Bytes;
+use fred::bytes_utils::Str;
 use fred::types::Key;
 
 /// The part of `key` Redis hashes to choose its cluster slot, when it has one: what lies between
@@ -116,9 +117,21 @@ impl<const N: usize> Keys<N> {
 
     /// The `i`-th key given to [`Keys::new`].
     pub(crate) fn get(&self, i: usize) -> Key {
+        Key::from(self.bytes(i))
+    }
+
+    /// The `i`-th key given to [`Keys::new`], as text: a channel's name, say.
+    pub(crate) fn text(&self, i: usize) -> Str {
+        // Each key was a whole `&str`, so its bytes are UTF-8; a copy stands in if not.
+        Str::try_from(self.bytes(i)).unwrap_or_else(|error| {
+            Str::from(String::from_utf8_lossy(&error.into_inner()).as_ref())
+        })
+    }
+
+    fn bytes(&self, i: usize) -> Bytes {
         let end = |at: usize| (self.ends[at] as usize).min(self.joined.len());
         let start = i.checked_sub(1).map_or(0, end);
-        Key::from(self.joined.slice(start..end(i)))
+        self.joined.slice(start..end(i))
     }
 }
 
@@ -152,6 +165,7 @@ mod tests {
         let keys = Keys::new(texts);
         for (i, text) in texts.iter().enumerate() {
             assert_eq!(keys.get(i), Key::from(*text));
+            assert_eq!(&*keys.text(i), *text);
         }
     }
 

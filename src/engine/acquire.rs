@@ -18,7 +18,7 @@ use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::ledger::Pair;
-use crate::engine::pubsub::Waiter;
+use crate::engine::pubsub::{Channel, Waiter};
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Result};
@@ -172,7 +172,7 @@ pub(crate) async fn acquire(
                 }
                 (None, Wake::PerWaiter(prefix)) => {
                     tracing::debug!(lock = %name, owner = %field, "waiting");
-                    let channel: Arc<str> = format!("{prefix}:{field}").into();
+                    let channel = Channel::from(format!("{prefix}:{field}"));
                     waiter = Some(boxed(|| join(core, channel, until)).await?);
                 }
                 (Some(waiter), _) => {
@@ -203,7 +203,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 /// Joins the waiters of `channel` and waits (until `until` at most) for the subscription to be
 /// in effect, so that the next attempt cannot miss an unlock.
-async fn join(core: &Core, channel: Arc<str>, until: Instant) -> Result<Waiter> {
+async fn join(core: &Core, channel: Channel, until: Instant) -> Result<Waiter> {
     let joined = core.pubsub.join(&channel);
     tokio::select! {
         biased;

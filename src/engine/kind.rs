@@ -9,6 +9,7 @@ use fred::clients::Client;
 use fred::types::{Key, Value};
 
 use crate::engine::ledger::Request;
+use crate::engine::pubsub::Channel;
 use crate::engine::script::Script;
 use crate::engine::Field;
 
@@ -57,7 +58,7 @@ impl Call {
 #[derive(Clone, Debug)]
 pub(crate) enum Wake {
     /// An unlock is published on this channel, shared by every waiter of the primitive.
-    Shared(Arc<str>),
+    Shared(Channel),
     /// Each waiter has its own channel, `<prefix>:<owner field>`, and is told alone.
     PerWaiter(Arc<str>),
     /// Nothing is published: waiters sleep and try again, never subscribing.

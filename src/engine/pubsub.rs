@@ -30,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::HashState;
 
+/// A channel's name: a slice of its primitive's keys where it has one, so that naming it
+/// (a lock handle's wake, a registry entry) copies nothing.
+pub(crate) type Channel = fred::bytes_utils::Str;
+
 /// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
 const WAKE_ALL_MESSAGE: i64 = 1;
 
@@ -90,9 +94,9 @@ impl WaitEntry {
 }
 
 struct Shared {
-    entries: DashMap<Arc<str>, Arc<WaitEntry>, HashState>,
+    entries: DashMap<Channel, Arc<WaitEntry>, HashState>,
     /// Channels whose subscription the manager must check.
-    changed: UnboundedSender<Arc<str>>,
+    changed: UnboundedSender<Channel>,
     /// Channels the manager is subscribed to, for [`PubSub::subscriptions`].
     subscriptions: AtomicUsize,
 }
@@ -126,7 +130,7 @@ impl PubSub {
     }
 
     /// Joins the waiters of `channel`, subscribing if this is the first.
-    pub(crate) fn join(&self, channel: &Arc<str>) -> Waiter {
+    pub(crate) fn join(&self, channel: &Channel) -> Waiter {
         let mut created = false;
         let entry = {
             let entry = self
@@ -166,7 +170,7 @@ impl PubSub {
 /// One waiter's membership of a channel's wait entry; leaving (drop) unsubscribes with the last.
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
-    channel: Arc<str>,
+    channel: Channel,
     entry: Arc<WaitEntry>,
 }
 
@@ -216,18 +220,18 @@ impl Drop for Waiter {
 async fn manage(
     subscriber: SubscriberClient,
     shared: Arc<Shared>,
-    mut changes: UnboundedReceiver<Arc<str>>,
+    mut changes: UnboundedReceiver<Channel>,
     shutdown: CancellationToken,
 ) {
-    let mut subscribed: HashSet<Arc<str>> = HashSet::new();
-    let mut retry: HashSet<Arc<str>> = HashSet::new();
+    let mut subscribed: HashSet<Channel> = HashSet::new();
+    let mut retry: HashSet<Channel> = HashSet::new();
     // fred's own resubscribing (`manage_subscriptions`) stays off: with two owners of the
     // subscription set, channels left during a reconnect came back and stayed for good.
     let mut reconnects = subscriber.reconnect_rx();
     // Subscribed channels without waiters, with when they left: unsubscribed after LINGER.
-    let mut idle: HashMap<Arc<str>, Instant> = HashMap::new();
+    let mut idle: HashMap<Channel, Instant> = HashMap::new();
     loop {
-        let mut pending: HashSet<Arc<str>> = std::mem::take(&mut retry);
+        let mut pending: HashSet<Channel> = std::mem::take(&mut retry);
         let next_expiry = idle.values().min().map(|left| *left + LINGER);
         tokio::select! {
             _ = shutdown.cancelled() => break,

@@ -635,16 +635,22 @@ async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredl
     guards
 }
 
-/// Scenario 5: Watchdog at scale: renewal commands per period and CPU for many held locks.
-pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
-    let watchdog = Duration::from_secs(3);
-    let period = watchdog / 3;
-    let client = LockClient::builder()
+/// The watchdog timeout of the scenarios that watch renewals: a period of 1 s.
+const SHORT_WATCHDOG: Duration = Duration::from_secs(3);
+
+async fn short_watchdog_client(url: &str) -> LockClient {
+    LockClient::builder()
         .url(url)
-        .watchdog_timeout(watchdog)
+        .watchdog_timeout(SHORT_WATCHDOG)
         .build()
         .await
-        .expect("connect");
+        .expect("connect")
+}
+
+/// Scenario 5: Watchdog at scale: renewal commands per period and CPU for many held locks.
+pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
+    let period = SHORT_WATCHDOG / 3;
+    let client = short_watchdog_client(url).await;
     let raw = raw_client(url).await;
     let guards = hold_many(&client, "bench:watchdog", sizes.many).await;
     // Let the renewals of locks taken at different moments fall into step.
@@ -691,13 +697,7 @@ pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
 pub async fn memory(url: &str, sizes: Sizes) -> Vec<Row> {
     // A short watchdog, so that every held lock has been renewed once when it is measured:
     // what a renewal keeps is part of what a held lock costs.
-    let watchdog = Duration::from_secs(3);
-    let client = LockClient::builder()
-        .url(url)
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .expect("connect");
+    let client = short_watchdog_client(url).await;
     let other = LockClient::connect(url).await.expect("connect");
     let (mut held_heap, mut held_rss, mut wait_heap, mut wait_rss) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -706,7 +706,7 @@ pub async fn memory(url: &str, sizes: Sizes) -> Vec<Row> {
     for _ in 0..sizes.rounds {
         let (heap, rss) = (measure::live_heap_bytes(), measure::rss_bytes() as isize);
         let guards = hold_many(&client, "bench:memory", sizes.many).await;
-        tokio::time::sleep(watchdog / 3 + Duration::from_millis(500)).await;
+        tokio::time::sleep(SHORT_WATCHDOG / 3 + Duration::from_millis(500)).await;
         held_heap.push(per(heap, measure::live_heap_bytes()));
         held_rss.push(per(rss, measure::rss_bytes() as isize));
         drop(guards);

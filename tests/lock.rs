@@ -38,6 +38,8 @@ for_each_kind!(
     waiter_survives_redis_restart,
     one_owners_concurrent_calls_each_count,
     a_dropped_guards_release_never_takes_the_next_hold,
+    a_waiter_on_a_subscribed_channel_waits_after_one_attempt,
+    unlock_racing_a_waiter_on_a_subscribed_channel_is_not_missed,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -991,4 +993,107 @@ async fn repeated_waits_reuse_the_subscription() {
         );
     })
     .await;
+}
+
+/// One task that waits for `lock` whenever told to, reporting each time it holds it (and
+/// releasing it at once): its waits reuse its channel, which stays subscribed between them.
+fn repeated_waiter(
+    lock: fredlock::Lock,
+    wait_for: Duration,
+) -> (
+    tokio::sync::mpsc::UnboundedSender<()>,
+    tokio::sync::mpsc::UnboundedReceiver<Option<Instant>>,
+) {
+    let (go, mut told) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (report, reports) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while told.recv().await.is_some() {
+            let acquired = match tokio::time::timeout(wait_for, lock.lock()).await {
+                Ok(guard) => {
+                    let at = Instant::now();
+                    guard.unwrap().unlock().await.unwrap();
+                    Some(at)
+                }
+                Err(_) => None,
+            };
+            if report.send(acquired).is_err() {
+                break;
+            }
+        }
+    });
+    (go, reports)
+}
+
+/// A waiter whose channel is still subscribed from its last wait (a worker loop) makes one
+/// attempt, not two, before it waits: nothing can have been published since it looked. It is
+/// still woken by the unlock, within 250 ms.
+async fn a_waiter_on_a_subscribed_channel_waits_after_one_attempt(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let (go, mut reports) =
+        repeated_waiter(kind.lock(&waiter_client, "quiet"), Duration::from_secs(5));
+    for round in 0..3 {
+        let guard = kind.lock(&holder, "quiet").lock().await.unwrap();
+        let before = common::command_calls(&raw).await;
+        go.send(()).unwrap();
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                waiter_client.stats().wait_entries == 1
+            })
+            .await
+        );
+        // Time for a second attempt, were one made.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let after = common::command_calls(&raw).await;
+        let attempts = after["evalsha"] - before.get("evalsha").copied().unwrap_or(0);
+        if round > 0 {
+            assert_eq!(attempts, 1, "round {round}: attempts before waiting");
+        } else {
+            // The first wait subscribes, and attempts again once subscribed.
+            assert_eq!(attempts, 2, "first wait");
+        }
+        guard.unlock().await.unwrap();
+        let unlocked = Instant::now();
+        let acquired = reports.recv().await.unwrap().expect("the waiter acquired");
+        let latency = acquired.saturating_duration_since(unlocked);
+        assert!(
+            latency <= Duration::from_millis(250),
+            "round {round}: woke after {latency:?}"
+        );
+    }
+}
+
+/// Unlocks at random moments around a waiter's attempt and its join of a channel that is still
+/// subscribed: before the attempt, between its busy reply and the join, after it. The waiter
+/// never misses one (a missed unlock would cost it the holder's 30 s lease, or a fair waiter the
+/// third of its 5 s place after which it tries again; it gives up after 1 s).
+async fn unlock_racing_a_waiter_on_a_subscribed_channel_is_not_missed(kind: Kind) {
+    let server = RedisServer::start();
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let (go, mut reports) = repeated_waiter(
+        kind.lock(&waiter_client, "quiet-race"),
+        Duration::from_secs(1),
+    );
+    let lock = kind.lock(&holder, "quiet-race");
+    let mut missed = 0;
+    for _ in 0..150 {
+        let guard = lock.lock().await.unwrap();
+        go.send(()).unwrap();
+        let yields = rand::thread_rng().gen_range(0..400);
+        for _ in 0..yields {
+            tokio::task::yield_now().await;
+        }
+        guard.unlock().await.unwrap();
+        if reports.recv().await.unwrap().is_none() {
+            missed += 1;
+        }
+    }
+    assert_eq!(missed, 0, "{missed} of 150 waits missed the unlock");
+    assert!(
+        waiter_client.stats().subscriptions <= 1,
+        "one channel for every wait"
+    );
 }

@@ -18,7 +18,7 @@ use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::ledger::Pair;
-use crate::engine::pubsub::{Channel, Waiter};
+use crate::engine::pubsub::{Channel, Quiet, Waiter};
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Result};
@@ -90,6 +90,10 @@ pub(crate) async fn acquire(
     let mut busy: u32 = 0;
     let mut error_pause = MIN_ERROR_PAUSE;
     let mut waiter: Option<Waiter> = None;
+    // The waiters' channel as it was before the first attempt, if subscribed already (a worker
+    // loop's lingering channel): joining it after a busy reply needs no second attempt when
+    // nothing was delivered since.
+    let mut quiet: Option<Quiet> = None;
     // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
     // lock held by someone else.
     let mut reached = false;
@@ -97,6 +101,9 @@ pub(crate) async fn acquire(
     let mut last_failure: Option<Box<fred::error::Error>> = None;
     let mut settle = SettleOnExit::new(core, kind, field);
     loop {
+        if waiter.is_none() && !single_attempt {
+            quiet = channel(kind, field).and_then(|channel| core.pubsub.quiet(&channel));
+        }
         // Armed while an attempt is on its way and after one whose reply was lost.
         settle.arm();
         // Boxed, like the join and the reconnect wait below: passing states which, inline, would
@@ -158,29 +165,31 @@ pub(crate) async fn acquire(
                 _ = tokio::time::sleep_until(until) => {}
             }
         } else {
-            match (&waiter, kind.wake()) {
-                (_, Wake::Backoff(_)) => {
-                    tokio::select! {
-                        biased;
-                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                        _ = tokio::time::sleep_until(until) => {}
-                    }
-                }
-                (None, Wake::Shared(channel)) => {
+            // A waiter's first busy reply joins its channel; once joined, it tries again at
+            // once, unless the channel was subscribed since before that reply's attempt and
+            // has delivered nothing since: an unlock after the attempt then wakes it.
+            let mut wait = true;
+            if waiter.is_none() {
+                if let Some(channel) = channel(kind, field) {
                     tracing::debug!(lock = %name, owner = %field, "waiting");
-                    waiter = Some(boxed(|| join(core, channel.clone(), until)).await?);
+                    let joined = boxed(|| join(core, channel, until)).await?;
+                    wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
+                    waiter = Some(joined);
                 }
-                (None, Wake::PerWaiter(prefix)) => {
-                    tracing::debug!(lock = %name, owner = %field, "waiting");
-                    let channel = Channel::from(format!("{prefix}:{field}"));
-                    waiter = Some(boxed(|| join(core, channel, until)).await?);
-                }
-                (Some(waiter), _) => {
-                    tokio::select! {
+            }
+            if wait {
+                match &waiter {
+                    Some(waiter) => tokio::select! {
                         biased;
                         _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
                         _ = waiter.wait(until) => {}
-                    }
+                    },
+                    // A kind whose waiters back off.
+                    None => tokio::select! {
+                        biased;
+                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                        _ = tokio::time::sleep_until(until) => {}
+                    },
                 }
             }
         }
@@ -188,6 +197,15 @@ pub(crate) async fn acquire(
             leave_now(queued).await;
             return gave_up(engine, name, reached, last_failure.take());
         }
+    }
+}
+
+/// The channel `field` waits on, for a kind whose waiters listen.
+fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<Channel> {
+    match kind.wake() {
+        Wake::Shared(channel) => Some(channel),
+        Wake::PerWaiter(prefix) => Some(Channel::from(format!("{prefix}:{field}"))),
+        Wake::Backoff(_) => None,
     }
 }
 

@@ -10,9 +10,14 @@
 //! - the *dispatcher* reads the subscriber's messages and hands each to the entry of its
 //!   channel. A reader that fell behind, or a reconnect, may have lost messages: then every
 //!   waiter is woken to try again.
+//!
+//! An entry outlives its last waiter while its channel lingers subscribed, counting what is
+//! delivered to it. A waiter that saw the channel subscribed before its attempt was sent, and
+//! finds nothing delivered since when it joins, cannot have missed an unlock: it waits at once,
+//! without the attempt that otherwise follows a new subscription ([`Quiet`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,15 +57,23 @@ pub(crate) struct WaitEntry {
     waiters: AtomicUsize,
     subscribed: AtomicBool,
     subscribed_changed: Notify,
+    /// Messages and wake-everyone events handed to this entry so far.
+    delivered: AtomicU64,
+    /// Unique per entry in the process: a channel unsubscribed and subscribed again between a
+    /// waiter's two looks is a new entry.
+    id: u64,
 }
 
 impl WaitEntry {
     fn new() -> WaitEntry {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         WaitEntry {
             permits: Semaphore::new(0),
             waiters: AtomicUsize::new(0),
             subscribed: AtomicBool::new(false),
             subscribed_changed: Notify::new(),
+            delivered: AtomicU64::new(0),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -71,13 +84,18 @@ impl WaitEntry {
 
     /// Wakes one waiter, unless enough wake-ups are already pending for all of them.
     fn wake_one(&self) {
-        if self.permits.available_permits() < self.waiters.load(Ordering::Acquire) {
+        // Counted before the waiters are read, as a joining waiter counts itself before it
+        // reads this (both sequentially consistent): either it is woken or it sees the count
+        // move and attempts again (see `Waiter::quiet_since`).
+        self.delivered.fetch_add(1, Ordering::SeqCst);
+        if self.permits.available_permits() < self.waiters.load(Ordering::SeqCst) {
             self.permits.add_permits(1);
         }
     }
 
     fn wake_all(&self) {
-        let waiters = self.waiters.load(Ordering::Acquire);
+        self.delivered.fetch_add(1, Ordering::SeqCst);
+        let waiters = self.waiters.load(Ordering::SeqCst);
         let pending = self.permits.available_permits();
         if waiters > pending {
             self.permits.add_permits(waiters - pending);
@@ -93,7 +111,16 @@ impl WaitEntry {
     }
 }
 
+/// A channel's entry as a waiter saw it before sending an attempt: subscribed, with so much
+/// delivered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Quiet {
+    entry: u64,
+    delivered: u64,
+}
+
 struct Shared {
+    /// Entries of channels with waiters, and of lingering ones.
     entries: DashMap<Channel, Arc<WaitEntry>, HashState>,
     /// Channels whose subscription the manager must check.
     changed: UnboundedSender<Channel>,
@@ -141,9 +168,9 @@ impl PubSub {
                     created = true;
                     Arc::new(WaitEntry::new())
                 });
-            // Counted under the shard lock, so that a leaving waiter cannot remove the entry
-            // between our lookup and our count.
-            entry.waiters.fetch_add(1, Ordering::AcqRel);
+            // Counted under the shard lock, so that the manager cannot remove the entry between
+            // our lookup and our count.
+            entry.waiters.fetch_add(1, Ordering::SeqCst);
             entry.clone()
         };
         if created {
@@ -156,9 +183,24 @@ impl PubSub {
         }
     }
 
+    /// The channel's entry now, if its subscription is in effect: taken before an attempt is
+    /// sent, it lets the waiter that joins after a busy reply skip the attempt that would
+    /// otherwise follow its subscription.
+    pub(crate) fn quiet(&self, channel: &Channel) -> Option<Quiet> {
+        let entry = self.shared.entries.get(channel)?;
+        entry.subscribed.load(Ordering::Acquire).then(|| Quiet {
+            entry: entry.id,
+            delivered: entry.delivered.load(Ordering::SeqCst),
+        })
+    }
+
     /// Channels with local waiters.
     pub(crate) fn wait_entries(&self) -> usize {
-        self.shared.entries.len()
+        self.shared
+            .entries
+            .iter()
+            .filter(|entry| entry.waiters.load(Ordering::Acquire) > 0)
+            .count()
     }
 
     /// Channels this client is subscribed to.
@@ -194,6 +236,15 @@ impl Waiter {
         }
     }
 
+    /// Whether nothing can have been missed since `before`: the same entry, still subscribed,
+    /// with nothing delivered since. An unlock published after the attempt that followed
+    /// `before` then wakes this waiter, which is counted already.
+    pub(crate) fn quiet_since(&self, before: Quiet) -> bool {
+        self.entry.id == before.entry
+            && self.entry.subscribed.load(Ordering::Acquire)
+            && self.entry.delivered.load(Ordering::SeqCst) == before.delivered
+    }
+
     /// Waits for a wake-up or until `until`; true when woken by a message.
     pub(crate) async fn wait(&self, until: Instant) -> bool {
         match tokio::time::timeout_at(until, self.entry.permits.acquire()).await {
@@ -208,12 +259,25 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let removed = self.shared.entries.remove_if(&self.channel, |_, entry| {
-            Arc::ptr_eq(entry, &self.entry) && entry.waiters.fetch_sub(1, Ordering::AcqRel) == 1
-        });
-        if removed.is_some() {
+        // The last to leave tells the manager, which lets the channel linger, then removes the
+        // entry (unless a waiter came back) and unsubscribes.
+        if self.entry.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
             let _ = self.shared.changed.send(self.channel.clone());
         }
+    }
+}
+
+impl Shared {
+    /// Removes the channel's entry if nobody waits on it; true when it is gone (or was).
+    fn remove_if_unused(&self, channel: &Channel) -> bool {
+        let removed = self.entries.remove_if(channel, |_, entry| {
+            entry.waiters.load(Ordering::Acquire) == 0
+        });
+        if let Some((_, entry)) = removed {
+            entry.subscribed.store(false, Ordering::Release);
+            return true;
+        }
+        !self.entries.contains_key(channel)
     }
 }
 
@@ -245,14 +309,20 @@ async fn manage(
                 if let Err(RecvError::Closed) = reconnected {
                     break;
                 }
-                // The new connection has no subscriptions: every channel with a wait entry is
+                // The new connection has no subscriptions: every channel with waiters is
                 // subscribed again, and the rest forgotten.
                 tracing::debug!(channels = subscribed.len(), "subscriber reconnected; subscribing again");
                 subscribed.clear();
                 idle.clear();
-                for entry in shared.entries.iter() {
-                    entry.subscribed.store(false, Ordering::Release);
-                    pending.insert(entry.key().clone());
+                let channels: Vec<Channel> =
+                    shared.entries.iter().map(|entry| entry.key().clone()).collect();
+                for channel in channels {
+                    if let Some(entry) = shared.entries.get(&channel) {
+                        entry.subscribed.store(false, Ordering::Release);
+                    }
+                    if !shared.remove_if_unused(&channel) {
+                        pending.insert(channel);
+                    }
                 }
                 forget_stale(&subscriber, &shared).await;
             }
@@ -265,28 +335,36 @@ async fn manage(
         let mut subscribe = Vec::new();
         let mut unsubscribe = Vec::new();
         for channel in pending {
-            let wanted = shared.entries.get(&channel).map(|entry| entry.clone());
-            match (wanted, subscribed.contains(&channel)) {
-                (Some(entry), true) => {
+            let waiters = shared
+                .entries
+                .get(&channel)
+                .map(|entry| (entry.clone(), entry.waiters.load(Ordering::Acquire) > 0));
+            match (waiters, subscribed.contains(&channel)) {
+                (Some((entry, true)), true) => {
                     idle.remove(&channel);
                     entry.mark_subscribed();
                 }
-                (Some(_), false) => subscribe.push(channel),
-                (None, true) => {
-                    idle.entry(channel).or_insert(now);
+                (Some((_, true)), false) => subscribe.push(channel),
+                // Its last waiter left: it lingers from now (a waiter that came back and left
+                // again starts it anew), its entry counting what is delivered.
+                (Some((_, false)), true) | (None, true) => {
+                    idle.insert(channel, now);
+                }
+                (Some((_, false)), false) => {
+                    // Never subscribed, or no longer: nobody needs the entry.
+                    shared.remove_if_unused(&channel);
                 }
                 (None, false) => {}
             }
         }
-        // Idle long enough, and nobody came back (a waiter that did would have an entry).
+        // Idle long enough, and nobody came back (a waiter that did keeps the entry).
         idle.retain(|channel, left| {
-            if shared.entries.contains_key(channel) {
-                return false; // back in use; its join is in `pending` and marks it
-            }
             if now < *left + LINGER {
                 return true;
             }
-            unsubscribe.push(channel.clone());
+            if shared.remove_if_unused(channel) {
+                unsubscribe.push(channel.clone());
+            }
             false
         });
         if !subscribe.is_empty() {
@@ -298,8 +376,13 @@ async fn manage(
             match subscribed_now.await {
                 Ok(()) => {
                     for channel in subscribe {
-                        if let Some(entry) = shared.entries.get(&channel) {
-                            entry.mark_subscribed();
+                        match shared.entries.get(&channel) {
+                            Some(entry) => entry.mark_subscribed(),
+                            // Only the manager removes entries, so none went meanwhile;
+                            // were one gone, its channel would linger like any other.
+                            None => {
+                                idle.entry(channel.clone()).or_insert(now);
+                            }
                         }
                         subscribed.insert(channel);
                     }
@@ -314,8 +397,8 @@ async fn manage(
             let names: Vec<String> = unsubscribe.iter().map(|c| c.to_string()).collect();
             match subscriber.unsubscribe(names).await {
                 Ok(()) => {
-                    // A waiter that joined meanwhile queued its channel again, so the next
-                    // pass subscribes anew.
+                    // A waiter that joined meanwhile made a new entry and queued its channel
+                    // again, so the next pass subscribes anew.
                     for channel in &unsubscribe {
                         subscribed.remove(channel);
                     }

@@ -18,16 +18,20 @@
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
 local lease, owner, place, holds = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+
+-- Everything read before anything is written. EXISTS first, for a free lock;
+-- on a held one HEXISTS raises WRONGTYPE on a key of another type.
+local now = server_now()
+local previous_head, expired, wrong = read_line(queue, timeouts, now)
+if wrong then
+    return wrong
+end
+local free = redis.call('exists', name) == 0
+local reentry = not free and redis.call('hexists', name, owner) == 1
 if fenced(KEYS[4], 6, owner) then
     return stale()
 end
-
--- HEXISTS first: a key of another type fails here, before anything is written.
-local reentry = redis.call('hexists', name, owner) == 1
-local now = server_now()
-local previous_head = redis.call('lindex', queue, 0)
-local head = purge(queue, timeouts, now)
-local free = redis.call('exists', name) == 0
+local head = purge(queue, timeouts, now, previous_head, expired, owner)
 
 if reentry or (free and (not head or head == owner)) then
     if head == owner then
@@ -41,12 +45,15 @@ if place > 0 then
     if redis.call('zadd', timeouts, now + place, owner) == 1 then
         redis.call('rpush', queue, owner)
     end
-    -- The line's keys outlive its last place by nothing, so waiters that all
-    -- died leave no garbage.
-    local last = redis.call('zrange', timeouts, -1, -1, 'withscores')
-    local keep = math.max(tonumber(last[2]) - now, 1)
-    redis.call('pexpire', queue, keep)
-    redis.call('pexpire', timeouts, keep)
+    -- The line's keys outlive its last place, by at most two places, so waiters
+    -- that all died leave no garbage for long. Extended only when they would not
+    -- outlive this one: most waiters find them long enough.
+    if redis.call('pttl', timeouts) < place then
+        local last = redis.call('zrange', timeouts, -1, -1, 'withscores')
+        local keep = math.max(tonumber(last[2]) - now, 2 * place)
+        redis.call('pexpire', queue, keep)
+        redis.call('pexpire', timeouts, keep)
+    end
 end
 
 if not free then

@@ -10,9 +10,13 @@
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message = ARGV[1], ARGV[2]
 
+local now = server_now()
+local head, expired, wrong = read_line(queue, timeouts, now)
+if wrong then
+    return wrong
+end
 local deleted = delete_lock(name)
 if deleted == 1 then
-    purge(queue, timeouts, server_now())
-    notify_head(name, queue, channel, message)
+    notify_head(channel, message, purge(queue, timeouts, now, head, expired))
 end
 return deleted

@@ -15,20 +15,6 @@
 -- always does, and ignores the call.
 redis.replicate_commands()
 
--- An error reply naming the line's key that has the wrong type, or nil; the
--- message's form is read by src/error.rs.
-local function wrong_line(queue, timeouts)
-    local kind = redis.call('type', queue).ok
-    if kind ~= 'none' and kind ~= 'list' then
-        return redis.error_reply('WRONGTYPE not the queue of a fair lock (a list): ' .. queue)
-    end
-    kind = redis.call('type', timeouts).ok
-    if kind ~= 'none' and kind ~= 'zset' then
-        return redis.error_reply('WRONGTYPE not the place timeouts of a fair lock (a zset): ' .. timeouts)
-    end
-    return nil
-end
-
 -- Milliseconds since the epoch by the server's clock: the one clock every
 -- client agrees on.
 local function server_now()
@@ -36,42 +22,45 @@ local function server_now()
     return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- Removes every waiter whose place has expired, wherever it stands in the queue,
--- and any head without a place timeout (which nobody could ever purge otherwise).
--- Returns the first waiter after that, or false.
-local function purge(queue, timeouts, now)
-    local expired = redis.call('zrangebyscore', timeouts, '-inf', now)
+-- The line as it stands: its head (or false), and the waiters whose places
+-- ended by `now`. Every fair-lock script reads the line with this before it
+-- writes anything, in protected calls, so that a line key of the wrong type is
+-- named in an error reply (whose form src/error.rs reads) with nothing changed.
+local function read_line(queue, timeouts, now)
+    local head = redis.pcall('lindex', queue, 0)
+    if type(head) == 'table' and head.err then
+        return nil, nil, redis.error_reply('WRONGTYPE not the queue of a fair lock (a list): ' .. queue)
+    end
+    local expired = redis.pcall('zrangebyscore', timeouts, '-inf', now)
+    if expired.err then
+        return nil, nil, redis.error_reply('WRONGTYPE not the place timeouts of a fair lock (a zset): ' .. timeouts)
+    end
+    return head, expired
+end
+
+-- Removes the waiters whose places ended (`expired`, as read_line found them),
+-- wherever they stand in the queue, and any head without a place timeout
+-- (which nobody could ever purge otherwise), unless it is `owner`, who is
+-- here and about to take the lock or its place. Returns the first waiter after
+-- that, or false.
+local function purge(queue, timeouts, now, head, expired, owner)
     if #expired > 0 then
         for _, waiter in ipairs(expired) do
             redis.call('lrem', queue, 0, waiter)
         end
         redis.call('zremrangebyscore', timeouts, '-inf', now)
+        head = redis.call('lindex', queue, 0)
     end
-    while true do
-        local head = redis.call('lindex', queue, 0)
-        if not head or redis.call('zscore', timeouts, head) then
-            return head
-        end
+    while head and head ~= owner and not redis.call('zscore', timeouts, head) do
         redis.call('lpop', queue)
+        head = redis.call('lindex', queue, 0)
     end
+    return head
 end
 
--- Tells the first waiter that the lock is free, if it is.
-local function notify_head(name, queue, channel, message)
-    if redis.call('exists', name) == 1 then
-        return
-    end
-    local head = redis.call('lindex', queue, 0)
+-- Tells `head`, the first waiter if there is one, that the lock is free.
+local function notify_head(channel, message, head)
     if head then
         redis.call('publish', channel .. ':' .. head, message)
-    end
-end
-
--- Every fair-lock script goes on from here, so a line key of the wrong type is
--- named before any of them writes anything.
-do
-    local wrong = wrong_line(KEYS[2], KEYS[3])
-    if wrong then
-        return wrong
     end
 end

@@ -12,15 +12,20 @@
 -- lock was released.
 local name, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local channel, message, lease, owner = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now = server_now()
+local head, expired, wrong = read_line(queue, timeouts, now)
+if wrong then
+    return wrong
+end
 if fenced(KEYS[4], 5, owner) then
     return stale()
 end
 
-purge(queue, timeouts, server_now())
+head = purge(queue, timeouts, now, head, expired)
 local released = give_back_holds(name, owner, tonumber(ARGV[5]), lease)
-if released ~= 0 then
-    -- Released now, or not held at all: then the lock may have expired without
-    -- a word to anyone. Either way the first waiter is told if it is free.
-    notify_head(name, queue, channel, message)
+-- Released now, or not held at all: then the lock may have expired without a
+-- word to anyone. Either way the first waiter is told if it is free.
+if released == 1 or (released == nil and redis.call('exists', name) == 0) then
+    notify_head(channel, message, head)
 end
 return released

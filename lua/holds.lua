@@ -55,30 +55,37 @@ local function grant_hold(name, owner, holds, lease, reentry)
 end
 
 -- Take, or take again, the reentrant lock for `owner`: as grant_hold when it
--- may, otherwise the lock's PTTL (-1 without expiry). HEXISTS raises WRONGTYPE
--- on a key of another type, before anything is written.
+-- may, otherwise the lock's PTTL (-1 without expiry). EXISTS first, so that a
+-- free lock (the common case) costs no HEXISTS; on a held one HEXISTS raises
+-- WRONGTYPE on a key of another type, before anything is written.
 local function take_hold(name, owner, holds, lease)
-    local reentry = redis.call('hexists', name, owner) == 1
-    if not reentry and redis.call('exists', name) == 1 then
-        return redis.call('pttl', name)
+    if redis.call('exists', name) == 0 then
+        return grant_hold(name, owner, holds, lease, false)
     end
-    return grant_hold(name, owner, holds, lease, reentry)
+    if redis.call('hexists', name, owner) == 1 then
+        return grant_hold(name, owner, holds, lease, true)
+    end
+    return redis.call('pttl', name)
 end
 
 -- `owner` keeps `left` holds: nil when it holds none (never held, expired or
 -- deleted), 0 when holds remain (the lease set again, unless it is 0), 1 when
--- none remain and the lock is gone.
+-- none remain and the lock is gone. A lock has one owner at a time, so its
+-- owner's field is the hash's only one: HDEL of it deletes the lock, and says
+-- in the same call whether it was there.
 local function give_back_holds(name, owner, left, lease)
+    if left == 0 then
+        if redis.call('hdel', name, owner) == 0 then
+            return nil
+        end
+        return 1
+    end
     if redis.call('hexists', name, owner) == 0 then
         return nil
     end
-    if left > 0 then
-        redis.call('hset', name, owner, left)
-        if lease ~= '0' then
-            redis.call('pexpire', name, lease)
-        end
-        return 0
+    redis.call('hset', name, owner, left)
+    if lease ~= '0' then
+        redis.call('pexpire', name, lease)
     end
-    redis.call('del', name)
-    return 1
+    return 0
 end

@@ -702,7 +702,7 @@ async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
                     "hexists",
                     "hset",
                     "pexpire",
-                    "del",
+                    "hdel",
                     "publish",
                     "sismember",
                 ]

@@ -547,7 +547,6 @@ pub async fn wakeup(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec<f64>
 pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     const CLIENTS: usize = 2;
     const TASKS: usize = 8;
-    let mut rows = Vec::new();
     let names = [
         libs::NAMES[0],
         libs::FAIR,
@@ -555,37 +554,26 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
         libs::NAMES[1],
         libs::NAMES[2],
     ];
+    let raw = raw_client(url).await;
+    let mut libraries: Vec<Vec<Arc<dyn Library>>> = Vec::new();
     for name in names {
-        let mut libraries: Vec<Arc<dyn Library>> = Vec::new();
+        let mut clients: Vec<Arc<dyn Library>> = Vec::new();
         for _ in 0..CLIENTS {
-            libraries.push(libs::connect(name, url).await.into());
+            clients.push(libs::connect(name, url).await.into());
         }
-        let (mut rates, mut handoffs, mut min_share, mut max_share) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..sizes.rounds {
-            let order = Arc::new(Mutex::new(Vec::<usize>::new()));
-            let stop = Arc::new(AtomicBool::new(false));
-            let tasks: Vec<_> = (0..CLIENTS * TASKS)
-                .map(|task| {
-                    let handle = libraries[task % CLIENTS].handle("bench:contention");
-                    let (order, stop) = (order.clone(), stop.clone());
-                    tokio::spawn(async move {
-                        while !stop.load(Ordering::Relaxed) {
-                            let held = handle.acquire().await;
-                            order.lock().expect("order").push(task);
-                            held.release().await;
-                        }
-                    })
-                })
-                .collect();
-            let started = Instant::now();
-            tokio::time::sleep(sizes.run_for).await;
-            stop.store(true, Ordering::Relaxed);
-            let order = std::mem::take(&mut *order.lock().expect("order"));
-            let elapsed = started.elapsed().as_secs_f64();
-            for task in tasks {
-                task.await.expect("contention task");
-            }
+        libraries.push(clients);
+    }
+    // Per library: acquisitions/s, hand-offs/s, fewest and most per task, Redis CPU (µs) and
+    // commands (EVALSHA, EVAL, SET) per acquisition.
+    let mut samples: Vec<[Vec<f64>; 6]> = names.iter().map(|_| Default::default()).collect();
+    // Interleaved: each round runs every library once, so that drift of a shared machine
+    // hits all alike.
+    for _ in 0..sizes.rounds {
+        for (clients, samples) in libraries.iter().zip(samples.iter_mut()) {
+            let commands_before = script_commands(&raw).await;
+            let ((order, elapsed), cpu) =
+                server_time(&raw, contend(clients, CLIENTS * TASKS, sizes.run_for)).await;
+            let commands = script_commands(&raw).await - commands_before;
             let mut per_task: HashMap<usize, usize> = HashMap::new();
             for task in &order {
                 *per_task.entry(*task).or_default() += 1;
@@ -593,18 +581,26 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
             let counts: Vec<f64> = (0..CLIENTS * TASKS)
                 .map(|task| per_task.get(&task).copied().unwrap_or(0) as f64)
                 .collect();
-            rates.push(order.len() as f64 / elapsed);
-            handoffs.push(order.windows(2).filter(|w| w[0] != w[1]).count() as f64 / elapsed);
-            min_share.push(counts.iter().copied().fold(f64::INFINITY, f64::min));
-            max_share.push(counts.iter().copied().fold(0.0, f64::max));
+            let acquired = order.len().max(1) as f64;
+            samples[0].push(order.len() as f64 / elapsed);
+            samples[1].push(order.windows(2).filter(|w| w[0] != w[1]).count() as f64 / elapsed);
+            samples[2].push(counts.iter().copied().fold(f64::INFINITY, f64::min));
+            samples[3].push(counts.iter().copied().fold(0.0, f64::max));
+            samples[4].push(cpu / acquired);
+            samples[5].push(commands as f64 / acquired);
         }
-        let per_round = [
-            ("acquisitions", "1/s", &rates),
-            ("hand-offs to another task", "1/s", &handoffs),
-            ("fewest per task", "count", &min_share),
-            ("most per task", "count", &max_share),
-        ];
-        for (metric, unit, samples) in per_round {
+    }
+    let metrics = [
+        ("acquisitions", "1/s"),
+        ("hand-offs to another task", "1/s"),
+        ("fewest per task", "count"),
+        ("most per task", "count"),
+        ("Redis CPU per acquisition", "µs"),
+        ("scripts and SETs per acquisition", "calls"),
+    ];
+    let mut rows = Vec::new();
+    for (name, samples) in names.iter().zip(&samples) {
+        for ((metric, unit), samples) in metrics.iter().zip(samples) {
             rows.push(Row::new(
                 "4 contention",
                 name,
@@ -615,6 +611,49 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// `tasks` tasks over `clients` take and release one lock for `run_for`: the order in which
+/// they held it, and the seconds it took.
+async fn contend(
+    clients: &[Arc<dyn Library>],
+    tasks: usize,
+    run_for: Duration,
+) -> (Vec<usize>, f64) {
+    let order = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..tasks)
+        .map(|task| {
+            let handle = clients[task % clients.len()].handle("bench:contention");
+            let (order, stop) = (order.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let held = handle.acquire().await;
+                    order.lock().expect("order").push(task);
+                    held.release().await;
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    let order = std::mem::take(&mut *order.lock().expect("order"));
+    let elapsed = started.elapsed().as_secs_f64();
+    for task in tasks {
+        task.await.expect("contention task");
+    }
+    (order, elapsed)
+}
+
+/// Commands a lock library's acquisitions and releases are made of, counted by the server:
+/// script calls (every library's release, fredlock's acquire) and `SET` (the peers' acquire).
+async fn script_commands(raw: &Client) -> u64 {
+    let mut calls = 0;
+    for command in ["evalsha", "eval", "set"] {
+        calls += command_calls(raw, command).await;
+    }
+    calls
 }
 
 /// Takes `count` watchdog locks on distinct names, 100 acquisitions at a time.

@@ -39,9 +39,14 @@ use crate::owner::OwnerId;
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
+    /// One pointer: every lock handle keeps its client, and every waiting task its handle.
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     engine: Engine,
     /// Prepended to every name to make its key; see `LockClientBuilder::key_prefix`.
-    key_prefix: Arc<str>,
+    key_prefix: Box<str>,
     /// How long a fair lock's waiter keeps its place without trying again.
     fair_wait_timeout: Duration,
 }
@@ -73,21 +78,23 @@ impl LockClient {
         })
         .await?;
         Ok(LockClient {
-            engine,
-            key_prefix: settings.key_prefix.as_str().into(),
-            fair_wait_timeout: settings.fair_wait_timeout,
+            shared: Arc::new(Shared {
+                engine,
+                key_prefix: settings.key_prefix.as_str().into(),
+                fair_wait_timeout: settings.fair_wait_timeout,
+            }),
         })
     }
 
     /// This client's id, the `<client uuid>` half of its hash fields.
     pub fn id(&self) -> Uuid {
-        self.engine.core().id
+        self.shared.engine.core().id
     }
 
     /// The Redis key of the lock named `name`: the client's key prefix, then the name. An empty
     /// name stays empty, for the first operation to refuse.
     pub(crate) fn key(&self, name: String) -> String {
-        let prefix = &self.key_prefix;
+        let prefix = &self.shared.key_prefix;
         if prefix.is_empty() || name.is_empty() {
             name
         } else {
@@ -104,17 +111,17 @@ impl LockClient {
     /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
     /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
     pub fn redis(&self) -> &Client {
-        &self.engine.core().redis
+        &self.shared.engine.core().redis
     }
 
     /// The hash field this client writes for `owner`: `<client uuid>:<owner id>`.
     pub fn owner_field(&self, owner: OwnerId) -> String {
-        self.engine.core().field(owner).to_string()
+        self.shared.engine.core().field(owner).to_string()
     }
 
     /// Counts of what the client holds and waits for.
     pub fn stats(&self) -> ClientStats {
-        self.engine.stats()
+        self.shared.engine.stats()
     }
 
     /// Stops the watchdog and the background tasks and closes the connections.
@@ -129,21 +136,21 @@ impl LockClient {
     /// Cancel safe in that the shutdown has begun once the future is first polled; dropping it
     /// early only skips waiting for the tasks and closing the connections.
     pub async fn shutdown(&self) {
-        self.engine.shutdown().await;
+        self.shared.engine.shutdown().await;
     }
 
     pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
+        &self.shared.engine
     }
 
     /// The prefix of every key this client's primitives use.
     pub(crate) fn key_prefix(&self) -> &str {
-        &self.key_prefix
+        &self.shared.key_prefix
     }
 
     /// How long a fair lock's waiter keeps its place without trying again.
     pub(crate) fn fair_wait_timeout(&self) -> Duration {
-        self.fair_wait_timeout
+        self.shared.fair_wait_timeout
     }
 }
 
@@ -151,7 +158,10 @@ impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
             .field("id", &self.id())
-            .field("watchdog_timeout", &self.engine.core().watchdog_timeout)
+            .field(
+                "watchdog_timeout",
+                &self.shared.engine.core().watchdog_timeout,
+            )
             .finish_non_exhaustive()
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{AcquireArgs, Call, Kind, ReleaseArgs, Request, Script, Wake};
+use crate::engine::{AcquireArgs, Call, Kind, Name, ReleaseArgs, Request, Script, Wake};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
@@ -105,7 +105,6 @@ impl fmt::Debug for FairLock {
 /// The fair lock's kind: the reentrant lock's hash plus Redisson's waiting line, each waiter
 /// told on its own channel.
 struct Fair {
-    name: Arc<str>,
     /// The hash of holds (the name); the list of waiter fields in arrival order; the zset of
     /// waiter field -> when its place expires (server clock, ms); the ids of calls whose
     /// replies were lost (see `engine::ledger`).
@@ -126,7 +125,6 @@ impl Fair {
                 &names::fences(&name),
             ]),
             channel: names::lock_channel(&name).into(),
-            name: name.into(),
             place,
         }
     }
@@ -155,8 +153,12 @@ impl Fair {
 }
 
 impl Kind for Fair {
-    fn name(&self) -> &Arc<str> {
-        &self.name
+    fn name(&self) -> &str {
+        self.keys.str(0)
+    }
+
+    fn name_text(&self) -> Name {
+        self.keys.text(0)
     }
 
     fn key(&self) -> Key {

@@ -3,14 +3,14 @@
 
 use std::fmt;
 use std::ops::Deref;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{self, AcquireArgs, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win};
+use crate::engine::{self, AcquireArgs, Call, Kind, Lease, Name, ReleaseArgs, Script, Wake, Win};
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
@@ -76,8 +76,12 @@ struct Fenced {
 }
 
 impl Kind for Fenced {
-    fn name(&self) -> &Arc<str> {
+    fn name(&self) -> &str {
         self.lock.name()
+    }
+
+    fn name_text(&self) -> Name {
+        self.lock.name_text()
     }
 
     fn key(&self) -> Key {

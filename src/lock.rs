@@ -1,6 +1,7 @@
 //! [`Lock`]: Redisson's reentrant `RLock`, for async Rust.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, AcquireArgs, Backoff, Call, Kind, Lease, ReleaseArgs, Script, Wake, Win,
+    self, AcquireArgs, Backoff, Call, Kind, Lease, Name, ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
@@ -69,11 +70,12 @@ pub(crate) trait LockKind: Kind {
 /// The reentrant lock's kind (Redisson's `RLock`); the spin lock is the same with waiters that
 /// back off instead of listening, and its releases announce nothing.
 pub(crate) struct Reentrant {
-    name: Arc<str>,
     /// The hash of holds (the name), the channel every final unlock is published on, and the
     /// ids of calls whose replies were lost, which never take effect (see `engine::ledger`).
     keys: Keys<3>,
-    wake: Wake,
+    /// How a spin lock's waiters back off; `None` for waiters that listen on the channel.
+    /// Boxed: a held lock keeps its kind, and most are not spin locks.
+    backoff: Option<Box<Backoff>>,
 }
 
 impl Reentrant {
@@ -81,16 +83,15 @@ impl Reentrant {
     pub(crate) fn new(name: String) -> Reentrant {
         let keys = Keys::new([&name, &names::lock_channel(&name), &names::fences(&name)]);
         Reentrant {
-            wake: Wake::Shared(keys.text(1)),
             keys,
-            name: name.into(),
+            backoff: None,
         }
     }
 
     /// The same lock, whose waiters back off instead (and whose releases announce nothing).
     pub(crate) fn spinning(name: String, backoff: Backoff) -> Reentrant {
         Reentrant {
-            wake: Wake::Backoff(backoff),
+            backoff: Some(Box::new(backoff)),
             ..Reentrant::new(name)
         }
     }
@@ -124,16 +125,20 @@ impl Reentrant {
 
     /// The message a final unlock publishes: none when nobody listens.
     fn unlock_message(&self) -> Value {
-        match self.wake {
-            Wake::Backoff(_) => Value::from_static_str(""),
-            _ => Value::from_static_str(UNLOCK_MESSAGE),
+        match self.backoff {
+            Some(_) => Value::from_static_str(""),
+            None => Value::from_static_str(UNLOCK_MESSAGE),
         }
     }
 }
 
 impl Kind for Reentrant {
-    fn name(&self) -> &Arc<str> {
-        &self.name
+    fn name(&self) -> &str {
+        self.keys.str(0)
+    }
+
+    fn name_text(&self) -> Name {
+        self.keys.text(0)
     }
 
     fn key(&self) -> Key {
@@ -141,7 +146,10 @@ impl Kind for Reentrant {
     }
 
     fn wake(&self) -> Wake {
-        self.wake.clone()
+        match &self.backoff {
+            Some(backoff) => Wake::Backoff(**backoff),
+            None => Wake::Shared(self.keys.text(1)),
+        }
     }
 
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
@@ -224,7 +232,7 @@ impl Lock {
     /// Cancel safe: if the future is dropped, no hold is left behind. An acquire request already
     /// sent runs to completion in a task of its own, which gives the hold back if it won.
     pub async fn lock(&self) -> Result<LockGuard> {
-        self.acquire(None, Lease::Watchdog).await.and_then(waited)
+        lock_guard(self.win(None, Lease::Watchdog).await).and_then(waited)
     }
 
     /// Acquires the lock, waiting as long as it takes, for a fixed `lease`: the lock ends by
@@ -239,9 +247,7 @@ impl Lock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.acquire(None, Lease::Fixed(lease))
-            .await
-            .and_then(waited)
+        lock_guard(self.win(None, Lease::Fixed(lease)).await).and_then(waited)
     }
 
     /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
@@ -266,7 +272,7 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
         let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
-        self.acquire(Some(wait), lease).await
+        lock_guard(self.win(Some(wait), lease).await)
     }
 
     /// Runs `work` while holding the lock: acquires it as [`lock`](Self::lock) does (renewed by
@@ -424,9 +430,16 @@ impl Lock {
 
     /// Acquires the lock for its owner, waiting at most `wait` (`None`: as long as it takes), and
     /// returns the engine's win, for a primitive that builds its own guard from it.
-    pub(crate) async fn win(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<Win>> {
+    ///
+    /// Not an `async fn`, whose future would keep its arguments beside the engine's: a waiting
+    /// task carries it all its wait.
+    pub(crate) fn win(
+        &self,
+        wait: Option<Duration>,
+        lease: Lease,
+    ) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
         let kind: Arc<dyn Kind> = self.kind.clone();
-        engine::acquire(self.client.engine(), &kind, self.owner(), wait, lease).await
+        engine::acquire(self.client.engine(), kind, self.owner(), wait, lease)
     }
 
     /// Acquires the lock as [`win`](Self::win) does, as a [`LockGuard`].
@@ -435,10 +448,7 @@ impl Lock {
         wait: Option<Duration>,
         lease: Lease,
     ) -> Result<Option<LockGuard>> {
-        Ok(self
-            .win(wait, lease)
-            .await?
-            .map(|win| LockGuard::new(win.guard)))
+        lock_guard(self.win(wait, lease).await)
     }
 
     /// Converts a fred error about this lock, naming its server and, where there is one, the
@@ -449,6 +459,11 @@ impl Lock {
     ) -> impl FnOnce(fred::error::Error) -> Error + 'a {
         move |source| self.client.engine().redis_error(self.name(), owner, source)
     }
+}
+
+/// The guard of a won acquisition.
+fn lock_guard(win: Result<Option<Win>>) -> Result<Option<LockGuard>> {
+    Ok(win?.map(|win| LockGuard::new(win.guard)))
 }
 
 impl LockClient {

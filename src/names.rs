@@ -4,7 +4,6 @@
 use std::fmt::Write;
 use std::sync::OnceLock;
 
-use fred::bytes::Bytes;
 use fred::bytes_utils::Str;
 use fred::types::Key;
 
@@ -95,7 +94,8 @@ pub(crate) fn fencing_token(name: &str) -> String {
 /// waiter per request, say) then costs one allocation and a few offsets instead of a buffer and
 /// a `Key` per key. A key taken out shares the buffer.
 pub(crate) struct Keys<const N: usize> {
-    joined: Bytes,
+    /// Text, checked once to be UTF-8 when made: the keys taken out of it are not checked again.
+    joined: Str,
     /// Where each key ends in `joined`. As `u32`, to keep the handle small: a key never comes
     /// near that, as Redis refuses arguments over 512 MB (the ends saturate beyond it, and a
     /// command carrying such a name is refused whole).
@@ -110,28 +110,32 @@ impl<const N: usize> Keys<N> {
             u32::try_from(end).unwrap_or(u32::MAX)
         });
         Keys {
-            joined: Bytes::from(texts.concat()),
+            joined: Str::from(texts.concat()),
             ends,
         }
     }
 
     /// The `i`-th key given to [`Keys::new`].
     pub(crate) fn get(&self, i: usize) -> Key {
-        Key::from(self.bytes(i))
+        Key::from(self.joined.inner().slice(self.range(i)))
     }
 
     /// The `i`-th key given to [`Keys::new`], as text: a channel's name, say.
     pub(crate) fn text(&self, i: usize) -> Str {
-        // Each key was a whole `&str`, so its bytes are UTF-8; a copy stands in if not.
-        Str::try_from(self.bytes(i)).unwrap_or_else(|error| {
-            Str::from(String::from_utf8_lossy(&error.into_inner()).as_ref())
-        })
+        self.joined.slice_ref(self.str(i))
     }
 
-    fn bytes(&self, i: usize) -> Bytes {
+    /// The `i`-th key given to [`Keys::new`], borrowed: a lock's name, say, which its handle
+    /// therefore keeps no copy of.
+    pub(crate) fn str(&self, i: usize) -> &str {
+        // Each key was a whole `&str`, so its ends fall between characters.
+        self.joined.get(self.range(i)).unwrap_or_default()
+    }
+
+    fn range(&self, i: usize) -> std::ops::Range<usize> {
         let end = |at: usize| (self.ends[at] as usize).min(self.joined.len());
         let start = i.checked_sub(1).map_or(0, end);
-        self.joined.slice(start..end(i))
+        start..end(i).max(start)
     }
 }
 
@@ -166,6 +170,7 @@ mod tests {
         for (i, text) in texts.iter().enumerate() {
             assert_eq!(keys.get(i), Key::from(*text));
             assert_eq!(&*keys.text(i), *text);
+            assert_eq!(keys.str(i), *text);
         }
     }
 

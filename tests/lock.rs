@@ -40,6 +40,7 @@ for_each_kind!(
     a_dropped_guards_release_never_takes_the_next_hold,
     a_waiter_on_a_subscribed_channel_waits_after_one_attempt,
     unlock_racing_a_waiter_on_a_subscribed_channel_is_not_missed,
+    waiters_end_with_their_clients_shutdown,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -1095,5 +1096,39 @@ async fn unlock_racing_a_waiter_on_a_subscribed_channel_is_not_missed(kind: Kind
     assert!(
         waiter_client.stats().subscriptions <= 1,
         "one channel for every wait"
+    );
+}
+
+/// A client's shutdown ends its waiting tasks at once with `Shutdown`, whether they are waiting
+/// for a wake-up, or just joining (the lock is held elsewhere for 30 s).
+async fn waiters_end_with_their_clients_shutdown(kind: Kind) {
+    let server = RedisServer::start();
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let _guard = kind.lock(&holder, "shut").lock().await.unwrap();
+    let waiters: Vec<_> = (0..10)
+        .map(|i| {
+            let lock = kind.lock(&client, "shut");
+            tokio::spawn(async move {
+                // Some are still joining when the shutdown comes.
+                tokio::time::sleep(Duration::from_millis(i * 20)).await;
+                lock.lock().await.map(drop)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let shut = Instant::now();
+    client.shutdown().await;
+    for waiter in waiters {
+        let ended = tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("a waiter outlived its client's shutdown")
+            .unwrap();
+        assert!(matches!(ended, Err(Error::Shutdown)), "{ended:?}");
+    }
+    let took = shut.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "waiters ended {took:?} after the shutdown"
     );
 }

@@ -4,6 +4,7 @@
 //! and attempt again, until the deadline. A primitive whose waiters back off instead never
 //! subscribes: it sleeps its backoff, bounded by the same lease.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::ledger::Pair;
-use crate::engine::pubsub::{Channel, Quiet, Waiter};
+use crate::engine::pubsub::{self, Channel, Quiet, Waiter};
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Result};
@@ -28,7 +29,8 @@ use crate::owner::OwnerId;
 /// request already on the wire is not thrown away (and undone) for being a little late.
 const ATTEMPT_GRACE: Duration = Duration::from_millis(100);
 
-/// First pause after a connection error while waiting; doubled up to [`MAX_ERROR_PAUSE`].
+/// First pause after a connection error while waiting; doubled up to [`MAX_ERROR_PAUSE`] (see
+/// [`error_pause`]).
 const MIN_ERROR_PAUSE: Duration = Duration::from_millis(50);
 const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
 
@@ -65,139 +67,187 @@ enum Outcome {
 /// trying again at least every third of its place's length, and gives it up on every way out but
 /// success: at once when its wait times out, through the releaser when the future is dropped or
 /// fails.
-pub(crate) async fn acquire(
+///
+/// Not an `async fn`, which would keep its arguments twice (as given, and as its body's own):
+/// a waiting task carries this future all its wait.
+pub(crate) fn acquire(
     engine: &Engine,
-    kind: &Arc<dyn Kind>,
+    kind: Arc<dyn Kind>,
     owner: OwnerId,
     wait: Option<Duration>,
     lease: Lease,
-) -> Result<Option<Win>> {
-    let core = engine.core();
-    core.ensure_open()?;
-    let name = kind.name();
-    check_name(name)?;
-    lease.check(name)?;
-    // Kept once, in the pair: every state a waiting task's future keeps it in costs its bytes.
-    let pair = Pair::new(name, core.field(owner));
-    let field = &pair.field;
-    let started = Instant::now();
-    let deadline = wait.and_then(|wait| durations::deadline(started, wait));
-    let single_attempt = wait == Some(Duration::ZERO);
-    // Only a waiter queues: a single attempt leaves no trace in a queue.
-    let place = kind.place().filter(|_| !single_attempt);
-    let queued = place.map(|_| leave_undo(core, kind, field));
-    // Busy replies so far, which a backing-off kind's pauses grow with.
-    let mut busy: u32 = 0;
-    let mut error_pause = MIN_ERROR_PAUSE;
-    let mut waiter: Option<Waiter> = None;
-    // The waiters' channel as it was before the first attempt, if subscribed already (a worker
-    // loop's lingering channel): joining it after a busy reply needs no second attempt when
-    // nothing was delivered since.
-    let mut quiet: Option<Quiet> = None;
-    // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
-    // lock held by someone else.
-    let mut reached = false;
-    // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
-    let mut last_failure: Option<Box<fred::error::Error>> = None;
-    let mut settle = SettleOnExit::new(core, kind, field);
-    loop {
-        if waiter.is_none() && !single_attempt {
-            quiet = channel(kind, field).and_then(|channel| core.pubsub.quiet(&channel));
-        }
-        // Armed while an attempt is on its way and after one whose reply was lost.
-        settle.arm();
-        // Boxed, like the join and the reconnect wait below: passing states which, inline, would
-        // make every waiting task carry their timers and calls (about 700 bytes) all its wait.
-        let attempt =
-            boxed(|| attempt(engine, kind, &pair, lease, place, deadline, single_attempt)).await;
-        if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
-            // A reply: it carried the fences of every earlier lost one.
-            settle.disarm();
-        }
-        let pause = match attempt {
-            Ok(Attempt::Won(win)) => {
-                // The acquire script took the waiter out of the queue.
-                if let Some(queued) = queued {
-                    queued.claim();
+) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
+    // Made now, so that the future keeps the pair instead of the owner it is made from.
+    let pair = Pair::new(kind.name_text(), engine.core().field(owner));
+    async move {
+        // Locals that only name what the pair or the engine hold are not kept: every one would
+        // be room in every waiting task.
+        engine.core().ensure_open()?;
+        check_name(kind.name())?;
+        lease.check(kind.name())?;
+        let started = Instant::now();
+        let single_attempt = wait == Some(Duration::ZERO);
+        // The deadline and the queue place are worked out where needed from what the future
+        // keeps anyway, rather than kept (closures would keep their references).
+        // Boxed, like everything a waiting task keeps that most waiters have none of.
+        let queued =
+            place(&kind, wait).map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
+        // Busy replies so far, which a backing-off kind's pauses grow with.
+        let mut busy: u32 = 0;
+        // Connection errors in a row, which the pause after one grows with.
+        let mut errors: u8 = 0;
+        let mut waiter: Option<Waiter> = None;
+        // The waiters' channel as it was before the first attempt, if subscribed already (a worker
+        // loop's lingering channel): joining it after a busy reply needs no second attempt when
+        // nothing was delivered since.
+        let mut quiet: Option<Quiet> = None;
+        // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
+        // lock held by someone else.
+        let mut reached = false;
+        // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
+        let mut last_failure: Option<Box<fred::error::Error>> = None;
+        let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
+        loop {
+            if waiter.is_none() && !single_attempt {
+                quiet = channel(&kind, &pair.field)
+                    .and_then(|channel| engine.core().pubsub.quiet(&channel));
+            }
+            // Armed while an attempt is on its way and after one whose reply was lost.
+            settle.arm();
+            // Boxed, like the join, the leave and the reconnect wait below: passing states which,
+            // inline, would make every waiting task carry their timers and calls (about 700 bytes)
+            // all its wait.
+            let attempt = boxed(|| {
+                attempt(
+                    engine,
+                    &kind,
+                    &pair,
+                    lease,
+                    place(&kind, wait),
+                    deadline(started, wait),
+                    single_attempt,
+                )
+            })
+            .await;
+            if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
+                // A reply: it carried the fences of every earlier lost one.
+                settle.disarm();
+            }
+            // Moved into a block of its own, so that no waiting state keeps its room.
+            let pause = {
+                let attempt = attempt;
+                match attempt {
+                    Ok(Attempt::Won(win)) => {
+                        // The acquire script took the waiter out of the queue.
+                        if let Some(queued) = queued {
+                            queued.claim();
+                        }
+                        tracing::debug!(
+                            lock = %pair.name, owner = %pair.field,
+                            waited_ms = started.elapsed().as_millis() as u64,
+                            "acquired"
+                        );
+                        return Ok(Some(win));
+                    }
+                    Ok(Attempt::Busy { retry_after }) => {
+                        reached = true;
+                        errors = 0;
+                        let pause = match kind.wake() {
+                            Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
+                            _ => retry_after,
+                        };
+                        busy = busy.saturating_add(1);
+                        // Trying again is what keeps a queued waiter's place.
+                        place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
+                    }
+                    Ok(Attempt::TimedOut) => {
+                        boxed(|| leave_now(queued)).await;
+                        return gave_up(engine, &pair.name, reached, last_failure.take());
+                    }
+                    Err(error) if error.is_transient() && !single_attempt => {
+                        tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
+                        last_failure = error.into_source().map(Box::new).or(last_failure);
+                        let pause = error_pause(errors);
+                        errors = errors.saturating_add(1);
+                        pause
+                    }
+                    Err(error) => return Err(error),
                 }
-                tracing::debug!(
-                    lock = %name, owner = %field,
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    "acquired"
-                );
-                return Ok(Some(win));
+            };
+            if single_attempt {
+                return Ok(None);
             }
-            Ok(Attempt::Busy { retry_after }) => {
-                reached = true;
-                error_pause = MIN_ERROR_PAUSE;
-                let pause = match kind.wake() {
-                    Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
-                    _ => retry_after,
-                };
-                busy = busy.saturating_add(1);
-                // Trying again is what keeps a queued waiter's place.
-                place.map_or(pause, |place| pause.min(place / 3))
-            }
-            Ok(Attempt::TimedOut) => {
-                leave_now(queued).await;
-                return gave_up(engine, name, reached, last_failure.take());
-            }
-            Err(error) if error.is_transient() && !single_attempt => {
-                tracing::debug!(lock = %name, owner = %field, %error, "acquire failed; retrying");
-                last_failure = error.into_source().map(Box::new).or(last_failure);
-                let pause = error_pause;
-                error_pause = (error_pause * 2).min(MAX_ERROR_PAUSE);
-                pause
-            }
-            Err(error) => return Err(error),
-        };
-        if single_attempt {
-            return Ok(None);
-        }
-        let until = bounded(Instant::now() + pause, deadline);
-        if !core.redis.is_connected() {
-            // Nothing to subscribe to while fred reconnects: wait for the connection (or the
-            // pause) instead, and try again at once when it is back.
-            tokio::select! {
-                biased;
-                _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                _ = Box::pin(core.redis.wait_for_connect()) => {}
-                _ = tokio::time::sleep_until(until) => {}
-            }
-        } else {
-            // A waiter's first busy reply joins its channel; once joined, it tries again at
-            // once, unless the channel was subscribed since before that reply's attempt and
-            // has delivered nothing since: an unlock after the attempt then wakes it.
-            let mut wait = true;
-            if waiter.is_none() {
-                if let Some(channel) = channel(kind, field) {
-                    tracing::debug!(lock = %name, owner = %field, "waiting");
-                    let joined = boxed(|| join(core, channel, until)).await?;
-                    wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
-                    waiter = Some(joined);
+            let until = bounded(Instant::now() + pause, deadline(started, wait));
+            if !engine.core().redis.is_connected() {
+                // Nothing to subscribe to while fred reconnects: wait for the connection (or the
+                // pause) instead, and try again at once when it is back.
+                boxed(|| reconnected(engine.core(), until)).await?;
+            } else {
+                // A waiter's first busy reply joins its channel; once joined, it tries again at
+                // once, unless the channel was subscribed since before that reply's attempt and
+                // has delivered nothing since: an unlock after the attempt then wakes it.
+                let mut wait = true;
+                if waiter.is_none() {
+                    if let Some(channel) = channel(&kind, &pair.field) {
+                        tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
+                        let joined = boxed(|| join(engine.core(), channel, until)).await?;
+                        wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
+                        waiter = Some(joined);
+                    }
+                }
+                if wait {
+                    match &waiter {
+                        Some(waiter) => {
+                            // Shutting down closes every wait entry, which ends this wait. Checked
+                            // once joined, so a shutdown cannot slip in between.
+                            engine.core().ensure_open()?;
+                            pubsub::woken(waiter.wait(until).await);
+                            engine.core().ensure_open()?;
+                        }
+                        // A kind whose waiters back off.
+                        None => tokio::select! {
+                            biased;
+                            _ = engine.core().shutdown.cancelled() => return Err(Error::Shutdown),
+                            _ = tokio::time::sleep_until(until) => {}
+                        },
+                    }
                 }
             }
-            if wait {
-                match &waiter {
-                    Some(waiter) => tokio::select! {
-                        biased;
-                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                        _ = waiter.wait(until) => {}
-                    },
-                    // A kind whose waiters back off.
-                    None => tokio::select! {
-                        biased;
-                        _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
-                        _ = tokio::time::sleep_until(until) => {}
-                    },
-                }
+            if deadline(started, wait).is_some_and(|deadline| Instant::now() >= deadline) {
+                boxed(|| leave_now(queued)).await;
+                return gave_up(engine, &pair.name, reached, last_failure.take());
             }
-        }
-        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            leave_now(queued).await;
-            return gave_up(engine, name, reached, last_failure.take());
         }
     }
+}
+
+/// When a wait that began at `started` ends.
+fn deadline(started: Instant, wait: Option<Duration>) -> Option<Instant> {
+    wait.and_then(|wait| durations::deadline(started, wait))
+}
+
+/// How long a waiter's queue place lasts, for a queueing kind: only a waiter queues (a single
+/// attempt leaves no trace in a queue).
+fn place(kind: &Arc<dyn Kind>, wait: Option<Duration>) -> Option<Duration> {
+    kind.place().filter(|_| wait != Some(Duration::ZERO))
+}
+
+/// Waits, while fred reconnects, for the connection or until `until`.
+async fn reconnected(core: &Core, until: Instant) -> Result<()> {
+    tokio::select! {
+        biased;
+        _ = core.shutdown.cancelled() => Err(Error::Shutdown),
+        _ = core.redis.wait_for_connect() => Ok(()),
+        _ = tokio::time::sleep_until(until) => Ok(()),
+    }
+}
+
+/// The pause after `errors` connection errors in a row: doubling from [`MIN_ERROR_PAUSE`] up to
+/// [`MAX_ERROR_PAUSE`].
+fn error_pause(errors: u8) -> Duration {
+    MIN_ERROR_PAUSE
+        .saturating_mul(1u32 << errors.min(16))
+        .min(MAX_ERROR_PAUSE)
 }
 
 /// The channel `field` waits on, for a kind whose waiters listen.
@@ -370,7 +420,7 @@ fn leave_undo(core: &Arc<Core>, kind: &Arc<dyn Kind>, field: &Field) -> ArmedUnd
 
 /// A waiter that gives up leaves its queue place before returning, so that the next one moves up
 /// at once and a later attempt of the same owner is not overtaken by its own departure.
-async fn leave_now(queued: Option<ArmedUndo>) {
+async fn leave_now(queued: Option<Box<ArmedUndo>>) {
     if let Some(queued) = queued {
         queued.now().await;
     }

@@ -4,10 +4,13 @@
 //! The registry is also what the watchdog scans each period; acquiring and releasing only touch
 //! the registry, never the watchdog task.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use fred::types::Value;
 use tokio::sync::Notify;
@@ -55,14 +58,30 @@ impl Lease {
     }
 }
 
-/// When the hold's Redis TTL was last set, as far as this client knows.
+/// When the hold's Redis TTL was last set, as far as this client knows, in nanoseconds since
+/// [`EPOCH`]: two instants in 16 bytes instead of 32, in every held lock.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct LeaseTimes {
+struct LeaseTimes {
     /// When the last command that set the TTL was sent (acquire, partial release, renewal). The
     /// server set the TTL after this, so expiry estimates from it are on the safe side.
-    pub(crate) leased_at: Instant,
+    leased_at: u64,
     /// When the TTL set then runs out unless renewed.
-    pub(crate) expires_at: Instant,
+    expires_at: u64,
+}
+
+/// The origin of [`LeaseTimes`]: long enough before any instant a hold records (a process
+/// holds no lock from before it started, let alone 12 days before).
+static EPOCH: LazyLock<Instant> = LazyLock::new(|| {
+    let now = Instant::now();
+    now.checked_sub(Duration::from_secs(1 << 20)).unwrap_or(now)
+});
+
+fn since_epoch(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(*EPOCH).as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn from_epoch(nanos: u64) -> Instant {
+    *EPOCH + Duration::from_nanos(nanos)
 }
 
 /// One owner's holds on one lock.
@@ -70,31 +89,38 @@ pub(crate) struct Hold {
     /// The lock and the owner.
     pub(crate) pair: Pair,
     /// Live guards. Changed only under the registry's shard lock.
-    guards: AtomicUsize,
+    guards: AtomicU32,
     /// Live guards in watchdog mode. Changed only under the registry's shard lock.
-    watchdog_guards: AtomicUsize,
-    times: Mutex<LeaseTimes>,
+    watchdog_guards: AtomicU32,
     /// Set when the hold is known lost.
     lost: AtomicBool,
-    /// Cancelled when the hold is known lost; every guard's token is a child of it. Made by the
-    /// first guard that asks for a token: a token costs over 100 bytes, which most holds would
-    /// carry for nothing.
-    lost_token: OnceLock<CancellationToken>,
-    /// Signalled whenever the lease changes (acquire, partial release, renewal), which includes
-    /// every change of guards that leaves some behind: [`Hold::lost`] looks again then.
-    changed: Notify,
     /// Set by the watchdog while a visit (a renewal, or a check of a fixed lease) of this hold
     /// is on its way.
     pub(crate) visiting: AtomicBool,
+    times: Mutex<LeaseTimes>,
     /// How long after the last confirmed renewal was sent the hold counts as lost while
-    /// watchdog guards remain; see `LockClientBuilder::renew_deadline`.
-    renew_deadline: Duration,
+    /// watchdog guards remain, in ns; see `LockClientBuilder::renew_deadline`.
+    renew_deadline: u64,
     /// The primitive held, whose key and renewal script the watchdog renews this hold with. Its
     /// guards keep it alive anyway; a copy of the key would cost every held lock its bytes.
     pub(crate) kind: Arc<dyn Kind>,
+    /// What few holds need, made when first needed: most holds never have a guard waiting for
+    /// their loss, nor a value.
+    extras: OnceLock<Box<Extras>>,
+}
+
+/// The parts of a hold that only some holds use.
+#[derive(Default)]
+struct Extras {
+    /// Cancelled when the hold is known lost; every guard's token is a child of it.
+    lost_token: OnceLock<CancellationToken>,
+    /// Signalled whenever the lease changes (acquire, partial release, renewal), which includes
+    /// every change of guards that leaves some behind, and at the loss: [`Hold::lost`] and the
+    /// token watchers look again then.
+    changed: Notify,
     /// What the acquisition that made the hold returned besides the hold (a fencing token, say),
-    /// which a re-entry by the same owner gets too. Boxed: most primitives return none.
-    value: Mutex<Option<Box<Value>>>,
+    /// which a re-entry by the same owner gets too.
+    value: Mutex<Option<Value>>,
 }
 
 impl std::fmt::Debug for Hold {
@@ -110,15 +136,32 @@ impl std::fmt::Debug for Hold {
 
 impl Hold {
     pub(crate) fn guards(&self) -> usize {
-        self.guards.load(Ordering::Acquire)
+        self.guards.load(Ordering::Acquire) as usize
     }
 
     pub(crate) fn watchdog_guards(&self) -> usize {
-        self.watchdog_guards.load(Ordering::Acquire)
+        self.watchdog_guards.load(Ordering::Acquire) as usize
     }
 
-    pub(crate) fn times(&self) -> LeaseTimes {
+    fn times(&self) -> LeaseTimes {
         *self.times.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn extras(&self) -> &Extras {
+        let extras = self.extras.get_or_init(Box::default);
+        // Pairs with the fence in `notify_changed`.
+        fence(Ordering::SeqCst);
+        extras
+    }
+
+    /// Wakes whoever waits for a change, if anyone ever did. A waiter makes the extras before it
+    /// looks at the state, and a change is made before this looks for them; the two fences order
+    /// both so that either the waiter sees the change or this sees the waiter.
+    fn notify_changed(&self) {
+        fence(Ordering::SeqCst);
+        if let Some(extras) = self.extras.get() {
+            extras.changed.notify_waiters();
+        }
     }
 
     /// Whether the hold is known lost: reported lost; with watchdog guards, no renewal confirmed
@@ -147,28 +190,30 @@ impl Hold {
     pub(crate) fn deadline(&self) -> Instant {
         let times = self.times();
         if self.watchdog_guards() > 0 {
-            times.leased_at + self.renew_deadline
+            from_epoch(times.leased_at.saturating_add(self.renew_deadline))
         } else {
-            times.expires_at
+            from_epoch(times.expires_at)
         }
     }
 
     /// Marks the hold lost; every guard's `lost()` completes.
     pub(crate) fn mark_lost(&self) {
         // Set before the token is looked at, as `lost_token` makes the token before it looks at
-        // the flag: whichever runs second cancels the token.
+        // the flag, each with a fence between: whichever runs second cancels the token.
         self.lost.store(true, Ordering::SeqCst);
-        if let Some(token) = self.lost_token.get() {
+        fence(Ordering::SeqCst);
+        if let Some(token) = self.extras.get().and_then(|extras| extras.lost_token.get()) {
             token.cancel();
         }
-        self.changed.notify_waiters();
+        self.notify_changed();
     }
 
     /// Completes when the hold is known lost.
     pub(crate) async fn lost(&self) {
+        let extras = self.extras();
         loop {
             // Created before the state is read, so that no change between the two is missed.
-            let changed = self.changed.notified();
+            let changed = extras.changed.notified();
             if self.is_lost() {
                 return;
             }
@@ -181,7 +226,8 @@ impl Hold {
 
     /// A token cancelled when the hold is known lost.
     pub(crate) fn lost_token(self: &Arc<Self>) -> CancellationToken {
-        let lost = self.lost_token.get_or_init(CancellationToken::new);
+        let lost = self.extras().lost_token.get_or_init(CancellationToken::new);
+        fence(Ordering::SeqCst);
         if self.lost.load(Ordering::SeqCst) {
             lost.cancel();
         }
@@ -193,8 +239,9 @@ impl Hold {
             let hold = self.clone();
             let child = token.clone();
             tokio::spawn(async move {
+                let extras = hold.extras();
                 loop {
-                    let changed = hold.changed.notified();
+                    let changed = extras.changed.notified();
                     if hold.is_lost() {
                         child.cancel();
                         return;
@@ -215,25 +262,59 @@ impl Hold {
 
     /// Records that a command sent at `sent_at` set the TTL to `lease`.
     pub(crate) fn leased(&self, sent_at: Instant, lease: Duration) {
+        let sent_at = since_epoch(sent_at);
         let mut times = self.times.lock().unwrap_or_else(PoisonError::into_inner);
         if sent_at >= times.leased_at {
             times.leased_at = sent_at;
-            times.expires_at = sent_at + lease;
+            times.expires_at = sent_at.saturating_add(since_epoch_len(lease));
         }
         drop(times);
-        self.changed.notify_waiters();
+        self.notify_changed();
     }
 }
 
+/// A duration in the nanoseconds [`LeaseTimes`] counts.
+fn since_epoch_len(length: Duration) -> u64 {
+    u64::try_from(length.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A hold as the registry keeps it: looked up by its own (lock, owner) pair, so the registry
+/// keeps a pointer per hold instead of a copy of the pair beside it.
+#[derive(Clone)]
+struct Registered(Arc<Hold>);
+
+impl Borrow<Pair> for Registered {
+    fn borrow(&self) -> &Pair {
+        &self.0.pair
+    }
+}
+
+impl Hash for Registered {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As the pair hashes: the map looks holds up by pair.
+        self.0.pair.hash(state);
+    }
+}
+
+impl PartialEq for Registered {
+    fn eq(&self, other: &Registered) -> bool {
+        self.0.pair == other.0.pair
+    }
+}
+
+impl Eq for Registered {}
+
 /// The registry of holds, keyed by (name, owner field).
 pub(crate) struct Holds {
-    map: DashMap<Pair, Arc<Hold>, HashState>,
+    map: DashMap<Registered, (), HashState>,
     watchdog_timeout: Duration,
     renew_deadline: Duration,
 }
 
 impl Holds {
     pub(crate) fn new(watchdog_timeout: Duration, renew_deadline: Duration) -> Holds {
+        // Before any hold records an instant.
+        LazyLock::force(&EPOCH);
         Holds {
             map: DashMap::with_hasher(HashState::default()),
             watchdog_timeout,
@@ -253,25 +334,38 @@ impl Holds {
         value: Option<Value>,
     ) -> (Arc<Hold>, Option<Value>) {
         let lease_len = lease.duration(self.watchdog_timeout);
-        let mut entry = self
-            .map
-            .entry(pair.clone())
-            .or_insert_with(|| self.new_hold(pair, sent_at, lease_len, kind));
-        // A lost hold's guards keep their own hold; a new acquire starts afresh.
-        if entry.is_lost() {
-            *entry = self.new_hold(pair, sent_at, lease_len, kind);
-        }
-        let hold = entry.clone();
-        drop(entry);
-        let value = {
-            let mut kept = hold.value.lock().unwrap_or_else(PoisonError::into_inner);
-            match value {
-                Some(value) => {
-                    *kept = Some(Box::new(value.clone()));
-                    Some(value)
-                }
-                None => kept.as_deref().cloned(),
+        // A first hold (or one after a loss: a lost hold's guards keep their own hold, a new
+        // acquire starts afresh) registers a new one; a re-entry finds its hold, and drops the
+        // one made for the look-up. Made first, so that a first hold, the common case, costs
+        // one look-up.
+        let fresh = Registered(self.new_hold(pair, sent_at, lease_len, kind));
+        let hold = match self.map.entry(fresh.clone()) {
+            Entry::Occupied(entry) if !entry.key().0.is_lost() => entry.key().0.clone(),
+            Entry::Occupied(entry) => {
+                entry.replace_entry(());
+                fresh.0
             }
+            Entry::Vacant(entry) => {
+                entry.insert(());
+                fresh.0
+            }
+        };
+        let value = match value {
+            Some(value) => {
+                *hold
+                    .extras()
+                    .value
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(value.clone());
+                Some(value)
+            }
+            None => hold.extras.get().and_then(|extras| {
+                extras
+                    .value
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone()
+            }),
         };
         hold.guards.fetch_add(1, Ordering::AcqRel);
         if lease == Lease::Watchdog {
@@ -292,8 +386,8 @@ impl Holds {
             hold.guards.fetch_sub(1, Ordering::AcqRel) == 1
         };
         let mut registered = false;
-        let removed = self.map.remove_if(&hold.pair, |_, current| {
-            registered = Arc::ptr_eq(current, hold);
+        let removed = self.map.remove_if(&hold.pair, |current, _| {
+            registered = Arc::ptr_eq(&current.0, hold);
             registered && forget(hold)
         });
         if !registered {
@@ -302,7 +396,7 @@ impl Holds {
         }
         if hold.guards() == 0 {
             // Token watchers end with the last guard.
-            hold.changed.notify_waiters();
+            hold.notify_changed();
         }
         if let Some(released_at) = released_at.filter(|_| removed.is_none() && registered) {
             if hold.guards() > 0 {
@@ -316,22 +410,22 @@ impl Holds {
     pub(crate) fn count(&self, pair: &Pair) -> usize {
         self.map
             .get(pair)
-            .filter(|hold| !hold.is_lost())
-            .map_or(0, |hold| hold.guards())
+            .filter(|entry| !entry.key().0.is_lost())
+            .map_or(0, |entry| entry.key().0.guards())
     }
 
     /// Marks the pair's hold lost: Redis found none of the holds counted.
     pub(crate) fn lose(&self, pair: &Pair) {
-        if let Some(hold) = self.map.get(pair) {
+        if let Some(entry) = self.map.get(pair) {
             tracing::warn!(lock = %pair.name, owner = %pair.field, "lock lost: its owner's field was gone from Redis");
-            hold.mark_lost();
+            entry.key().0.mark_lost();
         }
     }
 
     /// Every hold, for the watchdog's scan.
     pub(crate) fn each(&self, mut visit: impl FnMut(&Arc<Hold>)) {
         for entry in self.map.iter() {
-            visit(entry.value());
+            visit(&entry.key().0);
         }
     }
 
@@ -347,21 +441,20 @@ impl Holds {
         lease: Duration,
         kind: &Arc<dyn Kind>,
     ) -> Arc<Hold> {
+        let leased_at = since_epoch(sent_at);
         Arc::new(Hold {
             pair: pair.clone(),
-            guards: AtomicUsize::new(0),
-            watchdog_guards: AtomicUsize::new(0),
-            times: Mutex::new(LeaseTimes {
-                leased_at: sent_at,
-                expires_at: sent_at + lease,
-            }),
+            guards: AtomicU32::new(0),
+            watchdog_guards: AtomicU32::new(0),
             lost: AtomicBool::new(false),
-            lost_token: OnceLock::new(),
-            changed: Notify::new(),
             visiting: AtomicBool::new(false),
-            renew_deadline: self.renew_deadline,
+            times: Mutex::new(LeaseTimes {
+                leased_at,
+                expires_at: leased_at.saturating_add(since_epoch_len(lease)),
+            }),
+            renew_deadline: since_epoch_len(self.renew_deadline),
             kind: kind.clone(),
-            value: Mutex::new(None),
+            extras: OnceLock::new(),
         })
     }
 
@@ -369,7 +462,7 @@ impl Holds {
     pub(crate) fn is_registered(&self, hold: &Arc<Hold>) -> bool {
         self.map
             .get(&hold.pair)
-            .is_some_and(|registered| Arc::ptr_eq(&registered, hold))
+            .is_some_and(|registered| Arc::ptr_eq(&registered.key().0, hold))
     }
 
     /// Marks every hold lost: nothing renews them once the client shuts down.

@@ -11,7 +11,7 @@ use fred::types::{Key, Value};
 use crate::engine::ledger::Request;
 use crate::engine::pubsub::Channel;
 use crate::engine::script::Script;
-use crate::engine::Field;
+use crate::engine::{Field, Name};
 
 /// The reply of an acquire script that granted a first hold although the owner's client counted
 /// more: those holds were gone.
@@ -134,8 +134,12 @@ impl Reply {
 
 /// A primitive, as the engine sees it.
 pub(crate) trait Kind: Send + Sync + 'static {
-    /// The primitive's name: its main key, which holds and messages are named by.
-    fn name(&self) -> &Arc<str>;
+    /// The primitive's name: its main key, which messages name it by.
+    fn name(&self) -> &str;
+
+    /// The name as shared text (a slice of the primitive's keys, not a copy), which holds are
+    /// kept by.
+    fn name_text(&self) -> Name;
 
     /// The main key as sent to Redis (the renewal script takes it), shared rather than copied.
     fn key(&self) -> Key;

@@ -48,7 +48,7 @@ use fred::clients::Client;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::engine::script::Resend;
-use crate::engine::{Field, HashState};
+use crate::engine::{Field, HashState, Name};
 use crate::error::reply_lost;
 
 /// Request ids whose replies were lost, for one (lock, owner).
@@ -62,19 +62,19 @@ pub(crate) struct Unsettled {
 /// each time was 1 000 instructions of it.
 #[derive(Clone, Debug)]
 pub(crate) struct Pair {
-    pub(crate) name: Arc<str>,
+    pub(crate) name: Name,
     pub(crate) field: Field,
     hash: u64,
 }
 
 impl Pair {
-    pub(crate) fn new(name: &Arc<str>, field: Field) -> Pair {
+    pub(crate) fn new(name: Name, field: Field) -> Pair {
         // Seeded at random once per process, like the maps' own hashers: names nobody can make
         // collide on purpose.
         static SEED: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
         Pair {
-            hash: SEED.hash_one((&**name, &*field)),
-            name: name.clone(),
+            hash: SEED.hash_one((&*name, &*field)),
+            name,
             field,
         }
     }
@@ -247,7 +247,7 @@ mod tests {
     }
 
     fn pair() -> Pair {
-        Pair::new(&"lock".into(), "owner".into())
+        Pair::new("lock".into(), "owner".into())
     }
 
     #[tokio::test]

@@ -40,6 +40,7 @@ pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
+
 pub(crate) use script::{write, Attempts, Script};
 
 /// The hasher of the engine's maps, which every lock and unlock visits: foldhash, seeded at
@@ -50,6 +51,9 @@ type HashState = foldhash::fast::RandomState;
 /// An owner field (`<client uuid>:<owner id>`), as every script call that changes a hold sends
 /// it: shared, not copied, into each call and renewal.
 pub(crate) type Field = fred::bytes_utils::Str;
+
+/// A primitive's name as holds and calls keep it: a slice of the primitive's keys.
+pub(crate) type Name = fred::bytes_utils::Str;
 
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
@@ -130,6 +134,7 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.core.shutdown.cancel();
+        self.core.pubsub.close();
         let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
         // Guards dropped just before the client queued releases: let the stop sequence send
         // them before it closes the connections, when a runtime is still there to do it.
@@ -293,6 +298,7 @@ impl Engine {
     pub(crate) async fn shutdown(&self) {
         let core = &self.handle.core;
         core.shutdown.cancel();
+        core.pubsub.close();
         let tasks = std::mem::take(
             &mut *self
                 .handle

@@ -17,6 +17,7 @@
 //! without the attempt that otherwise follows a new subscription ([`Quiet`]).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,8 @@ const LINGER: Duration = Duration::from_secs(1);
 /// The waiters of one channel in this client.
 #[derive(Debug)]
 pub(crate) struct WaitEntry {
+    /// Kept here, not by each waiter: a waiting task carries its waiter all its wait.
+    channel: Channel,
     permits: Semaphore,
     waiters: AtomicUsize,
     subscribed: AtomicBool,
@@ -65,9 +68,10 @@ pub(crate) struct WaitEntry {
 }
 
 impl WaitEntry {
-    fn new() -> WaitEntry {
+    fn new(channel: Channel) -> WaitEntry {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         WaitEntry {
+            channel,
             permits: Semaphore::new(0),
             waiters: AtomicUsize::new(0),
             subscribed: AtomicBool::new(false),
@@ -115,8 +119,10 @@ impl WaitEntry {
 /// delivered.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Quiet {
-    entry: u64,
-    delivered: u64,
+    /// The low halves of the entry's id and count, which is all a waiter needs to tell them
+    /// apart within its wait, in half the room.
+    entry: u32,
+    delivered: u32,
 }
 
 struct Shared {
@@ -166,7 +172,7 @@ impl PubSub {
                 .entry(channel.clone())
                 .or_insert_with(|| {
                     created = true;
-                    Arc::new(WaitEntry::new())
+                    Arc::new(WaitEntry::new(channel.clone()))
                 });
             // Counted under the shard lock, so that the manager cannot remove the entry between
             // our lookup and our count.
@@ -178,7 +184,6 @@ impl PubSub {
         }
         Waiter {
             shared: self.shared.clone(),
-            channel: channel.clone(),
             entry,
         }
     }
@@ -189,9 +194,17 @@ impl PubSub {
     pub(crate) fn quiet(&self, channel: &Channel) -> Option<Quiet> {
         let entry = self.shared.entries.get(channel)?;
         entry.subscribed.load(Ordering::Acquire).then(|| Quiet {
-            entry: entry.id,
-            delivered: entry.delivered.load(Ordering::SeqCst),
+            entry: entry.id as u32,
+            delivered: entry.delivered.load(Ordering::SeqCst) as u32,
         })
+    }
+
+    /// Ends every wait for good, at shutdown: a waiter needs no shutdown future of its own
+    /// beside its wait (it checks for shutdown once it has joined, so none slips between).
+    pub(crate) fn close(&self) {
+        for entry in self.shared.entries.iter() {
+            entry.permits.close();
+        }
     }
 
     /// Channels with local waiters.
@@ -212,7 +225,6 @@ impl PubSub {
 /// One waiter's membership of a channel's wait entry; leaving (drop) unsubscribes with the last.
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
-    channel: Channel,
     entry: Arc<WaitEntry>,
 }
 
@@ -240,20 +252,34 @@ impl Waiter {
     /// with nothing delivered since. An unlock published after the attempt that followed
     /// `before` then wakes this waiter, which is counted already.
     pub(crate) fn quiet_since(&self, before: Quiet) -> bool {
-        self.entry.id == before.entry
+        self.entry.id as u32 == before.entry
             && self.entry.subscribed.load(Ordering::Acquire)
-            && self.entry.delivered.load(Ordering::SeqCst) == before.delivered
+            && self.entry.delivered.load(Ordering::SeqCst) as u32 == before.delivered
     }
 
-    /// Waits for a wake-up or until `until`; true when woken by a message.
-    pub(crate) async fn wait(&self, until: Instant) -> bool {
-        match tokio::time::timeout_at(until, self.entry.permits.acquire()).await {
-            Ok(Ok(permit)) => {
-                permit.forget();
-                true
-            }
-            _ => false,
+    /// Waits for a wake-up or until `until`, or until the client shuts down ([`PubSub::close`]);
+    /// [`woken`] tells which. The timed wait itself, with no future of its own around it, which
+    /// would keep a second copy of it: every waiting task carries this.
+    pub(crate) fn wait(
+        &self,
+        until: Instant,
+    ) -> tokio::time::Timeout<impl Future<Output = Woken<'_>> + '_> {
+        tokio::time::timeout_at(until, self.entry.permits.acquire())
+    }
+}
+
+/// What a wait on an entry's permits ends with.
+type Woken<'a> = Result<tokio::sync::SemaphorePermit<'a>, tokio::sync::AcquireError>;
+
+/// Whether a [`Waiter::wait`] ended with a wake-up (taking it), rather than at its time or at
+/// shutdown.
+pub(crate) fn woken(wait: Result<Woken<'_>, tokio::time::error::Elapsed>) -> bool {
+    match wait {
+        Ok(Ok(permit)) => {
+            permit.forget();
+            true
         }
+        _ => false,
     }
 }
 
@@ -262,7 +288,7 @@ impl Drop for Waiter {
         // The last to leave tells the manager, which lets the channel linger, then removes the
         // entry (unless a waiter came back) and unsubscribes.
         if self.entry.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let _ = self.shared.changed.send(self.channel.clone());
+            let _ = self.shared.changed.send(self.entry.channel.clone());
         }
     }
 }

@@ -99,10 +99,10 @@ impl Leave {
     /// Leaves in the owner's turn, for a waiter that gave up or went away, reporting only to
     /// tracing: a place that could not be given up ends when it expires.
     async fn run(self, core: Arc<Core>) {
-        let name = self.kind.name().clone();
+        let name = self.kind.name_text();
         let mut turn = core
             .ledger
-            .turn(&Pair::new(&name, self.field.clone()))
+            .turn(&Pair::new(name.clone(), self.field.clone()))
             .await;
         let (left, _) = turn
             .send_again_while_lost(&core.redis, |request| async {
@@ -230,8 +230,8 @@ impl Settle {
     async fn run(self, core: Arc<Core>) {
         let until = Instant::now() + SETTLE_LIMIT;
         let mut pause = MIN_SETTLE_PAUSE;
-        let name = self.kind.name().clone();
-        let pair = Pair::new(&name, self.field.clone());
+        let pair = Pair::new(self.kind.name_text(), self.field.clone());
+        let name = &pair.name;
         loop {
             let mut turn = core.ledger.turn(&pair).await;
             if !turn.is_unsettled() {

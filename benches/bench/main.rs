@@ -8,6 +8,8 @@
 //! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes (the uncontended
 //!                                            # one goes beside it)
 //! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6, 9
+//! cargo bench --bench bench -- --watchdog S  # scenario 5's watchdog timeout in seconds
+//!                                            # (3 unless given; the default client's is 30)
 //! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
 //! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind
 //! ```
@@ -70,6 +72,7 @@ impl Row {
 struct Options {
     current_thread: bool,
     locks: Option<usize>,
+    watchdog: Option<u64>,
     json: bool,
     quick: bool,
     only: Option<Vec<u8>>,
@@ -80,6 +83,7 @@ fn options() -> Options {
     let mut options = Options {
         current_thread: false,
         locks: None,
+        watchdog: None,
         json: false,
         quick: false,
         only: None,
@@ -92,6 +96,13 @@ fn options() -> Options {
             "--quick" => options.quick = true,
             "--current-thread" => options.current_thread = true,
             "--locks" => options.locks = args.next().and_then(|n| n.parse().ok()),
+            "--watchdog" => match args.next().and_then(|n| n.parse().ok()) {
+                Some(seconds) if seconds >= 3 => options.watchdog = Some(seconds),
+                _ => {
+                    eprintln!("--watchdog takes whole seconds, at least 3 (a period of 1 s)");
+                    std::process::exit(2);
+                }
+            },
             "--only" => {
                 options.only = args.next().map(|list| {
                     list.split(',')
@@ -329,6 +340,9 @@ async fn run(options: Options) {
     };
     if let Some(locks) = options.locks {
         sizes.many = locks;
+    }
+    if let Some(seconds) = options.watchdog {
+        sizes.watchdog = std::time::Duration::from_secs(seconds);
     }
     let wanted = |n: u8| options.only.as_ref().is_none_or(|only| only.contains(&n));
     let server = harness::RedisServer::start();

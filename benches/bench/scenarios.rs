@@ -23,6 +23,8 @@ pub struct Sizes {
     pub wakeups: usize,
     pub many: usize,
     pub watch_for: Duration,
+    /// The watchdog timeout of scenario 5, whose period is a third of it.
+    pub watchdog: Duration,
 }
 
 impl Sizes {
@@ -34,6 +36,7 @@ impl Sizes {
             wakeups: 100,
             many: 10_000,
             watch_for: Duration::from_secs(10),
+            watchdog: SHORT_WATCHDOG,
         }
     }
 
@@ -45,6 +48,7 @@ impl Sizes {
             wakeups: 20,
             many: 2_000,
             watch_for: Duration::from_secs(3),
+            watchdog: SHORT_WATCHDOG,
         }
     }
 }
@@ -674,13 +678,18 @@ async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredl
     guards
 }
 
-/// The watchdog timeout of the scenarios that watch renewals: a period of 1 s.
-const SHORT_WATCHDOG: Duration = Duration::from_secs(3);
+/// The watchdog timeout of the scenarios that watch renewals: a period of 1 s, ten times the
+/// default rate (`--watchdog 30` measures scenario 5 at the default).
+pub const SHORT_WATCHDOG: Duration = Duration::from_secs(3);
 
 async fn short_watchdog_client(url: &str) -> LockClient {
+    watchdog_client(url, SHORT_WATCHDOG).await
+}
+
+async fn watchdog_client(url: &str, timeout: Duration) -> LockClient {
     LockClient::builder()
         .url(url)
-        .watchdog_timeout(SHORT_WATCHDOG)
+        .watchdog_timeout(timeout)
         .build()
         .await
         .expect("connect")
@@ -688,8 +697,8 @@ async fn short_watchdog_client(url: &str) -> LockClient {
 
 /// Scenario 5: Watchdog at scale: renewal commands per period and CPU for many held locks.
 pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
-    let period = SHORT_WATCHDOG / 3;
-    let client = short_watchdog_client(url).await;
+    let period = sizes.watchdog / 3;
+    let client = watchdog_client(url, sizes.watchdog).await;
     let raw = raw_client(url).await;
     let guards = hold_many(&client, "bench:watchdog", sizes.many).await;
     // Let the renewals of locks taken at different moments fall into step.
@@ -698,7 +707,8 @@ pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
     let started = Instant::now();
     let mut last = command_calls(&raw, "evalsha").await;
     let mut per_period = Vec::new();
-    while started.elapsed() < sizes.watch_for {
+    // At least three periods, so that the median is of whole rounds of renewals.
+    while started.elapsed() < sizes.watch_for.max(period * 3) {
         tokio::time::sleep(period).await;
         let now = command_calls(&raw, "evalsha").await;
         per_period.push((now - last) as f64);

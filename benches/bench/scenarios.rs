@@ -202,37 +202,50 @@ where
     tokio::spawn(body).await.expect("benchmark task")
 }
 
-/// Scenario 1: Uncontended latency of lock() + unlock(), against two raw EVALSHA calls of our scripts.
+/// Times `n` cycles in a task of their own: the mean per cycle and each cycle's latency (µs).
+type Cycles = Box<dyn Fn(usize) -> libs::BoxFuture<'static, (f64, Vec<f64>)> + Send + Sync>;
+
+/// One library's uncontended cycles in scenario 1.
+struct Subject {
+    library: String,
+    metric: &'static str,
+    run: Cycles,
+}
+
+impl Subject {
+    fn new<F, Fut>(library: &str, metric: &'static str, cycle: F) -> Subject
+    where
+        F: Fn() -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        Subject {
+            library: library.to_string(),
+            metric,
+            run: Box::new(move |n| {
+                let cycle = cycle.clone();
+                Box::pin(in_task(timed_cycles(n, cycle)))
+            }),
+        }
+    }
+}
+
+/// Scenario 1: Uncontended latency of lock() + unlock(), against two raw EVALSHA calls of our
+/// scripts and against the peers.
 ///
-/// Also returns each cycle's latency (µs) for the reentrant lock, the raw floor and the peers,
+/// Every library runs in every round, a block of cycles each, starting from a different one each
+/// round: drift of a shared machine then hits all alike, and each round gives paired ratios.
+/// Also returns each cycle's latency (µs) for the reentrant lock, the raw floors and the peers,
 /// for the chart of their distributions.
 pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec<f64>)>) {
     let client = LockClient::connect(url).await.expect("connect");
     let raw = raw_client(url).await;
     let scripts = Arc::new(RawScripts::load(&raw).await);
-    let cycles = sizes.cycles;
-    let ours_once = |lock: fredlock::Lock, n: usize| {
-        in_task(timed_cycles(n, move || {
-            let lock = lock.clone();
-            async move { lock_cycle(&lock).await }
-        }))
-    };
-    let raw_once = |n: usize| {
-        let (raw, scripts) = (raw.clone(), scripts.clone());
-        in_task(timed_cycles(n, move || {
-            let (raw, scripts) = (raw.clone(), scripts.clone());
-            async move {
-                scripts
-                    .cycle(
-                        &raw,
-                        "bench:raw",
-                        "redisson_lock__channel:{bench:raw}",
-                        "raw:1",
-                    )
-                    .await
-            }
-        }))
-    };
+    let redis_rs = Arc::new(RedisRsScripts::connect(url, &scripts).await);
+    // Blocks short enough that a round of every library passes before the machine changes
+    // much, and as many cycles per library in all as five rounds of `cycles`.
+    let rounds = sizes.rounds * 4;
+    let block = (sizes.cycles / 4).max(100);
+    let mut subjects = Vec::new();
     // The reentrant lock, and the two primitives built on the same engine: the fenced lock
     // (its acquire also INCRs the token counter) and the spin lock (its release publishes
     // nothing).
@@ -250,11 +263,36 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             client.spin_lock("bench:uncontended:spin").as_lock().clone(),
         ),
     ];
-    let redis_rs = Arc::new(RedisRsScripts::connect(url, &scripts).await);
-    let redis_rs_once = |n: usize| {
-        let redis_rs = redis_rs.clone();
-        in_task(timed_cycles(n, move || {
-            let redis_rs = redis_rs.clone();
+    for (library, lock) in locks {
+        subjects.push(Subject::new(library, "lock+unlock", move || {
+            let lock = lock.clone();
+            async move { lock_cycle(&lock).await }
+        }));
+    }
+    let (fred, floor) = (raw.clone(), scripts.clone());
+    subjects.push(Subject::new(
+        "raw EVALSHA x2",
+        "acquire+release scripts",
+        move || {
+            let (raw, scripts) = (fred.clone(), floor.clone());
+            async move {
+                scripts
+                    .cycle(
+                        &raw,
+                        "bench:raw",
+                        "redisson_lock__channel:{bench:raw}",
+                        "raw:1",
+                    )
+                    .await
+            }
+        },
+    ));
+    let other = redis_rs.clone();
+    subjects.push(Subject::new(
+        "redis-rs EVALSHA x2",
+        "acquire+release scripts",
+        move || {
+            let redis_rs = other.clone();
             async move {
                 redis_rs
                     .cycle(
@@ -264,129 +302,108 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
                     )
                     .await
             }
-        }))
-    };
-    for (_, lock) in &locks {
-        ours_once(lock.clone(), cycles / 10).await;
-    }
-    raw_once(cycles / 10).await;
-    redis_rs_once(cycles / 10).await;
-    let mut ours: Vec<Vec<f64>> = vec![Vec::new(); locks.len()];
-    let mut baseline = Vec::new();
-    let (mut ours_cycles, mut raw_cycles) = (Vec::new(), Vec::new());
-    let (mut redis_rs_rounds, mut redis_rs_cycles) = (Vec::new(), Vec::new());
-    // What each library's cycle costs Redis itself (its CPU time per cycle, medians over the
-    // rounds): on a machine where client and server share the cores, that is round-trip time.
-    let mut server: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut record_server = |library: &str, spent: f64, n: usize| {
-        let per_cycle = spent / n as f64;
-        match server.iter_mut().find(|(name, _)| name == library) {
-            Some((_, samples)) => samples.push(per_cycle),
-            None => server.push((library.to_string(), vec![per_cycle])),
-        }
-    };
-    // Interleaved, so that drift of a shared machine hits all alike.
-    for _ in 0..sizes.rounds {
-        for (i, ((library, lock), samples)) in locks.iter().zip(ours.iter_mut()).enumerate() {
-            let ((mean, each), spent) = server_time(&raw, ours_once(lock.clone(), cycles)).await;
-            record_server(library, spent, cycles);
-            samples.push(mean);
-            if i == 0 {
-                ours_cycles.extend(each);
-            }
-        }
-        let ((mean, each), spent) = server_time(&raw, raw_once(cycles)).await;
-        record_server("raw EVALSHA x2", spent, cycles);
-        baseline.push(mean);
-        raw_cycles.extend(each);
-        let ((mean, each), spent) = server_time(&raw, redis_rs_once(cycles)).await;
-        record_server("redis-rs EVALSHA x2", spent, cycles);
-        redis_rs_rounds.push(mean);
-        redis_rs_cycles.extend(each);
-    }
-    let mut series = vec![
-        ("fredlock".to_string(), ours_cycles),
-        ("raw EVALSHA x2".to_string(), raw_cycles),
-        ("redis-rs EVALSHA x2".to_string(), redis_rs_cycles),
-    ];
-    let baseline = Summary::of(&baseline);
-    let mut rows = Vec::new();
-    for ((library, _), samples) in locks.iter().zip(&ours) {
-        let summary = Summary::of(samples);
-        rows.push(Row::new(
-            "1 uncontended",
-            library,
-            "lock+unlock",
-            "µs",
-            summary,
-        ));
-        rows.push(Row::ratio(
-            "1 uncontended",
-            &format!("{library} / raw"),
-            summary.median / baseline.median,
-        ));
-    }
-    rows.push(Row::new(
-        "1 uncontended",
-        "raw EVALSHA x2",
-        "acquire+release scripts",
-        "µs",
-        baseline,
-    ));
-    let redis_rs = Summary::of(&redis_rs_rounds);
-    rows.push(Row::new(
-        "1 uncontended",
-        "redis-rs EVALSHA x2",
-        "acquire+release scripts",
-        "µs",
-        redis_rs,
-    ));
-    rows.push(Row::ratio(
-        "1 uncontended",
-        "raw EVALSHA x2 / redis-rs",
-        baseline.median / redis_rs.median,
+        },
     ));
     for name in &libs::NAMES[1..] {
         let library: Arc<dyn Library> = libs::connect(name, url).await.into();
-        let mut samples = Vec::new();
-        let mut each_cycle = Vec::new();
-        let peer_cycles = (cycles / 4).max(100);
-        for round in 0..=sizes.rounds {
-            let handle: Arc<dyn libs::Handle> = library.handle("bench:uncontended:peer").into();
-            let n = if round == 0 {
-                peer_cycles / 10
-            } else {
-                peer_cycles
-            };
-            let run = in_task(timed_cycles(n, move || {
-                let handle = handle.clone();
-                async move { handle.acquire().await.release().await }
-            }));
-            let ((mean, each), spent) = server_time(&raw, run).await;
-            if round > 0 {
-                samples.push(mean);
-                each_cycle.extend(each);
-                record_server(name, spent, n);
+        let handle: Arc<dyn libs::Handle> = library.handle("bench:uncontended:peer").into();
+        subjects.push(Subject::new(name, "lock+unlock", move || {
+            let handle = handle.clone();
+            async move { handle.acquire().await.release().await }
+        }));
+    }
+    for subject in &subjects {
+        (subject.run)(block / 5).await;
+    }
+    let at = |library: &str| {
+        subjects
+            .iter()
+            .position(|subject| subject.library == library)
+    };
+    let (ours, floor, rslock) = (at("fredlock"), at("raw EVALSHA x2"), at("rslock 0.10"));
+    // Per subject: the mean of each round's block, each cycle, and what its cycles cost Redis
+    // itself per cycle (its CPU time: on a machine where client and server share the cores,
+    // that is round-trip time).
+    let mut means: Vec<Vec<f64>> = vec![Vec::new(); subjects.len()];
+    let mut each: Vec<Vec<f64>> = vec![Vec::new(); subjects.len()];
+    let mut server: Vec<Vec<f64>> = vec![Vec::new(); subjects.len()];
+    for round in 0..rounds {
+        for offset in 0..subjects.len() {
+            let i = (round + offset) % subjects.len();
+            let ((mean, cycles), spent) = server_time(&raw, (subjects[i].run)(block)).await;
+            means[i].push(mean);
+            each[i].extend(cycles);
+            server[i].push(spent / block as f64);
+        }
+    }
+    let mut rows = Vec::new();
+    let median_of = |i: Option<usize>| i.map(|i| Summary::of(&means[i]).median);
+    for (i, subject) in subjects.iter().enumerate() {
+        rows.push(Row::new(
+            "1 uncontended",
+            &subject.library,
+            subject.metric,
+            "µs",
+            Summary::of(&means[i]),
+        ));
+        if subject.library.starts_with("fredlock") {
+            if let Some(floor) = median_of(floor) {
+                rows.push(Row::ratio(
+                    "1 uncontended",
+                    &format!("{} / raw", subject.library),
+                    Summary::of(&means[i]).median / floor,
+                ));
             }
         }
-        series.push((name.to_string(), each_cycle));
-        rows.push(Row::new(
+    }
+    if let (Some(floor), Some(redis_rs)) = (median_of(floor), median_of(at("redis-rs EVALSHA x2")))
+    {
+        rows.push(Row::ratio(
             "1 uncontended",
-            name,
-            "lock+unlock",
-            "µs",
-            Summary::of(&samples),
+            "raw EVALSHA x2 / redis-rs",
+            floor / redis_rs,
         ));
     }
-    for (library, samples) in &server {
+    // The same comparisons round by round (each round's fredlock block against the same
+    // round's other block): what drift between blocks cannot move much.
+    if let Some(ours) = ours {
+        for (other, label) in [(floor, "raw"), (rslock, "rslock 0.10")] {
+            if let Some(other) = other {
+                let ratios: Vec<f64> = means[ours]
+                    .iter()
+                    .zip(&means[other])
+                    .map(|(ours, other)| ours / other)
+                    .collect();
+                rows.push(Row::new(
+                    "1 uncontended",
+                    &format!("fredlock / {label}, round by round"),
+                    "ratio within a round",
+                    "x",
+                    Summary::of(&ratios),
+                ));
+            }
+        }
+    }
+    for (i, subject) in subjects.iter().enumerate() {
         rows.push(Row::new(
             "1 uncontended",
-            library,
+            &subject.library,
             "Redis CPU per cycle",
             "µs",
-            Summary::of(samples),
+            Summary::of(&server[i]),
         ));
     }
+    let series = subjects
+        .iter()
+        .zip(each)
+        .filter(|(subject, _)| {
+            !matches!(
+                subject.library.as_str(),
+                "fredlock fenced" | "fredlock spin"
+            )
+        })
+        .map(|(subject, cycles)| (subject.library.clone(), cycles))
+        .collect();
     client.shutdown().await;
     (rows, series)
 }

@@ -40,7 +40,6 @@ pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
-
 pub(crate) use script::{write, Attempts, Script};
 
 /// The hasher of the engine's maps, which every lock and unlock visits: foldhash, seeded at

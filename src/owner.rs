@@ -81,40 +81,40 @@ impl OwnerId {
 }
 
 impl OwnerId {
-    /// Writes the id (`7`, `t3`, `u12`) without the formatting machinery: every acquire writes
-    /// one into its owner field, and `format!` cost that 1 500 instructions.
-    pub(crate) fn write_to(self, out: &mut impl fmt::Write) -> fmt::Result {
-        let n = match self.0 {
-            Kind::Number(n) => n,
-            Kind::Thread(n) => {
-                out.write_char('t')?;
-                n
-            }
-            Kind::Unique(n) => {
-                out.write_char('u')?;
-                n
-            }
+    /// The longest an encoded id is: a kind letter and the 20 digits of `u64::MAX`.
+    pub(crate) const MAX_LEN: usize = 21;
+
+    /// The id as written (`7`, `t3`, `u12`), encoded into `buf` without the formatting
+    /// machinery: every acquire writes one into its owner field, and `format!` cost that
+    /// 1 500 instructions. Its length is known before the field is allocated, so the field is
+    /// allocated once, at its size.
+    pub(crate) fn encode(self, buf: &mut [u8; OwnerId::MAX_LEN]) -> &str {
+        let (letter, mut rest) = match self.0 {
+            Kind::Number(n) => (None, n),
+            Kind::Thread(n) => (Some(b't'), n),
+            Kind::Unique(n) => (Some(b'u'), n),
         };
-        let mut digits = [b'0'; 20];
-        let mut start = digits.len();
-        let mut rest = n;
+        let mut start = buf.len();
         loop {
             start -= 1;
-            digits[start] = b'0' + (rest % 10) as u8;
+            buf[start] = b'0' + (rest % 10) as u8;
             rest /= 10;
             if rest == 0 {
                 break;
             }
         }
-        digits[start..]
-            .iter()
-            .try_for_each(|&digit| out.write_char(char::from(digit)))
+        if let Some(letter) = letter {
+            start -= 1;
+            buf[start] = letter;
+        }
+        // ASCII digits and a letter: always UTF-8.
+        std::str::from_utf8(&buf[start..]).unwrap_or_default()
     }
 }
 
 impl fmt::Display for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_to(f)
+        f.write_str(self.encode(&mut [0; OwnerId::MAX_LEN]))
     }
 }
 
@@ -152,9 +152,7 @@ mod tests {
         ];
         for (id, text) in ids {
             assert_eq!(id.to_string(), text);
-            let mut field = String::from("prefix:");
-            id.write_to(&mut field).unwrap();
-            assert_eq!(field, format!("prefix:{text}"));
+            assert_eq!(id.encode(&mut [0; OwnerId::MAX_LEN]), text);
         }
     }
 

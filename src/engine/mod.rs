@@ -91,12 +91,14 @@ pub(crate) struct Core {
 impl Core {
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
     pub(crate) fn field(&self, owner: OwnerId) -> Field {
-        let mut field = String::with_capacity(self.id_text.len() + 22);
+        let mut buf = [0; OwnerId::MAX_LEN];
+        let owner = owner.encode(&mut buf);
+        // Exactly its length: a buffer with room to spare costs `Bytes` a second allocation
+        // (or a shrinking one).
+        let mut field = String::with_capacity(self.id_text.len() + 1 + owner.len());
         field.push_str(&self.id_text);
         field.push(':');
-        // Writing to a String cannot fail.
-        let _ = owner.write_to(&mut field);
-        // Exactly its length: a buffer with room to spare costs `Bytes` a second allocation.
+        field.push_str(owner);
         Field::from(field.into_boxed_str())
     }
 

@@ -128,6 +128,9 @@ pub(crate) struct Quiet {
 struct Shared {
     /// Entries of channels with waiters, and of lingering ones.
     entries: DashMap<Channel, Arc<WaitEntry>, HashState>,
+    /// How many entries there are, counted where they are made and removed: with none, the
+    /// look-up every first attempt makes ([`PubSub::quiet`]) needs no hashing of its channel.
+    live: AtomicUsize,
     /// Channels whose subscription the manager must check.
     changed: UnboundedSender<Channel>,
     /// Channels the manager is subscribed to, for [`PubSub::subscriptions`].
@@ -149,6 +152,7 @@ impl PubSub {
         let (changed, changes) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             entries: DashMap::with_hasher(HashState::default()),
+            live: AtomicUsize::new(0),
             changed,
             subscriptions: AtomicUsize::new(0),
         });
@@ -172,6 +176,7 @@ impl PubSub {
                 .entry(channel.clone())
                 .or_insert_with(|| {
                     created = true;
+                    self.shared.live.fetch_add(1, Ordering::Relaxed);
                     Arc::new(WaitEntry::new(channel.clone()))
                 });
             // Counted under the shard lock, so that the manager cannot remove the entry between
@@ -192,6 +197,10 @@ impl PubSub {
     /// sent, it lets the waiter that joins after a busy reply skip the attempt that would
     /// otherwise follow its subscription.
     pub(crate) fn quiet(&self, channel: &Channel) -> Option<Quiet> {
+        // A count that lags a new entry only makes its waiter take the attempt after joining.
+        if self.shared.live.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
         let entry = self.shared.entries.get(channel)?;
         entry.subscribed.load(Ordering::Acquire).then(|| Quiet {
             entry: entry.id as u32,
@@ -300,6 +309,7 @@ impl Shared {
             entry.waiters.load(Ordering::Acquire) == 0
         });
         if let Some((_, entry)) = removed {
+            self.live.fetch_sub(1, Ordering::Relaxed);
             entry.subscribed.store(false, Ordering::Release);
             return true;
         }

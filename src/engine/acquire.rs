@@ -109,8 +109,7 @@ pub(crate) fn acquire(
         let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
         loop {
             if waiter.is_none() && !single_attempt {
-                quiet = channel(&kind, &pair.field)
-                    .and_then(|channel| engine.core().pubsub.quiet(&channel));
+                quiet = engine.core().pubsub.quiet(|| channel(&kind, &pair.field));
             }
             // Armed while an attempt is on its way and after one whose reply was lost.
             settle.arm();

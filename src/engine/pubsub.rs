@@ -196,12 +196,15 @@ impl PubSub {
     /// The channel's entry now, if its subscription is in effect: taken before an attempt is
     /// sent, it lets the waiter that joins after a busy reply skip the attempt that would
     /// otherwise follow its subscription.
-    pub(crate) fn quiet(&self, channel: &Channel) -> Option<Quiet> {
+    ///
+    /// `channel` makes the channel's name, only when some entry could be its own: a first
+    /// attempt on a client with nothing waiting makes no name and hashes nothing.
+    pub(crate) fn quiet(&self, channel: impl FnOnce() -> Option<Channel>) -> Option<Quiet> {
         // A count that lags a new entry only makes its waiter take the attempt after joining.
         if self.shared.live.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let entry = self.shared.entries.get(channel)?;
+        let entry = self.shared.entries.get(&channel()?)?;
         entry.subscribed.load(Ordering::Acquire).then(|| Quiet {
             entry: entry.id as u32,
             delivered: entry.delivered.load(Ordering::SeqCst) as u32,

@@ -1,7 +1,6 @@
 //! [`FairLock`]: Redisson's `RFairLock`, a reentrant lock granted in arrival order.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -107,10 +106,9 @@ impl fmt::Debug for FairLock {
 struct Fair {
     /// The hash of holds (the name); the list of waiter fields in arrival order; the zset of
     /// waiter field -> when its place expires (server clock, ms); the ids of calls whose
-    /// replies were lost (see `engine::ledger`).
-    keys: Keys<4>,
-    /// The prefix of each waiter's own channel, `<prefix>:<waiter field>`.
-    channel: Arc<str>,
+    /// replies were lost (see `engine::ledger`); and, not a key, the prefix of each waiter's
+    /// own channel, `<prefix>:<waiter field>`, which every call passes as an argument.
+    keys: Keys<5>,
     /// How long a waiter keeps its place without trying again.
     place: Duration,
 }
@@ -123,8 +121,8 @@ impl Fair {
                 &names::fair_queue(&name),
                 &names::fair_timeouts(&name),
                 &names::fences(&name),
+                &names::lock_channel(&name),
             ]),
-            channel: names::lock_channel(&name).into(),
             place,
         }
     }
@@ -133,7 +131,7 @@ impl Fair {
     /// and the channel prefix and unlock message (to tell the next waiter) before `args`.
     fn call(&self, script: &'static Script, args: &[Value], request: Option<&Request>) -> Call {
         let mut argv = Vec::with_capacity(args.len() + 4);
-        argv.push(Value::from(&*self.channel));
+        argv.push(Value::String(self.keys.text(4)));
         argv.push(Value::from_static_str(UNLOCK_MESSAGE));
         argv.extend_from_slice(args);
         if let Some(request) = request {
@@ -166,7 +164,7 @@ impl Kind for Fair {
     }
 
     fn wake(&self) -> Wake {
-        Wake::PerWaiter(self.channel.clone())
+        Wake::PerWaiter(self.keys.text(4))
     }
 
     fn place(&self) -> Option<Duration> {

@@ -253,7 +253,7 @@ fn error_pause(errors: u8) -> Duration {
 fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<Channel> {
     match kind.wake() {
         Wake::Shared(channel) => Some(channel),
-        Wake::PerWaiter(prefix) => Some(Channel::from(format!("{prefix}:{field}"))),
+        Wake::PerWaiter(prefix) => Some(Channel::from(format!("{}:{field}", &*prefix))),
         Wake::Backoff(_) => None,
     }
 }

@@ -2,7 +2,7 @@
 //! how its waiters wake, and whether they queue. A primitive hands the engine one [`Kind`]; the
 //! engine runs the acquire loop, holds, renewals and undos on it without knowing which it is.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::Client;
@@ -60,7 +60,7 @@ pub(crate) enum Wake {
     /// An unlock is published on this channel, shared by every waiter of the primitive.
     Shared(Channel),
     /// Each waiter has its own channel, `<prefix>:<owner field>`, and is told alone.
-    PerWaiter(Arc<str>),
+    PerWaiter(Channel),
     /// Nothing is published: waiters sleep and try again, never subscribing.
     Backoff(Backoff),
 }

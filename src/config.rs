@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::config::{Config, ReconnectPolicy, Server, ServerConfig};
 
 use crate::client::LockClient;
 use crate::engine::durations;
@@ -43,6 +43,31 @@ pub struct LockClientBuilder {
     renew_deadline: Option<Duration>,
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) key_prefix: String,
+    sentinel: Option<Sentinel>,
+    sentinel_credentials: Option<Credentials>,
+    credentials: Option<Credentials>,
+}
+
+/// Where the sentinels are and which master they watch.
+#[derive(Clone, Debug)]
+struct Sentinel {
+    service_name: String,
+    sentinels: Vec<Server>,
+}
+
+/// An optional ACL user name with its password.
+#[derive(Clone)]
+struct Credentials {
+    username: Option<String>,
+    password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for LockClientBuilder {
@@ -58,12 +83,28 @@ impl Default for LockClientBuilder {
             // strands every waiter and every watchdog lock.
             reconnect_policy: ReconnectPolicy::new_exponential(0, 100, 2_000, 2),
             key_prefix: String::new(),
+            sentinel: None,
+            sentinel_credentials: None,
+            credentials: None,
         }
     }
 }
 
 impl LockClientBuilder {
     /// The server to use: `redis://`, `rediss://`, `redis-cluster://` or `redis-sentinel://`.
+    ///
+    /// A Sentinel URL names one sentinel as its host, the others as `node` parameters, and the
+    /// service (the name the sentinels monitor the master by) as `sentinelServiceName`; user and
+    /// password are the Redis servers' own, `sentinelUsername` and `sentinelPassword` the
+    /// sentinels' when they have their own:
+    ///
+    /// ```text
+    /// redis-sentinel://:secret@10.0.0.1:26379/0?sentinelServiceName=locks&node=10.0.0.2:26379&node=10.0.0.3:26379&sentinelPassword=s3
+    /// ```
+    ///
+    /// The client asks the sentinels for the master, checks that the server it reaches says it is
+    /// the master (`ROLE`), and after a failover reconnects to whichever server the sentinels
+    /// name then. See [`sentinel`](Self::sentinel) for the same without a URL.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -73,6 +114,64 @@ impl LockClientBuilder {
     /// [`url`](Self::url).
     pub fn config(mut self, config: Config) -> Self {
         self.config = Some(config);
+        self
+    }
+
+    /// Finds the master through Redis Sentinel: `sentinels` are the sentinels' addresses (one is
+    /// enough to start; the client learns the rest from it) and `service_name` the name they
+    /// monitor the master by (`sentinel monitor <service_name> ..` in their configuration).
+    ///
+    /// It replaces the servers of [`url`](Self::url) or [`config`](Self::config), whose
+    /// password, database and TLS settings still apply; a URL is then optional.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// let client = fredlock::LockClient::builder()
+    ///     .sentinel("locks", [("10.0.0.1", 26379), ("10.0.0.2", 26379), ("10.0.0.3", 26379)])
+    ///     .credentials(None, "redis-secret")
+    ///     .sentinel_credentials(None, "sentinel-secret")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<H: Into<String>>(
+        mut self,
+        service_name: impl Into<String>,
+        sentinels: impl IntoIterator<Item = (H, u16)>,
+    ) -> Self {
+        self.sentinel = Some(Sentinel {
+            service_name: service_name.into(),
+            sentinels: sentinels
+                .into_iter()
+                .map(|(host, port)| Server::new(host.into(), port))
+                .collect(),
+        });
+        self
+    }
+
+    /// The user (`None`: the default user) and password the **sentinels** ask for, when they are
+    /// protected apart from the Redis servers (`requirepass` in the sentinels' configuration).
+    /// Needs a Sentinel deployment, from [`sentinel`](Self::sentinel) or a `redis-sentinel://`
+    /// URL.
+    pub fn sentinel_credentials(
+        mut self,
+        username: Option<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sentinel_credentials = Some(Credentials {
+            username,
+            password: password.into(),
+        });
+        self
+    }
+
+    /// The user (`None`: the default user) and password of the Redis servers, over whatever
+    /// [`url`](Self::url) or [`config`](Self::config) says.
+    pub fn credentials(mut self, username: Option<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials {
+            username,
+            password: password.into(),
+        });
         self
     }
 
@@ -180,19 +279,59 @@ impl LockClientBuilder {
 
     /// The fred configuration this builder describes.
     pub(crate) fn redis_config(&self) -> Result<Config> {
-        match (&self.config, &self.url) {
-            (Some(config), _) => Ok(config.clone()),
-            (None, Some(url)) => {
+        let mut config = match (&self.config, &self.url, &self.sentinel) {
+            (Some(config), _, _) => config.clone(),
+            (None, Some(url), _) => {
                 let config = Config::from_url(url).map_err(|error| {
                     Error::InvalidArgument(format!("Redis URL {url:?}: {}", error.details()))
                 })?;
                 check_tls_scheme(url, config.uses_tls())?;
-                Ok(config)
+                config
             }
-            (None, None) => Err(Error::InvalidArgument(
-                "no Redis server given: call url(..) or config(..) on the builder".into(),
-            )),
+            (None, None, Some(_)) => Config::default(),
+            (None, None, None) => {
+                return Err(Error::InvalidArgument(
+                    "no Redis server given: call url(..), sentinel(..) or config(..) on the \
+                     builder"
+                        .into(),
+                ))
+            }
+        };
+        if let Some(sentinel) = &self.sentinel {
+            if sentinel.sentinels.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "sentinel({:?}, ..) was given no sentinel address",
+                    sentinel.service_name
+                )));
+            }
+            config.server = ServerConfig::new_sentinel(
+                sentinel
+                    .sentinels
+                    .iter()
+                    .map(|server| (server.host.to_string(), server.port))
+                    .collect(),
+                sentinel.service_name.clone(),
+            );
         }
+        if let Some(credentials) = &self.credentials {
+            config.username = credentials.username.clone();
+            config.password = Some(credentials.password.clone());
+        }
+        if let Some(credentials) = &self.sentinel_credentials {
+            let ServerConfig::Sentinel {
+                username, password, ..
+            } = &mut config.server
+            else {
+                return Err(Error::InvalidArgument(
+                    "sentinel_credentials(..) was given, but the deployment is not Sentinel: \
+                     give a redis-sentinel:// URL or call sentinel(..)"
+                        .into(),
+                ));
+            };
+            *username = credentials.username.clone();
+            *password = Some(credentials.password.clone());
+        }
+        Ok(config)
     }
 }
 

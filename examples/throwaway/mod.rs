@@ -11,12 +11,25 @@ pub struct ThrowAwayRedis {
 impl ThrowAwayRedis {
     /// Starts one and waits until it accepts connections.
     pub fn start() -> std::io::Result<ThrowAwayRedis> {
+        ThrowAwayRedis::start_with(None, &[])
+    }
+
+    /// Starts one with a config file (given first) and extra arguments.
+    pub fn start_with(
+        config: Option<&std::path::Path>,
+        extra: &[&str],
+    ) -> std::io::Result<ThrowAwayRedis> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let child = std::process::Command::new("redis-server")
+        let mut command = std::process::Command::new("redis-server");
+        if let Some(config) = config {
+            command.arg(config);
+        }
+        let child = command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .spawn()?;
         let server = ThrowAwayRedis {
@@ -35,6 +48,16 @@ impl ThrowAwayRedis {
     /// Its `redis://` URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Its port.
+    #[allow(dead_code)] // only the sentinel example
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Stops it now (as a crash would).
@@ -63,4 +86,81 @@ pub fn redis_url() -> std::io::Result<(Option<ThrowAwayRedis>, String)> {
     let url = server.url().to_owned();
     println!("started a throw-away redis-server at {url}");
     Ok((Some(server), url))
+}
+
+/// A throw-away Sentinel deployment: a master, one replica and one sentinel watching them as
+/// `service`, in a temporary directory that goes with it.
+#[allow(dead_code)] // only the sentinel example
+pub struct ThrowAwaySentinel {
+    pub master: ThrowAwayRedis,
+    pub replica: ThrowAwayRedis,
+    pub sentinel: ThrowAwayRedis,
+    dir: std::path::PathBuf,
+}
+
+#[allow(dead_code)]
+impl ThrowAwaySentinel {
+    pub fn start(service: &str) -> std::io::Result<ThrowAwaySentinel> {
+        let dir =
+            std::env::temp_dir().join(format!("fredlock-example-sentinel-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        // The replica's first sync goes through a file: in this directory, not the working one.
+        let dir_text = dir.to_string_lossy().into_owned();
+        let in_dir = ["--dir", dir_text.as_str()];
+        let master = ThrowAwayRedis::start_with(
+            None,
+            &[&in_dir[..], &["--repl-diskless-sync-delay", "0"]].concat(),
+        )?;
+        let master_port = master.port().to_string();
+        let replica = ThrowAwayRedis::start_with(
+            None,
+            &[&in_dir[..], &["--replicaof", "127.0.0.1", &master_port]].concat(),
+        )?;
+        // A replica promoted before its first sync would come up empty.
+        for _ in 0..400 {
+            if info_replication(replica.port()).contains("master_link_status:up") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        // A sentinel rewrites its config file, so it gets one of its own.
+        let config = dir.join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "sentinel monitor {service} 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds {service} 1000\n"
+            ),
+        )?;
+        let sentinel = ThrowAwayRedis::start_with(Some(&config), &["--sentinel"])?;
+        Ok(ThrowAwaySentinel {
+            master,
+            replica,
+            sentinel,
+            dir,
+        })
+    }
+}
+
+impl Drop for ThrowAwaySentinel {
+    fn drop(&mut self) {
+        self.sentinel.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `INFO replication` of the server on `port`, over a plain socket.
+#[allow(dead_code)]
+fn info_replication(port: u16) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+    if stream.write_all(b"INFO replication\r\n").is_err() {
+        return String::new();
+    }
+    let mut reply = [0u8; 4096];
+    let read = stream.read(&mut reply).unwrap_or(0);
+    String::from_utf8_lossy(&reply[..read]).into_owned()
 }

@@ -18,6 +18,7 @@ mod ledger;
 mod pubsub;
 mod releaser;
 mod script;
+mod sentinel;
 mod watchdog;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,7 +26,9 @@ use std::time::Duration;
 
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
-use fred::types::config::{Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy};
+use fred::types::config::{
+    Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig,
+};
 use fred::types::{Builder, Value};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::JoinHandle;
@@ -203,7 +206,7 @@ pub struct ClientStats {
 impl Engine {
     /// Connects and starts the background tasks: pub/sub, the watchdog, the releaser.
     pub(crate) async fn start(settings: Settings) -> Result<Engine> {
-        let address = settings
+        let hosts = settings
             .config
             .server
             .hosts()
@@ -211,6 +214,13 @@ impl Engine {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(",");
+        // Behind Sentinel the master moves: name the service and where it is looked up.
+        let address = match &settings.config.server {
+            ServerConfig::Sentinel { service_name, .. } => {
+                format!("the master of {service_name:?} (sentinels {hosts})")
+            }
+            _ => hosts,
+        };
         let performance = PerformanceConfig {
             default_command_timeout: settings.command_timeout,
             broadcast_channel_capacity: MESSAGE_BUFFER,
@@ -222,7 +232,7 @@ impl Engine {
             max_command_attempts: 1,
             ..ConnectionConfig::default()
         };
-        let mut builder = Builder::from_config(settings.config);
+        let mut builder = Builder::from_config(settings.config.clone());
         builder
             .set_performance_config(performance)
             .set_connection_config(connection)
@@ -242,6 +252,12 @@ impl Engine {
 
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
+        tasks.extend(sentinel::follow(
+            &settings.config,
+            redis.clone(),
+            subscriber.clone(),
+            shutdown.clone(),
+        ));
         let (pubsub, pubsub_tasks) = pubsub::PubSub::start(subscriber.clone(), shutdown.clone());
         tasks.extend(pubsub_tasks);
         let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();

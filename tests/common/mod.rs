@@ -29,6 +29,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// A config file given first on the command line (a sentinel's, which it rewrites).
+    config_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -40,12 +42,21 @@ impl RedisServer {
 
     /// Starts a server with extra arguments, on a port chosen by `pick_port`.
     pub fn start_with(extra: &[&str], pick_port: fn() -> u16) -> RedisServer {
+        RedisServer::start_in(extra, pick_port, None)
+    }
+
+    fn start_in(extra: &[&str], pick_port: fn() -> u16, config: Option<&str>) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "fredlock-test-{}-{}",
             std::process::id(),
             NEXT_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).expect("create server directory");
+        let config_file = config.map(|text| {
+            let path = dir.join("server.conf");
+            std::fs::write(&path, text).expect("write the server's config file");
+            path
+        });
         // Another process may take the port between our probe and the server's bind: retry.
         for _ in 0..10 {
             let port = pick_port();
@@ -53,6 +64,7 @@ impl RedisServer {
                 port,
                 dir: dir.clone(),
                 extra: extra.iter().map(|arg| arg.to_string()).collect(),
+                config_file: config_file.clone(),
                 child: None,
             };
             if server.spawn() {
@@ -94,7 +106,11 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(file) = &self.config_file {
+            command.arg(file);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -202,6 +218,168 @@ impl RedisCluster {
     pub async fn raw(&self) -> Client {
         raw_client(&self.url()).await
     }
+}
+
+/// The service name the test sentinels monitor.
+pub const SENTINEL_SERVICE: &str = "fredlock-test";
+
+/// A master with replicas and three sentinels watching it, all on loopback, from the same
+/// `redis-server` binary. The sentinels agree on a failure with a quorum of 2 after 1 s of
+/// silence, so a killed master is replaced within a few seconds.
+pub struct RedisSentinel {
+    /// Every data server, the first master first; which one is master changes on failover.
+    pub servers: Vec<RedisServer>,
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl RedisSentinel {
+    /// Starts a master, `replicas` replicas of it and three sentinels, and waits until every
+    /// sentinel knows every replica and the other two sentinels (what a failover needs).
+    pub fn start(replicas: usize) -> RedisSentinel {
+        let master = RedisServer::start();
+        let master_port = master.port.to_string();
+        let replica_args = ["--replicaof", "127.0.0.1", &master_port];
+        let mut servers = vec![master];
+        for _ in 0..replicas {
+            servers.push(RedisServer::start_with(&replica_args, free_port));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !servers[1..].iter().all(|replica| {
+            redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up")
+        }) {
+            assert!(Instant::now() < deadline, "replicas did not sync");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let config = format!(
+            "sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\n\
+             sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
+             sentinel failover-timeout {SENTINEL_SERVICE} 10000\n\
+             sentinel parallel-syncs {SENTINEL_SERVICE} {replicas}\n",
+            servers[0].port
+        );
+        let sentinels: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_in(&["--sentinel"], free_port, Some(&config)))
+            .collect();
+        let setup = RedisSentinel { servers, sentinels };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !setup.sentinels.iter().all(|sentinel| {
+            let master = sentinel_master_info(sentinel.port);
+            master.get("num-slaves").map(String::as_str) == Some(&*replicas.to_string())
+                && master.get("num-other-sentinels").map(String::as_str) == Some("2")
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "sentinels did not find each other"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        setup
+    }
+
+    /// `redis-sentinel://` with every sentinel and the service name.
+    pub fn url(&self) -> String {
+        let mut url = format!(
+            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SENTINEL_SERVICE}",
+            self.sentinels[0].port
+        );
+        for sentinel in &self.sentinels[1..] {
+            url.push_str(&format!("&node=127.0.0.1:{}", sentinel.port));
+        }
+        url
+    }
+
+    /// The port of the master, as the first sentinel that answers names it.
+    pub fn master_port(&self) -> u16 {
+        self.sentinels
+            .iter()
+            .find_map(|sentinel| {
+                let reply = redis_cli(
+                    sentinel.port,
+                    &["sentinel", "get-master-addr-by-name", SENTINEL_SERVICE],
+                );
+                reply.lines().nth(1)?.trim().parse().ok()
+            })
+            .expect("a sentinel names the master")
+    }
+
+    /// The data server on `port`.
+    pub fn server(&mut self, port: u16) -> &mut RedisServer {
+        self.servers
+            .iter_mut()
+            .find(|server| server.port == port)
+            .expect("a data server on that port")
+    }
+
+    /// A plain fred client on the data server on `port`.
+    pub async fn raw(&self, port: u16) -> Client {
+        resilient_client(&format!("redis://127.0.0.1:{port}")).await
+    }
+
+    /// Waits until every sentinel names a master other than `old` and that server says it is
+    /// the master; returns its port.
+    pub fn await_new_master(&self, old: u16, limit: Duration) -> u16 {
+        let deadline = Instant::now() + limit;
+        loop {
+            let named: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|sentinel| {
+                    let reply = redis_cli(
+                        sentinel.port,
+                        &["sentinel", "get-master-addr-by-name", SENTINEL_SERVICE],
+                    );
+                    reply.lines().nth(1)?.trim().parse().ok()
+                })
+                .collect();
+            if let Some(Some(new)) = named.first() {
+                if *new != old
+                    && named.iter().all(|port| *port == Some(*new))
+                    && redis_cli(*new, &["role"]).starts_with("master")
+                {
+                    return *new;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no new master within {limit:?}: {named:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `SENTINEL FAILOVER`: promotes a replica without the master failing; returns the new
+    /// master's port.
+    pub fn failover(&self) -> u16 {
+        let old = self.master_port();
+        let reply = redis_cli(
+            self.sentinels[0].port,
+            &["sentinel", "failover", SENTINEL_SERVICE],
+        );
+        assert!(reply.starts_with("OK"), "SENTINEL FAILOVER: {reply}");
+        self.await_new_master(old, Duration::from_secs(20))
+    }
+}
+
+/// `SENTINEL MASTER <service>` of the sentinel on `port`, as field -> value.
+fn sentinel_master_info(port: u16) -> std::collections::HashMap<String, String> {
+    let reply = redis_cli(port, &["sentinel", "master", SENTINEL_SERVICE]);
+    let lines: Vec<&str> = reply.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0].to_string(), pair[1].to_string()))
+        .collect()
+}
+
+/// What `redis-cli -p port args..` prints (empty when it could not run).
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// A plain fred client (standalone or cluster, by URL scheme), for checking what fredlock wrote.

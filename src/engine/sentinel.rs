@@ -1,0 +1,184 @@
+//! Following the master behind Sentinel the moment the sentinels switch to a new one.
+//!
+//! fred finds the master through the sentinels only when it (re)connects. A master that steps
+//! down (`SENTINEL FAILOVER`, or a master that was cut off and comes back) keeps its clients and
+//! keeps taking writes until the sentinels turn it into a replica, which they do only several
+//! seconds later; everything written there in between is thrown away by the resync. So a
+//! watcher listens on one sentinel for `+switch-master` (and asks it who the master is, in case
+//! a message was missed) and reconnects both connections as soon as the master is another
+//! server. The reconnect makes the watchdog renew every hold at once on the new master.
+
+use std::time::Duration;
+
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::config::{Config, Server, ServerConfig};
+use fred::types::Builder;
+use fred::types::RespVersion;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The sentinels' channel announcing a new master:
+/// `<service> <old ip> <old port> <new ip> <new port>`.
+const SWITCH_MASTER: &str = "+switch-master";
+
+/// How often the watcher asks its sentinel who the master is, and how long it waits for the
+/// answer before it moves on to another sentinel.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// Pause before trying the next sentinel after one failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// Starts the watcher when `config` is a Sentinel deployment.
+pub(super) fn follow(
+    config: &Config,
+    redis: Client,
+    subscriber: SubscriberClient,
+    shutdown: CancellationToken,
+) -> Option<JoinHandle<()>> {
+    let ServerConfig::Sentinel {
+        hosts,
+        service_name,
+        username,
+        password,
+    } = &config.server
+    else {
+        return None;
+    };
+    let watcher = Watcher {
+        sentinels: hosts.clone(),
+        service: service_name.clone(),
+        // The sentinels' own credentials, or the servers' when they have none of their own (as
+        // fred connects to them).
+        username: username.clone().or_else(|| config.username.clone()),
+        password: password.clone().or_else(|| config.password.clone()),
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+        tls: config.tls.clone(),
+        redis,
+        subscriber,
+    };
+    Some(tokio::spawn(watcher.run(shutdown)))
+}
+
+struct Watcher {
+    sentinels: Vec<Server>,
+    service: String,
+    username: Option<String>,
+    password: Option<String>,
+    /// The sentinels speak TLS when the servers do, as fred assumes.
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    tls: Option<fred::types::config::TlsConfig>,
+    redis: Client,
+    subscriber: SubscriberClient,
+}
+
+impl Watcher {
+    async fn run(self, shutdown: CancellationToken) {
+        let mut next = 0;
+        while !shutdown.is_cancelled() {
+            let sentinel = &self.sentinels[next % self.sentinels.len()];
+            next += 1;
+            if let Err(error) = self.watch(sentinel, &shutdown).await {
+                tracing::debug!(
+                    sentinel = %sentinel,
+                    service = %self.service,
+                    %error,
+                    "lost the sentinel that tells of master switches; trying the next"
+                );
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(RETRY_PAUSE) => {}
+            }
+        }
+    }
+
+    /// Watches through one sentinel until it fails or the client shuts down.
+    async fn watch(
+        &self,
+        sentinel: &Server,
+        shutdown: &CancellationToken,
+    ) -> Result<(), fred::error::Error> {
+        let config = Config {
+            server: ServerConfig::Centralized {
+                server: sentinel.clone(),
+            },
+            username: self.username.clone(),
+            password: self.password.clone(),
+            // RESP3, so that the connection can ask who the master is while it is subscribed.
+            version: RespVersion::RESP3,
+            #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+            tls: self.tls.clone(),
+            ..Config::default()
+        };
+        // No reconnect policy: a sentinel that goes away ends this watch, and the next
+        // sentinel is tried.
+        let client = Builder::from_config(config)
+            .with_performance_config(|performance| {
+                performance.default_command_timeout = CHECK_EVERY;
+            })
+            .build()?;
+        let result = async {
+            client.init().await?;
+            let mut messages = client.message_rx();
+            client.subscribe(SWITCH_MASTER).await?;
+            let mut check = tokio::time::interval(CHECK_EVERY);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = check.tick() => {
+                        let master: Option<(String, u16)> = client
+                            .custom(
+                                fred::cmd!("SENTINEL"),
+                                vec!["GET-MASTER-ADDR-BY-NAME", self.service.as_str()],
+                            )
+                            .await?;
+                        if let Some((host, port)) = master {
+                            self.follow_master(&host, port, false).await;
+                        }
+                    }
+                    message = messages.recv() => match message {
+                        Ok(message) => {
+                            let text = message.value.as_string().unwrap_or_default();
+                            let mut words = text.split(' ');
+                            if words.next() == Some(self.service.as_str()) {
+                                let new = words.nth(2).zip(words.next());
+                                if let Some((host, Ok(port))) =
+                                    new.map(|(host, port)| (host, port.parse::<u16>()))
+                                {
+                                    self.follow_master(host, port, true).await;
+                                }
+                            }
+                        }
+                        Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => return Ok(()),
+                    },
+                }
+            }
+        }
+        .await;
+        let _ = client.quit().await;
+        result
+    }
+
+    /// Reconnects both connections when the master the sentinels name is not the server the
+    /// command connection is on. While it is not connected at all it is already on its way to
+    /// the sentinels' master, and is hurried along only when a switch was `announced` (it may be
+    /// waiting out a reconnect back-off).
+    async fn follow_master(&self, host: &str, port: u16, announced: bool) {
+        let on = self.redis.active_connections();
+        let on_master = |server: &Server| server.port == port && *server.host == *host;
+        if (on.is_empty() && !announced) || (!on.is_empty() && on.iter().all(on_master)) {
+            return;
+        }
+        tracing::warn!(
+            service = %self.service,
+            master = %format_args!("{host}:{port}"),
+            was = ?on.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "the sentinels switched to another master; reconnecting to it"
+        );
+        let _ = self.redis.force_reconnection().await;
+        let _ = self.subscriber.force_reconnection().await;
+    }
+}

@@ -3,6 +3,10 @@
 //! `lua/delete_lock.lua` for a force unlock) followed by its own file. A preamble goes only
 //! into the scripts that use it: Redis runs a script's whole text, making every function it
 //! defines, on every call. Tests and the benchmark read the composed text through [`source`].
+//!
+//! The scripts that free memory or keep a hold alive (releases, renewals, leaves, force
+//! unlocks) are [`Script::freeing`]: they carry the `allow-oom` flag, so that a server full to
+//! its `maxmemory` still lets go of a lock.
 
 use std::sync::LazyLock;
 
@@ -26,18 +30,23 @@ fn fair_script(body: &str) -> Script {
     Script::new(&[HOLDS, FAIR_QUEUE, body])
 }
 
+/// A fair-lock script that frees memory: as [`fair_script`], with `allow-oom`.
+fn fair_freeing(body: &str) -> Script {
+    Script::freeing(&[HOLDS, FAIR_QUEUE, body])
+}
+
 /// Takes or re-enters a reentrant lock.
 pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| holds_script(include_str!("../lua/lock_acquire.lua")));
 /// Gives back one hold of a reentrant lock.
 pub(crate) static LOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| holds_script(include_str!("../lua/lock_release.lua")));
+    LazyLock::new(|| Script::freeing(&[HOLDS, include_str!("../lua/lock_release.lua")]));
 /// Extends many watchdog-held locks in one call.
 pub(crate) static LOCK_RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[include_str!("../lua/lock_renew.lua")]));
+    LazyLock::new(|| Script::freeing(&[include_str!("../lua/lock_renew.lua")]));
 /// Deletes a lock whoever holds it.
 pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&[
+    Script::freeing(&[
         HOLDS,
         DELETE_LOCK,
         include_str!("../lua/lock_force_unlock.lua"),
@@ -49,13 +58,13 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| fair_script(include_str!("../lua/fair_acquire.lua")));
 /// Gives back one hold of a fair lock, telling the first waiter when it is free.
 pub(crate) static FAIR_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| fair_script(include_str!("../lua/fair_release.lua")));
+    LazyLock::new(|| fair_freeing(include_str!("../lua/fair_release.lua")));
 /// Takes a waiter out of a fair lock's queue.
 pub(crate) static FAIR_LEAVE: LazyLock<Script> =
-    LazyLock::new(|| fair_script(include_str!("../lua/fair_leave.lua")));
+    LazyLock::new(|| fair_freeing(include_str!("../lua/fair_leave.lua")));
 /// Deletes a fair lock whoever holds it, telling the first waiter.
 pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&[
+    Script::freeing(&[
         HOLDS,
         FAIR_QUEUE,
         DELETE_LOCK,
@@ -68,10 +77,10 @@ const REDLOCK_TOKEN: &str = include_str!("../lua/redlock_token.lua");
 
 /// Deletes a Redlock node's key if it carries the given token.
 pub(crate) static REDLOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[REDLOCK_TOKEN, include_str!("../lua/redlock_release.lua")]));
+    LazyLock::new(|| Script::freeing(&[REDLOCK_TOKEN, include_str!("../lua/redlock_release.lua")]));
 /// Sets a new lease on a Redlock node's key if it carries the given token.
 pub(crate) static REDLOCK_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[REDLOCK_TOKEN, include_str!("../lua/redlock_extend.lua")]));
+    LazyLock::new(|| Script::freeing(&[REDLOCK_TOKEN, include_str!("../lua/redlock_extend.lua")]));
 
 /// The composed text of the script named after its file in `lua/` (`"lock_acquire"`,
 /// `"fair_release"`, `"fenced_acquire"`..): what the crate sends, for tests and the benchmark

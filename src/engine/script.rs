@@ -20,7 +20,15 @@ use crate::error::was_not_sent;
 pub(crate) struct Script {
     body: String,
     sha: String,
+    /// The same script with the `allow-oom` flag, for servers that know script flags.
+    allow_oom: Option<(String, String)>,
 }
+
+/// The first line that gives a script flags (Redis 7): `allow-oom` lets a script that frees
+/// memory run, and write what it must on the way (a hold count, a fence), on a server at
+/// `maxmemory` that evicts nothing. Without it an unlock fails there, and the lock stays until
+/// its lease ends.
+const ALLOW_OOM: &str = "#!lua flags=allow-oom\n";
 
 impl std::fmt::Debug for Script {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -35,12 +43,38 @@ impl Script {
         Script {
             sha: fred::util::sha1_hash(&body),
             body,
+            allow_oom: None,
         }
     }
 
-    /// The whole text sent to Redis.
+    /// A script that frees memory (a release, a renewal, a force unlock): sent with the
+    /// `allow-oom` flag to servers that know script flags (Redis 7 and later, Valkey), and
+    /// without it to older ones, which cannot parse the flags line.
+    pub(crate) fn freeing(parts: &[&str]) -> Script {
+        let mut script = Script::new(parts);
+        let flagged = [ALLOW_OOM, &script.body].concat();
+        script.allow_oom = Some((fred::util::sha1_hash(&flagged), flagged));
+        script
+    }
+
+    /// The whole text sent to a current server.
     pub(crate) fn body(&self) -> &str {
-        &self.body
+        self.allow_oom.as_ref().map_or(&self.body, |(_, body)| body)
+    }
+
+    /// The SHA1 and text to send to `redis`: flagged when the server knows flags (or when its
+    /// version is not known yet; the connection learns it before the first reply).
+    fn for_server(&self, redis: &Client) -> (&str, &str) {
+        match &self.allow_oom {
+            Some((sha, body))
+                if redis
+                    .server_version()
+                    .is_none_or(|version| version.major >= 7) =>
+            {
+                (sha, body)
+            }
+            _ => (&self.sha, &self.body),
+        }
     }
 
     /// Runs the script: one round trip when the server has it cached, two the first time.
@@ -54,14 +88,12 @@ impl Script {
         call: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, fred::error::Error> {
         write(redis, Attempts::UntilSent, || async {
+            let (sha, body) = self.for_server(redis);
             let (keys, args) = call();
-            match redis
-                .evalsha::<R, _, _, _>(self.sha.as_str(), keys, args)
-                .await
-            {
+            match redis.evalsha::<R, _, _, _>(sha, keys, args).await {
                 Err(error) if error.details().starts_with("NOSCRIPT") => {
                     let (keys, args) = call();
-                    redis.eval(self.body.as_str(), keys, args).await
+                    redis.eval(body, keys, args).await
                 }
                 other => other,
             }

@@ -1,0 +1,107 @@
+//! What the deployment around the locks does to them: a server full to its `maxmemory`, and the
+//! deployment check's findings.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, free_port, script, RedisServer};
+use fred::prelude::*;
+
+/// Writes values until the server refuses even a small one for lack of memory: large ones
+/// first, then smaller (a refused large value was partly its own query buffer).
+async fn fill_to_the_limit(raw: &Client) {
+    let mut i = 0u32;
+    for size in [64 * 1024, 4 * 1024, 256, 16] {
+        let value = "x".repeat(size);
+        loop {
+            i += 1;
+            let written: Result<(), _> = raw
+                .set(format!("filler:{i}"), value.as_str(), None, None, false)
+                .await;
+            match written {
+                Ok(()) => assert!(i < 100_000, "the server never filled up"),
+                Err(error) => {
+                    assert!(error.details().contains("OOM"), "{error}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// At `maxmemory` with `noeviction`, a new acquisition is refused, but holds already taken are
+/// renewed, given back (one hold of two, then the last), and force-unlocked: the scripts that
+/// free memory carry `allow-oom`. The same release without the flag is refused, so the flag is
+/// what makes the difference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_let_go_on_a_full_server() {
+    bounded(async {
+        let server = RedisServer::start_with(
+            &["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"],
+            free_port,
+        );
+        let raw = server.raw().await;
+        let watchdog = Duration::from_millis(1500);
+        let client = server.lock_client(watchdog).await;
+        let lock = client.lock("full-reentrant");
+        let outer = lock.lock().await.unwrap();
+        let inner = lock.lock().await.unwrap();
+        let fair_lock = client.fair_lock("full-fair");
+        let fair = fair_lock.lock().await.unwrap();
+        let forced = client.lock("full-forced");
+        let _abandoned = forced
+            .lock_with_lease(Duration::from_secs(60))
+            .await
+            .unwrap();
+        let legacy = client.lock("full-legacy");
+        let legacy_guard = legacy.lock().await.unwrap();
+        let legacy_field = legacy_guard.owner_field().to_string();
+        let _ = legacy.lock().await.unwrap(); // a second hold: the release must write a count
+
+        fill_to_the_limit(&raw).await;
+        let refused = client
+            .lock("full-new")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("OOM"), "{refused}");
+
+        // Without the flags line, the release of one hold of two is refused.
+        let unflagged = script("lock_release")
+            .split_once('\n')
+            .filter(|(first, _)| first.starts_with("#!lua"))
+            .expect("the release carries a flags line")
+            .1;
+        let without_flag: Result<Value, _> = raw
+            .eval(
+                unflagged,
+                vec![
+                    "full-legacy".to_string(),
+                    "redisson_lock__channel:{full-legacy}".to_string(),
+                    "fredlock_fences:{full-legacy}".to_string(),
+                ],
+                // Keep one hold of the two: the count is written.
+                vec!["0", "30000", legacy_field.as_str(), "1", "1"],
+            )
+            .await;
+        let error = without_flag.expect_err("a release without allow-oom is refused when full");
+        assert!(error.details().contains("OOM"), "{error}");
+
+        // Renewals go on: alive after two watchdog timeouts.
+        tokio::time::sleep(watchdog * 2).await;
+        assert!(!outer.is_lost() && !fair.is_lost());
+        assert!(raw.pttl::<i64, _>("full-reentrant").await.unwrap() > 0);
+
+        inner.unlock().await.unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        outer.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+        fair.unlock().await.unwrap();
+        assert!(!fair_lock.is_locked().await.unwrap());
+        assert!(forced.force_unlock().await.unwrap());
+        assert!(!forced.is_locked().await.unwrap());
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -355,6 +355,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sentinel_settings_are_checked() {
+        let credentials_alone = LockClient::builder()
+            .url("redis://127.0.0.1:6379")
+            .sentinel_credentials(None, "secret")
+            .redis_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            credentials_alone.contains("not Sentinel"),
+            "{credentials_alone}"
+        );
+        let no_sentinels = LockClient::builder()
+            .sentinel("locks", Vec::<(String, u16)>::new())
+            .redis_config()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            no_sentinels.contains("no sentinel address"),
+            "{no_sentinels}"
+        );
+        let config = LockClient::builder()
+            .sentinel("locks", [("10.0.0.1", 26379), ("10.0.0.2", 26380)])
+            .credentials(Some("app".into()), "server-secret")
+            .sentinel_credentials(None, "sentinel-secret")
+            .redis_config()
+            .unwrap();
+        assert_eq!(config.username.as_deref(), Some("app"));
+        assert_eq!(config.password.as_deref(), Some("server-secret"));
+        let ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            password,
+            ..
+        } = config.server
+        else {
+            panic!("a Sentinel configuration");
+        };
+        assert_eq!(service_name, "locks");
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(password.as_deref(), Some("sentinel-secret"));
+    }
+
+    #[test]
     fn tls_urls_need_a_tls_feature() {
         for url in [
             "rediss://127.0.0.1:6380",

@@ -107,6 +107,7 @@
 
 mod client;
 mod config;
+mod deployment;
 mod engine;
 mod error;
 mod fair_lock;
@@ -124,6 +125,7 @@ pub use client::LockClient;
 pub use config::{
     LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::ClientStats;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};

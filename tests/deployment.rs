@@ -105,3 +105,133 @@ async fn locks_let_go_on_a_full_server() {
     })
     .await;
 }
+
+async fn check(server: &RedisServer) -> fredlock::Deployment {
+    let client = server.lock_client(Duration::from_secs(30)).await;
+    let report = client.check_deployment().await.unwrap();
+    println!("{report}");
+    client.shutdown().await;
+    report
+}
+
+fn warned(report: &fredlock::Deployment, text: &str) -> bool {
+    report.warnings.iter().any(|warning| warning.contains(text))
+}
+
+/// Eviction policies that can delete lock keys are flagged, `noeviction` is not; a server
+/// without persistence is flagged, one with AOF is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_check_flags_evictable_locks_and_no_persistence() {
+    bounded(async {
+        let allkeys = RedisServer::start_with(
+            &["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"],
+            free_port,
+        );
+        let report = check(&allkeys).await;
+        assert_eq!(report.topology, fredlock::Topology::Standalone);
+        let node = &report.nodes[0];
+        assert_eq!(node.server, format!("127.0.0.1:{}", allkeys.port()));
+        assert_eq!(node.flavour, "redis");
+        assert!(!node.version.is_empty());
+        assert_eq!(node.role, "master");
+        assert!(node.wait);
+        let major_minor: Vec<u32> = node
+            .version
+            .split('.')
+            .take(2)
+            .map(|part| part.parse().unwrap())
+            .collect();
+        assert_eq!(node.waitaof, major_minor >= vec![7, 2], "{}", node.version);
+        assert_eq!(node.maxmemory, Some(100 * 1024 * 1024));
+        assert!(warned(&report, "allkeys-lru"), "{report}");
+        assert!(warned(&report, "no persistence"), "{report}");
+
+        let volatile = RedisServer::start_with(
+            &["--maxmemory", "100mb", "--maxmemory-policy", "volatile-lru"],
+            free_port,
+        );
+        let report = check(&volatile).await;
+        assert!(warned(&report, "volatile-lru"), "{report}");
+
+        // volatile-* without a limit evicts nothing; AOF persists the counters.
+        let safe = RedisServer::start_with(
+            &["--maxmemory-policy", "volatile-lru", "--appendonly", "yes"],
+            free_port,
+        );
+        let report = check(&safe).await;
+        assert!(report.warnings.is_empty(), "{report}");
+    })
+    .await;
+}
+
+/// A server that refuses `WAIT`, and one that refuses `CONFIG`, are each reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_check_reports_refused_commands() {
+    bounded(async {
+        let no_wait = RedisServer::start_with(&["--rename-command", "WAIT", ""], free_port);
+        let report = check(&no_wait).await;
+        assert!(!report.nodes[0].wait);
+        assert!(warned(&report, "WAIT is refused"), "{report}");
+
+        let no_config = RedisServer::start_with(&["--rename-command", "CONFIG", ""], free_port);
+        let report = check(&no_config).await;
+        assert_eq!(report.nodes[0].maxmemory_policy, None);
+        assert!(warned(&report, "CONFIG GET is refused"), "{report}");
+    })
+    .await;
+}
+
+/// Behind Sentinel: the master and its replicas; in a cluster: every master, none with replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_check_sees_sentinel_and_cluster_topologies() {
+    bounded(async {
+        let setup = common::RedisSentinel::start(2);
+        let client = fredlock::LockClient::connect(&setup.url()).await.unwrap();
+        let report = client.check_deployment().await.unwrap();
+        println!("{report}");
+        assert_eq!(
+            report.topology,
+            fredlock::Topology::Sentinel {
+                service: common::SENTINEL_SERVICE.to_string()
+            }
+        );
+        assert_eq!(report.nodes.len(), 1);
+        assert_eq!(
+            report.nodes[0].server,
+            format!("127.0.0.1:{}", setup.master_port())
+        );
+        assert_eq!(report.nodes[0].replicas, 2);
+        assert!(warned(&report, "replicated asynchronously"), "{report}");
+        client.shutdown().await;
+
+        let cluster = common::RedisCluster::start();
+        let client = fredlock::LockClient::connect(&cluster.url()).await.unwrap();
+        let report = client.check_deployment().await.unwrap();
+        println!("{report}");
+        assert_eq!(report.topology, fredlock::Topology::Cluster);
+        let mut servers: Vec<String> = report
+            .nodes
+            .iter()
+            .map(|node| node.server.clone())
+            .collect();
+        servers.sort();
+        let mut expected: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port()))
+            .collect();
+        expected.sort();
+        assert_eq!(servers, expected);
+        assert_eq!(
+            report
+                .warnings
+                .iter()
+                .filter(|warning| warning.contains("without replicas"))
+                .count(),
+            3,
+            "{report}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -1,0 +1,315 @@
+//! [`LockClient::check_deployment`]: what the Redis deployment under the locks is, and what in
+//! its configuration can break them.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::config::{Server, ServerConfig};
+use fred::types::Value;
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+
+/// How the client reaches Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One server, found by its address.
+    Standalone,
+    /// A master found through Redis Sentinel under `service`.
+    Sentinel {
+        /// The name the sentinels monitor the master by.
+        service: String,
+    },
+    /// A Redis Cluster; each master is checked.
+    Cluster,
+}
+
+/// What one master reported about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeReport {
+    /// `host:port`.
+    pub server: String,
+    /// `"redis"` or `"valkey"`.
+    pub flavour: String,
+    /// The server's own version (`valkey_version` for Valkey, else `redis_version`).
+    pub version: String,
+    /// `master` or `slave`, as `INFO replication` says.
+    pub role: String,
+    /// Replicas connected to it.
+    pub replicas: u32,
+    /// Whether it runs `WAIT` (proxies and some managed services refuse it).
+    pub wait: bool,
+    /// Whether it runs `WAITAOF` (Redis 7.2 and later).
+    pub waitaof: bool,
+    /// `maxmemory` in bytes (0: no limit); `None` when `CONFIG GET` is refused.
+    pub maxmemory: Option<u64>,
+    /// `maxmemory-policy`; `None` when `CONFIG GET` is refused.
+    pub maxmemory_policy: Option<String>,
+    /// Whether the append-only file is on; `None` when `CONFIG GET` is refused.
+    pub appendonly: Option<bool>,
+    /// The RDB `save` schedule (empty: no snapshots); `None` when `CONFIG GET` is refused.
+    pub save: Option<String>,
+}
+
+/// The deployment check's report: see [`LockClient::check_deployment`]. Its `Display` is a
+/// human-readable summary, warnings last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Deployment {
+    /// How the client reaches Redis.
+    pub topology: Topology,
+    /// One report per master (one outside a cluster).
+    pub nodes: Vec<NodeReport>,
+    /// What in the deployment can break the locks' guarantees, each naming the server and the
+    /// setting. Empty when nothing was found.
+    pub warnings: Vec<String>,
+}
+
+impl LockClient {
+    /// Asks every master what it is and how it is configured, and warns about what can break
+    /// the locks:
+    ///
+    /// - an eviction policy that can delete lock keys (`allkeys-*`, or `volatile-*` with a
+    ///   `maxmemory` set: every lock key has a TTL) or fence counters (`allkeys-*`);
+    /// - no persistence (no AOF, no RDB snapshots): a restart empties the server, so every lock
+    ///   is gone and fencing tokens start again from 1;
+    /// - no replicas behind Sentinel or in a cluster (nothing to fail over to), and
+    ///   asynchronous replication where there are replicas (a failover can lose a lock taken
+    ///   just before it);
+    /// - a server that refuses `WAIT`, or `CONFIG GET` (the memory and persistence checks are
+    ///   then skipped and say so).
+    ///
+    /// Read-only: it sends `INFO`, `CONFIG GET`, `WAIT 0` and `WAITAOF 0 0` (with no timeout
+    /// to wait out) and changes nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// let report = client.check_deployment().await?;
+    /// println!("{report}");
+    /// for warning in &report.warnings {
+    ///     tracing::warn!("{warning}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when a master cannot be reached or refuses `INFO`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn check_deployment(&self) -> Result<Deployment> {
+        let redis = self.redis();
+        let topology = match &redis.client_config().server {
+            ServerConfig::Sentinel { service_name, .. } => Topology::Sentinel {
+                service: service_name.clone(),
+            },
+            ServerConfig::Clustered { .. } => Topology::Cluster,
+            _ => Topology::Standalone,
+        };
+        let mut nodes = Vec::new();
+        if topology == Topology::Cluster {
+            let masters = redis
+                .cached_cluster_state()
+                .map(|state| state.unique_primary_nodes())
+                .unwrap_or_default();
+            for master in masters {
+                nodes.push(self.check_node(redis, Some(master)).await?);
+            }
+        } else {
+            nodes.push(self.check_node(redis, None).await?);
+        }
+        let warnings = nodes
+            .iter()
+            .flat_map(|node| node_warnings(&topology, node))
+            .collect();
+        Ok(Deployment {
+            topology,
+            nodes,
+            warnings,
+        })
+    }
+
+    async fn check_node(&self, redis: &Client, node: Option<Server>) -> Result<NodeReport> {
+        let server = match &node {
+            Some(node) => node.to_string(),
+            None => redis.active_connections().first().map_or_else(
+                || self.engine().core().address.to_string(),
+                Server::to_string,
+            ),
+        };
+        let failed = |what: &str, source| Error::Redis {
+            context: format!("checking the deployment: {what}"),
+            server: server.clone(),
+            source,
+        };
+        let send = |command: &'static str, args: Vec<Value>| {
+            let node = node.clone();
+            async move {
+                match node {
+                    Some(node) => {
+                        redis
+                            .with_cluster_node(node)
+                            .custom::<Value, Value>(fred::cmd!(command), args)
+                            .await
+                    }
+                    None => {
+                        redis
+                            .custom::<Value, Value>(fred::cmd!(command), args)
+                            .await
+                    }
+                }
+            }
+        };
+        let info = |value: Value| parse_info(&value.as_string().unwrap_or_default());
+        let server_info = info(
+            send("INFO", vec!["server".into()])
+                .await
+                .map_err(|error| failed("INFO server", error))?,
+        );
+        let replication = info(
+            send("INFO", vec!["replication".into()])
+                .await
+                .map_err(|error| failed("INFO replication", error))?,
+        );
+        let (flavour, version) = match server_info.get("valkey_version") {
+            Some(version) => ("valkey", version.clone()),
+            None => (
+                "redis",
+                server_info
+                    .get("redis_version")
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        };
+        // One setting at a time: `CONFIG GET a b` needs Redis 7.
+        let mut config = HashMap::new();
+        for name in ["maxmemory", "maxmemory-policy", "appendonly", "save"] {
+            if let Ok(Value::Array(pair)) = send("CONFIG", vec!["GET".into(), name.into()]).await {
+                if let Some(value) = pair.get(1).and_then(Value::as_string) {
+                    config.insert(name, value);
+                }
+            }
+        }
+        // `WAIT 0 1` and `WAITAOF 0 0 1` return at once: no replica or fsync is waited for.
+        let wait = send("WAIT", vec![0.into(), 1.into()]).await.is_ok();
+        let waitaof = send("WAITAOF", vec![0.into(), 0.into(), 1.into()])
+            .await
+            .is_ok();
+        Ok(NodeReport {
+            server,
+            flavour: flavour.into(),
+            version,
+            role: replication.get("role").cloned().unwrap_or_default(),
+            replicas: replication
+                .get("connected_slaves")
+                .and_then(|count| count.parse().ok())
+                .unwrap_or(0),
+            wait,
+            waitaof,
+            maxmemory: config.get("maxmemory").and_then(|value| value.parse().ok()),
+            maxmemory_policy: config.get("maxmemory-policy").cloned(),
+            appendonly: config.get("appendonly").map(|value| value == "yes"),
+            save: config.get("save").cloned(),
+        })
+    }
+}
+
+/// `INFO` text as field -> value.
+fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.trim().split_once(':'))
+        .map(|(field, value)| (field.to_string(), value.to_string()))
+        .collect()
+}
+
+/// What in one master's report can break the locks.
+fn node_warnings(topology: &Topology, node: &NodeReport) -> Vec<String> {
+    let server = &node.server;
+    let mut warnings = Vec::new();
+    match (&node.maxmemory_policy, node.maxmemory) {
+        (Some(policy), _) if policy.starts_with("allkeys-") => warnings.push(format!(
+            "{server}: maxmemory-policy {policy} may evict any key, held locks and fence \
+             counters included: a lock can vanish while its holder works. Use noeviction (or \
+             volatile-* on a server that keeps locks only)"
+        )),
+        (Some(policy), Some(limit)) if policy.starts_with("volatile-") && limit > 0 => warnings
+            .push(format!(
+                "{server}: maxmemory-policy {policy} with maxmemory {limit} may evict keys with \
+                 a TTL, and every lock key has one: a lock can vanish while its holder works. \
+                 Use noeviction"
+            )),
+        (None, _) => warnings.push(format!(
+            "{server}: CONFIG GET is refused, so the eviction policy and persistence are \
+             unknown; check that nothing evicts lock keys and that fence counters persist"
+        )),
+        _ => {}
+    }
+    let snapshots = node
+        .save
+        .as_deref()
+        .is_some_and(|save| !save.trim().is_empty());
+    if node.appendonly == Some(false) && node.save.is_some() && !snapshots {
+        warnings.push(format!(
+            "{server}: no persistence (appendonly no, no save schedule): a restart empties the \
+             server, every lock is gone and fencing tokens start again from 1"
+        ));
+    }
+    if !node.wait {
+        warnings.push(format!(
+            "{server}: WAIT is refused (a proxy or managed service?): replica sync cannot be used"
+        ));
+    }
+    match (topology, node.replicas) {
+        (Topology::Standalone, _) => {}
+        (_, 0) => warnings.push(format!(
+            "{server}: a master without replicas: if it fails there is nothing to fail over to"
+        )),
+        (_, replicas) => warnings.push(format!(
+            "{server}: {replicas} replica(s), replicated asynchronously: a failover may promote \
+             a replica that never saw a lock taken just before it, and that lock is then free \
+             twice"
+        )),
+    }
+    warnings
+}
+
+impl fmt::Display for Deployment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.topology {
+            Topology::Standalone => writeln!(f, "standalone server")?,
+            Topology::Sentinel { service } => writeln!(f, "Sentinel, service {service:?}")?,
+            Topology::Cluster => writeln!(f, "cluster of {} masters", self.nodes.len())?,
+        }
+        let unknown = || "unknown".to_string();
+        for node in &self.nodes {
+            writeln!(
+                f,
+                "  {} {} {} ({}, {} replica(s)): WAIT {}, WAITAOF {}, maxmemory {} ({}), \
+                 appendonly {}, save {:?}",
+                node.server,
+                node.flavour,
+                node.version,
+                node.role,
+                node.replicas,
+                if node.wait { "yes" } else { "no" },
+                if node.waitaof { "yes" } else { "no" },
+                node.maxmemory
+                    .map_or_else(unknown, |limit| limit.to_string()),
+                node.maxmemory_policy.clone().unwrap_or_else(unknown),
+                node.appendonly
+                    .map_or_else(unknown, |on| if on { "yes" } else { "no" }.to_string()),
+                node.save.clone().unwrap_or_else(unknown),
+            )?;
+        }
+        for warning in &self.warnings {
+            writeln!(f, "warning: {warning}")?;
+        }
+        Ok(())
+    }
+}

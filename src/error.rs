@@ -91,6 +91,29 @@ pub enum Error {
         owner: String,
     },
 
+    /// With [`ReplicaSync`](crate::ReplicaSync), fewer replicas than it asks for confirmed a
+    /// change in time. An acquisition is undone and never reported as held (this error ends a
+    /// wait during which no attempt was confirmed); a release happened on the master but may
+    /// not survive a failover, until the lock's lease ends there.
+    #[error(
+        "lock {lock:?}{}: {acked} of the {needed} replica(s) that replica_sync asks for confirmed \
+         the change at {server} in time; an acquisition is undone, a release may not survive a \
+         failover",
+        owner.as_deref().map(|owner| format!(" (owner {owner})")).unwrap_or_default()
+    )]
+    NotReplicated {
+        /// The lock's name.
+        lock: String,
+        /// The owner field, where the change was one owner's.
+        owner: Option<String>,
+        /// The configured server address(es).
+        server: String,
+        /// Replicas that confirmed the change.
+        acked: u32,
+        /// Replicas `ReplicaSync` asks for.
+        needed: u32,
+    },
+
     /// The client was shut down with [`LockClient::shutdown`](crate::LockClient::shutdown).
     #[error("the lock client has been shut down")]
     Shutdown,
@@ -253,6 +276,15 @@ impl Error {
         owner: Option<&str>,
         source: fred::error::Error,
     ) -> Error {
+        if let Some((acked, needed)) = parse_not_replicated(&source) {
+            return Error::NotReplicated {
+                lock: lock.to_owned(),
+                owner: owner.map(str::to_owned),
+                server: server.to_owned(),
+                acked,
+                needed,
+            };
+        }
         let details = source.details();
         if details.contains("WRONGTYPE") {
             // The fair-lock scripts name a wrong key of the line after this marker; any other
@@ -293,6 +325,9 @@ impl Error {
         match self {
             Error::Redis { source, .. } => Some(source),
             Error::Unavailable { source, .. } => source,
+            Error::NotReplicated { acked, needed, .. } => {
+                Some(not_replicated(i64::from(acked), needed))
+            }
             _ => None,
         }
     }
@@ -302,10 +337,33 @@ impl Error {
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::Redis { source, .. } => is_transient(source),
-            Error::Unavailable { .. } => true,
+            Error::Unavailable { .. } | Error::NotReplicated { .. } => true,
             _ => false,
         }
     }
+}
+
+/// The start of the message of a change that too few replicas confirmed.
+const NOT_REPLICATED: &str = "NOTREPLICATED";
+
+/// The fred error of a change that `acked` of `needed` replicas confirmed in time: a timeout,
+/// as far as the rules for lost replies go (the change is on the master, but may not survive a
+/// failover, so it is settled as if its reply had been lost).
+pub(crate) fn not_replicated(acked: i64, needed: u32) -> fred::error::Error {
+    fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        format!("{NOT_REPLICATED} acked={acked} needed={needed}"),
+    )
+}
+
+/// `(acked, needed)` of a [`not_replicated`] error.
+pub(crate) fn parse_not_replicated(error: &fred::error::Error) -> Option<(u32, u32)> {
+    let rest = error.details().strip_prefix(NOT_REPLICATED)?;
+    let mut numbers = rest.split_whitespace().filter_map(|part| {
+        part.split_once('=')
+            .and_then(|(_, number)| number.parse::<u32>().ok())
+    });
+    Some((numbers.next()?, numbers.next()?))
 }
 
 /// True when fred did not send the command at all: it had no connection to route it to (it is

@@ -195,7 +195,10 @@ impl LockGuard {
         keys.push(Key::from(self.name()));
         let mut args: Vec<Value> = args.into_iter().map(Into::into).collect();
         args.push(Value::from(self.owner_field()));
-        let reply: Value = match wrapped(script).call(redis, keys, args).await {
+        let reply: Value = match wrapped(script)
+            .call(&engine.core().writer, keys, args)
+            .await
+        {
             Ok(reply) => reply,
             Err(error) if error.details().starts_with("NOTHELD") => {
                 return Err(self.guard.not_held())

@@ -123,7 +123,8 @@ mod spin_lock;
 
 pub use client::LockClient;
 pub use config::{
-    LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+    LockClientBuilder, ReplicaSync, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;

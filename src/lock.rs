@@ -397,11 +397,11 @@ impl Lock {
     /// Not cancel safe in the sense that the deletion may happen although the future was
     /// dropped before reporting it.
     pub async fn force_unlock(&self) -> Result<bool> {
-        let redis = self.ready()?;
+        self.ready()?;
         let deleted: i64 = self
             .kind
             .force_unlock()
-            .run(redis)
+            .run(&self.client.engine().core().writer)
             .await
             .map_err(self.redis_error(None))?;
         Ok(deleted == 1)

@@ -290,11 +290,17 @@ fn gave_up(
     if reached {
         return Ok(None);
     }
-    Err(unavailable(
-        engine,
-        name,
-        last_failure.map(|failure| *failure),
-    ))
+    match last_failure {
+        // Answered, but never confirmed by enough replicas: that, not an outage, is what to say.
+        Some(failure) if crate::error::parse_not_replicated(&failure).is_some() => {
+            Err(engine.redis_error(name, None, *failure))
+        }
+        last_failure => Err(unavailable(
+            engine,
+            name,
+            last_failure.map(|failure| *failure),
+        )),
+    }
 }
 
 /// No attempt reached Redis; `source` is the last failure seen, if any.
@@ -358,7 +364,7 @@ async fn attempt(
             place_ms,
             request: &request,
         };
-        let reply = Call::run_made::<Value>(&core.redis, || task_kind.acquire(&args)).await;
+        let reply = Call::run_made::<Value>(&core.writer, || task_kind.acquire(&args)).await;
         turn.record(request, &reply);
         let outcome = match reply.and_then(Reply::parse) {
             Ok(Reply::Busy(pttl)) => {

@@ -181,7 +181,7 @@ impl Release {
                     lease: &lease,
                     request: &request,
                 };
-                let reply = Call::run_made(&core.redis, || self.kind.release(&args)).await;
+                let reply = Call::run_made(&core.writer, || self.kind.release(&args)).await;
                 (request, reply)
             })
             .await;

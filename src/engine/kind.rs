@@ -5,11 +5,11 @@
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::clients::Client;
 use fred::types::{Key, Value};
 
 use crate::engine::ledger::Request;
 use crate::engine::pubsub::Channel;
+use crate::engine::replicas::Writer;
 use crate::engine::script::Script;
 use crate::engine::{Field, Name};
 
@@ -28,22 +28,22 @@ impl Call {
     /// Runs the call, cloning its keys and arguments for a resend: for calls off the hot path.
     pub(crate) async fn run<R: fred::types::FromValue>(
         self,
-        redis: &Client,
+        writer: &Writer,
     ) -> Result<R, fred::error::Error> {
-        self.script.call(redis, self.keys, self.args).await
+        self.script.call(writer, self.keys, self.args).await
     }
 
     /// Runs the call `make` makes, built once on the common path and made again only for the
     /// `EVAL` fallback or a resend, instead of cloned for them.
     pub(crate) async fn run_made<R: fred::types::FromValue>(
-        redis: &Client,
+        writer: &Writer,
         make: impl Fn() -> Call,
     ) -> Result<R, fred::error::Error> {
         let first = make();
         let script = first.script;
         let first = Mutex::new(Some((first.keys, first.args)));
         script
-            .run(redis, || {
+            .run(writer, || {
                 let taken = first.lock().unwrap_or_else(PoisonError::into_inner).take();
                 taken.unwrap_or_else(|| {
                     let again = make();

@@ -17,6 +17,7 @@ mod kind;
 mod ledger;
 mod pubsub;
 mod releaser;
+pub(crate) mod replicas;
 mod script;
 mod sentinel;
 mod watchdog;
@@ -43,6 +44,7 @@ pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
+pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
 
 /// The hasher of the engine's maps, which every lock and unlock visits: foldhash, seeded at
@@ -68,6 +70,7 @@ pub(crate) struct Settings {
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) renew_deadline: Duration,
+    pub(crate) replica_sync: Option<replicas::SyncSettings>,
 }
 
 /// What the background tasks share with the handles. Tasks hold this, never [`Engine`], so
@@ -77,6 +80,9 @@ pub(crate) struct Core {
     /// `id` in Redisson's text form, the first half of every owner field.
     id_text: String,
     pub(crate) redis: Client,
+    /// Where every change goes: `redis`, or with replica sync connections that wait for the
+    /// replicas after each change.
+    pub(crate) writer: replicas::Writer,
     /// The configured server address(es), `host:port[,host:port..]`, for messages naming a node.
     pub(crate) address: Arc<str>,
     subscriber: SubscriberClient,
@@ -162,6 +168,9 @@ async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
     }
     core.holds.lose_all();
     let _ = core.subscriber.quit().await;
+    for connection in core.writer.own_connections() {
+        let _ = connection.quit().await;
+    }
     let _ = core.redis.quit().await;
     tracing::debug!(client = %core.id, "lock client shut down");
 }
@@ -248,13 +257,33 @@ impl Engine {
         let connecting = CloseOnDrop(Some((redis.clone(), subscriber.clone())));
         redis.init().await.map_err(connect_error)?;
         subscriber.init().await.map_err(connect_error)?;
+        let writer = match settings.replica_sync {
+            None => replicas::Writer::plain(redis.clone()),
+            Some(_) if settings.config.server.is_clustered() => {
+                return Err(Error::InvalidArgument(
+                    "replica_sync(..) is not available on a cluster yet (WAIT must reach the \
+                     master of each key's slot): use it with a standalone or Sentinel deployment"
+                        .into(),
+                ))
+            }
+            Some(sync) => replicas::Writer::synced(redis.clone(), &builder, sync)
+                .await
+                .map_err(|problem| {
+                    Error::InvalidArgument(format!(
+                        "replica_sync(..) cannot be used with {address}: {problem}; a server or \
+                         proxy that refuses WAIT cannot tell when replicas have a lock"
+                    ))
+                })?,
+        };
         connecting.disarm();
 
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();
+        let mut commands = vec![redis.clone()];
+        commands.extend(writer.own_connections().iter().cloned());
         tasks.extend(sentinel::follow(
             &settings.config,
-            redis.clone(),
+            commands,
             subscriber.clone(),
             shutdown.clone(),
         ));
@@ -266,6 +295,7 @@ impl Engine {
             id,
             id_text: id.hyphenated().to_string(),
             redis,
+            writer,
             address: address.as_str().into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,

@@ -107,7 +107,7 @@ impl Leave {
         let (left, _) = turn
             .send_again_while_lost(&core.redis, |request| async {
                 let left = match self.kind.leave(&self.field, &request) {
-                    Some(call) => call.run::<i64>(&core.redis).await.map(|left| left == 1),
+                    Some(call) => call.run::<i64>(&core.writer).await.map(|left| left == 1),
                     None => Ok(false),
                 };
                 (request, left)
@@ -246,7 +246,7 @@ impl Settle {
                 lease: &Value::from(0),
                 request: &request,
             });
-            let reply = call.run::<Option<i64>>(&core.redis).await;
+            let reply = call.run::<Option<i64>>(&core.writer).await;
             turn.record(request, &reply);
             match reply {
                 Ok(Some(1)) => {

@@ -4,7 +4,7 @@
 //! back on `EVAL` when the server does not have it cached (after a restart, a `SCRIPT FLUSH` or a
 //! failover). [`write`] is the funnel: every command that changes Redis, a script call or
 //! Redlock's `SET NX PX`, is sent through it, so that what must happen around every write
-//! (replica sync, metrics) has exactly one place to live.
+//! (replica sync, see `replicas.rs`; metrics) has exactly one place to live.
 
 use std::future::Future;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::{FromValue, Key, Value};
 use tokio::time::Instant;
 
+use crate::engine::replicas::Writer;
 use crate::error::was_not_sent;
 
 /// A script whose SHA1 is computed once per process.
@@ -82,33 +83,38 @@ impl Script {
     /// `call` makes the keys and arguments; it is called again only for the `EVAL` fallback,
     /// so the common path builds them once. The call goes through [`write`], so a call fred
     /// could not send is sent again once the connection is back.
-    pub(crate) async fn run<R: FromValue>(
+    pub(crate) async fn run<'w, R: FromValue>(
         &self,
-        redis: &Client,
+        writer: &'w Writer,
         call: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, fred::error::Error> {
-        write(redis, Attempts::UntilSent, || async {
-            let (sha, body) = self.for_server(redis);
-            let (keys, args) = call();
-            match redis.evalsha::<R, _, _, _>(sha, keys, args).await {
-                Err(error) if error.details().starts_with("NOSCRIPT") => {
-                    let (keys, args) = call();
-                    redis.eval(body, keys, args).await
+        let call = &call;
+        write(
+            writer,
+            Attempts::UntilSent,
+            |redis: &'w Client| async move {
+                let (sha, body) = self.for_server(redis);
+                let (keys, args) = call();
+                match redis.evalsha::<R, _, _, _>(sha, keys, args).await {
+                    Err(error) if error.details().starts_with("NOSCRIPT") => {
+                        let (keys, args) = call();
+                        redis.eval(body, keys, args).await
+                    }
+                    other => other,
                 }
-                other => other,
-            }
-        })
+            },
+        )
         .await
     }
 
     /// Runs the call a primitive made of this script; see [`run`](Self::run).
     pub(crate) async fn call<R: FromValue>(
         &self,
-        redis: &Client,
+        writer: &Writer,
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Result<R, fred::error::Error> {
-        self.run(redis, || (keys.clone(), args.clone())).await
+        self.run(writer, || (keys.clone(), args.clone())).await
     }
 }
 
@@ -124,28 +130,34 @@ pub(crate) enum Attempts {
     Once,
 }
 
-/// The funnel of every write to Redis: sends the command `send` makes, as `attempts` says.
-pub(crate) async fn write<R, F, Fut>(
-    redis: &Client,
+/// The funnel of every write to Redis: sends the command `send` makes, as `attempts` says, on
+/// the connection the writer gives it (with replica sync, one that then waits for the replicas).
+pub(crate) async fn write<'w, R, F, Fut>(
+    writer: &'w Writer,
     attempts: Attempts,
     send: F,
 ) -> Result<R, fred::error::Error>
 where
-    F: Fn() -> Fut,
+    F: Fn(&'w Client) -> Fut,
     Fut: Future<Output = Result<R, fred::error::Error>>,
 {
-    let mut resend: Option<Resend> = None;
-    loop {
-        match send().await {
-            Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
-                let resend = resend.get_or_insert_with(|| Resend::new(redis));
-                if !Box::pin(resend.wait(redis)).await {
-                    return Err(error);
+    let send = &send;
+    writer
+        .send(|redis| async move {
+            let mut resend: Option<Resend> = None;
+            loop {
+                match send(redis).await {
+                    Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
+                        let resend = resend.get_or_insert_with(|| Resend::new(redis));
+                        if !Box::pin(resend.wait(redis)).await {
+                            return Err(error);
+                        }
+                    }
+                    other => return other,
                 }
             }
-            other => return other,
-        }
-    }
+        })
+        .await
 }
 
 /// Sending a call again, within one command timeout from the first failure: a call fred could

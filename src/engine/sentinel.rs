@@ -33,7 +33,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// Starts the watcher when `config` is a Sentinel deployment.
 pub(super) fn follow(
     config: &Config,
-    redis: Client,
+    commands: Vec<Client>,
     subscriber: SubscriberClient,
     shutdown: CancellationToken,
 ) -> Option<JoinHandle<()>> {
@@ -55,7 +55,7 @@ pub(super) fn follow(
         password: password.clone().or_else(|| config.password.clone()),
         #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
         tls: config.tls.clone(),
-        redis,
+        commands,
         subscriber,
     };
     Some(tokio::spawn(watcher.run(shutdown)))
@@ -69,7 +69,8 @@ struct Watcher {
     /// The sentinels speak TLS when the servers do, as fred assumes.
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
     tls: Option<fred::types::config::TlsConfig>,
-    redis: Client,
+    /// The command connection first, then replica sync's own.
+    commands: Vec<Client>,
     subscriber: SubscriberClient,
 }
 
@@ -167,7 +168,7 @@ impl Watcher {
     /// the sentinels' master, and is hurried along only when a switch was `announced` (it may be
     /// waiting out a reconnect back-off).
     async fn follow_master(&self, host: &str, port: u16, announced: bool) {
-        let on = self.redis.active_connections();
+        let on = self.commands[0].active_connections();
         let on_master = |server: &Server| server.port == port && *server.host == *host;
         if (on.is_empty() && !announced) || (!on.is_empty() && on.iter().all(on_master)) {
             return;
@@ -178,7 +179,9 @@ impl Watcher {
             was = ?on.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "the sentinels switched to another master; reconnecting to it"
         );
-        let _ = self.redis.force_reconnection().await;
+        for connection in &self.commands {
+            let _ = connection.force_reconnection().await;
+        }
         let _ = self.subscriber.force_reconnection().await;
     }
 }

@@ -185,7 +185,7 @@ impl Watchdog {
             Visit::Renew => self.core.lease_arg(Lease::Watchdog),
             Visit::Check => Value::from(0),
         };
-        let redis = self.redis.clone();
+        let writer = self.core.writer.clone();
         // A renewal still unanswered at the earliest renew deadline is given up then: that is
         // when its holds count as lost (`Hold::deadline`), so the loss reaches them then, not
         // when fred's timeout fires. Holds are renewed only before their deadline, so the limit
@@ -209,7 +209,7 @@ impl Watchdog {
                 }
                 (keys, args)
             };
-            let renewal = script.run::<Vec<i64>>(&redis, arguments);
+            let renewal = script.run::<Vec<i64>>(&writer, arguments);
             let result = match tokio::time::timeout_at(limit, renewal).await {
                 Ok(result) => result,
                 Err(_) => Err(fred::error::Error::new(

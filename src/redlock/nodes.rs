@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use fred::clients::Client;
+use crate::engine::Writer;
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{Expiration, Key, SetOptions, Value};
 use rand::RngCore;
@@ -96,9 +96,9 @@ impl Nodes {
 
     /// `SET key token NX PX lease` on every node.
     pub(crate) fn acquire(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, move |redis, key, token| async move {
+        self.on_every_node(token, timeout, move |writer, key, token| async move {
             // Sent once: the release that may follow must come after it on the wire.
-            let reply: Option<String> = write(&redis, Attempts::Once, || {
+            let reply: Option<String> = write(&writer, Attempts::Once, |redis| {
                 redis.set(
                     key.clone(),
                     token.as_str(),
@@ -118,9 +118,9 @@ impl Nodes {
 
     /// Compare-and-pexpire on every node.
     pub(crate) fn extend(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, move |redis, key, token| async move {
+        self.on_every_node(token, timeout, move |writer, key, token| async move {
             let reply: i64 = REDLOCK_EXTEND
-                .run(&redis, || {
+                .run(&writer, || {
                     (
                         vec![key.clone()],
                         vec![Value::from(token.as_str()), Value::from(lease_ms as i64)],
@@ -133,9 +133,9 @@ impl Nodes {
 
     /// Compare-and-delete on every node.
     pub(crate) fn release(&self, token: &Token, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, move |redis, key, token| async move {
+        self.on_every_node(token, timeout, move |writer, key, token| async move {
             let reply: i64 = REDLOCK_RELEASE
-                .run(&redis, || {
+                .run(&writer, || {
                     (vec![key.clone()], vec![Value::from(token.as_str())])
                 })
                 .await?;
@@ -151,7 +151,7 @@ impl Nodes {
     /// as unreachable.
     fn on_every_node<F, Fut>(&self, token: &Token, timeout: Duration, request: F) -> Replies
     where
-        F: Fn(Client, Key, Token) -> Fut,
+        F: Fn(Writer, Key, Token) -> Fut,
         Fut: Future<Output = Result<Reply, fred::error::Error>> + Send + 'static,
     {
         let calls = self
@@ -165,7 +165,7 @@ impl Nodes {
                 if !core.redis.is_connected() {
                     return Call::Done(Reply::Failed(NodeFailureReason::Unreachable(None)));
                 }
-                let call = request(core.redis.clone(), self.key.clone(), token.clone());
+                let call = request(core.writer.clone(), self.key.clone(), token.clone());
                 Call::Pending(Box::pin(async move {
                     match tokio::time::timeout(timeout, call).await {
                         Err(_) => Reply::Failed(NodeFailureReason::TimedOut(timeout)),

@@ -220,6 +220,44 @@ impl RedisCluster {
     }
 }
 
+impl RedisServer {
+    /// A replica of `master`, returned once it has synced and streams writes (a first `WAIT`
+    /// for one replica on the master returns 1).
+    pub async fn start_replica_of(master: &RedisServer) -> RedisServer {
+        RedisServer::start_replica_through(master, master.port).await
+    }
+
+    /// A replica of `master` that reaches it at `port` (a proxy in front of it), returned once
+    /// it streams writes.
+    pub async fn start_replica_through(master: &RedisServer, port: u16) -> RedisServer {
+        let master_port = port.to_string();
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port], free_port);
+        let raw = master.raw().await;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let _: () = raw
+                .set("replica-probe", 1, None, None, false)
+                .await
+                .unwrap();
+            let acked: i64 = raw.custom(fred::cmd!("WAIT"), vec![1, 500]).await.unwrap();
+            if acked == 1 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the replica did not sync");
+        }
+        let _: i64 = raw.del("replica-probe").await.unwrap();
+        let _ = raw.quit().await;
+        replica
+    }
+
+    /// Makes this replica a master (`REPLICAOF NO ONE`), as a failover would.
+    pub fn promote(&self) {
+        let reply = redis_cli(self.port, &["replicaof", "no", "one"]);
+        assert!(reply.starts_with("OK"), "REPLICAOF NO ONE: {reply}");
+    }
+}
+
 /// The service name the test sentinels monitor.
 pub const SENTINEL_SERVICE: &str = "fredlock-test";
 
@@ -571,8 +609,8 @@ macro_rules! for_each_kind {
 
 /// A TCP proxy on loopback in front of one server: it forwards both ways until
 /// [`stall`](Self::stall) is called, then accepts and reads but never answers (what it holds is
-/// delivered if [`resume`](Self::resume) is called). A node that hangs without closing its
-/// connections, which a client notices only by timing out.
+/// delivered if [`resume`](Self::resume) is called, and lost on a [`cut`](Self::cut)). A node
+/// that hangs without closing its connections, which a client notices only by timing out.
 ///
 /// It can also [`cut`](Self::cut): close every connection and refuse new ones (accepted and
 /// closed at once) until [`heal`](Self::heal), as a network that drops the server would.
@@ -651,6 +689,11 @@ impl StallingProxy {
     }
 
     /// The `redis://` URL clients should use.
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -740,6 +783,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, faults: Faults<'_>) {
         }
         while faults.stalled.load(Ordering::SeqCst) && !faults.stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(5));
+        }
+        // A cut drops what a stall held, as a network that went down loses what was in flight.
+        if faults.cut.load(Ordering::SeqCst) || faults.stop.load(Ordering::Relaxed) {
+            break;
         }
         if faults
             .lose_reply

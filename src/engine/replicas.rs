@@ -1,0 +1,197 @@
+//! Replica sync: every change waits until enough replicas have it.
+//!
+//! `WAIT` counts the replicas that acknowledged the writes *of the connection it is sent on*,
+//! and blocks that connection meanwhile. So a synced write takes a connection of its own from a
+//! small pool, runs its script there, sends `WAIT` (or `WAITAOF`) after it, and gives the
+//! connection back; the shared command connection never waits for a replica.
+//!
+//! A write whose acknowledgement falls short fails as a lost reply would (its effect on the
+//! master is known, but not that it would survive a failover): the ledger settles it, so an
+//! acquire is undone unless a later attempt of the same owner gets it acknowledged, and a
+//! renewal counts as failed.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::{Builder, Value};
+use tokio::sync::Semaphore;
+
+use crate::error::not_replicated;
+
+/// What replica sync was configured with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SyncSettings {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    pub(crate) connections: usize,
+}
+
+/// Where writes go: the command connection, or with replica sync a pool of connections that
+/// each wait for the replicas after their write.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    pub(crate) client: Client,
+    sync: Option<Arc<Syncer>>,
+}
+
+struct Syncer {
+    connections: Vec<Client>,
+    free: Mutex<Vec<usize>>,
+    available: Semaphore,
+    needed: u32,
+    timeout_ms: i64,
+    /// `WAITAOF 1 <needed>`: the master's and the replicas' AOF have the write on disk.
+    aof: bool,
+}
+
+impl Writer {
+    /// A writer on `client` alone.
+    pub(crate) fn plain(client: Client) -> Writer {
+        Writer { client, sync: None }
+    }
+
+    /// A writer that syncs every write, with `settings.connections` connections of its own made
+    /// by `builder`; checks first that the server runs `WAIT` (and uses `WAITAOF` where it runs
+    /// and the append-only file is on).
+    pub(crate) async fn synced(
+        client: Client,
+        builder: &Builder,
+        settings: SyncSettings,
+    ) -> Result<Writer, String> {
+        let mut connections = Vec::with_capacity(settings.connections);
+        let result = async {
+            for _ in 0..settings.connections {
+                let connection = builder.build().map_err(|error| error.to_string())?;
+                connections.push(connection.clone());
+                connection.init().await.map_err(|error| error.to_string())?;
+            }
+            let probe = &connections[0];
+            let wait: Result<Value, _> = probe
+                .custom(fred::cmd!("WAIT"), vec![Value::from(0), Value::from(1)])
+                .await;
+            if let Err(error) = wait {
+                return Err(format!("the server refuses WAIT ({error})"));
+            }
+            let waitaof: Result<Value, _> = probe
+                .custom(
+                    fred::cmd!("WAITAOF"),
+                    vec![Value::from(0), Value::from(0), Value::from(1)],
+                )
+                .await;
+            let appendonly: Result<Vec<String>, _> = probe
+                .custom(fred::cmd!("CONFIG"), vec!["GET", "appendonly"])
+                .await;
+            let aof = waitaof.is_ok()
+                && appendonly.is_ok_and(|pair| pair.get(1).is_some_and(|on| on == "yes"));
+            Ok(aof)
+        }
+        .await;
+        let aof = match result {
+            Ok(aof) => aof,
+            Err(error) => {
+                for connection in connections {
+                    let _ = connection.quit().await;
+                }
+                return Err(error);
+            }
+        };
+        let count = connections.len();
+        Ok(Writer {
+            client,
+            sync: Some(Arc::new(Syncer {
+                connections,
+                free: Mutex::new((0..count).collect()),
+                available: Semaphore::new(count),
+                needed: settings.replicas,
+                timeout_ms: i64::try_from(settings.timeout.as_millis())
+                    .unwrap_or(i64::MAX)
+                    .max(1),
+                aof,
+            })),
+        })
+    }
+
+    /// The connections of its own, for reconnects and shutdown.
+    pub(crate) fn own_connections(&self) -> &[Client] {
+        self.sync
+            .as_ref()
+            .map_or(&[], |sync| sync.connections.as_slice())
+    }
+
+    /// Runs `send` (which may send more than once, as [`write`](super::script::write) decides)
+    /// on a connection, then, with replica sync, waits for the replicas on that connection.
+    pub(crate) async fn send<'w, R, F, Fut>(&'w self, send: F) -> Result<R, fred::error::Error>
+    where
+        F: FnOnce(&'w Client) -> Fut,
+        Fut: std::future::Future<Output = Result<R, fred::error::Error>>,
+    {
+        let Some(sync) = &self.sync else {
+            return send(&self.client).await;
+        };
+        let Ok(_permit) = sync.available.acquire().await else {
+            return Err(fred::error::Error::new(
+                fred::error::ErrorKind::Canceled,
+                "replica sync closed",
+            ));
+        };
+        let index = sync
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or(0);
+        let connection = &sync.connections[index];
+        let reply = send(connection).await;
+        let confirmed = match &reply {
+            Ok(_) => sync.confirm(connection).await,
+            Err(_) => Ok(()),
+        };
+        sync.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(index);
+        confirmed?;
+        reply
+    }
+}
+
+impl Syncer {
+    /// Waits for `needed` replicas to acknowledge what `connection` wrote.
+    async fn confirm(&self, connection: &Client) -> Result<(), fred::error::Error> {
+        let needed = i64::from(self.needed);
+        if self.aof {
+            let acked: Vec<i64> = connection
+                .custom(fred::cmd!("WAITAOF"), vec![1, needed, self.timeout_ms])
+                .await?;
+            let local = acked.first().copied().unwrap_or(0);
+            let replicas = acked.get(1).copied().unwrap_or(0);
+            if local < 1 || replicas < needed {
+                return Err(not_replicated(replicas, self.needed));
+            }
+        } else {
+            let acked: i64 = connection
+                .custom(fred::cmd!("WAIT"), vec![needed, self.timeout_ms])
+                .await?;
+            if acked < needed {
+                return Err(not_replicated(acked, self.needed));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_replicated_errors_carry_their_counts() {
+        let error = not_replicated(0, 2);
+        assert_eq!(crate::error::parse_not_replicated(&error), Some((0, 2)));
+        assert!(crate::error::is_transient(&error));
+        let other = fred::error::Error::new(fred::error::ErrorKind::Timeout, "timed out");
+        assert_eq!(crate::error::parse_not_replicated(&other), None);
+    }
+}

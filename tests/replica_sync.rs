@@ -1,0 +1,269 @@
+//! Replica sync: the failover hazard of asynchronous replication, shown without it and closed
+//! with it; waits that stall no one else; renewals that count only when replicated; a server
+//! that cannot sync refused at build.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, free_port, signal, RedisCluster, RedisServer, StallingProxy};
+use fred::prelude::*;
+use fredlock::{Error, LockClient, ReplicaSync};
+use tokio::time::Instant;
+
+async fn synced_client(server: &RedisServer, sync: ReplicaSync) -> LockClient {
+    LockClient::builder()
+        .url(server.url())
+        .replica_sync(sync)
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn fields(server: &RedisServer, name: &str) -> Vec<String> {
+    let raw = server.raw().await;
+    let fields: Vec<String> = raw.hkeys(name).await.unwrap();
+    let _ = raw.quit().await;
+    fields
+}
+
+/// The replica lags: its link to the master stalls (a proxy between them holds what the master
+/// sends). Without replica sync an acquire succeeds; the master is killed, the link goes down
+/// with what it held, and the replica is promoted: the lock is gone, and anyone can take it.
+/// That is the hazard.
+///
+/// (Pausing the replica with SIGSTOP, as the issue suggests, does not lose the write: the kernel
+/// keeps it in the replica's socket buffer, and the replica applies it when it resumes, before
+/// it is promoted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_replica_sync_a_failover_can_lose_a_lock() {
+    bounded(async {
+        let mut master = RedisServer::start();
+        let link = StallingProxy::start(master.port());
+        let replica = RedisServer::start_replica_through(&master, link.port()).await;
+        let client = master.lock_client(Duration::from_secs(30)).await;
+        link.stall();
+        let guard = client.lock("hazard").lock().await.unwrap();
+        assert_eq!(fields(&master, "hazard").await, vec![guard.owner_field()]);
+        master.kill();
+        link.cut();
+        replica.promote();
+        assert!(
+            fields(&replica, "hazard").await.is_empty(),
+            "the promoted replica never saw the lock: it is free again"
+        );
+        println!("hazard shown: the lock acquired before the failover is gone after it");
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// With replica sync, the same acquire fails with `NotReplicated` within its wait, and leaves
+/// nothing held; with the replica in sync, a held lock survives kill -9 of the master plus
+/// promotion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_sync_a_held_lock_survives_the_failover() {
+    bounded(async {
+        let mut master = RedisServer::start();
+        let link = StallingProxy::start(master.port());
+        let replica = RedisServer::start_replica_through(&master, link.port()).await;
+        let sync = ReplicaSync::replicas(1).timeout(Duration::from_millis(300));
+        let client = synced_client(&master, sync).await;
+        let lock = client.lock("survivor");
+
+        link.stall();
+        let started = Instant::now();
+        let error = lock
+            .try_lock(Duration::from_millis(800), None)
+            .await
+            .expect_err("an acquire the replica never confirmed is not reported as held");
+        let took = started.elapsed();
+        println!("unconfirmed acquire ended after {took:?}: {error}");
+        assert!(
+            matches!(
+                error,
+                Error::NotReplicated {
+                    acked: 0,
+                    needed: 1,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(took < Duration::from_millis(800 + 300 + 500), "{took:?}");
+        assert!(
+            common::eventually(Duration::from_secs(2), || async {
+                fields(&master, "survivor").await.is_empty()
+            })
+            .await,
+            "the unconfirmed acquire is undone on the master"
+        );
+        assert!(!lock.is_locked().await.unwrap());
+        link.resume();
+
+        let guard = lock.lock().await.unwrap();
+        let field = guard.owner_field().to_string();
+        master.kill();
+        link.cut();
+        replica.promote();
+        assert_eq!(
+            fields(&replica, "survivor").await,
+            vec![field],
+            "the confirmed lock is on the promoted replica"
+        );
+        drop(guard);
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// The median of `samples` timings of `op`.
+async fn median<F, Fut>(samples: usize, mut op: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let started = Instant::now();
+        op().await;
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[samples / 2]
+}
+
+/// A WAIT blocks only its own connection. With one replica paused for 2 s, an acquire sits in
+/// its WAIT for the whole timeout, while other tasks' reads on the same client and its plain
+/// commands keep their normal latency. With two replicas of which one is paused, synced
+/// lock+unlock of other tasks keeps its normal latency too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_wait_stalls_no_other_task() {
+    bounded(async {
+        // One replica, paused: the acquire waits for it to the timeout.
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&master).await;
+        let sync = ReplicaSync::replicas(1).timeout(Duration::from_secs(2));
+        let client = synced_client(&master, sync).await;
+        let probe = client.lock("stall-probe");
+        let reads = || async {
+            probe.is_locked().await.unwrap();
+            let _: Option<String> = client.redis().get("stall-other").await.unwrap();
+        };
+        let normal = median(51, reads).await;
+        signal(replica.pid(), "STOP");
+        let slow_lock = client.lock("stall-slow");
+        let slow = tokio::spawn(async move {
+            let started = Instant::now();
+            let outcome = slow_lock.try_lock(Duration::ZERO, None).await;
+            (outcome.map(|guard| guard.is_some()), started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let during = median(51, reads).await;
+        let (outcome, took) = slow.await.unwrap();
+        signal(replica.pid(), "CONT");
+        println!(
+            "reads: normal median {normal:?}, during a {took:?} WAIT {during:?}; the slow \
+             acquire: {outcome:?}"
+        );
+        assert!(matches!(outcome, Err(Error::NotReplicated { .. })));
+        assert!(
+            took >= Duration::from_millis(1900),
+            "it sat in its WAIT: {took:?}"
+        );
+        assert!(
+            during <= normal * 2 + Duration::from_millis(1),
+            "reads kept their latency: {normal:?} -> {during:?}"
+        );
+        client.shutdown().await;
+
+        // Two replicas, one paused: synced lock+unlock does not wait for the paused one.
+        let master = RedisServer::start();
+        let first = RedisServer::start_replica_of(&master).await;
+        let _second = RedisServer::start_replica_of(&master).await;
+        let client = synced_client(&master, sync).await;
+        let lock = client.lock("stall-cycle");
+        let cycle = || async {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        };
+        let normal = median(51, cycle).await;
+        signal(first.pid(), "STOP");
+        let during = median(51, cycle).await;
+        signal(first.pid(), "CONT");
+        println!("synced lock+unlock: normal median {normal:?}, one replica paused {during:?}");
+        assert!(
+            during <= normal * 2 + Duration::from_millis(1),
+            "lock+unlock kept its latency: {normal:?} -> {during:?}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A renewal that the replicas do not confirm counts as failed: the holder is told its lock is
+/// lost at the renew deadline, although the master renewed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unconfirmed_renewal_loses_the_lock() {
+    bounded(async {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&master).await;
+        let client = LockClient::builder()
+            .url(master.url())
+            .watchdog_timeout(Duration::from_millis(1500))
+            .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_millis(200)))
+            .build()
+            .await
+            .unwrap();
+        let guard = client.lock("renew-sync").lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(!guard.is_lost(), "confirmed renewals keep it");
+        signal(replica.pid(), "STOP");
+        let paused = Instant::now();
+        tokio::time::timeout(Duration::from_secs(3), guard.lost())
+            .await
+            .expect("told of the loss at the renew deadline");
+        println!("lost {:?} after the replica paused", paused.elapsed());
+        signal(replica.pid(), "CONT");
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A server that refuses WAIT, and a cluster, are refused at build, naming the option.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_sync_is_refused_where_it_cannot_work() {
+    bounded(async {
+        let no_wait = RedisServer::start_with(&["--rename-command", "WAIT", ""], free_port);
+        let error = LockClient::builder()
+            .url(no_wait.url())
+            .replica_sync(ReplicaSync::replicas(1))
+            .build()
+            .await
+            .unwrap_err();
+        println!("{error}");
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        assert!(error.to_string().contains("replica_sync"), "{error}");
+        assert!(error.to_string().contains("WAIT"), "{error}");
+
+        let error = LockClient::builder()
+            .url(no_wait.url())
+            .replica_sync(ReplicaSync::replicas(0))
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("at least one replica"),
+            "{error}"
+        );
+
+        let cluster = RedisCluster::start();
+        let error = LockClient::builder()
+            .url(cluster.url())
+            .replica_sync(ReplicaSync::replicas(1))
+            .build()
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("cluster"), "{error}");
+    })
+    .await;
+}

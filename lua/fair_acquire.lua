@@ -63,6 +63,6 @@ end
 -- Free, and an earlier waiter comes first. If the purge just made it the head,
 -- nobody has told it yet.
 if head ~= previous_head then
-    redis.call('publish', channel .. ':' .. head, message)
+    redis.call(PUBLISH, channel .. ':' .. head, message)
 end
 return math.max(tonumber(redis.call('zscore', timeouts, head)) - now, 1)

@@ -61,6 +61,6 @@ end
 -- Tells `head`, the first waiter if there is one, that the lock is free.
 local function notify_head(channel, message, head)
     if head then
-        redis.call('publish', channel .. ':' .. head, message)
+        redis.call(PUBLISH, channel .. ':' .. head, message)
     end
 end

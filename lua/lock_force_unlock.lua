@@ -9,6 +9,6 @@
 -- type is left alone and reported as WRONGTYPE.
 local deleted = delete_lock(KEYS[1])
 if deleted == 1 then
-    redis.call('publish', KEYS[2], ARGV[1])
+    redis.call(PUBLISH, KEYS[2], ARGV[1])
 end
 return deleted

@@ -18,6 +18,6 @@ if fenced(KEYS[3], 4, ARGV[3]) then
 end
 local released = give_back_holds(KEYS[1], ARGV[3], tonumber(ARGV[4]), ARGV[2])
 if released == 1 and ARGV[1] ~= '' then
-    redis.call('publish', KEYS[2], ARGV[1])
+    redis.call(PUBLISH, KEYS[2], ARGV[1])
 end
 return released

@@ -369,7 +369,17 @@ pub(crate) fn parse_not_replicated(error: &fred::error::Error) -> Option<(u32, u
 /// True when fred did not send the command at all: it had no connection to route it to (it is
 /// reconnecting). Such a command never ran, so sending it again is always safe.
 pub(crate) fn was_not_sent(error: &fred::error::Error) -> bool {
-    error.details().starts_with("Failed to route command")
+    let details = error.details();
+    details.starts_with("Failed to route command")
+        // A cluster node answered MOVED or ASK: the command did not run there, and fred, which
+        // sends each command once (`max_command_attempts` 1), refuses to follow the redirection
+        // with this message. Its routing table is up to date by then, so sending it again goes
+        // to the slot's owner. Once is all it ever writes, so no other failure ends this way.
+        || details == "Too many failed write attempts."
+        // The slot is being migrated and some keys have moved (TRYAGAIN), or the cluster cannot
+        // serve the slot for now (CLUSTERDOWN): refused before running.
+        || details.starts_with("TRYAGAIN")
+        || details.starts_with("CLUSTERDOWN")
 }
 
 /// True when a call that failed with `error` may have run without its reply reaching us: it was

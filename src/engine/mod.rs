@@ -257,8 +257,14 @@ impl Engine {
         let connecting = CloseOnDrop(Some((redis.clone(), subscriber.clone())));
         redis.init().await.map_err(connect_error)?;
         subscriber.init().await.map_err(connect_error)?;
+        // Redisson's default on clusters of Redis 7 and later: sharded pub/sub, which reaches
+        // only the nodes of the channel's slot instead of every node of the cluster.
+        let sharded = settings.config.server.is_clustered()
+            && redis
+                .server_version()
+                .is_some_and(|version| version.major >= 7);
         let writer = match settings.replica_sync {
-            None => replicas::Writer::plain(redis.clone()),
+            None => replicas::Writer::plain(redis.clone(), sharded),
             Some(_) if settings.config.server.is_clustered() => {
                 return Err(Error::InvalidArgument(
                     "replica_sync(..) is not available on a cluster yet (WAIT must reach the \
@@ -287,7 +293,8 @@ impl Engine {
             subscriber.clone(),
             shutdown.clone(),
         ));
-        let (pubsub, pubsub_tasks) = pubsub::PubSub::start(subscriber.clone(), shutdown.clone());
+        let (pubsub, pubsub_tasks) =
+            pubsub::PubSub::start(subscriber.clone(), sharded, shutdown.clone());
         tasks.extend(pubsub_tasks);
         let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();
         let id = Uuid::new_v4();

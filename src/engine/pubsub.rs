@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::config::Options;
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
+use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 use tokio::sync::broadcast::error::RecvError;
@@ -50,6 +50,13 @@ const RETRY_DELAY: Duration = Duration::from_millis(250);
 /// same lock again soon (a worker loop; every waiter with a channel of its own) then
 /// finds it subscribed, instead of paying a SUBSCRIBE, a PING and an UNSUBSCRIBE every time.
 const LINGER: Duration = Duration::from_secs(1);
+
+/// How often, with sharded subscriptions, the subscriber looks for slots that moved (a
+/// migration, a failover). A node that loses a slot drops its subscribers' shard channels with
+/// a `sunsubscribe` that fred does not pass on, so the manager compares the slot owners with
+/// where it subscribed and subscribes again what moved. A waiter woken late by a move is still
+/// bounded by its lock's TTL.
+const SHARD_CHECK: Duration = Duration::from_secs(1);
 
 /// The waiters of one channel in this client.
 #[derive(Debug)]
@@ -147,6 +154,7 @@ impl PubSub {
     /// Creates the registry and starts its two tasks, which run until `shutdown`.
     pub(crate) fn start(
         subscriber: SubscriberClient,
+        sharded: bool,
         shutdown: CancellationToken,
     ) -> (PubSub, Vec<tokio::task::JoinHandle<()>>) {
         let (changed, changes) = mpsc::unbounded_channel();
@@ -158,6 +166,7 @@ impl PubSub {
         });
         let manager = tokio::spawn(manage(
             subscriber.clone(),
+            sharded,
             shared.clone(),
             changes,
             shutdown.clone(),
@@ -322,11 +331,16 @@ impl Shared {
 
 async fn manage(
     subscriber: SubscriberClient,
+    sharded: bool,
     shared: Arc<Shared>,
     mut changes: UnboundedReceiver<Channel>,
     shutdown: CancellationToken,
 ) {
     let mut subscribed: HashSet<Channel> = HashSet::new();
+    // Sharded: the node each channel was subscribed on.
+    let mut homes: HashMap<Channel, Option<Server>> = HashMap::new();
+    let mut shard_check = tokio::time::interval(SHARD_CHECK);
+    shard_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut retry: HashSet<Channel> = HashSet::new();
     // fred's own resubscribing (`manage_subscriptions`) stays off: with two owners of the
     // subscription set, channels left during a reconnect came back and stayed for good.
@@ -344,6 +358,24 @@ async fn manage(
             },
             _ = tokio::time::sleep(RETRY_DELAY), if !pending.is_empty() => {}
             _ = sleep_until(next_expiry) => {}
+            _ = shard_check.tick(), if sharded && !subscribed.is_empty() => {
+                let moved = moved_channels(&subscriber, &homes).await;
+                if !moved.is_empty() {
+                    tracing::debug!(channels = moved.len(), "shard channels moved to another node; subscribing again");
+                    for channel in moved {
+                        // Not subscribed any more where it went: subscribe it there, and let
+                        // its waiters try again, in case an unlock came during the move.
+                        subscribed.remove(&channel);
+                        homes.remove(&channel);
+                        if let Some(entry) = shared.entries.get(&channel) {
+                            entry.wake_all();
+                        }
+                        if !shared.remove_if_unused(&channel) {
+                            pending.insert(channel);
+                        }
+                    }
+                }
+            }
             reconnected = reconnects.recv() => {
                 if let Err(RecvError::Closed) = reconnected {
                     break;
@@ -352,6 +384,7 @@ async fn manage(
                 // subscribed again, and the rest forgotten.
                 tracing::debug!(channels = subscribed.len(), "subscriber reconnected; subscribing again");
                 subscribed.clear();
+                homes.clear();
                 idle.clear();
                 let channels: Vec<Channel> =
                     shared.entries.iter().map(|entry| entry.key().clone()).collect();
@@ -407,14 +440,12 @@ async fn manage(
             false
         });
         if !subscribe.is_empty() {
-            let names: Vec<String> = subscribe.iter().map(|c| c.to_string()).collect();
-            let subscribed_now = async {
-                subscriber.subscribe(names).await?;
-                in_effect(&subscriber).await
-            };
-            match subscribed_now.await {
+            match subscribe_all(&subscriber, sharded, &subscribe).await {
                 Ok(()) => {
                     for channel in subscribe {
+                        if sharded {
+                            homes.insert(channel.clone(), slot_owner(&subscriber, &channel));
+                        }
                         match shared.entries.get(&channel) {
                             Some(entry) => entry.mark_subscribed(),
                             // Only the manager removes entries, so none went meanwhile;
@@ -433,13 +464,13 @@ async fn manage(
             }
         }
         if !unsubscribe.is_empty() {
-            let names: Vec<String> = unsubscribe.iter().map(|c| c.to_string()).collect();
-            match subscriber.unsubscribe(names).await {
+            match unsubscribe_all(&subscriber, sharded, &unsubscribe).await {
                 Ok(()) => {
                     // A waiter that joined meanwhile made a new entry and queued its channel
                     // again, so the next pass subscribes anew.
                     for channel in &unsubscribe {
                         subscribed.remove(channel);
+                        homes.remove(channel);
                     }
                 }
                 Err(error) => {
@@ -477,11 +508,87 @@ async fn forget_stale(subscriber: &SubscriberClient, shared: &Shared) {
     }
 }
 
-async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
+/// `channels` grouped by cluster slot: a sharded (un)subscribe names channels of one slot.
+fn by_slot(channels: &[Channel]) -> HashMap<u16, Vec<String>> {
+    let mut groups: HashMap<u16, Vec<String>> = HashMap::new();
+    for channel in channels {
+        groups
+            .entry(redis_keyslot(channel.as_bytes()))
+            .or_default()
+            .push(channel.to_string());
+    }
+    groups
+}
+
+/// Subscribes `channels` and waits until the server has the subscriptions: one SUBSCRIBE, or
+/// with sharded pub/sub one SSUBSCRIBE per slot, on the slot's node.
+async fn subscribe_all(
+    subscriber: &SubscriberClient,
+    sharded: bool,
+    channels: &[Channel],
+) -> Result<(), fred::error::Error> {
+    if !sharded {
+        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+        subscriber.subscribe(names).await?;
+        return in_effect(subscriber, None).await;
+    }
+    for (slot, names) in by_slot(channels) {
+        subscriber.ssubscribe(names).await?;
+        in_effect(subscriber, Some(slot)).await?;
+    }
+    Ok(())
+}
+
+async fn unsubscribe_all(
+    subscriber: &SubscriberClient,
+    sharded: bool,
+    channels: &[Channel],
+) -> Result<(), fred::error::Error> {
+    if !sharded {
+        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+        return subscriber.unsubscribe(names).await;
+    }
+    for names in by_slot(channels).into_values() {
+        subscriber.sunsubscribe(names).await?;
+    }
+    Ok(())
+}
+
+/// The node that owns `channel`'s slot, as the subscriber's routing table says.
+fn slot_owner(subscriber: &SubscriberClient, channel: &Channel) -> Option<Server> {
+    subscriber
+        .cached_cluster_state()?
+        .get_server(redis_keyslot(channel.as_bytes()))
+        .cloned()
+}
+
+/// The subscribed shard channels whose slot is now on another node than they were subscribed
+/// on, after refreshing the routing table.
+async fn moved_channels(
+    subscriber: &SubscriberClient,
+    homes: &HashMap<Channel, Option<Server>>,
+) -> Vec<Channel> {
+    if let Err(error) = subscriber.sync_cluster().await {
+        tracing::debug!(%error, "could not refresh the cluster's slots");
+        return Vec::new();
+    }
+    homes
+        .iter()
+        .filter(|(channel, home)| slot_owner(subscriber, channel) != **home)
+        .map(|(channel, _)| channel.clone())
+        .collect()
+}
+
+/// Waits until the subscriptions sent before on the connection of `slot` (or, without one,
+/// fred's subscription connection) are in effect.
+async fn in_effect(
+    subscriber: &SubscriberClient,
+    slot: Option<u16>,
+) -> Result<(), fred::error::Error> {
     let options = Options {
-        cluster_hash: subscriber
-            .is_clustered()
-            .then(|| ClusterHash::Custom(redis_keyslot(subscriber.id().as_bytes()))),
+        cluster_hash: subscriber.is_clustered().then(|| {
+            ClusterHash::Custom(slot.unwrap_or_else(|| redis_keyslot(subscriber.id().as_bytes())))
+        }),
         ..Options::default()
     };
     subscriber

@@ -34,6 +34,8 @@ pub(crate) struct SyncSettings {
 pub(crate) struct Writer {
     pub(crate) client: Client,
     sync: Option<Arc<Syncer>>,
+    /// Unlocks are announced with `SPUBLISH` (a cluster of Redis 7 or later).
+    pub(crate) sharded: bool,
 }
 
 struct Syncer {
@@ -48,8 +50,12 @@ struct Syncer {
 
 impl Writer {
     /// A writer on `client` alone.
-    pub(crate) fn plain(client: Client) -> Writer {
-        Writer { client, sync: None }
+    pub(crate) fn plain(client: Client, sharded: bool) -> Writer {
+        Writer {
+            client,
+            sync: None,
+            sharded,
+        }
     }
 
     /// A writer that syncs every write, with `settings.connections` connections of its own made
@@ -100,6 +106,7 @@ impl Writer {
         let count = connections.len();
         Ok(Writer {
             client,
+            sharded: false,
             sync: Some(Arc::new(Syncer {
                 connections,
                 free: Mutex::new((0..count).collect()),

@@ -17,12 +17,22 @@ use tokio::time::Instant;
 use crate::engine::replicas::Writer;
 use crate::error::was_not_sent;
 
-/// A script whose SHA1 is computed once per process.
+/// A script whose SHA1s are computed once per process.
+///
+/// It has up to four texts: with or without the `allow-oom` flags line (for scripts that free
+/// memory, on servers that know flags), and, for scripts that announce an unlock, publishing
+/// with `PUBLISH` or with `SPUBLISH` (sharded pub/sub, on clusters of Redis 7 and later, as
+/// Redisson does there). A script announces with `redis.call(PUBLISH, ..)`; the local `PUBLISH`
+/// is set by the line each text starts with.
 pub(crate) struct Script {
-    body: String,
+    /// Indexed by [`Script::variant`].
+    texts: [Text; 4],
+    freeing: bool,
+}
+
+struct Text {
     sha: String,
-    /// The same script with the `allow-oom` flag, for servers that know script flags.
-    allow_oom: Option<(String, String)>,
+    body: String,
 }
 
 /// The first line that gives a script flags (Redis 7): `allow-oom` lets a script that frees
@@ -31,51 +41,77 @@ pub(crate) struct Script {
 /// its lease ends.
 const ALLOW_OOM: &str = "#!lua flags=allow-oom\n";
 
+/// How a script's text names the command that announces an unlock.
+const PUBLISH_CALL: &str = "redis.call(PUBLISH,";
+
 impl std::fmt::Debug for Script {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Script").field("sha", &self.sha).finish()
+        f.debug_struct("Script")
+            .field("sha", &self.texts[0].sha)
+            .finish()
     }
 }
 
 impl Script {
     /// A script made of `parts`, in order: shared functions first, then the script itself.
     pub(crate) fn new(parts: &[&str]) -> Script {
-        let body = parts.concat();
-        Script {
-            sha: fred::util::sha1_hash(&body),
-            body,
-            allow_oom: None,
-        }
+        Script::compose(parts, false)
     }
 
     /// A script that frees memory (a release, a renewal, a force unlock): sent with the
     /// `allow-oom` flag to servers that know script flags (Redis 7 and later, Valkey), and
     /// without it to older ones, which cannot parse the flags line.
     pub(crate) fn freeing(parts: &[&str]) -> Script {
-        let mut script = Script::new(parts);
-        let flagged = [ALLOW_OOM, &script.body].concat();
-        script.allow_oom = Some((fred::util::sha1_hash(&flagged), flagged));
-        script
+        Script::compose(parts, true)
     }
 
-    /// The whole text sent to a current server.
-    pub(crate) fn body(&self) -> &str {
-        self.allow_oom.as_ref().map_or(&self.body, |(_, body)| body)
-    }
-
-    /// The SHA1 and text to send to `redis`: flagged when the server knows flags (or when its
-    /// version is not known yet; the connection learns it before the first reply).
-    fn for_server(&self, redis: &Client) -> (&str, &str) {
-        match &self.allow_oom {
-            Some((sha, body))
-                if redis
-                    .server_version()
-                    .is_none_or(|version| version.major >= 7) =>
-            {
-                (sha, body)
+    fn compose(parts: &[&str], freeing: bool) -> Script {
+        let body = parts.concat();
+        let publishes = body.contains(PUBLISH_CALL);
+        let text = |flags: bool, sharded: bool| {
+            let flags = if flags && freeing { ALLOW_OOM } else { "" };
+            let publish = match (publishes, sharded) {
+                (false, _) => "",
+                (true, false) => "local PUBLISH = 'publish'\n",
+                (true, true) => "local PUBLISH = 'spublish'\n",
+            };
+            let body = [flags, publish, &body].concat();
+            Text {
+                sha: fred::util::sha1_hash(&body),
+                body,
             }
-            _ => (&self.sha, &self.body),
+        };
+        Script {
+            texts: [
+                text(false, false),
+                text(true, false),
+                text(false, true),
+                text(true, true),
+            ],
+            freeing,
         }
+    }
+
+    /// The index of the text for a server that knows flags or not, with sharded pub/sub or not.
+    fn variant(flags: bool, sharded: bool) -> usize {
+        usize::from(flags) | usize::from(sharded) << 1
+    }
+
+    /// The whole text sent to a current server without sharded pub/sub.
+    pub(crate) fn body(&self) -> &str {
+        &self.texts[Script::variant(self.freeing, false)].body
+    }
+
+    /// The SHA1 and text to send through `writer` on `redis`: flagged when the server knows
+    /// flags (or when its version is not known yet; the connection learns it before the first
+    /// reply), publishing as the writer's deployment does.
+    fn for_server(&self, redis: &Client, sharded: bool) -> (&str, &str) {
+        let flags = self.freeing
+            && redis
+                .server_version()
+                .is_none_or(|version| version.major >= 7);
+        let text = &self.texts[Script::variant(flags, sharded)];
+        (&text.sha, &text.body)
     }
 
     /// Runs the script: one round trip when the server has it cached, two the first time.
@@ -93,7 +129,7 @@ impl Script {
             writer,
             Attempts::UntilSent,
             |redis: &'w Client| async move {
-                let (sha, body) = self.for_server(redis);
+                let (sha, body) = self.for_server(redis, writer.sharded);
                 let (keys, args) = call();
                 match redis.evalsha::<R, _, _, _>(sha, keys, args).await {
                     Err(error) if error.details().starts_with("NOSCRIPT") => {

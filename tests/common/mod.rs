@@ -180,7 +180,12 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        RedisCluster::start_with_replicas(0)
+    }
+
+    /// Three masters, each with `replicas` replicas.
+    pub fn start_with_replicas(replicas: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 RedisServer::start_with(
                     &["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"],
@@ -195,14 +200,32 @@ impl RedisCluster {
         let status = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .expect("run redis-cli --cluster create");
         assert!(status.success(), "redis-cli --cluster create failed");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !nodes.iter().all(|node| cluster_ok(node.port)) {
+        // Replicas are assigned after the slots: wait until every node sees them all, synced.
+        let replicas_seen = |port: u16| {
+            redis_cli(port, &["cluster", "nodes"])
+                .lines()
+                .filter(|line| {
+                    line.split(' ')
+                        .nth(2)
+                        .is_some_and(|flags| flags.contains("slave"))
+                })
+                .count()
+                == 3 * replicas
+        };
+        let replica_synced = |port: u16| {
+            let info = redis_cli(port, &["info", "replication"]);
+            !info.contains("role:slave") || info.contains("master_link_status:up")
+        };
+        while !nodes.iter().all(|node| {
+            cluster_ok(node.port) && replicas_seen(node.port) && replica_synced(node.port)
+        }) {
             assert!(Instant::now() < deadline, "cluster did not become ready");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -212,6 +235,65 @@ impl RedisCluster {
     /// The `redis-cluster://` URL of the first node; fred discovers the rest.
     pub fn url(&self) -> String {
         format!("redis-cluster://127.0.0.1:{}", self.nodes[0].port)
+    }
+
+    /// The port of the master that owns `key`'s slot, as the first node's `CLUSTER NODES` says.
+    pub fn master_of(&self, key: &str) -> u16 {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let nodes = redis_cli(self.nodes[0].port, &["cluster", "nodes"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() < 9 || !fields[2].contains("master") {
+                continue;
+            }
+            let owns = fields[8..].iter().any(|range| {
+                let mut bounds = range
+                    .split('-')
+                    .filter_map(|bound| bound.parse::<u16>().ok());
+                match (bounds.next(), bounds.next()) {
+                    (Some(start), Some(end)) => (start..=end).contains(&slot),
+                    (Some(only), None) => only == slot,
+                    _ => false,
+                }
+            });
+            if owns {
+                if let Some(port) = fields[1]
+                    .split(['@', ':'])
+                    .nth(1)
+                    .and_then(|p| p.parse().ok())
+                {
+                    return port;
+                }
+            }
+        }
+        panic!("no master owns slot {slot}: {nodes}");
+    }
+
+    /// The node id of the server on `port`.
+    pub fn node_id(&self, port: u16) -> String {
+        redis_cli(port, &["cluster", "myid"]).trim().to_string()
+    }
+
+    /// Ports of the replicas of the master on `port`.
+    pub fn replicas_of(&self, port: u16) -> Vec<u16> {
+        let id = self.node_id(port);
+        redis_cli(port, &["cluster", "nodes"])
+            .lines()
+            .filter(|line| line.contains("slave") && line.contains(&id))
+            .filter_map(|line| {
+                let address = line.split(' ').nth(1)?;
+                address.split(['@', ':']).nth(1)?.parse().ok()
+            })
+            .collect()
+    }
+
+    /// Waits until every node agrees on the slots and says `cluster_state:ok`.
+    pub fn await_ok(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.nodes.iter().all(|node| cluster_ok(node.port)) {
+            assert!(Instant::now() < deadline, "cluster not ok within {limit:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// A plain fred cluster client.

@@ -1,0 +1,214 @@
+//! Clusters: waiting on sharded pub/sub (Redis 7), a master failing over, and a waited lock's
+//! slot migrating to another master mid-wait.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, eventually, redis_cli, RedisCluster};
+use fredlock::{LockClient, LockGuard};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+async fn client(cluster: &RedisCluster, watchdog: Duration) -> LockClient {
+    LockClient::builder()
+        .url(cluster.url())
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn channel(name: &str) -> String {
+    format!("redisson_lock__channel:{{{name}}}")
+}
+
+/// A waiter of `name` on `client`, reporting its guard and when it got it.
+fn waiter(client: &LockClient, name: &str) -> JoinHandle<(LockGuard, Instant)> {
+    let lock = client.lock(name);
+    tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        (guard, Instant::now())
+    })
+}
+
+/// The shard channels the node on `port` has subscribers for.
+fn shard_channels(port: u16) -> Vec<String> {
+    redis_cli(port, &["pubsub", "shardchannels"])
+        .lines()
+        .map(str::to_string)
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// Unlocks `guard` and returns how long after that `waiter` held the lock.
+async fn hand_over(guard: LockGuard, waiter: JoinHandle<(LockGuard, Instant)>) -> Duration {
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while the lock is held"
+    );
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    let (held, at) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter acquires after the unlock")
+        .unwrap();
+    held.unlock().await.unwrap();
+    at.saturating_duration_since(released)
+}
+
+/// On a Redis 7 cluster a waiter subscribes with SSUBSCRIBE on the node of its lock's slot, and
+/// the unlock's SPUBLISH wakes it; no classic channel exists anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_use_sharded_pubsub_on_a_cluster() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_secs(30)).await;
+        let other = client(&cluster, Duration::from_secs(30)).await;
+        let name = "shard-lock";
+        let owner = cluster.master_of(name);
+        let guard = holder.lock(name).lock().await.unwrap();
+        let waiting = waiter(&other, name);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                shard_channels(owner).contains(&channel(name))
+            })
+            .await,
+            "PUBSUB SHARDCHANNELS on the slot's master shows the lock's channel"
+        );
+        for node in &cluster.nodes {
+            let classic = redis_cli(node.port(), &["pubsub", "channels"]);
+            assert!(classic.trim().is_empty(), "PUBSUB CHANNELS: {classic}");
+        }
+        let woke = hand_over(guard, waiting).await;
+        println!("sharded wake-up {woke:?} after the unlock");
+        assert!(woke < Duration::from_millis(250), "{woke:?}");
+        holder.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}
+
+/// `CLUSTER FAILOVER` of the master holding a watchdog lock while a waiter waits: the renewals
+/// go on on the new master (or the loss is reported), and the unlock wakes the waiter within
+/// 250 ms, not by TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_keeps_locks_and_waiters_working() {
+    bounded(async {
+        let cluster = RedisCluster::start_with_replicas(1);
+        let watchdog = Duration::from_secs(3);
+        let holder = client(&cluster, watchdog).await;
+        let other = client(&cluster, watchdog).await;
+        let name = "failover-lock";
+        let old = cluster.master_of(name);
+        let replica = cluster.replicas_of(old)[0];
+        let guard = holder.lock(name).lock().await.unwrap();
+        let field = guard.owner_field().to_string();
+        let waiting = waiter(&other, name);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let reply = redis_cli(replica, &["cluster", "failover"]);
+        assert!(reply.starts_with("OK"), "CLUSTER FAILOVER: {reply}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while cluster.master_of(name) != replica {
+            assert!(Instant::now() < deadline, "the replica did not take over");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        cluster.await_ok(Duration::from_secs(20));
+        println!("{replica} took over the slot from {old}");
+
+        tokio::time::sleep(watchdog * 2).await;
+        if guard.is_lost() {
+            println!("the holder was told its lock is lost");
+            let _ = waiting.await;
+        } else {
+            let fields = redis_cli(replica, &["hkeys", name]);
+            assert_eq!(fields.trim(), field, "renewed on the new master");
+            let ttl: i64 = redis_cli(replica, &["pttl", name]).trim().parse().unwrap();
+            assert!(ttl > 0, "{ttl}");
+            let woke = hand_over(guard, waiting).await;
+            println!("renewals continued; the waiter held {woke:?} after the unlock");
+            assert!(
+                woke < Duration::from_millis(250),
+                "woken by the unlock: {woke:?}"
+            );
+        }
+        holder.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}
+
+/// The waited lock's slot moves to another master mid-wait (`CLUSTER SETSLOT` + `MIGRATE`):
+/// the waiter subscribes again on the new owner and is still woken within 250 ms of the unlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_mid_wait_still_wakes_its_waiter() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_secs(30)).await;
+        let other = client(&cluster, Duration::from_secs(30)).await;
+        let name = "migrating-lock";
+        let slot = fred::util::redis_keyslot(name.as_bytes()).to_string();
+        let source = cluster.master_of(name);
+        let target = cluster
+            .nodes
+            .iter()
+            .map(|node| node.port())
+            .find(|port| *port != source)
+            .unwrap();
+        let guard = holder.lock(name).lock().await.unwrap();
+        let waiting = waiter(&other, name);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                shard_channels(source).contains(&channel(name))
+            })
+            .await
+        );
+
+        let source_id = cluster.node_id(source);
+        let target_id = cluster.node_id(target);
+        let ok = |reply: String| assert!(reply.starts_with("OK"), "{reply}");
+        ok(redis_cli(
+            target,
+            &["cluster", "setslot", &slot, "importing", &source_id],
+        ));
+        ok(redis_cli(
+            source,
+            &["cluster", "setslot", &slot, "migrating", &target_id],
+        ));
+        let keys = redis_cli(source, &["cluster", "getkeysinslot", &slot, "100"]);
+        for key in keys.lines().filter(|key| !key.is_empty()) {
+            let target_port = target.to_string();
+            ok(redis_cli(
+                source,
+                &["migrate", "127.0.0.1", &target_port, key, "0", "5000"],
+            ));
+        }
+        for node in &cluster.nodes {
+            ok(redis_cli(
+                node.port(),
+                &["cluster", "setslot", &slot, "node", &target_id],
+            ));
+        }
+        cluster.await_ok(Duration::from_secs(20));
+        assert_eq!(cluster.master_of(name), target);
+        println!("slot {slot} moved from {source} to {target}");
+
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                shard_channels(target).contains(&channel(name))
+            })
+            .await,
+            "the waiter subscribed again on the slot's new master"
+        );
+        let woke = hand_over(guard, waiting).await;
+        println!("the waiter held {woke:?} after the unlock");
+        assert!(
+            woke < Duration::from_millis(250),
+            "woken by the unlock: {woke:?}"
+        );
+        holder.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}

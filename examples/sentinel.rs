@@ -6,14 +6,14 @@
 //! ```
 //!
 //! Uses the sentinels in `REDIS_SENTINELS` watching `REDIS_SERVICE` when they are set (and then
-//! does not fail anything over); otherwise starts a throw-away master, replica and sentinel
+//! does not fail anything over); otherwise starts a throw-away master, two replicas and a sentinel
 //! (`redis-server` must be on PATH), and has the sentinel fail the master over while the lock is
-//! held.
+//! held. Every change waits for one replica (replica sync), so the lock survives the failover.
 
 use std::time::Duration;
 
 use fred::prelude::*;
-use fredlock::LockClient;
+use fredlock::{LockClient, ReplicaSync};
 
 mod throwaway;
 
@@ -35,7 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let setup = throwaway::ThrowAwaySentinel::start("fredlock-example")?;
             let sentinels = vec![("127.0.0.1".to_string(), setup.sentinel.port())];
             println!(
-                "started a throw-away master on {}, its replica and a sentinel on {}",
+                "started a throw-away master on {}, two replicas and a sentinel on {}",
                 setup.master.port(),
                 setup.sentinel.port()
             );
@@ -47,9 +47,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // With passwords: `.credentials(None, "..")` for the servers, `.sentinel_credentials(..)`
     // for the sentinels. The same as a URL:
     // `redis-sentinel://10.0.0.1:26379?sentinelServiceName=locks&node=10.0.0.2:26379`.
+    //
+    // Replication is asynchronous: a replica promoted before a lock reached it comes up
+    // without it. Replica sync makes every change wait until a replica has it, so a lock that
+    // `lock()` returned survives the failover. (Renewals need a replica too: with one replica
+    // only, the promoted master would have none until the old one rejoins, seconds later.)
     let client = LockClient::builder()
         .sentinel(service.as_str(), sentinels.iter().cloned())
         .watchdog_timeout(Duration::from_secs(6))
+        .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_secs(1)))
         .build()
         .await?;
     println!("connected to the master of {service:?}");
@@ -59,14 +65,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("holding {:?}", lock.name());
 
     if _setup.is_some() {
-        // Replication is asynchronous: a replica promoted before the hold reached it comes up
-        // without the lock. Here we wait for it by hand (WAIT); see the README's deployment
-        // table for what this means in production.
-        let acked: i64 = client
-            .redis()
-            .custom(fred::cmd!("WAIT"), vec![1, 2000])
-            .await?;
-        println!("the hold reached {acked} replica(s)");
         fail_over(&sentinels[0], &service).await?;
         // Two watchdog timeouts: without renewals on the new master the lock would be gone.
         tokio::time::sleep(Duration::from_secs(12)).await;

@@ -79,7 +79,8 @@ impl LockClient {
     ///   is gone and fencing tokens start again from 1;
     /// - no replicas behind Sentinel or in a cluster (nothing to fail over to), and
     ///   asynchronous replication where there are replicas (a failover can lose a lock taken
-    ///   just before it);
+    ///   just before it) unless [`replica_sync`](crate::LockClientBuilder::replica_sync) is on;
+    /// - fewer replicas connected than `replica_sync` asks for (every acquisition then fails);
     /// - a server that refuses `WAIT`, or `CONFIG GET` (the memory and persistence checks are
     ///   then skipped and say so).
     ///
@@ -124,9 +125,10 @@ impl LockClient {
         } else {
             nodes.push(self.check_node(redis, None).await?);
         }
+        let needed = self.engine().core().writer.replicas_needed();
         let warnings = nodes
             .iter()
-            .flat_map(|node| node_warnings(&topology, node))
+            .flat_map(|node| node_warnings(&topology, node, needed))
             .collect();
         Ok(Deployment {
             topology,
@@ -228,10 +230,17 @@ fn parse_info(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
-/// What in one master's report can break the locks.
-fn node_warnings(topology: &Topology, node: &NodeReport) -> Vec<String> {
+/// What in one master's report can break the locks; `needed` is what replica sync asks for.
+fn node_warnings(topology: &Topology, node: &NodeReport, needed: u32) -> Vec<String> {
     let server = &node.server;
     let mut warnings = Vec::new();
+    if needed > node.replicas {
+        warnings.push(format!(
+            "{server}: replica_sync asks for {needed} replica(s), but {} are connected: every \
+             acquisition fails with NotReplicated until enough replicas are back",
+            node.replicas
+        ));
+    }
     match (&node.maxmemory_policy, node.maxmemory) {
         (Some(policy), _) if policy.starts_with("allkeys-") => warnings.push(format!(
             "{server}: maxmemory-policy {policy} may evict any key, held locks and fence \
@@ -270,11 +279,12 @@ fn node_warnings(topology: &Topology, node: &NodeReport) -> Vec<String> {
         (_, 0) => warnings.push(format!(
             "{server}: a master without replicas: if it fails there is nothing to fail over to"
         )),
-        (_, replicas) => warnings.push(format!(
+        (_, replicas) if needed == 0 => warnings.push(format!(
             "{server}: {replicas} replica(s), replicated asynchronously: a failover may promote \
              a replica that never saw a lock taken just before it, and that lock is then free \
-             twice"
+             twice (replica_sync closes this)"
         )),
+        _ => {}
     }
     warnings
 }

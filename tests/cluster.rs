@@ -116,6 +116,16 @@ async fn a_cluster_failover_keeps_locks_and_waiters_working() {
         }
         cluster.await_ok(Duration::from_secs(20));
         println!("{replica} took over the slot from {old}");
+        // A new lock in the same slot is taken on the new master.
+        let fresh = format!("{{{name}}}:fresh");
+        let taken = other
+            .lock(fresh.as_str())
+            .try_lock(Duration::from_secs(5), None)
+            .await
+            .unwrap()
+            .expect("a new acquisition succeeds after the failover");
+        assert!(redis_cli(replica, &["exists", &fresh]).starts_with('1'));
+        taken.unlock().await.unwrap();
 
         tokio::time::sleep(watchdog * 2).await;
         if guard.is_lost() {
@@ -209,6 +219,55 @@ async fn a_slot_migrated_mid_wait_still_wakes_its_waiter() {
         );
         holder.shutdown().await;
         other.shutdown().await;
+    })
+    .await;
+}
+
+/// Redisson on a Redis 7 cluster waits with SSUBSCRIBE and unlocks with SPUBLISH: its unlock
+/// (replayed here: delete, SPUBLISH 0) wakes a fredlock waiter, and fredlock's unlock reaches a
+/// Redisson waiter's shard subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_wake_ups_interoperate_with_redisson() {
+    bounded(async {
+        use fred::prelude::*;
+        let cluster = RedisCluster::start();
+        let raw = cluster.raw().await;
+        let client = client(&cluster, Duration::from_secs(30)).await;
+        let name = "shard-java";
+        let java_field = "6a2c1e5e-4b8f-4f0e-9a8e-3d2b1c0f9e8d:57";
+        let _: () = raw.hset(name, (java_field, 1)).await.unwrap();
+        let _: bool = raw.pexpire(name, 30_000, None).await.unwrap();
+        let owner = cluster.master_of(name);
+        let waiting = waiter(&client, name);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                shard_channels(owner).contains(&channel(name))
+            })
+            .await
+        );
+        // Redisson's unlock: delete, SPUBLISH 0 on the channel.
+        let _: i64 = raw.del(name).await.unwrap();
+        let _: i64 = raw.spublish(channel(name), 0).await.unwrap();
+        let released = Instant::now();
+        let (guard, held) = waiting.await.unwrap();
+        let woke = held.saturating_duration_since(released);
+        println!("woken by Redisson's SPUBLISH after {woke:?}");
+        assert!(woke < Duration::from_millis(250), "{woke:?}");
+
+        // A Redisson waiter's subscription hears fredlock's unlock.
+        let java_waiter = raw.clone_new();
+        java_waiter.init().await.unwrap();
+        let mut messages = java_waiter.message_rx();
+        java_waiter.ssubscribe(channel(name)).await.unwrap();
+        guard.unlock().await.unwrap();
+        let message = tokio::time::timeout(Duration::from_secs(2), messages.recv())
+            .await
+            .expect("the unlock is published on the shard channel")
+            .unwrap();
+        assert_eq!(&*message.channel, channel(name));
+        assert_eq!(message.value.as_string().as_deref(), Some("0"));
+        let _ = java_waiter.quit().await;
+        client.shutdown().await;
     })
     .await;
 }

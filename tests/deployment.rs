@@ -235,3 +235,26 @@ async fn the_deployment_check_sees_sentinel_and_cluster_topologies() {
     })
     .await;
 }
+
+/// Replica sync on a master without replicas: every acquisition would fail, and the check says
+/// so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_check_flags_replica_sync_without_replicas() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = fredlock::LockClient::builder()
+            .url(server.url())
+            .replica_sync(fredlock::ReplicaSync::replicas(1))
+            .build()
+            .await
+            .unwrap();
+        let report = client.check_deployment().await.unwrap();
+        println!("{report}");
+        assert!(
+            warned(&report, "replica_sync asks for 1 replica(s), but 0"),
+            "{report}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}

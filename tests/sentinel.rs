@@ -242,3 +242,36 @@ async fn locks_survive_the_master_being_killed() {
     }))
     .await;
 }
+
+/// With replica sync through Sentinel, a lock whose acquisition returned is on every replica:
+/// the master killed right after it, the promoted replica has it. With one replica left, the
+/// two that replica sync asks for cannot confirm a renewal any more, and the holder is told its
+/// lock is lost at the renew deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_sync_through_sentinel_keeps_a_confirmed_lock() {
+    bounded(async {
+        let mut setup = RedisSentinel::start(2);
+        let old = setup.master_port();
+        let watchdog = Duration::from_secs(6);
+        let client = LockClient::builder()
+            .url(setup.url())
+            .watchdog_timeout(watchdog)
+            .replica_sync(fredlock::ReplicaSync::replicas(2))
+            .build()
+            .await
+            .unwrap();
+        let guard = client.lock("sentinel-synced").lock().await.unwrap();
+        // No pause: the acquisition returned only once both replicas had it.
+        setup.server(old).kill();
+        let new =
+            tokio::task::block_in_place(|| setup.await_new_master(old, Duration::from_secs(30)));
+        let (fields, _) = holders(&setup, new, "sentinel-synced").await;
+        assert_eq!(fields, vec![guard.owner_field().to_string()]);
+        println!("the promoted replica {new} has the confirmed lock");
+        tokio::time::timeout(watchdog * 2, guard.lost())
+            .await
+            .expect("unconfirmed renewals lose the lock");
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -88,12 +88,13 @@ pub fn redis_url() -> std::io::Result<(Option<ThrowAwayRedis>, String)> {
     Ok((Some(server), url))
 }
 
-/// A throw-away Sentinel deployment: a master, one replica and one sentinel watching them as
-/// `service`, in a temporary directory that goes with it.
+/// A throw-away Sentinel deployment: a master, two replicas and one sentinel watching them as
+/// `service`, in a temporary directory that goes with it. Two replicas, so that the master a
+/// failover promotes has a replica at once (the old master rejoins as one only seconds later).
 #[allow(dead_code)] // only the sentinel example
 pub struct ThrowAwaySentinel {
     pub master: ThrowAwayRedis,
-    pub replica: ThrowAwayRedis,
+    pub replicas: Vec<ThrowAwayRedis>,
     pub sentinel: ThrowAwayRedis,
     dir: std::path::PathBuf,
 }
@@ -104,7 +105,7 @@ impl ThrowAwaySentinel {
         let dir =
             std::env::temp_dir().join(format!("fredlock-example-sentinel-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        // The replica's first sync goes through a file: in this directory, not the working one.
+        // A replica's first sync goes through a file: in this directory, not the working one.
         let dir_text = dir.to_string_lossy().into_owned();
         let in_dir = ["--dir", dir_text.as_str()];
         let master = ThrowAwayRedis::start_with(
@@ -112,16 +113,30 @@ impl ThrowAwaySentinel {
             &[&in_dir[..], &["--repl-diskless-sync-delay", "0"]].concat(),
         )?;
         let master_port = master.port().to_string();
-        let replica = ThrowAwayRedis::start_with(
-            None,
-            &[&in_dir[..], &["--replicaof", "127.0.0.1", &master_port]].concat(),
-        )?;
-        // A replica promoted before its first sync would come up empty.
-        for _ in 0..400 {
-            if info_replication(replica.port()).contains("master_link_status:up") {
-                break;
+        let mut replicas = Vec::new();
+        for file in ["replica-1.rdb", "replica-2.rdb"] {
+            let replica = ThrowAwayRedis::start_with(
+                None,
+                &[
+                    &in_dir[..],
+                    &[
+                        "--dbfilename",
+                        file,
+                        "--replicaof",
+                        "127.0.0.1",
+                        &master_port,
+                    ],
+                ]
+                .concat(),
+            )?;
+            // A replica promoted before its first sync would come up empty.
+            for _ in 0..400 {
+                if info_replication(replica.port()).contains("master_link_status:up") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(25));
             }
-            std::thread::sleep(std::time::Duration::from_millis(25));
+            replicas.push(replica);
         }
         // A sentinel rewrites its config file, so it gets one of its own.
         let config = dir.join("sentinel.conf");
@@ -135,7 +150,7 @@ impl ThrowAwaySentinel {
         let sentinel = ThrowAwayRedis::start_with(Some(&config), &["--sentinel"])?;
         Ok(ThrowAwaySentinel {
             master,
-            replica,
+            replicas,
             sentinel,
             dir,
         })

@@ -120,6 +120,11 @@ impl Writer {
         })
     }
 
+    /// Replicas every change waits for (0 without replica sync).
+    pub(crate) fn replicas_needed(&self) -> u32 {
+        self.sync.as_ref().map_or(0, |sync| sync.needed)
+    }
+
     /// The connections of its own, for reconnects and shutdown.
     pub(crate) fn own_connections(&self) -> &[Client] {
         self.sync

@@ -275,3 +275,62 @@ async fn replica_sync_through_sentinel_keeps_a_confirmed_lock() {
     })
     .await;
 }
+
+/// Servers and sentinels with passwords of their own: the client authenticates to both (by URL,
+/// and by builder), and the watcher of master switches authenticates to the sentinels too, so
+/// a `SENTINEL FAILOVER` is followed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_servers_with_passwords() {
+    bounded(async {
+        let setup =
+            RedisSentinel::start_with_passwords(2, Some("server-secret"), Some("sentinel-secret"));
+        let by_url = client(&setup, Duration::from_secs(6)).await;
+        let by_builder = LockClient::builder()
+            .sentinel(
+                SENTINEL_SERVICE,
+                setup
+                    .sentinels
+                    .iter()
+                    .map(|sentinel| ("127.0.0.1", sentinel.port())),
+            )
+            .credentials(None, "server-secret")
+            .sentinel_credentials(None, "sentinel-secret")
+            .build()
+            .await
+            .unwrap();
+        let guard = by_url.lock("sentinel-auth").lock().await.unwrap();
+        assert!(by_builder
+            .lock("sentinel-auth")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        guard.unlock().await.unwrap();
+
+        let failing = Instant::now();
+        let new = tokio::task::block_in_place(|| setup.failover());
+        // Without the watcher (it needs the sentinels' password), the clients would stay on
+        // the old master until the sentinels demote it, about ten seconds later.
+        let lock = by_builder.lock("sentinel-auth-after");
+        let taken = loop {
+            let guard = lock
+                .try_lock(Duration::from_millis(200), None)
+                .await
+                .ok()
+                .flatten();
+            if let Some(guard) = guard {
+                let (fields, _) = holders(&setup, new, "sentinel-auth-after").await;
+                if fields == vec![guard.owner_field().to_string()] {
+                    break failing.elapsed();
+                }
+                guard.unlock().await.unwrap();
+            }
+            assert!(failing.elapsed() < Duration::from_secs(8), "not followed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        println!("first acquisition on the new master {taken:?} after SENTINEL FAILOVER");
+        by_url.shutdown().await;
+        by_builder.shutdown().await;
+    })
+    .await;
+}

@@ -350,40 +350,75 @@ pub struct RedisSentinel {
     /// Every data server, the first master first; which one is master changes on failover.
     pub servers: Vec<RedisServer>,
     pub sentinels: Vec<RedisServer>,
+    /// The data servers' `requirepass`, if any.
+    pub server_password: Option<String>,
+    /// The sentinels' `requirepass`, if any.
+    pub sentinel_password: Option<String>,
 }
 
 impl RedisSentinel {
     /// Starts a master, `replicas` replicas of it and three sentinels, and waits until every
     /// sentinel knows every replica and the other two sentinels (what a failover needs).
     pub fn start(replicas: usize) -> RedisSentinel {
-        let master = RedisServer::start();
+        RedisSentinel::start_with_passwords(replicas, None, None)
+    }
+
+    /// As [`start`](Self::start), with the data servers and the sentinels each protected by
+    /// a password of their own (`requirepass`; the replicas and sentinels are given theirs).
+    pub fn start_with_passwords(
+        replicas: usize,
+        server_password: Option<&str>,
+        sentinel_password: Option<&str>,
+    ) -> RedisSentinel {
+        let mut server_args: Vec<&str> = Vec::new();
+        if let Some(password) = server_password {
+            server_args.extend(["--requirepass", password, "--masterauth", password]);
+        }
+        let master = RedisServer::start_with(&server_args, free_port);
         let master_port = master.port.to_string();
-        let replica_args = ["--replicaof", "127.0.0.1", &master_port];
+        let mut replica_args = server_args.clone();
+        replica_args.extend(["--replicaof", "127.0.0.1", &master_port]);
         let mut servers = vec![master];
         for _ in 0..replicas {
             servers.push(RedisServer::start_with(&replica_args, free_port));
         }
+        let data_cli = |port: u16, args: &[&str]| redis_cli_auth(port, server_password, args);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !servers[1..].iter().all(|replica| {
-            redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up")
+            data_cli(replica.port, &["info", "replication"]).contains("master_link_status:up")
         }) {
             assert!(Instant::now() < deadline, "replicas did not sync");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let config = format!(
+        let mut config = format!(
             "sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\n\
              sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
              sentinel failover-timeout {SENTINEL_SERVICE} 10000\n\
              sentinel parallel-syncs {SENTINEL_SERVICE} {replicas}\n",
             servers[0].port
         );
+        if let Some(password) = server_password {
+            config.push_str(&format!(
+                "sentinel auth-pass {SENTINEL_SERVICE} {password}\n"
+            ));
+        }
+        if let Some(password) = sentinel_password {
+            config.push_str(&format!(
+                "requirepass {password}\nsentinel sentinel-pass {password}\n"
+            ));
+        }
         let sentinels: Vec<RedisServer> = (0..3)
             .map(|_| RedisServer::start_in(&["--sentinel"], free_port, Some(&config)))
             .collect();
-        let setup = RedisSentinel { servers, sentinels };
+        let setup = RedisSentinel {
+            servers,
+            sentinels,
+            server_password: server_password.map(str::to_string),
+            sentinel_password: sentinel_password.map(str::to_string),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !setup.sentinels.iter().all(|sentinel| {
-            let master = sentinel_master_info(sentinel.port);
+            let master = setup.sentinel_master_info(sentinel.port);
             master.get("num-slaves").map(String::as_str) == Some(&*replicas.to_string())
                 && master.get("num-other-sentinels").map(String::as_str) == Some("2")
         }) {
@@ -396,12 +431,41 @@ impl RedisSentinel {
         setup
     }
 
-    /// `redis-sentinel://` with every sentinel and the service name.
+    /// `redis-cli` on a data server, with its password.
+    pub fn data_cli(&self, port: u16, args: &[&str]) -> String {
+        redis_cli_auth(port, self.server_password.as_deref(), args)
+    }
+
+    /// `redis-cli` on a sentinel, with its password.
+    pub fn sentinel_cli(&self, port: u16, args: &[&str]) -> String {
+        redis_cli_auth(port, self.sentinel_password.as_deref(), args)
+    }
+
+    /// `SENTINEL MASTER <service>` of the sentinel on `port`, as field -> value.
+    fn sentinel_master_info(&self, port: u16) -> std::collections::HashMap<String, String> {
+        let reply = self.sentinel_cli(port, &["sentinel", "master", SENTINEL_SERVICE]);
+        let lines: Vec<&str> = reply.lines().collect();
+        lines
+            .chunks(2)
+            .filter(|pair| pair.len() == 2)
+            .map(|pair| (pair[0].to_string(), pair[1].to_string()))
+            .collect()
+    }
+
+    /// `redis-sentinel://` with every sentinel and the service name (and the passwords).
     pub fn url(&self) -> String {
+        let credentials = self
+            .server_password
+            .as_ref()
+            .map(|password| format!(":{password}@"))
+            .unwrap_or_default();
         let mut url = format!(
-            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SENTINEL_SERVICE}",
+            "redis-sentinel://{credentials}127.0.0.1:{}?sentinelServiceName={SENTINEL_SERVICE}",
             self.sentinels[0].port
         );
+        if let Some(password) = &self.sentinel_password {
+            url.push_str(&format!("&sentinelPassword={password}"));
+        }
         for sentinel in &self.sentinels[1..] {
             url.push_str(&format!("&node=127.0.0.1:{}", sentinel.port));
         }
@@ -413,7 +477,7 @@ impl RedisSentinel {
         self.sentinels
             .iter()
             .find_map(|sentinel| {
-                let reply = redis_cli(
+                let reply = self.sentinel_cli(
                     sentinel.port,
                     &["sentinel", "get-master-addr-by-name", SENTINEL_SERVICE],
                 );
@@ -432,7 +496,12 @@ impl RedisSentinel {
 
     /// A plain fred client on the data server on `port`.
     pub async fn raw(&self, port: u16) -> Client {
-        resilient_client(&format!("redis://127.0.0.1:{port}")).await
+        let credentials = self
+            .server_password
+            .as_ref()
+            .map(|password| format!(":{password}@"))
+            .unwrap_or_default();
+        resilient_client(&format!("redis://{credentials}127.0.0.1:{port}")).await
     }
 
     /// Waits until every sentinel names a master other than `old` and that server says it is
@@ -444,7 +513,7 @@ impl RedisSentinel {
                 .sentinels
                 .iter()
                 .map(|sentinel| {
-                    let reply = redis_cli(
+                    let reply = self.sentinel_cli(
                         sentinel.port,
                         &["sentinel", "get-master-addr-by-name", SENTINEL_SERVICE],
                     );
@@ -454,7 +523,7 @@ impl RedisSentinel {
             if let Some(Some(new)) = named.first() {
                 if *new != old
                     && named.iter().all(|port| *port == Some(*new))
-                    && redis_cli(*new, &["role"]).starts_with("master")
+                    && self.data_cli(*new, &["role"]).starts_with("master")
                 {
                     return *new;
                 }
@@ -471,7 +540,7 @@ impl RedisSentinel {
     /// master's port.
     pub fn failover(&self) -> u16 {
         let old = self.master_port();
-        let reply = redis_cli(
+        let reply = self.sentinel_cli(
             self.sentinels[0].port,
             &["sentinel", "failover", SENTINEL_SERVICE],
         );
@@ -480,20 +549,18 @@ impl RedisSentinel {
     }
 }
 
-/// `SENTINEL MASTER <service>` of the sentinel on `port`, as field -> value.
-fn sentinel_master_info(port: u16) -> std::collections::HashMap<String, String> {
-    let reply = redis_cli(port, &["sentinel", "master", SENTINEL_SERVICE]);
-    let lines: Vec<&str> = reply.lines().collect();
-    lines
-        .chunks(2)
-        .filter(|pair| pair.len() == 2)
-        .map(|pair| (pair[0].to_string(), pair[1].to_string()))
-        .collect()
-}
-
 /// What `redis-cli -p port args..` prints (empty when it could not run).
 pub fn redis_cli(port: u16, args: &[&str]) -> String {
-    Command::new("redis-cli")
+    redis_cli_auth(port, None, args)
+}
+
+/// What `redis-cli -p port args..` prints, authenticated with `password` if one is given.
+pub fn redis_cli_auth(port: u16, password: Option<&str>, args: &[&str]) -> String {
+    let mut command = Command::new("redis-cli");
+    if let Some(password) = password {
+        command.env("REDISCLI_AUTH", password);
+    }
+    command
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
         .args(args)
         .stderr(Stdio::null())
@@ -551,8 +618,9 @@ fn ping(port: u16) -> bool {
     if stream.write_all(b"PING\r\n").is_err() {
         return false;
     }
+    // A server with a password answers, too: it is up.
     let mut reply = [0u8; 7];
-    stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    stream.read_exact(&mut reply).is_ok() && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
 }
 
 /// Polls `check` every 20 ms until it holds or `limit` passes; returns whether it held.

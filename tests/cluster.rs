@@ -41,6 +41,21 @@ fn shard_channels(port: u16) -> Vec<String> {
         .collect()
 }
 
+/// Unlocks `guard` and checks that `waiter` holds the lock within 250 ms (woken by the unlock,
+/// not by a TTL); `what` says what happened before, for the report.
+async fn hand_over_promptly(
+    guard: LockGuard,
+    waiter: JoinHandle<(LockGuard, Instant)>,
+    what: &str,
+) {
+    let woke = hand_over(guard, waiter).await;
+    println!("{what}; the waiter held {woke:?} after the unlock");
+    assert!(
+        woke < Duration::from_millis(250),
+        "woken by the unlock: {woke:?}"
+    );
+}
+
 /// Unlocks `guard` and returns how long after that `waiter` held the lock.
 async fn hand_over(guard: LockGuard, waiter: JoinHandle<(LockGuard, Instant)>) -> Duration {
     assert!(
@@ -80,9 +95,7 @@ async fn waiters_use_sharded_pubsub_on_a_cluster() {
             let classic = redis_cli(node.port(), &["pubsub", "channels"]);
             assert!(classic.trim().is_empty(), "PUBSUB CHANNELS: {classic}");
         }
-        let woke = hand_over(guard, waiting).await;
-        println!("sharded wake-up {woke:?} after the unlock");
-        assert!(woke < Duration::from_millis(250), "{woke:?}");
+        hand_over_promptly(guard, waiting, "sharded wake-up").await;
         holder.shutdown().await;
         other.shutdown().await;
     })
@@ -136,12 +149,7 @@ async fn a_cluster_failover_keeps_locks_and_waiters_working() {
             assert_eq!(fields.trim(), field, "renewed on the new master");
             let ttl: i64 = redis_cli(replica, &["pttl", name]).trim().parse().unwrap();
             assert!(ttl > 0, "{ttl}");
-            let woke = hand_over(guard, waiting).await;
-            println!("renewals continued; the waiter held {woke:?} after the unlock");
-            assert!(
-                woke < Duration::from_millis(250),
-                "woken by the unlock: {woke:?}"
-            );
+            hand_over_promptly(guard, waiting, "renewals continued").await;
         }
         holder.shutdown().await;
         other.shutdown().await;
@@ -211,12 +219,7 @@ async fn a_slot_migrated_mid_wait_still_wakes_its_waiter() {
             .await,
             "the waiter subscribed again on the slot's new master"
         );
-        let woke = hand_over(guard, waiting).await;
-        println!("the waiter held {woke:?} after the unlock");
-        assert!(
-            woke < Duration::from_millis(250),
-            "woken by the unlock: {woke:?}"
-        );
+        hand_over_promptly(guard, waiting, "the slot moved").await;
         holder.shutdown().await;
         other.shutdown().await;
     })

@@ -21,6 +21,17 @@ async fn client(setup: &RedisSentinel, watchdog: Duration) -> LockClient {
         .unwrap()
 }
 
+/// A builder finding the master through `setup`'s sentinels with `sentinel(..)`, no URL.
+fn sentinel_builder(setup: &RedisSentinel) -> fredlock::LockClientBuilder {
+    LockClient::builder().sentinel(
+        SENTINEL_SERVICE,
+        setup
+            .sentinels
+            .iter()
+            .map(|sentinel| ("127.0.0.1", sentinel.port())),
+    )
+}
+
 /// The owner fields of the lock `name` on the server on `port`, with the key's TTL.
 async fn holders(setup: &RedisSentinel, port: u16, name: &str) -> (Vec<String>, i64) {
     let raw = setup.raw(port).await;
@@ -39,17 +50,7 @@ async fn locks_work_through_sentinel() {
         let master = setup.master_port();
         let watchdog = Duration::from_millis(1500);
         let first = client(&setup, watchdog).await;
-        let second = LockClient::builder()
-            .sentinel(
-                SENTINEL_SERVICE,
-                setup
-                    .sentinels
-                    .iter()
-                    .map(|sentinel| ("127.0.0.1", sentinel.port())),
-            )
-            .build()
-            .await
-            .unwrap();
+        let second = sentinel_builder(&setup).build().await.unwrap();
 
         let lock = first.lock("sentinel-basic");
         let outer = lock.lock().await.unwrap();
@@ -285,14 +286,7 @@ async fn sentinels_and_servers_with_passwords() {
         let setup =
             RedisSentinel::start_with_passwords(2, Some("server-secret"), Some("sentinel-secret"));
         let by_url = client(&setup, Duration::from_secs(6)).await;
-        let by_builder = LockClient::builder()
-            .sentinel(
-                SENTINEL_SERVICE,
-                setup
-                    .sentinels
-                    .iter()
-                    .map(|sentinel| ("127.0.0.1", sentinel.port())),
-            )
+        let by_builder = sentinel_builder(&setup)
             .credentials(None, "server-secret")
             .sentinel_credentials(None, "sentinel-secret")
             .build()

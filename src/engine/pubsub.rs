@@ -508,6 +508,10 @@ async fn forget_stale(subscriber: &SubscriberClient, shared: &Shared) {
     }
 }
 
+fn names(channels: &[Channel]) -> Vec<String> {
+    channels.iter().map(ToString::to_string).collect()
+}
+
 /// `channels` grouped by cluster slot: a sharded (un)subscribe names channels of one slot.
 fn by_slot(channels: &[Channel]) -> HashMap<u16, Vec<String>> {
     let mut groups: HashMap<u16, Vec<String>> = HashMap::new();
@@ -528,8 +532,7 @@ async fn subscribe_all(
     channels: &[Channel],
 ) -> Result<(), fred::error::Error> {
     if !sharded {
-        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
-        subscriber.subscribe(names).await?;
+        subscriber.subscribe(names(channels)).await?;
         return in_effect(subscriber, None).await;
     }
     for (slot, names) in by_slot(channels) {
@@ -545,8 +548,7 @@ async fn unsubscribe_all(
     channels: &[Channel],
 ) -> Result<(), fred::error::Error> {
     if !sharded {
-        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
-        return subscriber.unsubscribe(names).await;
+        return subscriber.unsubscribe(names(channels)).await;
     }
     for names in by_slot(channels).into_values() {
         subscriber.sunsubscribe(names).await?;

@@ -33,8 +33,8 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// It costs each change a wait for the replicas (`WAIT`, or `WAITAOF` when the server runs it
 /// and has the append-only file on, which also waits for the master's and replicas' fsync). The
 /// waits run on connections of their own (see [`connections`](Self::connections)), so reads and
-/// your own commands on [`LockClient::redis`] never queue behind them. Standalone and Sentinel
-/// deployments; not yet on a cluster.
+/// your own commands on [`LockClient::redis`] never queue behind them. On a cluster each change
+/// waits for the replicas of the master of its slot.
 ///
 /// ```no_run
 /// # async fn demo() -> fredlock::Result<()> {
@@ -242,7 +242,7 @@ impl LockClientBuilder {
 
     /// Confirms every change with replicas before it counts; see [`ReplicaSync`]. Off by
     /// default. `build()` fails with [`Error::InvalidArgument`] naming this option when the
-    /// server refuses `WAIT` (some proxies and managed services do), or on a cluster.
+    /// server refuses `WAIT` (some proxies and managed services do).
     pub fn replica_sync(mut self, sync: ReplicaSync) -> Self {
         self.replica_sync = Some(sync);
         self

@@ -229,7 +229,8 @@ async fn an_unconfirmed_renewal_loses_the_lock() {
     .await;
 }
 
-/// A server that refuses WAIT, and a cluster, are refused at build, naming the option.
+/// A server that refuses WAIT is refused at build, naming the option; so is a sync that asks for
+/// no replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_sync_is_refused_where_it_cannot_work() {
     bounded(async {
@@ -255,15 +256,64 @@ async fn replica_sync_is_refused_where_it_cannot_work() {
             error.to_string().contains("at least one replica"),
             "{error}"
         );
+    })
+    .await;
+}
 
-        let cluster = RedisCluster::start();
-        let error = LockClient::builder()
+/// On a cluster each change waits for the replicas of its slot's master: a lock whose master's
+/// replica is paused cannot be taken (`NotReplicated`), while a lock on another master can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_sync_on_a_cluster_waits_for_the_slots_replicas() {
+    bounded(async {
+        let cluster = RedisCluster::start_with_replicas(1);
+        let client = LockClient::builder()
             .url(cluster.url())
-            .replica_sync(ReplicaSync::replicas(1))
+            .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_millis(300)))
             .build()
             .await
-            .unwrap_err();
-        assert!(error.to_string().contains("cluster"), "{error}");
+            .unwrap();
+        let name = "cluster-synced";
+        let master = cluster.master_of(name);
+        let elsewhere = (0..100)
+            .map(|i| format!("cluster-synced-{i}"))
+            .find(|other| cluster.master_of(other) != master)
+            .unwrap();
+        client
+            .lock(name)
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+
+        let replica = cluster.replicas_of(master)[0];
+        let pid = cluster
+            .nodes
+            .iter()
+            .find(|node| node.port() == replica)
+            .unwrap()
+            .pid();
+        signal(pid, "STOP");
+        let blocked = client
+            .lock(name)
+            .try_lock(Duration::from_millis(500), None)
+            .await;
+        let other = client
+            .lock(elsewhere.as_str())
+            .try_lock(Duration::from_secs(2), None)
+            .await;
+        signal(pid, "CONT");
+        println!("paused replica's master: {blocked:?}; another master: {other:?}");
+        assert!(
+            matches!(blocked, Err(Error::NotReplicated { .. })),
+            "{blocked:?}"
+        );
+        let other = other
+            .unwrap()
+            .expect("a lock on another master is confirmed by its replica");
+        other.unlock().await.unwrap();
+        client.shutdown().await;
     })
     .await;
 }

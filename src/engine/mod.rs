@@ -265,14 +265,7 @@ impl Engine {
                 .is_some_and(|version| version.major >= 7);
         let writer = match settings.replica_sync {
             None => replicas::Writer::plain(redis.clone(), sharded),
-            Some(_) if settings.config.server.is_clustered() => {
-                return Err(Error::InvalidArgument(
-                    "replica_sync(..) is not available on a cluster yet (WAIT must reach the \
-                     master of each key's slot): use it with a standalone or Sentinel deployment"
-                        .into(),
-                ))
-            }
-            Some(sync) => replicas::Writer::synced(redis.clone(), &builder, sync)
+            Some(sync) => replicas::Writer::synced(redis.clone(), sharded, &builder, sync)
                 .await
                 .map_err(|problem| {
                     Error::InvalidArgument(format!(

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::types::{Builder, Value};
+use fred::types::config::Options;
+use fred::types::{Builder, ClusterHash, Value};
 use tokio::sync::Semaphore;
 
 use crate::error::not_replicated;
@@ -63,6 +64,7 @@ impl Writer {
     /// and the append-only file is on).
     pub(crate) async fn synced(
         client: Client,
+        sharded: bool,
         builder: &Builder,
         settings: SyncSettings,
     ) -> Result<Writer, String> {
@@ -106,7 +108,7 @@ impl Writer {
         let count = connections.len();
         Ok(Writer {
             client,
-            sharded: false,
+            sharded,
             sync: Some(Arc::new(Syncer {
                 connections,
                 free: Mutex::new((0..count).collect()),
@@ -134,7 +136,14 @@ impl Writer {
 
     /// Runs `send` (which may send more than once, as [`write`](super::script::write) decides)
     /// on a connection, then, with replica sync, waits for the replicas on that connection.
-    pub(crate) async fn send<'w, R, F, Fut>(&'w self, send: F) -> Result<R, fred::error::Error>
+    ///
+    /// On a cluster the wait goes to the master of `slot`, the slot of the change's keys, on the
+    /// same pooled connection (each pooled client has one connection per master).
+    pub(crate) async fn send<'w, R, F, Fut>(
+        &'w self,
+        slot: impl FnOnce() -> Option<u16>,
+        send: F,
+    ) -> Result<R, fred::error::Error>
     where
         F: FnOnce(&'w Client) -> Fut,
         Fut: std::future::Future<Output = Result<R, fred::error::Error>>,
@@ -157,7 +166,7 @@ impl Writer {
         let connection = &sync.connections[index];
         let reply = send(connection).await;
         let confirmed = match &reply {
-            Ok(_) => sync.confirm(connection).await,
+            Ok(_) => sync.confirm(connection, slot()).await,
             Err(_) => Ok(()),
         };
         sync.free
@@ -170,9 +179,19 @@ impl Writer {
 }
 
 impl Syncer {
-    /// Waits for `needed` replicas to acknowledge what `connection` wrote.
-    async fn confirm(&self, connection: &Client) -> Result<(), fred::error::Error> {
+    /// Waits for `needed` replicas to acknowledge what `connection` wrote (on a cluster, to
+    /// the master of `slot`).
+    async fn confirm(
+        &self,
+        connection: &Client,
+        slot: Option<u16>,
+    ) -> Result<(), fred::error::Error> {
         let needed = i64::from(self.needed);
+        let options = Options {
+            cluster_hash: slot.map(ClusterHash::Custom),
+            ..Options::default()
+        };
+        let connection = connection.with_options(&options);
         if self.aof {
             let acked: Vec<i64> = connection
                 .custom(fred::cmd!("WAITAOF"), vec![1, needed, self.timeout_ms])

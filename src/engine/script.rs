@@ -12,6 +12,7 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::{FromValue, Key, Value};
+use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
 use crate::engine::replicas::Writer;
@@ -125,9 +126,19 @@ impl Script {
         call: impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, fred::error::Error> {
         let call = &call;
+        // With replica sync on a cluster, where to wait: the slot of the first key (every key of
+        // a call is in one slot). Asked for only then, off the common path.
+        let slot = || {
+            call()
+                .0
+                .first()
+                .filter(|_| writer.client.is_clustered())
+                .map(|key| redis_keyslot(key.as_bytes()))
+        };
         write(
             writer,
             Attempts::UntilSent,
+            slot,
             |redis: &'w Client| async move {
                 let (sha, body) = self.for_server(redis, writer.sharded);
                 let (keys, args) = call();
@@ -168,9 +179,13 @@ pub(crate) enum Attempts {
 
 /// The funnel of every write to Redis: sends the command `send` makes, as `attempts` says, on
 /// the connection the writer gives it (with replica sync, one that then waits for the replicas).
+///
+/// `slot` says which cluster slot the command writes to; it is asked only when the writer syncs
+/// replicas.
 pub(crate) async fn write<'w, R, F, Fut>(
     writer: &'w Writer,
     attempts: Attempts,
+    slot: impl FnOnce() -> Option<u16>,
     send: F,
 ) -> Result<R, fred::error::Error>
 where
@@ -179,7 +194,7 @@ where
 {
     let send = &send;
     writer
-        .send(|redis| async move {
+        .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
             loop {
                 match send(redis).await {

@@ -98,7 +98,8 @@ impl Nodes {
     pub(crate) fn acquire(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
         self.on_every_node(token, timeout, move |writer, key, token| async move {
             // Sent once: the release that may follow must come after it on the wire.
-            let reply: Option<String> = write(&writer, Attempts::Once, |redis| {
+            let slot = || Some(fred::util::redis_keyslot(key.as_bytes()));
+            let reply: Option<String> = write(&writer, Attempts::Once, slot, |redis| {
                 redis.set(
                     key.clone(),
                     token.as_str(),

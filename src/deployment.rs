@@ -179,16 +179,7 @@ impl LockClient {
                 .await
                 .map_err(|error| failed("INFO replication", error))?,
         );
-        let (flavour, version) = match server_info.get("valkey_version") {
-            Some(version) => ("valkey", version.clone()),
-            None => (
-                "redis",
-                server_info
-                    .get("redis_version")
-                    .cloned()
-                    .unwrap_or_default(),
-            ),
-        };
+        let (flavour, version) = flavour(&server_info);
         // One setting at a time: `CONFIG GET a b` needs Redis 7.
         let mut config = HashMap::new();
         for name in ["maxmemory", "maxmemory-policy", "appendonly", "save"] {
@@ -219,6 +210,21 @@ impl LockClient {
             appendonly: config.get("appendonly").map(|value| value == "yes"),
             save: config.get("save").cloned(),
         })
+    }
+}
+
+/// The server's flavour and its own version from `INFO server`: Valkey reports
+/// `valkey_version` (and a `redis_version` of the Redis it is compatible with).
+fn flavour(server_info: &HashMap<String, String>) -> (&'static str, String) {
+    match server_info.get("valkey_version") {
+        Some(version) => ("valkey", version.clone()),
+        None => (
+            "redis",
+            server_info
+                .get("redis_version")
+                .cloned()
+                .unwrap_or_default(),
+        ),
     }
 }
 
@@ -321,5 +327,20 @@ impl fmt::Display for Deployment {
             writeln!(f, "warning: {warning}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valkey_is_told_from_redis() {
+        let valkey = parse_info(
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.2\r\n",
+        );
+        assert_eq!(flavour(&valkey), ("valkey", "8.0.2".to_string()));
+        let redis = parse_info("# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n");
+        assert_eq!(flavour(&redis), ("redis", "7.0.15".to_string()));
     }
 }

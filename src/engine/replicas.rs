@@ -151,30 +151,46 @@ impl Writer {
         let Some(sync) = &self.sync else {
             return send(&self.client).await;
         };
-        let Ok(_permit) = sync.available.acquire().await else {
+        let Ok(permit) = sync.available.acquire().await else {
             return Err(fred::error::Error::new(
                 fred::error::ErrorKind::Canceled,
                 "replica sync closed",
             ));
         };
-        let index = sync
+        let checkout = Checkout {
+            sync,
+            index: sync
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop()
+                .unwrap_or(0),
+            _permit: permit,
+        };
+        let connection = &sync.connections[checkout.index];
+        let reply = send(connection).await;
+        if reply.is_ok() {
+            sync.confirm(connection, slot()).await?;
+        }
+        reply
+    }
+}
+
+/// One pooled connection, in use until dropped: a change cancelled midway (a renewal given up
+/// at its deadline) still gives it back.
+struct Checkout<'s> {
+    sync: &'s Syncer,
+    index: usize,
+    _permit: tokio::sync::SemaphorePermit<'s>,
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
+        self.sync
             .free
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or(0);
-        let connection = &sync.connections[index];
-        let reply = send(connection).await;
-        let confirmed = match &reply {
-            Ok(_) => sync.confirm(connection, slot()).await,
-            Err(_) => Ok(()),
-        };
-        sync.free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(index);
-        confirmed?;
-        reply
+            .push(self.index);
     }
 }
 

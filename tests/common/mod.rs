@@ -317,16 +317,30 @@ impl RedisServer {
             RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port], free_port);
         let raw = master.raw().await;
         let deadline = Instant::now() + Duration::from_secs(20);
+        // Streaming when a write made now is acknowledged by every replica of the master, this
+        // one included (a WAIT for one replica could be answered by an older one).
         loop {
-            let _: () = raw
-                .set("replica-probe", 1, None, None, false)
-                .await
-                .unwrap();
-            let acked: i64 = raw.custom(fred::cmd!("WAIT"), vec![1, 500]).await.unwrap();
-            if acked == 1 {
-                break;
+            let linked =
+                redis_cli(replica.port, &["info", "replication"]).contains("master_link_status:up");
+            if linked {
+                let replicas: i64 = redis_cli(master.port, &["info", "replication"])
+                    .lines()
+                    .find_map(|line| line.trim().strip_prefix("connected_slaves:")?.parse().ok())
+                    .unwrap_or(0);
+                let _: () = raw
+                    .set("replica-probe", 1, None, None, false)
+                    .await
+                    .unwrap();
+                let acked: i64 = raw
+                    .custom(fred::cmd!("WAIT"), vec![replicas, 500])
+                    .await
+                    .unwrap();
+                if replicas > 0 && acked == replicas {
+                    break;
+                }
             }
             assert!(Instant::now() < deadline, "the replica did not sync");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let _: i64 = raw.del("replica-probe").await.unwrap();
         let _ = raw.quit().await;

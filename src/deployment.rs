@@ -4,12 +4,11 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use fred::clients::Client;
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{Server, ServerConfig};
-use fred::types::Value;
 
 use crate::client::LockClient;
+use crate::engine::replicas::{config_get, WaitSupport};
 use crate::error::{Error, Result};
 
 /// How the client reaches Redis.
@@ -120,10 +119,15 @@ impl LockClient {
                 .map(|state| state.unique_primary_nodes())
                 .unwrap_or_default();
             for master in masters {
-                nodes.push(self.check_node(redis, Some(master)).await?);
+                let server = master.to_string();
+                nodes.push(check_node(&redis.with_cluster_node(master), server).await?);
             }
         } else {
-            nodes.push(self.check_node(redis, None).await?);
+            let server = redis.active_connections().first().map_or_else(
+                || self.engine().core().address.to_string(),
+                Server::to_string,
+            );
+            nodes.push(check_node(redis, server).await?);
         }
         let needed = self.engine().core().writer.replicas_needed();
         let warnings = nodes
@@ -136,81 +140,49 @@ impl LockClient {
             warnings,
         })
     }
+}
 
-    async fn check_node(&self, redis: &Client, node: Option<Server>) -> Result<NodeReport> {
-        let server = match &node {
-            Some(node) => node.to_string(),
-            None => redis.active_connections().first().map_or_else(
-                || self.engine().core().address.to_string(),
-                Server::to_string,
-            ),
-        };
-        let failed = |what: &str, source| Error::Redis {
-            context: format!("checking the deployment: {what}"),
-            server: server.clone(),
-            source,
-        };
-        let send = |command: &'static str, args: Vec<Value>| {
-            let node = node.clone();
-            async move {
-                match node {
-                    Some(node) => {
-                        redis
-                            .with_cluster_node(node)
-                            .custom::<Value, Value>(fred::cmd!(command), args)
-                            .await
-                    }
-                    None => {
-                        redis
-                            .custom::<Value, Value>(fred::cmd!(command), args)
-                            .await
-                    }
-                }
-            }
-        };
-        let info = |value: Value| parse_info(&value.as_string().unwrap_or_default());
-        let server_info = info(
-            send("INFO", vec!["server".into()])
-                .await
-                .map_err(|error| failed("INFO server", error))?,
-        );
-        let replication = info(
-            send("INFO", vec!["replication".into()])
-                .await
-                .map_err(|error| failed("INFO replication", error))?,
-        );
-        let (flavour, version) = flavour(&server_info);
-        // One setting at a time: `CONFIG GET a b` needs Redis 7.
-        let mut config = HashMap::new();
-        for name in ["maxmemory", "maxmemory-policy", "appendonly", "save"] {
-            if let Ok(Value::Array(pair)) = send("CONFIG", vec!["GET".into(), name.into()]).await {
-                if let Some(value) = pair.get(1).and_then(Value::as_string) {
-                    config.insert(name, value);
-                }
-            }
-        }
-        // `WAIT 0 1` and `WAITAOF 0 0 1` return at once: no replica or fsync is waited for.
-        let wait = send("WAIT", vec![0.into(), 1.into()]).await.is_ok();
-        let waitaof = send("WAITAOF", vec![0.into(), 0.into(), 1.into()])
+/// What the master `node` (named `server`) says of itself.
+async fn check_node<C: ClientLike>(node: &C, server: String) -> Result<NodeReport> {
+    let server_name = &server;
+    let info = |section: &'static str| async move {
+        let text: String = node
+            .custom(fred::cmd!("INFO"), vec![section])
             .await
-            .is_ok();
-        Ok(NodeReport {
-            server,
-            flavour: flavour.into(),
-            version,
-            role: replication.get("role").cloned().unwrap_or_default(),
-            replicas: replication
-                .get("connected_slaves")
-                .and_then(|count| count.parse().ok())
-                .unwrap_or(0),
-            wait,
-            waitaof,
-            maxmemory: config.get("maxmemory").and_then(|value| value.parse().ok()),
-            maxmemory_policy: config.get("maxmemory-policy").cloned(),
-            appendonly: config.get("appendonly").map(|value| value == "yes"),
-            save: config.get("save").cloned(),
-        })
+            .map_err(|source| Error::Redis {
+                context: format!("checking the deployment: INFO {section}"),
+                server: server_name.clone(),
+                source,
+            })?;
+        Ok::<_, Error>(parse_info(&text))
+    };
+    let server_info = info("server").await?;
+    let replication = info("replication").await?;
+    let (flavour, version) = flavour(&server_info);
+    // One setting at a time: `CONFIG GET a b` needs Redis 7.
+    let mut config = HashMap::new();
+    for name in ["maxmemory", "maxmemory-policy", "appendonly", "save"] {
+        if let Some(value) = config_get(node, name).await {
+            config.insert(name, value);
+        }
     }
+    let support = WaitSupport::probe(node).await;
+    Ok(NodeReport {
+        server,
+        flavour: flavour.into(),
+        version,
+        role: replication.get("role").cloned().unwrap_or_default(),
+        replicas: replication
+            .get("connected_slaves")
+            .and_then(|count| count.parse().ok())
+            .unwrap_or(0),
+        wait: support.wait.is_ok(),
+        waitaof: support.waitaof,
+        maxmemory: config.get("maxmemory").and_then(|value| value.parse().ok()),
+        maxmemory_policy: config.get("maxmemory-policy").cloned(),
+        appendonly: config.get("appendonly").map(|value| value == "yes"),
+        save: config.get("save").cloned(),
+    })
 }
 
 /// The server's flavour and its own version from `INFO server`: Valkey reports

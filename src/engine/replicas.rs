@@ -76,24 +76,11 @@ impl Writer {
                 connection.init().await.map_err(|error| error.to_string())?;
             }
             let probe = &connections[0];
-            let wait: Result<Value, _> = probe
-                .custom(fred::cmd!("WAIT"), vec![Value::from(0), Value::from(1)])
-                .await;
-            if let Err(error) = wait {
+            let support = WaitSupport::probe(probe).await;
+            if let Err(error) = support.wait {
                 return Err(format!("the server refuses WAIT ({error})"));
             }
-            let waitaof: Result<Value, _> = probe
-                .custom(
-                    fred::cmd!("WAITAOF"),
-                    vec![Value::from(0), Value::from(0), Value::from(1)],
-                )
-                .await;
-            let appendonly: Result<Vec<String>, _> = probe
-                .custom(fred::cmd!("CONFIG"), vec!["GET", "appendonly"])
-                .await;
-            let aof = waitaof.is_ok()
-                && appendonly.is_ok_and(|pair| pair.get(1).is_some_and(|on| on == "yes"));
-            Ok(aof)
+            Ok(support.waitaof && config_get(probe, "appendonly").await.as_deref() == Some("yes"))
         }
         .await;
         let aof = match result {
@@ -227,6 +214,36 @@ impl Syncer {
         }
         Ok(())
     }
+}
+
+/// Whether a server runs the commands replica sync waits with.
+pub(crate) struct WaitSupport {
+    /// `WAIT`, or what refused it (a proxy, a managed service).
+    pub(crate) wait: Result<(), fred::error::Error>,
+    /// `WAITAOF` (Redis 7.2 and later).
+    pub(crate) waitaof: bool,
+}
+
+impl WaitSupport {
+    /// Asks `server` with nothing to wait for (`WAIT 0 1`, `WAITAOF 0 0 1`), so both return at
+    /// once.
+    pub(crate) async fn probe<C: ClientLike>(server: &C) -> WaitSupport {
+        let wait: Result<Value, _> = server.custom(fred::cmd!("WAIT"), vec![0, 1]).await;
+        let waitaof: Result<Value, _> = server.custom(fred::cmd!("WAITAOF"), vec![0, 0, 1]).await;
+        WaitSupport {
+            wait: wait.map(drop),
+            waitaof: waitaof.is_ok(),
+        }
+    }
+}
+
+/// One setting of `server` (`CONFIG GET name`), or `None` when it is refused or unknown.
+pub(crate) async fn config_get<C: ClientLike>(server: &C, name: &str) -> Option<String> {
+    let pair: Vec<String> = server
+        .custom(fred::cmd!("CONFIG"), vec!["GET", name])
+        .await
+        .ok()?;
+    pair.into_iter().nth(1)
 }
 
 #[cfg(test)]

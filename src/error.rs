@@ -325,9 +325,6 @@ impl Error {
         match self {
             Error::Redis { source, .. } => Some(source),
             Error::Unavailable { source, .. } => source,
-            Error::NotReplicated { acked, needed, .. } => {
-                Some(not_replicated(i64::from(acked), needed))
-            }
             _ => None,
         }
     }
@@ -500,6 +497,15 @@ impl fmt::Display for Context<'_> {
 mod tests {
     use super::*;
     use fred::error::{Error as FredError, ErrorKind};
+
+    #[test]
+    fn not_replicated_errors_carry_their_counts() {
+        let error = not_replicated(0, 2);
+        assert_eq!(parse_not_replicated(&error), Some((0, 2)));
+        assert!(is_transient(&error));
+        let other = FredError::new(ErrorKind::Timeout, "timed out");
+        assert_eq!(parse_not_replicated(&other), None);
+    }
 
     /// fred's answer while it has no connection to route a command to: never sent, so waits keep
     /// waiting and releases are sent again (issue 11, point 3).

@@ -105,7 +105,7 @@ pub(crate) fn acquire(
         // lock held by someone else.
         let mut reached = false;
         // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
-        let mut last_failure: Option<Box<fred::error::Error>> = None;
+        let mut last_failure: Option<Box<Error>> = None;
         let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
         loop {
             if waiter.is_none() && !single_attempt {
@@ -165,7 +165,9 @@ pub(crate) fn acquire(
                     }
                     Err(error) if error.is_transient() && !single_attempt => {
                         tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
-                        last_failure = error.into_source().map(Box::new).or(last_failure);
+                        if !matches!(error, Error::Unavailable { source: None, .. }) {
+                            last_failure = Some(Box::new(error));
+                        }
                         let pause = error_pause(errors);
                         errors = errors.saturating_add(1);
                         pause
@@ -279,26 +281,23 @@ async fn join(core: &Core, channel: Channel, until: Instant) -> Result<Waiter> {
     }
 }
 
-/// How a wait that ran out ends: `Ok(None)` when Redis said the lock was held, else the outage
-/// that kept every attempt from getting an answer.
+/// How a wait that ran out ends: `Ok(None)` when Redis said the lock was held, else what kept
+/// every attempt from an answer that counts: an outage, or replicas that never confirmed.
 fn gave_up(
     engine: &Engine,
     name: &str,
     reached: bool,
-    last_failure: Option<Box<fred::error::Error>>,
+    last_failure: Option<Box<Error>>,
 ) -> Result<Option<Win>> {
     if reached {
         return Ok(None);
     }
-    match last_failure {
-        // Answered, but never confirmed by enough replicas: that, not an outage, is what to say.
-        Some(failure) if crate::error::parse_not_replicated(&failure).is_some() => {
-            Err(engine.redis_error(name, None, *failure))
-        }
+    match last_failure.map(|failure| *failure) {
+        Some(not_replicated @ Error::NotReplicated { .. }) => Err(not_replicated),
         last_failure => Err(unavailable(
             engine,
             name,
-            last_failure.map(|failure| *failure),
+            last_failure.and_then(Error::into_source),
         )),
     }
 }

@@ -245,17 +245,3 @@ pub(crate) async fn config_get<C: ClientLike>(server: &C, name: &str) -> Option<
         .ok()?;
     pair.into_iter().nth(1)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn not_replicated_errors_carry_their_counts() {
-        let error = not_replicated(0, 2);
-        assert_eq!(crate::error::parse_not_replicated(&error), Some((0, 2)));
-        assert!(crate::error::is_transient(&error));
-        let other = fred::error::Error::new(fred::error::ErrorKind::Timeout, "timed out");
-        assert_eq!(crate::error::parse_not_replicated(&other), None);
-    }
-}

@@ -129,11 +129,10 @@ impl Script {
         // With replica sync on a cluster, where to wait: the slot of the first key (every key of
         // a call is in one slot). Asked for only then, off the common path.
         let slot = || {
-            call()
-                .0
-                .first()
-                .filter(|_| writer.client.is_clustered())
-                .map(|key| redis_keyslot(key.as_bytes()))
+            if !writer.client.is_clustered() {
+                return None;
+            }
+            call().0.first().map(|key| redis_keyslot(key.as_bytes()))
         };
         write(
             writer,

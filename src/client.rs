@@ -112,7 +112,7 @@ impl LockClient {
     /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
     /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
     pub fn redis(&self) -> &Client {
-        &self.shared.engine.core().redis
+        self.shared.engine.core().redis()
     }
 
     /// The hash field this client writes for `owner`: `<client uuid>:<owner id>`.

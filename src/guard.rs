@@ -175,7 +175,7 @@ impl LockGuard {
             return Err(self.guard.not_held());
         }
         let engine = self.guard.engine();
-        let redis = &engine.core().redis;
+        let redis = engine.core().redis();
         let mut keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
         if redis.is_clustered() {
             let hash_slot = fred::util::redis_keyslot(self.name().as_bytes());

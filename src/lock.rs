@@ -425,7 +425,7 @@ impl Lock {
         let core = self.client.engine().core();
         core.ensure_open()?;
         engine::check_name(self.name())?;
-        Ok(&core.redis)
+        Ok(core.redis())
     }
 
     /// Acquires the lock for its owner, waiting at most `wait` (`None`: as long as it takes), and

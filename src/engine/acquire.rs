@@ -179,7 +179,7 @@ pub(crate) fn acquire(
                 return Ok(None);
             }
             let until = bounded(Instant::now() + pause, deadline(started, wait));
-            if !engine.core().redis.is_connected() {
+            if !engine.core().redis().is_connected() {
                 // Nothing to subscribe to while fred reconnects: wait for the connection (or the
                 // pause) instead, and try again at once when it is back.
                 boxed(|| reconnected(engine.core(), until)).await?;
@@ -238,7 +238,7 @@ async fn reconnected(core: &Core, until: Instant) -> Result<()> {
     tokio::select! {
         biased;
         _ = core.shutdown.cancelled() => Err(Error::Shutdown),
-        _ = core.redis.wait_for_connect() => Ok(()),
+        _ = core.redis().wait_for_connect() => Ok(()),
         _ = tokio::time::sleep_until(until) => Ok(()),
     }
 }
@@ -324,7 +324,7 @@ async fn attempt(
     single_attempt: bool,
 ) -> Result<Attempt> {
     let core = engine.core();
-    if !core.redis.is_connected() {
+    if !core.redis().is_connected() {
         // fred would queue the script until it reconnects, or until the command timeout.
         return Err(unavailable(engine, kind.name(), Some(not_connected())));
     }

@@ -161,7 +161,7 @@ impl Release {
             // hold up the report of the loss, and the lease ends such a field anyway.
             let last_of_its_owner = core.holds.is_registered(hold) && hold.guards() == 1;
             core.holds.detach(hold, self.lease, None);
-            if !last_of_its_owner || !core.redis.is_connected() {
+            if !last_of_its_owner || !core.redis().is_connected() {
                 return Ok(None);
             }
         }
@@ -174,7 +174,7 @@ impl Release {
         // A release is safe to send again, so a lost reply gets an answer here when one comes
         // within a command timeout; only then is the outcome left to the settle.
         let (reply, resent) = turn
-            .send_again_while_lost(&core.redis, |request| async {
+            .send_again_while_lost(core.redis(), |request| async {
                 let args = ReleaseArgs {
                     field: &hold.pair.field,
                     left,

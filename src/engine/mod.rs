@@ -79,9 +79,8 @@ pub(crate) struct Core {
     pub(crate) id: Uuid,
     /// `id` in Redisson's text form, the first half of every owner field.
     id_text: String,
-    pub(crate) redis: Client,
-    /// Where every change goes: `redis`, or with replica sync connections that wait for the
-    /// replicas after each change.
+    /// Where every change goes: the command connection, or with replica sync connections that
+    /// wait for the replicas after each change.
     pub(crate) writer: replicas::Writer,
     /// The configured server address(es), `host:port[,host:port..]`, for messages naming a node.
     pub(crate) address: Arc<str>,
@@ -98,6 +97,11 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The command connection: every read, and every change without replica sync.
+    pub(crate) fn redis(&self) -> &Client {
+        &self.writer.client
+    }
+
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
     pub(crate) fn field(&self, owner: OwnerId) -> Field {
         let mut buf = [0; OwnerId::MAX_LEN];
@@ -171,7 +175,7 @@ async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
     for connection in core.writer.own_connections() {
         let _ = connection.quit().await;
     }
-    let _ = core.redis.quit().await;
+    let _ = core.redis().quit().await;
     tracing::debug!(client = %core.id, "lock client shut down");
 }
 
@@ -294,7 +298,6 @@ impl Engine {
         let core = Arc::new(Core {
             id,
             id_text: id.hyphenated().to_string(),
-            redis,
             writer,
             address: address.as_str().into(),
             subscriber,

@@ -71,7 +71,7 @@ impl ArmedUndo {
     /// releaser; dropped later, the call finishes in a task of its own ([`InFlight`], which
     /// also keeps the 5 KiB script-call future off the caller's, i.e. every waiter's, stack).
     pub(crate) async fn now(mut self) {
-        if !self.core.redis.is_connected() {
+        if !self.core.redis().is_connected() {
             return; // dropped armed: queued for the releaser
         }
         if let Some(undo) = self.undo.take() {
@@ -105,7 +105,7 @@ impl Leave {
             .turn(&Pair::new(name.clone(), self.field.clone()))
             .await;
         let (left, _) = turn
-            .send_again_while_lost(&core.redis, |request| async {
+            .send_again_while_lost(core.redis(), |request| async {
                 let left = match self.kind.leave(&self.field, &request) {
                     Some(call) => call.run::<i64>(&core.writer).await.map(|left| left == 1),
                     None => Ok(false),

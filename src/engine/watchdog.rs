@@ -21,7 +21,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::Value;
 use tokio::sync::broadcast::error::RecvError;
@@ -64,7 +63,6 @@ type Groups = BTreeMap<(u16, Visit, usize), (&'static Script, Vec<Arc<Hold>>)>;
 
 pub(crate) struct Watchdog {
     core: Arc<Core>,
-    redis: Client,
     timeout: Duration,
     period: Duration,
     retry: Duration,
@@ -80,7 +78,6 @@ impl Watchdog {
         let timeout = core.watchdog_timeout;
         let period = timeout / 3;
         Watchdog {
-            redis: core.redis.clone(),
             core,
             timeout,
             period,
@@ -98,7 +95,7 @@ impl Watchdog {
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         self.queue.insert(Tick::Period, self.period);
         // A reconnect may follow a restart that lost every key: look at once, not a period later.
-        let mut reconnects = self.redis.reconnect_rx();
+        let mut reconnects = self.core.redis().reconnect_rx();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -107,7 +104,7 @@ impl Watchdog {
                         tracing::debug!("reconnected; checking every hold");
                         self.renew_all();
                     }
-                    Err(RecvError::Closed) => reconnects = self.redis.reconnect_rx(),
+                    Err(RecvError::Closed) => reconnects = self.core.redis().reconnect_rx(),
                 },
                 Some(expired) = poll_fn(|cx| self.queue.poll_expired(cx)) => {
                     match expired.into_inner() {
@@ -142,7 +139,7 @@ impl Watchdog {
     /// only still exist (so that their guards learn of a loss before the lease ends), skipping
     /// holds with a visit on its way; grouped by cluster hash slot, in batches.
     fn renew(&mut self, holds: Vec<Arc<Hold>>) {
-        let clustered = self.redis.is_clustered();
+        let clustered = self.core.redis().is_clustered();
         // By cluster hash slot, visit and renewal script (each primitive's own).
         let mut groups: Groups = BTreeMap::new();
         for hold in holds {

@@ -163,7 +163,7 @@ impl Nodes {
                 if core.ensure_open().is_err() {
                     return Call::Done(Reply::Failed(NodeFailureReason::Shutdown));
                 }
-                if !core.redis.is_connected() {
+                if !core.redis().is_connected() {
                     return Call::Done(Reply::Failed(NodeFailureReason::Unreachable(None)));
                 }
                 let call = request(core.writer.clone(), self.key.clone(), token.clone());

@@ -20,15 +20,17 @@ use crate::error::was_not_sent;
 
 /// A script whose SHA1s are computed once per process.
 ///
-/// It has up to four texts: with or without the `allow-oom` flags line (for scripts that free
-/// memory, on servers that know flags), and, for scripts that announce an unlock, publishing
-/// with `PUBLISH` or with `SPUBLISH` (sharded pub/sub, on clusters of Redis 7 and later, as
-/// Redisson does there). A script announces with `redis.call(PUBLISH, ..)`; the local `PUBLISH`
-/// is set by the line each text starts with.
+/// It has a text for each way it can be sent, up to four: with or without the `allow-oom` flags
+/// line (for scripts that free memory, on servers that know flags), and, for scripts that
+/// announce an unlock, publishing with `PUBLISH` or with `SPUBLISH` (sharded pub/sub, on
+/// clusters of Redis 7 and later, as Redisson does there). A script announces with
+/// `redis.call(PUBLISH, ..)`; the local `PUBLISH` is set by the line each text starts with. A
+/// script that does neither has one text.
 pub(crate) struct Script {
-    /// Indexed by [`Script::variant`].
-    texts: [Text; 4],
+    /// Indexed by [`Script::index`].
+    texts: Vec<Text>,
     freeing: bool,
+    publishes: bool,
 }
 
 struct Text {
@@ -48,7 +50,7 @@ const PUBLISH_CALL: &str = "redis.call(PUBLISH,";
 impl std::fmt::Debug for Script {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Script")
-            .field("sha", &self.texts[0].sha)
+            .field("sha", &self.text(false, false).sha)
             .finish()
     }
 }
@@ -70,7 +72,7 @@ impl Script {
         let body = parts.concat();
         let publishes = body.contains(PUBLISH_CALL);
         let text = |flags: bool, sharded: bool| {
-            let flags = if flags && freeing { ALLOW_OOM } else { "" };
+            let flags = if flags { ALLOW_OOM } else { "" };
             let publish = match (publishes, sharded) {
                 (false, _) => "",
                 (true, false) => "local PUBLISH = 'publish'\n",
@@ -82,25 +84,30 @@ impl Script {
                 body,
             }
         };
+        let mut texts = Vec::new();
+        for sharded in [false, true].into_iter().take(1 + usize::from(publishes)) {
+            for flags in [false, true].into_iter().take(1 + usize::from(freeing)) {
+                texts.push(text(flags, sharded));
+            }
+        }
         Script {
-            texts: [
-                text(false, false),
-                text(true, false),
-                text(false, true),
-                text(true, true),
-            ],
+            texts,
             freeing,
+            publishes,
         }
     }
 
-    /// The index of the text for a server that knows flags or not, with sharded pub/sub or not.
-    fn variant(flags: bool, sharded: bool) -> usize {
-        usize::from(flags) | usize::from(sharded) << 1
+    /// The text for a server that knows flags or not, with sharded pub/sub or not: the texts are
+    /// made flags first, each only where the script has it.
+    fn text(&self, flags: bool, sharded: bool) -> &Text {
+        let flags = usize::from(flags && self.freeing);
+        let sharded = usize::from(sharded && self.publishes);
+        &self.texts[sharded * (1 + usize::from(self.freeing)) + flags]
     }
 
     /// The whole text sent to a current server without sharded pub/sub.
     pub(crate) fn body(&self) -> &str {
-        &self.texts[Script::variant(self.freeing, false)].body
+        &self.text(true, false).body
     }
 
     /// The SHA1 and text to send through `writer` on `redis`: flagged when the server knows
@@ -111,7 +118,7 @@ impl Script {
             && redis
                 .server_version()
                 .is_none_or(|version| version.major >= 7);
-        let text = &self.texts[Script::variant(flags, sharded)];
+        let text = self.text(flags, sharded);
         (&text.sha, &text.body)
     }
 
@@ -236,5 +243,33 @@ impl Resend {
         }
         self.pause = (self.pause * 2).min(Duration::from_secs(1));
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_script_has_a_text_per_way_it_can_be_sent() {
+        let plain = Script::new(&["return 1"]);
+        assert_eq!(plain.texts.len(), 1);
+        assert_eq!(plain.text(true, true).body, "return 1");
+
+        let both = Script::freeing(&["redis.call(PUBLISH, KEYS[1], 0)"]);
+        assert_eq!(both.texts.len(), 4);
+        let body = |flags, sharded| both.text(flags, sharded).body.as_str();
+        assert!(!body(false, false).starts_with("#!") && body(false, false).contains("'publish'"));
+        assert!(
+            body(true, false).starts_with(ALLOW_OOM) && body(true, false).contains("'publish'")
+        );
+        assert!(!body(false, true).starts_with("#!") && body(false, true).contains("'spublish'"));
+        assert!(body(true, true).starts_with(ALLOW_OOM) && body(true, true).contains("'spublish'"));
+        assert_eq!(both.body(), body(true, false));
+
+        let publishing = Script::new(&["redis.call(PUBLISH, KEYS[1], 0)"]);
+        assert_eq!(publishing.texts.len(), 2);
+        assert!(publishing.text(true, true).body.contains("'spublish'"));
+        assert!(!publishing.text(true, false).body.starts_with("#!"));
     }
 }

@@ -11,12 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 async fn client(cluster: &RedisCluster, watchdog: Duration) -> LockClient {
-    LockClient::builder()
-        .url(cluster.url())
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .unwrap()
+    common::lock_client_at(&cluster.url(), watchdog).await
 }
 
 fn channel(name: &str) -> String {

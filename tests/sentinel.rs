@@ -13,12 +13,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 async fn client(setup: &RedisSentinel, watchdog: Duration) -> LockClient {
-    LockClient::builder()
-        .url(setup.url())
-        .watchdog_timeout(watchdog)
-        .build()
-        .await
-        .unwrap()
+    common::lock_client_at(&setup.url(), watchdog).await
 }
 
 /// A builder finding the master through `setup`'s sentinels with `sentinel(..)`, no URL.

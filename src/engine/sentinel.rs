@@ -5,7 +5,7 @@
 //! keeps taking writes until the sentinels turn it into a replica, which they do only several
 //! seconds later; everything written there in between is thrown away by the resync. So a
 //! watcher listens on one sentinel for `+switch-master` (and asks it who the master is, in case
-//! a message was missed) and reconnects both connections as soon as the master is another
+//! a message was missed) and reconnects every connection as soon as the master is another
 //! server. The reconnect makes the watchdog renew every hold at once on the new master.
 
 use std::time::Duration;
@@ -163,8 +163,8 @@ impl Watcher {
         result
     }
 
-    /// Reconnects both connections when the master the sentinels name is not the server the
-    /// command connection is on. While it is not connected at all it is already on its way to
+    /// Reconnects every connection (commands, replica sync's, the subscriber) when the master
+    /// the sentinels name is not the server the command connection is on. While it is not connected at all it is already on its way to
     /// the sentinels' master, and is hurried along only when a switch was `announced` (it may be
     /// waiting out a reconnect back-off).
     async fn follow_master(&self, host: &str, port: u16, announced: bool) {

@@ -157,13 +157,18 @@ impl RedisServer {
 
     /// A fredlock client with the given watchdog timeout.
     pub async fn lock_client(&self, watchdog: Duration) -> fredlock::LockClient {
-        fredlock::LockClient::builder()
-            .url(self.url())
-            .watchdog_timeout(watchdog)
-            .build()
-            .await
-            .unwrap()
+        lock_client_at(&self.url(), watchdog).await
     }
+}
+
+/// A fredlock client on `url` (any deployment) with the given watchdog timeout.
+pub async fn lock_client_at(url: &str, watchdog: Duration) -> fredlock::LockClient {
+    fredlock::LockClient::builder()
+        .url(url)
+        .watchdog_timeout(watchdog)
+        .build()
+        .await
+        .unwrap()
 }
 
 impl Drop for RedisServer {

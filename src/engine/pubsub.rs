@@ -485,13 +485,6 @@ async fn manage(
     }
 }
 
-/// Waits until SUBSCRIBEs already sent are in effect on the server.
-///
-/// fred completes a SUBSCRIBE as soon as it is written, not when Redis has processed it. A
-/// waiter told "subscribed" too early would make its second attempt (on the other connection)
-/// possibly before the subscription exists, and miss an unlock published in between. Redis runs
-/// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
-/// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
 /// Drops from fred's tracked set (through UNSUBSCRIBE, a no-op on a new connection) the
 /// channels without a wait entry, so that it never grows with channels nobody waits on.
 async fn forget_stale(subscriber: &SubscriberClient, shared: &Shared) {
@@ -526,6 +519,10 @@ fn by_slot(channels: &[Channel]) -> HashMap<u16, Vec<String>> {
 
 /// Subscribes `channels` and waits until the server has the subscriptions: one SUBSCRIBE, or
 /// with sharded pub/sub one SSUBSCRIBE per slot, on the slot's node.
+///
+/// fred completes an SSUBSCRIBE on the server's reply (it never pipelines one, so that it can
+/// follow a MOVED), unlike a SUBSCRIBE, which it completes once written: only the latter needs
+/// a PING behind it.
 async fn subscribe_all(
     subscriber: &SubscriberClient,
     sharded: bool,
@@ -533,11 +530,10 @@ async fn subscribe_all(
 ) -> Result<(), fred::error::Error> {
     if !sharded {
         subscriber.subscribe(names(channels)).await?;
-        return in_effect(subscriber, None).await;
+        return in_effect(subscriber).await;
     }
-    for (slot, names) in by_slot(channels) {
+    for names in by_slot(channels).into_values() {
         subscriber.ssubscribe(names).await?;
-        in_effect(subscriber, Some(slot)).await?;
     }
     Ok(())
 }
@@ -581,16 +577,18 @@ async fn moved_channels(
         .collect()
 }
 
-/// Waits until the subscriptions sent before on the connection of `slot` (or, without one,
-/// fred's subscription connection) are in effect.
-async fn in_effect(
-    subscriber: &SubscriberClient,
-    slot: Option<u16>,
-) -> Result<(), fred::error::Error> {
+/// Waits until SUBSCRIBEs already sent are in effect on the server.
+///
+/// fred completes a SUBSCRIBE as soon as it is written, not when Redis has processed it. A
+/// waiter told "subscribed" too early would make its second attempt (on the other connection)
+/// possibly before the subscription exists, and miss an unlock published in between. Redis runs
+/// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
+/// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
+async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
     let options = Options {
-        cluster_hash: subscriber.is_clustered().then(|| {
-            ClusterHash::Custom(slot.unwrap_or_else(|| redis_keyslot(subscriber.id().as_bytes())))
-        }),
+        cluster_hash: subscriber
+            .is_clustered()
+            .then(|| ClusterHash::Custom(redis_keyslot(subscriber.id().as_bytes()))),
         ..Options::default()
     };
     subscriber

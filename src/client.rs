@@ -75,7 +75,7 @@ impl LockClient {
             reconnect_policy: settings.reconnect_policy.clone(),
             watchdog_timeout: settings.watchdog_timeout,
             renew_deadline: settings.effective_renew_deadline(),
-            replica_sync: settings.sync_settings(),
+            replica_sync: settings.replica_sync,
         })
         .await?;
         Ok(LockClient {

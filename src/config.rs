@@ -6,6 +6,7 @@ use fred::types::config::{Config, ReconnectPolicy, Server, ServerConfig};
 
 use crate::client::LockClient;
 use crate::engine::durations;
+use crate::engine::replicas::ReplicaSync;
 use crate::error::{Error, Result};
 
 /// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.
@@ -17,69 +18,6 @@ pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one Redis command may take before it fails with [`Error::Redis`].
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Replica sync: every change a lock makes (an acquisition, a release, a renewal, a fair queue's
-/// change, a fencing token) is confirmed by this many replicas before it counts. Off unless
-/// given to [`LockClientBuilder::replica_sync`].
-///
-/// Redis replicates asynchronously: without this, a master that fails right after granting a
-/// lock may be replaced by a replica that never saw it, and the lock is granted again. With it,
-/// an acquisition that the replicas did not confirm within [`timeout`](Self::timeout) is undone
-/// (and tried again while the caller's wait lasts, or reported as
-/// [`Error::NotReplicated`](crate::Error::NotReplicated)); it is never reported as held. A
-/// renewal that is not confirmed counts as failed, so a holder whose replicas fall away is told
-/// its lock is lost at the renew deadline.
-///
-/// It costs each change a wait for the replicas (`WAIT`, or `WAITAOF` when the server runs it
-/// and has the append-only file on, which also waits for the master's and replicas' fsync). The
-/// waits run on connections of their own (see [`connections`](Self::connections)), so reads and
-/// your own commands on [`LockClient::redis`] never queue behind them. On a cluster each change
-/// waits for the replicas of the master of its slot.
-///
-/// ```no_run
-/// # async fn demo() -> fredlock::Result<()> {
-/// use std::time::Duration;
-/// use fredlock::{LockClient, ReplicaSync};
-///
-/// let client = LockClient::builder()
-///     .url("redis-sentinel://10.0.0.1:26379?sentinelServiceName=locks")
-///     .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_millis(500)))
-///     .build()
-///     .await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplicaSync {
-    replicas: u32,
-    timeout: Duration,
-    connections: usize,
-}
-
-impl ReplicaSync {
-    /// Every change waits until `replicas` replicas have it, for at most a second (Redisson's
-    /// `slavesSyncTimeout`), over 4 connections.
-    pub fn replicas(replicas: u32) -> ReplicaSync {
-        ReplicaSync {
-            replicas,
-            timeout: Duration::from_secs(1),
-            connections: 4,
-        }
-    }
-
-    /// How long one change waits for its replicas before it fails. Default 1 s.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How many connections the waits run on, each carrying one change and its wait at a time.
-    /// More lets more changes wait at once (each change otherwise queues for a free one).
-    /// Default 4.
-    pub fn connections(mut self, connections: usize) -> Self {
-        self.connections = connections;
-        self
-    }
-}
 
 /// Builds a [`LockClient`]; start with [`LockClient::builder`].
 ///
@@ -362,16 +300,6 @@ impl LockClientBuilder {
             )));
         }
         LockClient::start(self).await
-    }
-
-    /// Replica sync as the engine takes it.
-    pub(crate) fn sync_settings(&self) -> Option<crate::engine::replicas::SyncSettings> {
-        self.replica_sync
-            .map(|sync| crate::engine::replicas::SyncSettings {
-                replicas: sync.replicas,
-                timeout: sync.timeout,
-                connections: sync.connections,
-            })
     }
 
     /// The fred configuration this builder describes.

@@ -123,11 +123,11 @@ mod spin_lock;
 
 pub use client::LockClient;
 pub use config::{
-    LockClientBuilder, ReplicaSync, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT,
-    DEFAULT_WATCHDOG_TIMEOUT,
+    LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
+pub use engine::replicas::ReplicaSync;
 pub use engine::ClientStats;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;

@@ -70,7 +70,7 @@ pub(crate) struct Settings {
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) watchdog_timeout: Duration,
     pub(crate) renew_deadline: Duration,
-    pub(crate) replica_sync: Option<replicas::SyncSettings>,
+    pub(crate) replica_sync: Option<replicas::ReplicaSync>,
 }
 
 /// What the background tasks share with the handles. Tasks hold this, never [`Engine`], so

@@ -21,12 +21,67 @@ use tokio::sync::Semaphore;
 
 use crate::error::not_replicated;
 
-/// What replica sync was configured with.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct SyncSettings {
+/// Replica sync: every change a lock makes (an acquisition, a release, a renewal, a fair queue's
+/// change, a fencing token) is confirmed by this many replicas before it counts. Off unless
+/// given to [`LockClientBuilder::replica_sync`](crate::LockClientBuilder::replica_sync).
+///
+/// Redis replicates asynchronously: without this, a master that fails right after granting a
+/// lock may be replaced by a replica that never saw it, and the lock is granted again. With it,
+/// an acquisition that the replicas did not confirm within [`timeout`](Self::timeout) is undone
+/// (and tried again while the caller's wait lasts, or reported as
+/// [`Error::NotReplicated`](crate::Error::NotReplicated)); it is never reported as held. A
+/// renewal that is not confirmed counts as failed, so a holder whose replicas fall away is told
+/// its lock is lost at the renew deadline.
+///
+/// It costs each change a wait for the replicas (`WAIT`, or `WAITAOF` when the server runs it
+/// and has the append-only file on, which also waits for the master's and replicas' fsync). The
+/// waits run on connections of their own (see [`connections`](Self::connections)), so reads and
+/// your own commands on [`LockClient::redis`](crate::LockClient::redis) never queue behind
+/// them. On a cluster each change waits for the replicas of the master of its slot.
+///
+/// ```no_run
+/// # async fn demo() -> fredlock::Result<()> {
+/// use std::time::Duration;
+/// use fredlock::{LockClient, ReplicaSync};
+///
+/// let client = LockClient::builder()
+///     .url("redis-sentinel://10.0.0.1:26379?sentinelServiceName=locks")
+///     .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_millis(500)))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaSync {
     pub(crate) replicas: u32,
     pub(crate) timeout: Duration,
     pub(crate) connections: usize,
+}
+
+impl ReplicaSync {
+    /// Every change waits until `replicas` replicas have it, for at most a second (Redisson's
+    /// `slavesSyncTimeout`), over 4 connections.
+    pub fn replicas(replicas: u32) -> ReplicaSync {
+        ReplicaSync {
+            replicas,
+            timeout: Duration::from_secs(1),
+            connections: 4,
+        }
+    }
+
+    /// How long one change waits for its replicas before it fails. Default 1 s.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How many connections the waits run on, each carrying one change and its wait at a time.
+    /// More lets more changes wait at once (each change otherwise queues for a free one).
+    /// Default 4.
+    pub fn connections(mut self, connections: usize) -> Self {
+        self.connections = connections;
+        self
+    }
 }
 
 /// Where writes go: the command connection, or with replica sync a pool of connections that
@@ -66,7 +121,7 @@ impl Writer {
         client: Client,
         sharded: bool,
         builder: &Builder,
-        settings: SyncSettings,
+        settings: ReplicaSync,
     ) -> Result<Writer, String> {
         let mut connections = Vec::with_capacity(settings.connections);
         let result = async {

@@ -48,6 +48,7 @@ pub struct LockClientBuilder {
     sentinel_credentials: Option<Credentials>,
     credentials: Option<Credentials>,
     pub(crate) replica_sync: Option<ReplicaSync>,
+    pub(crate) metrics_lock_names: bool,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -89,6 +90,7 @@ impl Default for LockClientBuilder {
             sentinel_credentials: None,
             credentials: None,
             replica_sync: None,
+            metrics_lock_names: false,
         }
     }
 }
@@ -244,6 +246,17 @@ impl LockClientBuilder {
     /// not contain `{` or `}`, which would change the cluster slot of the names.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Labels every metric of a primitive with its name (label `lock`), besides its kind.
+    /// Default: off, as names are unbounded (an order id per lock makes a time series per
+    /// order); turn it on for a service with a few well-known locks.
+    ///
+    /// Metrics are recorded only with the `metrics` feature; see the README's Operations
+    /// section for their names.
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics_lock_names = on;
         self
     }
 

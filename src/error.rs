@@ -268,6 +268,24 @@ pub(crate) fn waited<T>(outcome: Option<T>) -> Result<T> {
 }
 
 impl Error {
+    /// The error's kind in one word, as metrics label it (`error`).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Error::NotHeld { .. } => "not_held",
+            Error::InvalidArgument(_) => "invalid_argument",
+            Error::WrongType { .. } => "wrong_type",
+            Error::Redis { .. } => "redis",
+            Error::Unavailable { .. } => "unavailable",
+            Error::Lost { .. } => "lost",
+            Error::NotReplicated { .. } => "not_replicated",
+            Error::Shutdown => "shutdown",
+            Error::NoQuorum { .. } => "no_quorum",
+            Error::Unreleased { .. } => "unreleased",
+            Error::Members(_) => "members",
+        }
+    }
+
     /// Converts a fred error met on `server` while working on `lock`, recognising `WRONGTYPE`
     /// replies.
     pub(crate) fn from_redis(

@@ -6,11 +6,17 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{AcquireArgs, Call, Kind, Name, ReleaseArgs, Request, Script, Wake};
+use crate::engine::{
+    keys_without_expiry, AcquireArgs, Call, Inspection, Kind, Leak, Name, ReleaseArgs, Request,
+    Script, Wake,
+};
+use crate::inspect::Layout;
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
-use crate::scripts::{FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_LEAVE, FAIR_RELEASE, LOCK_RENEW};
+use crate::scripts::{
+    FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_INSPECT, FAIR_LEAVE, FAIR_RELEASE, LOCK_RENEW,
+};
 
 /// A reentrant distributed lock whose waiters are served first come, first served: Redisson's
 /// `RFairLock`, with the same keys, so Java and Rust waiters share one line.
@@ -68,6 +74,12 @@ impl LockClient {
         }
     }
 }
+
+/// A fair lock is known by its queue and place-timeout keys, which exist while anyone waits.
+pub(crate) const LAYOUT: Layout = Layout {
+    own_keys: &[names::FAIR_QUEUE, names::FAIR_TIMEOUTS],
+    at_key: |client, key| Lock::of_kind(client.clone(), Fair::new(key, client.fair_wait_timeout())),
+};
 
 impl FairLock {
     /// The same lock, owned by `owner` instead of the current task; see [`Lock::with_owner`].
@@ -159,6 +171,10 @@ impl Kind for Fair {
         self.keys.text(0)
     }
 
+    fn label(&self) -> &'static str {
+        "fair_lock"
+    }
+
     fn key(&self) -> Key {
         self.keys.get(0)
     }
@@ -196,6 +212,36 @@ impl Kind for Fair {
 
     fn renewal(&self) -> &'static Script {
         &LOCK_RENEW
+    }
+
+    fn inspect(&self) -> Call {
+        Call {
+            script: &FAIR_INSPECT,
+            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Besides keys without expiry, a waiter whose place ended more than `grace` ago: every
+    /// acquire purges expired waiters, so one that lingers means nobody has asked since, and it
+    /// keeps the queue's keys alive.
+    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        let mut leaks = keys_without_expiry(inspection, &[]);
+        for waiter in &inspection.queue {
+            if let Some(ago) = waiter.ended_ago.filter(|ago| *ago > grace) {
+                leaks.push(Leak {
+                    name: inspection.name.clone(),
+                    kind: inspection.kind,
+                    key: self.keys.str(1).to_owned(),
+                    rule: "stale_waiter",
+                    detail: format!(
+                        "waiter {} is still queued {ago:?} after its place ended",
+                        waiter.owner
+                    ),
+                });
+            }
+        }
+        leaks
     }
 }
 

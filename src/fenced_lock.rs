@@ -10,9 +10,13 @@ use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{self, AcquireArgs, Call, Kind, Lease, Name, ReleaseArgs, Script, Wake, Win};
+use crate::engine::{
+    self, keys_without_expiry, AcquireArgs, Call, Inspection, Kind, Leak, Lease, Name, ReleaseArgs,
+    Script, Wake, Win,
+};
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
+use crate::inspect::Layout;
 use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
 use crate::names;
 use crate::owner::OwnerId;
@@ -84,6 +88,10 @@ impl Kind for Fenced {
         self.lock.name_text()
     }
 
+    fn label(&self) -> &'static str {
+        "fenced_lock"
+    }
+
     fn key(&self) -> Key {
         self.lock.key()
     }
@@ -105,6 +113,17 @@ impl Kind for Fenced {
     fn renewal(&self) -> &'static Script {
         self.lock.renewal()
     }
+
+    fn inspect(&self) -> Call {
+        let mut call = self.lock.inspect();
+        call.keys.push(self.counter.clone());
+        call
+    }
+
+    /// The token counter never expires by design: tokens must never go backwards.
+    fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
+        keys_without_expiry(inspection, &[self.counter.as_str().unwrap_or_default()])
+    }
 }
 
 impl LockKind for Fenced {
@@ -117,16 +136,26 @@ impl LockClient {
     /// A fenced lock named `name`: reentrant like [`lock`](Self::lock), and every acquisition
     /// comes with a fencing token. Creating it costs nothing and sends nothing.
     pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
-        let name = self.key(name.into());
-        let fenced = Fenced {
-            counter: Key::from(names::fencing_token(&name)),
-            lock: Reentrant::new(name),
-        };
         FencedLock {
-            lock: Lock::of_kind(self.clone(), fenced),
+            lock: fenced_at(self, self.key(name.into())),
         }
     }
 }
+
+/// The fenced lock at `key` (the name with the client's prefix on it).
+fn fenced_at(client: &LockClient, key: String) -> Lock {
+    let fenced = Fenced {
+        counter: Key::from(names::fencing_token(&key)),
+        lock: Reentrant::new(key),
+    };
+    Lock::of_kind(client.clone(), fenced)
+}
+
+/// A fenced lock is known by its token counter, which outlives every hold.
+pub(crate) const LAYOUT: Layout = Layout {
+    own_keys: &[names::FENCING_TOKEN],
+    at_key: fenced_at,
+};
 
 impl FencedLock {
     /// The same lock, owned by `owner` instead of the current task; see [`Lock::with_owner`].
@@ -249,7 +278,7 @@ impl FencedLock {
     }
 
     async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<FencedGuard>> {
-        let Some(Win { guard, value }) = self.lock.win(wait, lease).await? else {
+        let Some(Win { guard, value, .. }) = self.lock.win(wait, lease).await? else {
             return Ok(None);
         };
         let guard = LockGuard::new(guard);

@@ -90,12 +90,23 @@
 //!
 //! - `tls-rustls`: `rediss://` through rustls (ring provider).
 //! - `tls-native-tls`: `rediss://` through the platform's TLS library. With both, URLs use it.
+//! - `metrics`: metrics through the `metrics` facade (see [`metrics`]).
+//! - `cli`: the `fredlock` operator command.
 //!
 //! Without a TLS feature a `rediss://` URL is refused with [`Error::InvalidArgument`]. For a
 //! private CA, build a fred `Config` whose `tls` holds a `TlsConnector` that trusts it, and pass
 //! it to [`LockClientBuilder::config`].
 //!
 //! # Observability
+//!
+//! - Inspections: [`Lock::inspect`] (on every primitive) reads its holders, hold counts,
+//!   remaining leases, a fair lock's queue and a fenced lock's token from the master;
+//!   [`LockClient::inspect`], [`LockClient::list`], [`LockClient::leaks`] and
+//!   [`LockClient::force_unlock`] work by name, and the `fredlock` command (feature `cli`) prints
+//!   them.
+//! - Metrics (feature `metrics`): see [`metrics`] for their names and labels.
+//! - `tracing` spans `acquire` (with `lock`, `kind`, `owner`, `waited_ms`, `outcome`) and
+//!   `release`, at debug level.
 //!
 //! `tracing` events: `acquired` (with `waited_ms`), `waiting`, `released`, renewal failures and
 //! lost locks (`warn`), renewals (`trace`). A [`RedLock`] logs `Redlock acquired` (with
@@ -113,6 +124,7 @@ mod error;
 mod fair_lock;
 mod fenced_lock;
 mod guard;
+mod inspect;
 mod lock;
 mod multi_lock;
 mod names;
@@ -128,11 +140,12 @@ pub use config::{
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
-pub use engine::ClientStats;
+pub use engine::{ClientStats, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
+pub use inspect::DEFAULT_LEAK_GRACE;
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use owner::OwnerId;
@@ -144,6 +157,20 @@ pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 
 #[doc(hidden)]
 pub use scripts::source as script_source;
+
+/// The names of the metrics fredlock records with the `metrics` feature, through the
+/// [`metrics`](https://docs.rs/metrics) facade: nothing is recorded until the application
+/// installs a recorder (a Prometheus exporter, say; see `examples/metrics.rs`).
+///
+/// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`) and,
+/// with [`LockClientBuilder::metrics_lock_names`], `lock` (the name). They are recorded in one
+/// place, the engine every primitive runs on, so a primitive added later has them all.
+pub mod metrics {
+    pub use crate::engine::metrics::{
+        ACQUISITIONS, ALL, ERRORS, HANDOFFS, HELD, LOST, RENEWALS, RENEWAL_FAILURES, TIMEOUTS,
+        WAIT, WAITING,
+    };
+}
 
 /// The fred types that appear in fredlock's API.
 pub use fred;

@@ -10,13 +10,15 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, AcquireArgs, Backoff, Call, Kind, Lease, Name, ReleaseArgs, Script, Wake, Win,
+    self, AcquireArgs, Backoff, Call, Inspection, Kind, Leak, Lease, Name, ReleaseArgs, Script,
+    Wake, Win,
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
+use crate::inspect::Layout;
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
-use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_RELEASE, LOCK_RENEW};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_INSPECT, LOCK_RELEASE, LOCK_RENEW};
 
 /// A reentrant distributed lock, Redisson's `RLock`: at most one owner at a time across every
 /// client on the same Redis, Java Redisson clients included.
@@ -141,6 +143,13 @@ impl Kind for Reentrant {
         self.keys.text(0)
     }
 
+    fn label(&self) -> &'static str {
+        match self.backoff {
+            Some(_) => "spin_lock",
+            None => "lock",
+        }
+    }
+
     fn key(&self) -> Key {
         self.hash()
     }
@@ -172,6 +181,14 @@ impl Kind for Reentrant {
 
     fn renewal(&self) -> &'static Script {
         &LOCK_RENEW
+    }
+
+    fn inspect(&self) -> Call {
+        Call {
+            script: &LOCK_INSPECT,
+            keys: vec![self.hash(), self.fences()],
+            args: Vec::new(),
+        }
     }
 }
 
@@ -407,6 +424,36 @@ impl Lock {
         Ok(deleted == 1)
     }
 
+    /// What Redis holds of this lock now: its holders with their hold counts and remaining
+    /// lease, a fair lock's queue with each place's remaining time, a fenced lock's last token,
+    /// and every key with its expiry. Read in one script call on the master.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// let seen = client.lock("orders:1001").inspect().await?;
+    /// for holder in &seen.holders {
+    ///     println!("{} holds it {} time(s), {:?} left", holder.owner, holder.count, holder.remaining_lease);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
+    /// cannot be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.client.engine().inspect(&*self.kind).await
+    }
+
+    /// What in `inspection` (of this lock) nothing will clean up, by its kind's rules.
+    pub(crate) fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        self.kind.leaks(inspection, grace)
+    }
+
     /// The client this lock belongs to.
     pub(crate) fn client(&self) -> &LockClient {
         &self.client
@@ -474,6 +521,12 @@ impl LockClient {
         Lock::of_kind(self.clone(), Reentrant::new(self.key(name.into())))
     }
 }
+
+/// A plain lock is a hash at its name and nothing else.
+pub(crate) const LAYOUT: Layout = Layout {
+    own_keys: &[],
+    at_key: |client, key| Lock::of_kind(client.clone(), Reentrant::new(key)),
+};
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -620,6 +673,19 @@ macro_rules! lock_reads {
         /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
         pub async fn force_unlock(&self) -> $crate::Result<bool> {
             self.lock.force_unlock().await
+        }
+
+        /// What Redis holds of the lock now; see [`Lock::inspect`](crate::Lock::inspect).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::inspect`](crate::Lock::inspect).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: it only reads.
+        pub async fn inspect(&self) -> $crate::Result<$crate::Inspection> {
+            self.lock.inspect().await
         }
 
         /// The lock's Redis key; see [`Lock::name`](crate::Lock::name).

@@ -36,6 +36,24 @@ pub(crate) fn suffixed(prefix: &str, name: &str) -> String {
     }
 }
 
+/// The name `key` was derived from by [`suffixed`] with `prefix`, if it was: what a scan that
+/// finds a primitive's own key reads its name from.
+pub(crate) fn unsuffixed(prefix: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix(':')?;
+    let braced = rest
+        .strip_prefix('{')
+        .and_then(|inner| inner.strip_suffix('}'));
+    let tagged = rest
+        .strip_prefix('{')
+        .and_then(|inner| inner.split_once("}:"))
+        .map(|(_, name)| name);
+    [braced, tagged, Some(rest)]
+        .into_iter()
+        .flatten()
+        .find(|name| suffixed(prefix, name) == key)
+        .map(str::to_owned)
+}
+
 /// The smallest number whose decimal form hashes to `slot`: the same on every client, so all of
 /// them derive the same keys. The table of all 16384 is built on first use, in one pass over
 /// the numbers below 300 000 (see the test), and only by a process that meets such a name.
@@ -70,14 +88,21 @@ pub(crate) fn lock_channel(name: &str) -> String {
     suffixed("redisson_lock__channel", name)
 }
 
+/// The prefix of a fair lock's queue key.
+pub(crate) const FAIR_QUEUE: &str = "redisson_lock_queue";
+/// The prefix of a fair lock's place-timeout key.
+pub(crate) const FAIR_TIMEOUTS: &str = "redisson_lock_timeout";
+/// The prefix of a fenced lock's token counter key.
+pub(crate) const FENCING_TOKEN: &str = "redisson_lock_token";
+
 /// The fair lock's queue of waiter fields, in arrival order.
 pub(crate) fn fair_queue(name: &str) -> String {
-    suffixed("redisson_lock_queue", name)
+    suffixed(FAIR_QUEUE, name)
 }
 
 /// The fair lock's zset of waiter field -> when the waiter's place expires.
 pub(crate) fn fair_timeouts(name: &str) -> String {
-    suffixed("redisson_lock_timeout", name)
+    suffixed(FAIR_TIMEOUTS, name)
 }
 
 /// fredlock's own set of fenced request ids (see `ledger`); Redisson never reads it.
@@ -87,7 +112,7 @@ pub(crate) fn fences(name: &str) -> String {
 
 /// The fenced lock's counter of fencing tokens.
 pub(crate) fn fencing_token(name: &str) -> String {
-    suffixed("redisson_lock_token", name)
+    suffixed(FENCING_TOKEN, name)
 }
 
 /// The keys of one primitive, one after another in one buffer: a handle made per task (for a
@@ -145,6 +170,28 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_derived_key_gives_back_its_name() {
+        for name in [
+            "orders:1", "a{b}c", "a{b", "}{x", "{}x", "x{}y{z}", "a}b", "",
+        ] {
+            let key = suffixed("redisson_lock_queue", name);
+            assert_eq!(
+                unsuffixed("redisson_lock_queue", &key).as_deref(),
+                Some(name),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            unsuffixed("redisson_lock_queue", "redisson_lock_token:{a}"),
+            None
+        );
+        assert_eq!(
+            unsuffixed("redisson_lock_queue", "redisson_lock_queue:{a}b"),
+            None
+        );
+    }
 
     #[test]
     fn braces_a_plain_name() {

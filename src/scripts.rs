@@ -72,6 +72,16 @@ pub(crate) static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     ])
 });
 
+/// The reads every inspect script starts with.
+const INSPECT: &str = include_str!("../lua/inspect.lua");
+
+/// Reads a lock of the reentrant family for an inspection.
+pub(crate) static LOCK_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&[INSPECT, include_str!("../lua/lock_inspect.lua")]));
+/// Reads a fair lock, with its queue, for an inspection.
+pub(crate) static FAIR_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&[INSPECT, include_str!("../lua/fair_inspect.lua")]));
+
 /// The token check both Redlock scripts start with.
 const REDLOCK_TOKEN: &str = include_str!("../lua/redlock_token.lua");
 
@@ -97,6 +107,8 @@ pub fn source(name: &str) -> Option<&'static str> {
         "fair_leave" => &FAIR_LEAVE,
         "fair_force_unlock" => &FAIR_FORCE_UNLOCK,
         "fenced_acquire" => &crate::fenced_lock::FENCED_ACQUIRE,
+        "lock_inspect" => &LOCK_INSPECT,
+        "fair_inspect" => &FAIR_INSPECT,
         "redlock_release" => &REDLOCK_RELEASE,
         "redlock_extend" => &REDLOCK_EXTEND,
         _ => return None,

@@ -12,6 +12,7 @@ use fred::interfaces::ClientLike;
 use fred::types::Value;
 use rand::Rng;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::engine::durations;
 use crate::engine::guard::Guard;
@@ -19,6 +20,7 @@ use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::ledger::Pair;
+use crate::engine::metrics::{Ended, Waiting};
 use crate::engine::pubsub::{self, Channel, Quiet, Waiter};
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine, Field};
@@ -39,6 +41,8 @@ const MAX_ERROR_PAUSE: Duration = Duration::from_secs(1);
 pub(crate) struct Win {
     pub(crate) guard: Guard,
     pub(crate) value: Option<Value>,
+    /// Whether some attempt found it held first: a hand-off, not an uncontended acquisition.
+    pub(crate) contended: bool,
 }
 
 /// What one run of the acquire script said.
@@ -79,13 +83,50 @@ pub(crate) fn acquire(
 ) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
     // Made now, so that the future keeps the pair instead of the owner it is made from.
     let pair = Pair::new(kind.name_text(), engine.core().field(owner));
+    let label = kind.label();
+    let span = tracing::debug_span!(
+        "acquire",
+        lock = %pair.name, kind = label, owner = %pair.field,
+        waited_ms = tracing::field::Empty, outcome = tracing::field::Empty,
+    );
     async move {
+        let started = Instant::now();
+        let result = acquire_loop(engine, kind, &pair, wait, lease, started).await;
+        let waited = started.elapsed();
+        let ended = match &result {
+            Ok(Some(win)) => Ended::Acquired {
+                contended: win.contended,
+            },
+            Ok(None) => Ended::TimedOut,
+            Err(error) => Ended::Failed(error),
+        };
+        engine
+            .core()
+            .metrics
+            .acquire_ended(label, &pair.name, waited, &ended);
+        let span = tracing::Span::current();
+        span.record("waited_ms", waited.as_millis() as u64);
+        span.record("outcome", ended.outcome());
+        result
+    }
+    .instrument(span)
+}
+
+/// The attempts of one [`acquire`], from `started` on.
+async fn acquire_loop(
+    engine: &Engine,
+    kind: Arc<dyn Kind>,
+    pair: &Pair,
+    wait: Option<Duration>,
+    lease: Lease,
+    started: Instant,
+) -> Result<Option<Win>> {
+    {
         // Locals that only name what the pair or the engine hold are not kept: every one would
         // be room in every waiting task.
         engine.core().ensure_open()?;
         check_name(kind.name())?;
         lease.check(kind.name())?;
-        let started = Instant::now();
         let single_attempt = wait == Some(Duration::ZERO);
         // The deadline and the queue place are worked out where needed from what the future
         // keeps anyway, rather than kept (closures would keep their references).
@@ -107,6 +148,8 @@ pub(crate) fn acquire(
         // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
         let mut last_failure: Option<Box<Error>> = None;
         let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
+        // Counted among the waiting from the first busy reply on, until this future ends.
+        let mut waiting: Option<Waiting> = None;
         loop {
             if waiter.is_none() && !single_attempt {
                 quiet = engine.core().pubsub.quiet(|| channel(&kind, &pair.field));
@@ -120,7 +163,7 @@ pub(crate) fn acquire(
                 attempt(
                     engine,
                     &kind,
-                    &pair,
+                    pair,
                     lease,
                     place(&kind, wait),
                     deadline(started, wait),
@@ -136,7 +179,8 @@ pub(crate) fn acquire(
             let pause = {
                 let attempt = attempt;
                 match attempt {
-                    Ok(Attempt::Won(win)) => {
+                    Ok(Attempt::Won(mut win)) => {
+                        win.contended = busy > 0;
                         // The acquire script took the waiter out of the queue.
                         if let Some(queued) = queued {
                             queued.claim();
@@ -156,6 +200,9 @@ pub(crate) fn acquire(
                             _ => retry_after,
                         };
                         busy = busy.saturating_add(1);
+                        if waiting.is_none() && !single_attempt {
+                            waiting = Some(engine.core().metrics.waiting(kind.label(), &pair.name));
+                        }
                         // Trying again is what keeps a queued waiter's place.
                         place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
                     }
@@ -378,7 +425,11 @@ async fn attempt(
                     .holds
                     .attach(&task_pair, lease, sent_at, &task_kind, value);
                 let guard = Guard::new(engine.clone(), hold, task_kind.clone(), lease);
-                Ok(Outcome::Won(Win { guard, value }))
+                Ok(Outcome::Won(Win {
+                    guard,
+                    value,
+                    contended: false,
+                }))
             }
             Err(error) => Err(error),
         };

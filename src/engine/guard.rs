@@ -8,6 +8,7 @@ use fred::interfaces::ClientLike;
 use fred::types::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::inflight::InFlight;
@@ -49,8 +50,15 @@ impl Guard {
             return Err(if lost { self.not_held() } else { error });
         }
         let release = self.release();
-        let outcome = InFlight::new(|| async move { release.run(&core).await }).await;
-        match outcome {
+        let span = tracing::debug_span!(
+            "release",
+            lock = %self.hold.pair.name, kind = self.kind.label(), owner = %self.hold.pair.field,
+        );
+        let metrics = core.metrics;
+        let outcome = InFlight::new(|| async move { release.run(&core).await })
+            .instrument(span)
+            .await;
+        let result = match outcome {
             Ok(Some(_)) => {
                 tracing::debug!(
                     lock = %self.hold.pair.name, owner = %self.hold.pair.field,
@@ -65,7 +73,11 @@ impl Guard {
                 Some(&self.hold.pair.field),
                 error,
             )),
+        };
+        if let Err(error) = &result {
+            metrics.failed(self.kind.label(), &self.hold.pair.name, error);
         }
+        result
     }
 
     pub(crate) fn is_lost(&self) -> bool {

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::kind::Kind;
 use crate::engine::ledger::Pair;
+use crate::engine::metrics::Metrics;
 use crate::engine::{durations, HashState};
 use crate::error::Result;
 
@@ -101,6 +102,8 @@ pub(crate) struct Hold {
     /// How long after the last confirmed renewal was sent the hold counts as lost while
     /// watchdog guards remain, in ns; see `LockClientBuilder::renew_deadline`.
     renew_deadline: u64,
+    /// Where its loss is counted.
+    metrics: Metrics,
     /// The primitive held, whose key and renewal script the watchdog renews this hold with. Its
     /// guards keep it alive anyway; a copy of the key would cost every held lock its bytes.
     pub(crate) kind: Arc<dyn Kind>,
@@ -198,6 +201,15 @@ impl Hold {
 
     /// Marks the hold lost; every guard's `lost()` completes.
     pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::SeqCst) {
+            self.metrics.lost(self.kind.label(), &self.pair.name);
+        }
+        self.end();
+    }
+
+    /// Marks the hold lost, as [`mark_lost`](Self::mark_lost), without counting a loss: the
+    /// client shuts down.
+    fn end(&self) {
         // Set before the token is looked at, as `lost_token` makes the token before it looks at
         // the flag, each with a fence between: whichever runs second cancels the token.
         self.lost.store(true, Ordering::SeqCst);
@@ -309,16 +321,22 @@ pub(crate) struct Holds {
     map: DashMap<Registered, (), HashState>,
     watchdog_timeout: Duration,
     renew_deadline: Duration,
+    metrics: Metrics,
 }
 
 impl Holds {
-    pub(crate) fn new(watchdog_timeout: Duration, renew_deadline: Duration) -> Holds {
+    pub(crate) fn new(
+        watchdog_timeout: Duration,
+        renew_deadline: Duration,
+        metrics: Metrics,
+    ) -> Holds {
         // Before any hold records an instant.
         LazyLock::force(&EPOCH);
         Holds {
             map: DashMap::with_hasher(HashState::default()),
             watchdog_timeout,
             renew_deadline,
+            metrics,
         }
     }
 
@@ -347,6 +365,7 @@ impl Holds {
             }
             Entry::Vacant(entry) => {
                 entry.insert(());
+                self.metrics.held(kind.label(), &pair.name, 1.0);
                 fresh.0
             }
         };
@@ -390,6 +409,9 @@ impl Holds {
             registered = Arc::ptr_eq(&current.0, hold);
             registered && forget(hold)
         });
+        if removed.is_some() {
+            self.metrics.held(hold.kind.label(), &hold.pair.name, -1.0);
+        }
         if !registered {
             // Not the registered hold (it was lost and replaced): only its own counts change.
             forget(hold);
@@ -453,6 +475,7 @@ impl Holds {
                 expires_at: leased_at.saturating_add(since_epoch_len(lease)),
             }),
             renew_deadline: since_epoch_len(self.renew_deadline),
+            metrics: self.metrics,
             kind: kind.clone(),
             extras: OnceLock::new(),
         })
@@ -467,6 +490,6 @@ impl Holds {
 
     /// Marks every hold lost: nothing renews them once the client shuts down.
     pub(crate) fn lose_all(&self) {
-        self.each(|hold| hold.mark_lost());
+        self.each(|hold| hold.end());
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
+use crate::engine::inspect::{self, Inspection, Leak};
 use crate::engine::ledger::Request;
 use crate::engine::pubsub::Channel;
 use crate::engine::replicas::Writer;
@@ -141,6 +142,10 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// kept by.
     fn name_text(&self) -> Name;
 
+    /// The primitive's kind in one word (`lock`, `fair_lock`, ..): the `kind` label of its
+    /// metrics, and of its inspections.
+    fn label(&self) -> &'static str;
+
     /// The main key as sent to Redis (the renewal script takes it), shared rather than copied.
     fn key(&self) -> Key;
 
@@ -168,4 +173,14 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// The script the watchdog renews (lease > 0) or checks (lease 0) holds with: KEYS are
     /// names, ARGV the lease then one owner field per name; one reply per name, 1 when held.
     fn renewal(&self) -> &'static Script;
+
+    /// The read-only call that reads the primitive for an inspection; it replies in the shape
+    /// [`Inspection::parse`] reads.
+    fn inspect(&self) -> Call;
+
+    /// What in `inspection` nothing will clean up: by default each key without expiry. `grace`
+    /// is how long past its end a waiter's place may linger before it counts.
+    fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
+        inspect::keys_without_expiry(inspection, &[])
+    }
 }

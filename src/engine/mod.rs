@@ -12,9 +12,11 @@ pub(crate) mod durations;
 mod guard;
 mod holds;
 mod inflight;
+pub(crate) mod inspect;
 pub(crate) mod join;
 mod kind;
 mod ledger;
+pub(crate) mod metrics;
 mod pubsub;
 mod releaser;
 pub(crate) mod replicas;
@@ -42,8 +44,11 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{acquire, check_name, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
+pub(crate) use inspect::keys_without_expiry;
+pub use inspect::{Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
+pub(crate) use metrics::Metrics;
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
 
@@ -71,6 +76,7 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) renew_deadline: Duration,
     pub(crate) replica_sync: Option<replicas::ReplicaSync>,
+    pub(crate) metrics: metrics::Metrics,
 }
 
 /// What the background tasks share with the handles. Tasks hold this, never [`Engine`], so
@@ -86,6 +92,8 @@ pub(crate) struct Core {
     pub(crate) address: Arc<str>,
     subscriber: SubscriberClient,
     pub(crate) watchdog_timeout: Duration,
+    /// Where acquisitions, holds and renewals are counted.
+    pub(crate) metrics: metrics::Metrics,
     /// The watchdog lease in ms, encoded once as the scripts take it: most calls carry it.
     watchdog_lease: Value,
     holds: holds::Holds,
@@ -302,12 +310,17 @@ impl Engine {
             address: address.as_str().into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
+            metrics: settings.metrics,
             watchdog_lease: Value::from(
                 Lease::Watchdog
                     .millis(settings.watchdog_timeout)
                     .to_string(),
             ),
-            holds: holds::Holds::new(settings.watchdog_timeout, settings.renew_deadline),
+            holds: holds::Holds::new(
+                settings.watchdog_timeout,
+                settings.renew_deadline,
+                settings.metrics,
+            ),
             ledger: ledger::Ledger::new(),
             pubsub,
             releaser: releaser_tx,

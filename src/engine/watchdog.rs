@@ -236,6 +236,14 @@ impl Watchdog {
                 self.failing.remove(&address(&hold));
                 continue; // released while the renewal was on its way
             }
+            if visit == Visit::Renew {
+                let renewed = matches!(&result, Ok(replies) if replies.get(i).copied() == Some(1));
+                // A field found gone counts as a loss, not as a failed renewal.
+                if renewed || result.is_err() {
+                    let metrics = self.core.metrics;
+                    metrics.renewed(hold.kind.label(), &hold.pair.name, renewed);
+                }
+            }
             match &result {
                 Ok(replies) if replies.get(i).copied() == Some(1) => {
                     if visit == Visit::Renew {

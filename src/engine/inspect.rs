@@ -1,0 +1,386 @@
+//! Inspections: what Redis holds of one primitive (its holders, its queue, its keys and their
+//! expiry), read in one script call from the master, and the rules that call some of it a leak.
+//!
+//! Each primitive provides its own read ([`Kind::inspect`]) and its own leak rules
+//! ([`Kind::leaks`]); every read replies in the one shape [`Inspection::parse`] reads (see
+//! `lua/inspect.lua`), so this module knows no primitive.
+
+use std::fmt;
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, PubsubInterface};
+use fred::types::scan::ScanType;
+use fred::types::Value;
+use uuid::Uuid;
+
+use crate::engine::kind::{Kind, Wake};
+use crate::engine::replicas::Writer;
+use crate::engine::Engine;
+use crate::error::Result;
+
+/// Keys asked for per `SCAN` call.
+const SCAN_COUNT: u32 = 1000;
+
+/// What Redis holds of one primitive at one moment, as [`Lock::inspect`](crate::Lock::inspect)
+/// and [`LockClient::inspect`](crate::LockClient::inspect) read it.
+///
+/// Read in one script call on the master (never a replica), so its parts agree with each other.
+/// Remaining times are the server's, at the moment of the read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The primitive's name (its main key).
+    pub name: String,
+    /// Its kind, as metrics and the `fredlock` command name it: `lock`, `spin_lock`,
+    /// `fenced_lock`, `fair_lock`.
+    pub kind: &'static str,
+    /// Who holds it, with how many holds each.
+    pub holders: Vec<Holder>,
+    /// A fair lock's waiters, in the order they will be served.
+    pub queue: Vec<QueuedWaiter>,
+    /// A fenced lock's last fencing token issued (the holder's, while it is held).
+    pub fencing_token: Option<u64>,
+    /// Connections subscribed to its unlock channel on the server read (each client subscribes
+    /// once for all its waiting tasks); `None` for a primitive whose waiters do not subscribe to
+    /// a shared channel (a spin lock, a fair lock: see [`queue`](Self::queue)).
+    pub listeners: Option<u64>,
+    /// Every key of the primitive that exists, with its expiry.
+    pub keys: Vec<KeyState>,
+}
+
+/// One owner's holds, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner field, `<client uuid>:<owner id>` (Redisson's form).
+    pub owner: String,
+    /// Its hold count (reentrant holds).
+    pub count: u64,
+    /// How long its hold lives unless renewed; `None` when it never expires (a leak).
+    pub remaining_lease: Option<Duration>,
+    /// Its fencing token, for a fenced lock.
+    pub fencing_token: Option<u64>,
+}
+
+impl Holder {
+    /// The client half of the owner field: the [`LockClient::id`](crate::LockClient::id) of
+    /// the holder's client, when the field has Redisson's form.
+    pub fn client_id(&self) -> Option<Uuid> {
+        let (client, _) = self.owner.rsplit_once(':')?;
+        Uuid::parse_str(client).ok()
+    }
+}
+
+/// A waiter in a fair lock's queue, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiter's owner field.
+    pub owner: String,
+    /// How long its place lasts unless it tries again; `None` once its place has ended (a live
+    /// waiter renews it every third of the place's length).
+    pub remaining: Option<Duration>,
+    /// How long ago its place ended, for a place that has.
+    pub ended_ago: Option<Duration>,
+}
+
+/// One key of a primitive, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The Redis key.
+    pub key: String,
+    /// Its time to live; `None` when it never expires.
+    pub ttl: Option<Duration>,
+}
+
+/// Something a primitive left in Redis that nothing will clean up, as
+/// [`LockClient::leaks`](crate::LockClient::leaks) finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leak {
+    /// The primitive's name.
+    pub name: String,
+    /// Its kind.
+    pub kind: &'static str,
+    /// The key at fault.
+    pub key: String,
+    /// Which rule found it: `no_expiry` (a key of the primitive that never expires, and is not
+    /// meant to last), `stale_waiter` (a fair lock's waiter whose place ended long ago).
+    pub rule: &'static str,
+    /// What was found, in words.
+    pub detail: String,
+}
+
+impl fmt::Display for Leak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:?}: {} ({}, key {:?})",
+            self.kind, self.name, self.detail, self.rule, self.key
+        )
+    }
+}
+
+impl Inspection {
+    /// Whether anyone holds it.
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
+
+    /// Whether any key of it exists.
+    pub fn exists(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Reads the reply of an inspect script: `{now (ms, server clock), {key, pttl, ..},
+    /// {owner field, hold count, fencing token or '', ..}, {waiter field, place deadline (ms),
+    /// ..}, last fencing token or ''}`.
+    pub(crate) fn parse(kind: &dyn Kind, reply: Value) -> Result<Inspection, String> {
+        let Value::Array(parts) = reply else {
+            return Err(format!("not an array: {reply:?}"));
+        };
+        let mut parts = parts.into_iter();
+        let now = parts.next().and_then(|now| now.as_i64()).unwrap_or(0);
+        let mut list = |what: &str, width: usize| match parts.next() {
+            Some(Value::Array(items)) if items.len() % width == 0 => Ok(items),
+            Some(Value::Null) | None => Ok(Vec::new()),
+            other => Err(format!("{what}: {other:?}")),
+        };
+        let keys = list("keys", 2)?;
+        let holders = list("holders", 3)?;
+        let queue = list("queue", 2)?;
+        let token = parts.next().and_then(|token| token.as_u64());
+        let text = |value: &Value| value.as_string().unwrap_or_default();
+        let number = |value: &Value| value.as_i64().unwrap_or(-1);
+        let keys: Vec<KeyState> = keys
+            .chunks(2)
+            .map(|pair| KeyState {
+                key: text(&pair[0]),
+                ttl: millis(number(&pair[1])),
+            })
+            .collect();
+        let name = kind.name();
+        let main_ttl = keys
+            .iter()
+            .find(|key| key.key == name)
+            .and_then(|key| key.ttl);
+        Ok(Inspection {
+            name: name.to_owned(),
+            kind: kind.label(),
+            holders: holders
+                .chunks(3)
+                .map(|holder| Holder {
+                    owner: text(&holder[0]),
+                    count: holder[1].as_u64().unwrap_or(0),
+                    remaining_lease: main_ttl,
+                    fencing_token: holder[2].as_u64(),
+                })
+                .collect(),
+            queue: queue
+                .chunks(2)
+                .map(|waiter| {
+                    let left = number(&waiter[1]).saturating_sub(now);
+                    QueuedWaiter {
+                        owner: text(&waiter[0]),
+                        remaining: (left > 0).then(|| Duration::from_millis(left as u64)),
+                        ended_ago: (left <= 0).then(|| Duration::from_millis(left.unsigned_abs())),
+                    }
+                })
+                .collect(),
+            fencing_token: token,
+            listeners: None,
+            keys,
+        })
+    }
+}
+
+/// A PTTL reply as an expiry: `None` for a key without one.
+fn millis(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+/// The leak rule every primitive starts from: each of its keys that never expires, but for
+/// those in `lasting` (keys meant to outlive every hold, such as a fenced lock's counter).
+pub(crate) fn keys_without_expiry(inspection: &Inspection, lasting: &[&str]) -> Vec<Leak> {
+    inspection
+        .keys
+        .iter()
+        .filter(|key| key.ttl.is_none() && !lasting.contains(&key.key.as_str()))
+        .map(|key| Leak {
+            name: inspection.name.clone(),
+            kind: inspection.kind,
+            key: key.key.clone(),
+            rule: "no_expiry",
+            detail: if key.key == inspection.name && inspection.is_held() {
+                format!(
+                    "held by {} with no expiry: it is never freed unless force-unlocked",
+                    owners(inspection)
+                )
+            } else {
+                "a key with no expiry, which nothing deletes".to_owned()
+            },
+        })
+        .collect()
+}
+
+fn owners(inspection: &Inspection) -> String {
+    inspection
+        .holders
+        .iter()
+        .map(|holder| holder.owner.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Engine {
+    /// Reads `kind` from the master, with the connections listening on its unlock channel.
+    pub(crate) async fn inspect(&self, kind: &dyn Kind) -> Result<Inspection> {
+        let core = self.core();
+        core.ensure_open()?;
+        crate::engine::check_name(kind.name())?;
+        let redis_error = |source| self.redis_error(kind.name(), None, source);
+        // A read: no replica sync, which would wait for replicas after it for nothing.
+        let reads = Writer::plain(core.redis().clone(), core.writer.sharded);
+        let reply: Value = kind.inspect().run(&reads).await.map_err(redis_error)?;
+        let mut inspection = Inspection::parse(kind, reply).map_err(|problem| {
+            redis_error(fred::error::Error::new(
+                fred::error::ErrorKind::Parse,
+                format!("unexpected reply from an inspect script: {problem}"),
+            ))
+        })?;
+        if let Wake::Shared(channel) = kind.wake() {
+            let counts: Vec<Value> = if core.writer.sharded {
+                core.redis().pubsub_shardnumsub(&*channel).await
+            } else {
+                core.redis().pubsub_numsub(&*channel).await
+            }
+            .map_err(redis_error)?;
+            inspection.listeners = counts.get(1).and_then(Value::as_u64);
+        }
+        Ok(inspection)
+    }
+
+    /// Every key matching `pattern` (Redis's glob) of type `of_type`, on every master.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        of_type: Option<ScanType>,
+    ) -> Result<Vec<String>> {
+        let core = self.core();
+        core.ensure_open()?;
+        let redis = core.redis();
+        let redis_error = |source| self.redis_error(pattern, None, source);
+        let mut keys = Vec::new();
+        if redis.is_clustered() {
+            let masters = redis
+                .cached_cluster_state()
+                .map(|state| state.unique_primary_nodes())
+                .unwrap_or_default();
+            for master in masters {
+                scan_node(
+                    &redis.with_cluster_node(master),
+                    pattern,
+                    of_type.clone(),
+                    &mut keys,
+                )
+                .await
+                .map_err(redis_error)?;
+            }
+        } else {
+            scan_node(redis, pattern, of_type, &mut keys)
+                .await
+                .map_err(redis_error)?;
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+/// Pages through one node's keys.
+async fn scan_node<C: KeysInterface + Sync>(
+    node: &C,
+    pattern: &str,
+    of_type: Option<ScanType>,
+    keys: &mut Vec<String>,
+) -> Result<(), fred::error::Error> {
+    let mut cursor = "0".to_owned();
+    loop {
+        let (next, page): (String, Vec<String>) = node
+            .scan_page(cursor, pattern, Some(SCAN_COUNT), of_type.clone())
+            .await?;
+        keys.extend(page);
+        if next == "0" {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+/// Whether `text` matches `pattern`, a glob as Redis's `KEYS` and `SCAN` read it: `*`, `?`,
+/// `[abc]`, `[^a-z]`, and `\` quoting the next character.
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    glob_at(&pattern, &text)
+}
+
+fn glob_at(pattern: &[char], text: &[char]) -> bool {
+    let Some((&first, rest)) = pattern.split_first() else {
+        return text.is_empty();
+    };
+    match first {
+        '*' => (0..=text.len()).any(|skip| glob_at(rest, &text[skip..])),
+        '?' => !text.is_empty() && glob_at(rest, &text[1..]),
+        '[' => {
+            let Some((&c, text_rest)) = text.split_first() else {
+                return false;
+            };
+            let mut i = 0;
+            let negate = rest.first() == Some(&'^');
+            if negate {
+                i += 1;
+            }
+            let mut matched = false;
+            while i < rest.len() && rest[i] != ']' {
+                if rest[i] == '\\' && i + 1 < rest.len() {
+                    matched |= rest[i + 1] == c;
+                    i += 2;
+                } else if i + 2 < rest.len() && rest[i + 1] == '-' && rest[i + 2] != ']' {
+                    let (low, high) = (rest[i].min(rest[i + 2]), rest[i].max(rest[i + 2]));
+                    matched |= (low..=high).contains(&c);
+                    i += 3;
+                } else {
+                    matched |= rest[i] == c;
+                    i += 1;
+                }
+            }
+            // Past the `]` (an unclosed class runs to the end, as in Redis).
+            let after = (i + 1).min(rest.len());
+            matched != negate && glob_at(&rest[after..], text_rest)
+        }
+        '\\' if !rest.is_empty() => {
+            text.first() == Some(&rest[0]) && glob_at(&rest[1..], &text[1..])
+        }
+        c => text.first() == Some(&c) && glob_at(rest, &text[1..]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    #[test]
+    fn globs_match_as_redis_matches_them() {
+        assert!(glob("*", ""));
+        assert!(glob("orders:*", "orders:1001"));
+        assert!(!glob("orders:*", "order:1"));
+        assert!(glob("h?llo", "hello") && !glob("h?llo", "hllo"));
+        assert!(glob("h[ae]llo", "hallo") && !glob("h[ae]llo", "hillo"));
+        assert!(glob("h[^e]llo", "hallo") && !glob("h[^e]llo", "hello"));
+        assert!(glob("h[a-b]llo", "hbllo") && !glob("h[a-b]llo", "hcllo"));
+        assert!(glob("a\\*b", "a*b") && !glob("a\\*b", "axb"));
+        assert!(glob("*{x}*", "lock:{x}:1"));
+    }
+}

@@ -1,0 +1,198 @@
+//! Finding primitives by their keys: which primitive a name is (each primitive's [`Layout`]),
+//! and the client's inspections, scans, leak search and force unlock by name, which the
+//! `fredlock` command is a thin layer over. The reads themselves and the leak rules are each
+//! primitive's own (its `Kind`), run by the engine.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use fred::types::scan::ScanType;
+
+use crate::client::LockClient;
+use crate::engine::{Inspection, Leak};
+use crate::error::Result;
+use crate::lock::Lock;
+use crate::names;
+
+/// How a scan recognises one primitive's keys.
+pub(crate) struct Layout {
+    /// The prefixes of keys only this primitive has (`<prefix>:{name}`), by which a name is
+    /// known to be of it; none for the plain lock, which is a hash at the name and nothing else.
+    pub(crate) own_keys: &'static [&'static str],
+    /// A handle on the primitive at `key` (the name with the client's prefix already on it).
+    pub(crate) at_key: fn(&LockClient, String) -> Lock,
+}
+
+/// Every layout, the most telling first: a name is of the first layout whose own keys exist.
+/// A spin lock has the plain lock's layout and is reported as one. A fair or fenced lock that
+/// nobody waits for (or whose counter was deleted) looks like a plain lock too, and reads and
+/// force-unlocks as one correctly.
+const LAYOUTS: [&Layout; 3] = [
+    &crate::fair_lock::LAYOUT,
+    &crate::fenced_lock::LAYOUT,
+    &crate::lock::LAYOUT,
+];
+
+/// A waiter's place that ended longer ago than this is a leak by default (see
+/// [`LockClient::leaks`]).
+pub const DEFAULT_LEAK_GRACE: Duration = Duration::from_secs(60);
+
+impl LockClient {
+    /// What Redis holds of the primitive named `name` (after the client's key prefix): its
+    /// kind, holders, queue and keys; `None` when it has no key at all. The kind is read from
+    /// its keys; see [`Lock::inspect`] to read a handle you have.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds another type,
+    /// [`Error::Redis`](crate::Error::Redis) when the server cannot be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self, name: &str) -> Result<Option<Inspection>> {
+        let lock = self.find(self.key(name.to_owned())).await?;
+        let inspection = lock.inspect().await?;
+        Ok(inspection.exists().then_some(inspection))
+    }
+
+    /// Every primitive whose name (key) matches `pattern`, a Redis glob (`*`, `?`, `[..]`),
+    /// after the client's key prefix, read as [`inspect`](Self::inspect) reads one; sorted by
+    /// name. It scans every master with `SCAN`, which never blocks the server, so primitives
+    /// made or deleted during the scan may be missed. A hash that is not a hash of holds (a
+    /// user's own data) is skipped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`](crate::Error::Redis) when a server cannot be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn list(&self, pattern: &str) -> Result<Vec<Inspection>> {
+        Ok(self
+            .scan_primitives(pattern)
+            .await?
+            .into_iter()
+            .map(|(_, inspection)| inspection)
+            .collect())
+    }
+
+    /// Everything the primitives matching `pattern` (as [`list`](Self::list) reads it) left
+    /// in Redis that nothing will clean up, by each primitive's own rules: keys of a primitive
+    /// without expiry (a lock hash written without a TTL is never freed), and a fair lock's
+    /// waiters whose place ended more than `grace` ago (see [`DEFAULT_LEAK_GRACE`]).
+    /// [`force_unlock`](Self::force_unlock) removes a leaked hold.
+    ///
+    /// # Errors
+    ///
+    /// As [`list`](Self::list).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn leaks(&self, pattern: &str, grace: Duration) -> Result<Vec<Leak>> {
+        Ok(self
+            .scan_primitives(pattern)
+            .await?
+            .into_iter()
+            .flat_map(|(lock, inspection)| lock.leaks(&inspection, grace))
+            .collect())
+    }
+
+    /// Deletes the primitive named `name` (after the client's key prefix) whoever holds it,
+    /// and wakes its waiters, as its own `force_unlock` does (for a fair lock, the first in
+    /// line); `true` if it was held. The kind is read from its keys.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::force_unlock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::force_unlock`].
+    pub async fn force_unlock(&self, name: &str) -> Result<bool> {
+        self.find(self.key(name.to_owned()))
+            .await?
+            .force_unlock()
+            .await
+    }
+
+    /// A handle on the primitive at `key`, of the first layout whose own keys exist there.
+    async fn find(&self, key: String) -> Result<Lock> {
+        crate::engine::check_name(&key)?;
+        self.engine().core().ensure_open()?;
+        let redis = self.redis();
+        for layout in LAYOUTS {
+            if layout.own_keys.is_empty() {
+                return Ok((layout.at_key)(self, key));
+            }
+            let own: Vec<String> = layout
+                .own_keys
+                .iter()
+                .map(|prefix| names::suffixed(prefix, &key))
+                .collect();
+            let found: i64 = redis
+                .exists(own)
+                .await
+                .map_err(|source| self.engine().redis_error(&key, None, source))?;
+            if found > 0 {
+                return Ok((layout.at_key)(self, key));
+            }
+        }
+        Ok((crate::lock::LAYOUT.at_key)(self, key))
+    }
+
+    /// Every primitive matching `pattern`, with a handle on it, by name.
+    async fn scan_primitives(&self, pattern: &str) -> Result<Vec<(Lock, Inspection)>> {
+        let pattern = format!("{}{pattern}", glob_escaped(self.key_prefix()));
+        let engine = self.engine();
+        // Names by the first layout that claims them: their own keys first, then bare hashes.
+        let mut found: BTreeMap<String, &Layout> = BTreeMap::new();
+        for layout in LAYOUTS {
+            for prefix in layout.own_keys {
+                for key in engine.scan(&format!("{prefix}:*"), None).await? {
+                    if let Some(name) = names::unsuffixed(prefix, &key) {
+                        if crate::engine::inspect::glob(&pattern, &name) {
+                            found.entry(name).or_insert(layout);
+                        }
+                    }
+                }
+            }
+        }
+        for key in engine.scan(&pattern, Some(ScanType::Hash)).await? {
+            found.entry(key).or_insert(&crate::lock::LAYOUT);
+        }
+        let mut primitives = Vec::with_capacity(found.len());
+        for (name, layout) in found {
+            let lock = (layout.at_key)(self, name);
+            let inspection = match lock.inspect().await {
+                Ok(inspection) => inspection,
+                // Deleted and made again as something else since the scan.
+                Err(crate::Error::WrongType { .. }) => continue,
+                Err(error) => return Err(error),
+            };
+            let holds_owners = inspection
+                .holders
+                .iter()
+                .all(|holder| holder.client_id().is_some());
+            if inspection.exists() && holds_owners {
+                primitives.push((lock, inspection));
+            }
+        }
+        Ok(primitives)
+    }
+}
+
+/// `text` with Redis's glob characters quoted, to match itself only.
+fn glob_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}

@@ -269,3 +269,65 @@ async fn sharded_wake_ups_interoperate_with_redisson() {
     })
     .await;
 }
+
+/// Listing scans every master: locks on three masters are all found, with their holders, and
+/// the waiters listening on a shard channel are counted on the slot's master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_inspect_see_every_master() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_secs(30)).await;
+        // Names on different masters.
+        let mut names: Vec<String> = Vec::new();
+        let mut masters = Vec::new();
+        for i in 0..200 {
+            let name = format!("listed:{i}");
+            let master = cluster.master_of(&name);
+            if !masters.contains(&master) {
+                masters.push(master);
+                names.push(name);
+            }
+        }
+        assert_eq!(masters.len(), 3, "three masters");
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(holder.lock(name.as_str()).lock().await.unwrap());
+        }
+        let other = client(&cluster, Duration::from_secs(30)).await;
+        let waiting = waiter(&other, &names[0]);
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                shard_channels(masters[0]).contains(&channel(&names[0]))
+            })
+            .await
+        );
+        let listed = holder.list("listed:*").await.unwrap();
+        let mut expected = names.clone();
+        expected.sort();
+        let found: Vec<&str> = listed.iter().map(|seen| seen.name.as_str()).collect();
+        assert_eq!(found, expected);
+        for seen in &listed {
+            assert_eq!(seen.holders.len(), 1);
+            assert_eq!(seen.holders[0].client_id(), Some(holder.id()));
+        }
+        let first = holder.inspect(&names[0]).await.unwrap().unwrap();
+        assert_eq!(
+            first.listeners,
+            Some(1),
+            "the waiting client's shard subscription"
+        );
+        assert!(holder
+            .leaks("listed:*", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_empty());
+        for guard in guards {
+            guard.unlock().await.unwrap();
+        }
+        let (guard, _) = waiting.await.unwrap();
+        guard.unlock().await.unwrap();
+        holder.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}

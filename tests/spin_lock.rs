@@ -188,3 +188,35 @@ async fn cancelled_spin_acquisitions_leave_nothing() {
     })
     .await;
 }
+
+/// An inspection of a spin lock: its holder and kind, and no unlock channel to listen on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spin_lock_inspects_as_its_kind() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let spin = client.spin_lock("spin:inspected");
+        let empty = spin.inspect().await.unwrap();
+        assert!(!empty.exists() && !empty.is_held());
+        let guard = spin.lock().await.unwrap();
+        let _again = spin.lock().await.unwrap();
+        let seen = spin.inspect().await.unwrap();
+        assert_eq!(seen.kind, "spin_lock");
+        assert_eq!(seen.listeners, None);
+        assert_eq!(seen.holders.len(), 1);
+        assert_eq!(seen.holders[0].owner, guard.owner_field());
+        assert_eq!(seen.holders[0].count, 2);
+        assert_eq!(seen.holders[0].client_id(), Some(client.id()));
+        let lease = seen.holders[0].remaining_lease.unwrap();
+        assert!(lease > DEFAULT_WATCHDOG_TIMEOUT / 2 && lease <= DEFAULT_WATCHDOG_TIMEOUT);
+        // Scanned by name, it has the plain lock's layout.
+        let listed = client.list("spin:*").await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (listed[0].name.as_str(), listed[0].kind),
+            ("spin:inspected", "lock")
+        );
+        client.shutdown().await;
+    })
+    .await;
+}

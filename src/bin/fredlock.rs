@@ -1,0 +1,482 @@
+//! `fredlock`: the operator's command for fredlock (and Redisson) locks, a thin layer over the
+//! library's inspections (`LockClient::{list, inspect, leaks, force_unlock,
+//! check_deployment}`).
+//!
+//! Exit status: 0 when all is well, 1 when the command found something (a leak, a deployment
+//! warning, no such lock, a force unlock that found nothing held or was not confirmed), 2 on an
+//! error (no server, bad input).
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use fredlock::{Deployment, Inspection, Leak, LockClient, Topology};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(
+    name = "fredlock",
+    version,
+    about = "Inspect and repair fredlock and Redisson locks in Redis"
+)]
+struct Cli {
+    /// The Redis server (`redis://`, `rediss://`, `redis-cluster://`, `redis-sentinel://`).
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    url: String,
+    /// Print JSON instead of text (one document; `watch` prints one per line).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Every lock whose name matches a glob: kind, holders, TTL, waiters.
+    List {
+        /// A Redis glob (`*`, `?`, `[..]`) on lock names.
+        #[arg(long, default_value = "*")]
+        pattern: String,
+    },
+    /// Everything known of one lock: holders, hold counts, leases, queue, token, keys.
+    Inspect {
+        /// The lock's name (its Redis key).
+        name: String,
+    },
+    /// Lock keys without expiry and fair-lock waiters whose place ended long ago.
+    Leaks {
+        /// A Redis glob on lock names.
+        #[arg(long, default_value = "*")]
+        pattern: String,
+        /// How long after its place ended a fair-lock waiter counts as a leak, in seconds.
+        #[arg(long, default_value_t = fredlock::DEFAULT_LEAK_GRACE.as_secs())]
+        grace: u64,
+    },
+    /// Deletes a lock whoever holds it and wakes its waiters.
+    ForceUnlock {
+        /// The lock's name (its Redis key).
+        name: String,
+        /// Do not ask for confirmation.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Prints acquire, release and queue events of one lock as they happen, until interrupted.
+    Watch {
+        /// The lock's name (its Redis key).
+        name: String,
+        /// How often to read the lock, in milliseconds: a hold shorter than this may be missed.
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Checks the deployment (persistence, eviction, replication, WAIT) for what can break locks.
+    Doctor,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("fredlock: cannot start a runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(found_nothing) => ExitCode::from(if found_nothing { 0 } else { 1 }),
+        Err(error) => {
+            eprintln!("fredlock: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs the command: `Ok(true)` when all is well, `Ok(false)` when it found something.
+async fn run(cli: Cli) -> fredlock::Result<bool> {
+    let client = LockClient::connect(&cli.url).await?;
+    let result = command(&client, cli.command, cli.json).await;
+    client.shutdown().await;
+    result
+}
+
+async fn command(client: &LockClient, command: Command, json: bool) -> fredlock::Result<bool> {
+    match command {
+        Command::List { pattern } => {
+            let found = client.list(&pattern).await?;
+            if json {
+                print_json(&Value::Array(found.iter().map(inspection_json).collect()));
+            } else {
+                print_table(&found);
+            }
+            Ok(true)
+        }
+        Command::Inspect { name } => {
+            let found = client.inspect(&name).await?;
+            match (&found, json) {
+                (Some(inspection), true) => print_json(&inspection_json(inspection)),
+                (None, true) => print_json(&Value::Null),
+                (Some(inspection), false) => print_inspection(inspection),
+                (None, false) => println!("no lock named {name:?}"),
+            }
+            Ok(found.is_some())
+        }
+        Command::Leaks { pattern, grace } => {
+            let leaks = client.leaks(&pattern, Duration::from_secs(grace)).await?;
+            if json {
+                print_json(&Value::Array(leaks.iter().map(leak_json).collect()));
+            } else if leaks.is_empty() {
+                println!("no leaks");
+            } else {
+                for leak in &leaks {
+                    println!("{leak}");
+                }
+            }
+            Ok(leaks.is_empty())
+        }
+        Command::ForceUnlock { name, yes } => {
+            if !yes && !confirm(&name) {
+                if json {
+                    print_json(&json!({"name": name, "unlocked": false, "confirmed": false}));
+                } else {
+                    println!("not confirmed; nothing done");
+                }
+                return Ok(false);
+            }
+            let unlocked = client.force_unlock(&name).await?;
+            if json {
+                print_json(&json!({"name": name, "unlocked": unlocked, "confirmed": true}));
+            } else if unlocked {
+                println!("unlocked {name:?}; its waiters were woken");
+            } else {
+                println!("{name:?} was not held");
+            }
+            Ok(unlocked)
+        }
+        Command::Watch {
+            name,
+            interval_ms,
+            count,
+        } => {
+            watch(
+                client,
+                &name,
+                Duration::from_millis(interval_ms.max(1)),
+                count,
+                json,
+            )
+            .await?;
+            Ok(true)
+        }
+        Command::Doctor => {
+            let deployment = client.check_deployment().await?;
+            if json {
+                print_json(&deployment_json(&deployment));
+            } else {
+                print!("{deployment}");
+                if deployment.warnings.is_empty() {
+                    println!("no warnings");
+                }
+            }
+            Ok(deployment.warnings.is_empty())
+        }
+    }
+}
+
+/// Asks on the terminal; anything but `y` or `yes` declines.
+fn confirm(name: &str) -> bool {
+    eprint!("force-unlock {name:?} whoever holds it? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// Reads the lock every `interval` and prints what changed: holders that came, went or
+/// changed their count, and waiters that joined or left the queue.
+async fn watch(
+    client: &LockClient,
+    name: &str,
+    interval: Duration,
+    count: Option<u64>,
+    json: bool,
+) -> fredlock::Result<()> {
+    let mut before: Option<Inspection> = None;
+    let mut printed = 0u64;
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    if !json {
+        println!("watching {name:?} every {interval:?}");
+    }
+    loop {
+        ticks.tick().await;
+        let now = client.inspect(name).await?;
+        for event in changes(before.as_ref(), now.as_ref()) {
+            if json {
+                let mut line = event.clone();
+                line["name"] = json!(name);
+                line["at_ms"] = json!(std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |since| since.as_millis() as u64));
+                println!("{line}");
+            } else {
+                let event_name = event["event"].as_str().unwrap_or_default();
+                let owner = event["owner"].as_str().unwrap_or_default();
+                match event["count"].as_u64() {
+                    Some(count) => println!("{event_name} {owner} (holds: {count})"),
+                    None => println!("{event_name} {owner}"),
+                }
+            }
+            let _ = std::io::stdout().flush();
+            printed += 1;
+            if count.is_some_and(|count| printed >= count) {
+                return Ok(());
+            }
+        }
+        before = now;
+    }
+}
+
+fn holders(seen: Option<&Inspection>) -> &[fredlock::Holder] {
+    seen.map_or(&[], |seen| &seen.holders)
+}
+
+/// The events between two readings of a lock.
+fn changes(before: Option<&Inspection>, now: Option<&Inspection>) -> Vec<Value> {
+    let (old, new) = (holders(before), holders(now));
+    let mut events = Vec::new();
+    for holder in new {
+        match old.iter().find(|old| old.owner == holder.owner) {
+            None => events
+                .push(json!({"event": "acquired", "owner": holder.owner, "count": holder.count})),
+            Some(old) if old.count < holder.count => events
+                .push(json!({"event": "reentered", "owner": holder.owner, "count": holder.count})),
+            Some(old) if old.count > holder.count => events.push(
+                json!({"event": "released_one", "owner": holder.owner, "count": holder.count}),
+            ),
+            Some(_) => {}
+        }
+    }
+    for holder in old {
+        if !new.iter().any(|new| new.owner == holder.owner) {
+            events.push(json!({"event": "released", "owner": holder.owner}));
+        }
+    }
+    let queue = |seen: Option<&Inspection>| {
+        seen.map(|seen| {
+            seen.queue
+                .iter()
+                .map(|waiter| waiter.owner.clone())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+    };
+    let (old, new) = (queue(before), queue(now));
+    for waiter in &new {
+        if !old.contains(waiter) {
+            events.push(json!({"event": "queued", "owner": waiter}));
+        }
+    }
+    for waiter in &old {
+        if !new.contains(waiter) {
+            events.push(json!({"event": "left_queue", "owner": waiter}));
+        }
+    }
+    events
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+fn millis(duration: Option<Duration>) -> Value {
+    duration.map_or(Value::Null, |duration| json!(duration.as_millis() as u64))
+}
+
+fn inspection_json(inspection: &Inspection) -> Value {
+    json!({
+        "name": inspection.name,
+        "kind": inspection.kind,
+        "holders": inspection.holders.iter().map(|holder| json!({
+            "owner": holder.owner,
+            "client_id": holder.client_id().map(|id| id.to_string()),
+            "count": holder.count,
+            "remaining_lease_ms": millis(holder.remaining_lease),
+            "fencing_token": holder.fencing_token,
+        })).collect::<Vec<_>>(),
+        "queue": inspection.queue.iter().map(|waiter| json!({
+            "owner": waiter.owner,
+            "remaining_ms": millis(waiter.remaining),
+            "ended_ago_ms": millis(waiter.ended_ago),
+        })).collect::<Vec<_>>(),
+        "fencing_token": inspection.fencing_token,
+        "listeners": inspection.listeners,
+        "keys": inspection.keys.iter().map(|key| json!({
+            "key": key.key,
+            "ttl_ms": millis(key.ttl),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn leak_json(leak: &Leak) -> Value {
+    json!({
+        "name": leak.name,
+        "kind": leak.kind,
+        "key": leak.key,
+        "rule": leak.rule,
+        "detail": leak.detail,
+    })
+}
+
+fn deployment_json(deployment: &Deployment) -> Value {
+    let topology = match &deployment.topology {
+        Topology::Standalone => json!({"type": "standalone"}),
+        Topology::Sentinel { service } => json!({"type": "sentinel", "service": service}),
+        Topology::Cluster => json!({"type": "cluster"}),
+        _ => json!({"type": "other"}),
+    };
+    json!({
+        "topology": topology,
+        "nodes": deployment.nodes.iter().map(|node| json!({
+            "server": node.server,
+            "flavour": node.flavour,
+            "version": node.version,
+            "role": node.role,
+            "replicas": node.replicas,
+            "wait": node.wait,
+            "waitaof": node.waitaof,
+            "maxmemory": node.maxmemory,
+            "maxmemory_policy": node.maxmemory_policy,
+            "appendonly": node.appendonly,
+            "save": node.save,
+        })).collect::<Vec<_>>(),
+        "warnings": deployment.warnings,
+    })
+}
+
+/// A duration for people: `12.3s`, `none` for no expiry.
+fn shown(duration: Option<Duration>) -> String {
+    duration.map_or_else(
+        || "none".to_owned(),
+        |duration| format!("{:.1}s", duration.as_secs_f64()),
+    )
+}
+
+fn holders_text(inspection: &Inspection) -> String {
+    if inspection.holders.is_empty() {
+        return "-".to_owned();
+    }
+    inspection
+        .holders
+        .iter()
+        .map(|holder| format!("{} x{}", holder.owner, holder.count))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Waiters: a fair lock's queue, else the clients subscribed to its unlock channel.
+fn waiters_text(inspection: &Inspection) -> String {
+    match (inspection.kind, inspection.listeners) {
+        ("fair_lock", _) => inspection.queue.len().to_string(),
+        (_, Some(listeners)) => format!("{listeners} client(s)"),
+        (_, None) => "-".to_owned(),
+    }
+}
+
+fn print_table(found: &[Inspection]) {
+    let rows: Vec<[String; 5]> = found
+        .iter()
+        .map(|inspection| {
+            let ttl = inspection
+                .keys
+                .iter()
+                .find(|key| key.key == inspection.name)
+                .map_or_else(|| "-".to_owned(), |key| shown(key.ttl));
+            [
+                inspection.name.clone(),
+                inspection.kind.to_owned(),
+                holders_text(inspection),
+                ttl,
+                waiters_text(inspection),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "KIND", "HOLDERS", "TTL", "WAITERS"].map(str::to_owned);
+    let mut widths = header.clone().map(|title| title.len());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+    if rows.is_empty() {
+        println!("(no locks)");
+    }
+}
+
+fn print_inspection(inspection: &Inspection) {
+    println!("{} ({})", inspection.name, inspection.kind);
+    if inspection.holders.is_empty() {
+        println!("  not held");
+    }
+    for holder in &inspection.holders {
+        print!(
+            "  held by {} x{}, lease left {}",
+            holder.owner,
+            holder.count,
+            shown(holder.remaining_lease)
+        );
+        match holder.fencing_token {
+            Some(token) => println!(", fencing token {token}"),
+            None => println!(),
+        }
+    }
+    if let Some(token) = inspection.fencing_token {
+        println!("  last fencing token {token}");
+    }
+    for (place, waiter) in inspection.queue.iter().enumerate() {
+        match (waiter.remaining, waiter.ended_ago) {
+            (Some(left), _) => println!(
+                "  queued #{} {}, place ends in {}",
+                place + 1,
+                waiter.owner,
+                shown(Some(left))
+            ),
+            (None, ago) => println!(
+                "  queued #{} {}, place ended {} ago",
+                place + 1,
+                waiter.owner,
+                shown(ago)
+            ),
+        }
+    }
+    if let Some(listeners) = inspection.listeners {
+        println!("  {listeners} client(s) subscribed to its unlock channel");
+    }
+    for key in &inspection.keys {
+        println!("  key {} ttl {}", key.key, shown(key.ttl));
+    }
+}

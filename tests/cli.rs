@@ -1,0 +1,441 @@
+//! The `fredlock` command, run as a process against real servers: every subcommand, in text and
+//! JSON, its exit status, and the leak found by `leaks` and removed by `force-unlock` while a
+//! waiter is woken.
+
+mod common;
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bounded, RedisServer};
+use fred::prelude::*;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+/// How long one run of the command may take before the test fails.
+const RUN_LIMIT: Duration = Duration::from_secs(20);
+
+fn fredlock(url: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fredlock"));
+    command
+        .args(args)
+        .env("REDIS_URL", url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs the command to its end: its output, with stdout as text.
+async fn run(url: &str, args: &[&str]) -> (Output, String) {
+    let output = tokio::time::timeout(RUN_LIMIT, fredlock(url, args).output())
+        .await
+        .expect("the command ended in time")
+        .expect("the command ran");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output, stdout)
+}
+
+/// Runs the command with `--json` and parses what it printed.
+async fn run_json(url: &str, args: &[&str]) -> (i32, Value) {
+    let mut with_json = vec!["--json"];
+    with_json.extend_from_slice(args);
+    let (output, stdout) = run(url, &with_json).await;
+    let value = serde_json::from_str(&stdout).unwrap_or_else(|error| {
+        panic!(
+            "not JSON ({error}): {stdout}; stderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code().unwrap_or(-1), value)
+}
+
+/// A hold written by hand, as a crashed or buggy client might leave it: no TTL.
+async fn leak(raw: &Client, name: &str, owner: &str) {
+    let _: i64 = raw.hset(name, (owner, 1)).await.unwrap();
+}
+
+const OWNER: &str = "0b9e7a0e-5f6c-4b43-9d1c-7f2a4c1e8a11:42";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_and_inspect_show_every_kind_with_its_holders() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let plain = client.lock("cli:plain").lock().await.unwrap();
+        let fenced = client.fenced_lock("cli:fenced").lock().await.unwrap();
+        let fair = client.fair_lock("cli:fair").lock().await.unwrap();
+        // A fair waiter, queued behind the holder.
+        let waiter = tokio::spawn({
+            let fair = client.fair_lock("cli:fair");
+            async move { fair.lock().await.unwrap().unlock().await.unwrap() }
+        });
+        let raw = server.raw().await;
+        let _: () = raw.hset("cli:userdata", ("colour", "blue")).await.unwrap();
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                let queued: i64 = raw.llen("redisson_lock_queue:{cli:fair}").await.unwrap();
+                queued == 1
+            })
+            .await
+        );
+
+        let (status, listed) = run_json(&url, &["list"]).await;
+        assert_eq!(status, 0);
+        let listed = listed.as_array().unwrap();
+        let names: Vec<&str> = listed
+            .iter()
+            .map(|lock| lock["name"].as_str().unwrap())
+            .collect();
+        // Sorted by name; the user's own hash is not a lock.
+        assert_eq!(names, ["cli:fair", "cli:fenced", "cli:plain"], "{listed:?}");
+        let kinds: Vec<&str> = listed
+            .iter()
+            .map(|lock| lock["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["fair_lock", "fenced_lock", "lock"]);
+        let plain_holder = &listed[2]["holders"][0];
+        assert_eq!(plain_holder["owner"], plain.owner_field());
+        assert_eq!(plain_holder["client_id"], client.id().to_string());
+        assert_eq!(plain_holder["count"], 1);
+        let lease = plain_holder["remaining_lease_ms"].as_u64().unwrap();
+        assert!(lease > 20_000 && lease <= 30_000, "{lease}");
+        assert_eq!(listed[1]["holders"][0]["fencing_token"], fenced.token());
+        assert_eq!(listed[1]["fencing_token"], fenced.token());
+        assert_eq!(listed[0]["queue"].as_array().unwrap().len(), 1);
+
+        let (status, only) = run_json(&url, &["list", "--pattern", "cli:f*"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(only.as_array().unwrap().len(), 2, "{only}");
+
+        let (output, table) = run(&url, &["list"]).await;
+        assert!(output.status.success());
+        let mut lines = table.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(header, ["NAME", "KIND", "HOLDERS", "TTL", "WAITERS"]);
+        let fair_row = lines.next().unwrap();
+        assert!(
+            fair_row.starts_with("cli:fair ") && fair_row.contains("fair_lock"),
+            "{table}"
+        );
+        assert!(fair_row.trim_end().ends_with('1'), "one waiter: {table}");
+
+        // Everything about one lock: the fair lock's queue with each place's time left.
+        let (status, fair_seen) = run_json(&url, &["inspect", "cli:fair"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(fair_seen["kind"], "fair_lock");
+        assert_eq!(fair_seen["holders"][0]["owner"], fair.owner_field());
+        let place = &fair_seen["queue"][0];
+        assert!(place["owner"]
+            .as_str()
+            .unwrap()
+            .starts_with(&client.id().to_string()));
+        let left = place["remaining_ms"].as_u64().unwrap();
+        assert!(left > 0 && left <= fredlock::DEFAULT_FAIR_WAIT_TIMEOUT.as_millis() as u64);
+        let keys: Vec<&str> = fair_seen["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|key| key["key"].as_str().unwrap())
+            .collect();
+        assert!(keys.contains(&"cli:fair") && keys.contains(&"redisson_lock_queue:{cli:fair}"));
+
+        let (output, text) = run(&url, &["inspect", "cli:fenced"]).await;
+        assert!(output.status.success());
+        assert!(text.starts_with("cli:fenced (fenced_lock)"), "{text}");
+        assert!(
+            text.contains(&format!("fencing token {}", fenced.token())),
+            "{text}"
+        );
+        let (status, missing) = run_json(&url, &["inspect", "cli:none"]).await;
+        assert_eq!((status, missing), (1, Value::Null));
+
+        // The library's own view agrees.
+        let seen = client.lock("cli:plain").inspect().await.unwrap();
+        assert_eq!(seen.holders[0].owner, plain.owner_field());
+        assert_eq!(seen.listeners, Some(0));
+
+        fair.unlock().await.unwrap();
+        waiter.await.unwrap();
+        plain.unlock().await.unwrap();
+        fenced.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let raw = server.raw().await;
+        let (status, none) = run_json(&url, &["leaks"]).await;
+        assert_eq!((status, none), (0, Value::Array(Vec::new())));
+
+        leak(&raw, "cli:leaked", OWNER).await;
+        // A waiter: the hash has no TTL, so only the unlock message can wake it early (without
+        // one it would sleep a third of the watchdog timeout, 10 s, before trying again).
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let (acquired_tx, acquired_rx) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn({
+            let lock = client.lock("cli:leaked");
+            async move {
+                let guard = lock.lock().await.unwrap();
+                let _ = acquired_tx.send(Instant::now());
+                guard.unlock().await.unwrap();
+            }
+        });
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                client.stats().wait_entries == 1
+            })
+            .await
+        );
+
+        let (status, leaks) = run_json(&url, &["leaks"]).await;
+        assert_eq!(status, 1, "leaks found: {leaks}");
+        let leaks = leaks.as_array().unwrap();
+        assert_eq!(leaks.len(), 1, "{leaks:?}");
+        assert_eq!(leaks[0]["name"], "cli:leaked");
+        assert_eq!(leaks[0]["rule"], "no_expiry");
+        assert!(leaks[0]["detail"].as_str().unwrap().contains(OWNER));
+        let (output, text) = run(&url, &["leaks"]).await;
+        assert_eq!(output.status.code(), Some(1));
+        assert!(
+            text.contains("cli:leaked") && text.contains("no_expiry"),
+            "{text}"
+        );
+
+        // Declined at the prompt: nothing changes.
+        let mut declined = fredlock(&url, &["force-unlock", "cli:leaked"]);
+        declined.stdin(Stdio::piped());
+        let mut declined = declined.spawn().unwrap();
+        let mut stdin = declined.stdin.take().unwrap();
+        stdin.write_all(b"n\n").await.unwrap();
+        drop(stdin);
+        let declined = tokio::time::timeout(RUN_LIMIT, declined.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(declined.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&declined.stderr).contains("[y/N]"));
+        let still: i64 = raw.exists("cli:leaked").await.unwrap();
+        assert_eq!(still, 1);
+
+        // Confirmed with --yes: deleted, and the waiter woken at once.
+        let started = Instant::now();
+        let (status, unlocked) = run_json(&url, &["force-unlock", "cli:leaked", "--yes"]).await;
+        let ended = Instant::now();
+        assert_eq!(status, 0);
+        assert_eq!(unlocked["unlocked"], true);
+        let acquired_at = tokio::time::timeout(Duration::from_secs(5), acquired_rx)
+            .await
+            .expect("the waiter was woken")
+            .unwrap();
+        assert!(acquired_at > started);
+        let after = acquired_at.saturating_duration_since(ended);
+        assert!(
+            after <= Duration::from_millis(250),
+            "woken {after:?} after the command ended"
+        );
+        waiter.await.unwrap();
+
+        let (status, none) = run_json(&url, &["leaks"]).await;
+        assert_eq!((status, none), (0, Value::Array(Vec::new())));
+        let (status, again) = run_json(&url, &["force-unlock", "cli:leaked", "--yes"]).await;
+        assert_eq!((status, &again["unlocked"]), (1, &Value::Bool(false)));
+
+        // A fair lock's waiter whose place ended long ago (its keys do expire).
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as f64;
+        let _: i64 = raw
+            .rpush("redisson_lock_queue:{cli:fair}", OWNER)
+            .await
+            .unwrap();
+        let _: i64 = raw
+            .zadd(
+                "redisson_lock_timeout:{cli:fair}",
+                None,
+                None,
+                false,
+                false,
+                (now_ms - 120_000.0, OWNER),
+            )
+            .await
+            .unwrap();
+        for key in [
+            "redisson_lock_queue:{cli:fair}",
+            "redisson_lock_timeout:{cli:fair}",
+        ] {
+            let _: bool = raw.pexpire(key, 600_000, None).await.unwrap();
+        }
+        let (status, stale) = run_json(&url, &["leaks", "--grace", "60"]).await;
+        assert_eq!(status, 1);
+        assert_eq!(stale[0]["rule"], "stale_waiter", "{stale}");
+        assert_eq!(stale[0]["kind"], "fair_lock");
+        let (status, _) = run_json(&url, &["leaks", "--grace", "300"]).await;
+        assert_eq!(status, 0, "ended 120 s ago is within a 300 s grace");
+        client.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_prints_acquire_and_release_events() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let mut watcher = fredlock(
+            &url,
+            &[
+                "--json",
+                "watch",
+                "cli:watched",
+                "--interval-ms",
+                "20",
+                "--count",
+                "4",
+            ],
+        )
+        .spawn()
+        .unwrap();
+        let mut lines = BufReader::new(watcher.stdout.take().unwrap()).lines();
+        // Let the watcher read the lock once before anything happens.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+
+        let lock = client.lock("cli:watched");
+        let pause = Duration::from_millis(200);
+        let outer = lock.lock().await.unwrap();
+        let owner = outer.owner_field().to_owned();
+        tokio::time::sleep(pause).await;
+        let inner = lock.lock().await.unwrap();
+        tokio::time::sleep(pause).await;
+        inner.unlock().await.unwrap();
+        tokio::time::sleep(pause).await;
+        outer.unlock().await.unwrap();
+
+        let mut events = Vec::new();
+        while events.len() < 4 {
+            let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+                .await
+                .expect("an event within 5 s")
+                .unwrap()
+                .expect("a line");
+            let event: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(event["name"], "cli:watched");
+            assert_eq!(event["owner"], owner.as_str());
+            events.push(event["event"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(
+            events,
+            ["acquired", "reentered", "released_one", "released"]
+        );
+        let status = tokio::time::timeout(Duration::from_secs(5), watcher.wait())
+            .await
+            .expect("watch ends after --count events")
+            .unwrap();
+        assert!(status.success());
+
+        // Without --count it watches until stopped.
+        let mut endless = fredlock(&url, &["watch", "cli:watched"]).spawn().unwrap();
+        let mut lines = BufReader::new(endless.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(first.starts_with("watching \"cli:watched\""), "{first}");
+        let guard = lock.lock().await.unwrap();
+        let acquired = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            acquired,
+            format!("acquired {} (holds: 1)", guard.owner_field())
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), endless.wait())
+                .await
+                .is_err(),
+            "still watching"
+        );
+        endless.kill().await.unwrap();
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_the_deployment_and_exits_by_its_warnings() {
+    let bare = RedisServer::start();
+    let durable = RedisServer::start_with(&["--appendonly", "yes"], common::free_port);
+    bounded(async {
+        let (status, report) = run_json(&bare.url(), &["doctor"]).await;
+        assert_eq!(status, 1, "{report}");
+        assert_eq!(report["topology"]["type"], "standalone");
+        assert_eq!(
+            report["nodes"][0]["server"],
+            format!("127.0.0.1:{}", bare.port())
+        );
+        assert_eq!(report["nodes"][0]["appendonly"], false);
+        let warnings = report["warnings"].as_array().unwrap();
+        assert!(
+            warnings
+                .iter()
+                .any(|warning| warning.as_str().unwrap().contains("no persistence")),
+            "{warnings:?}"
+        );
+
+        let (status, report) = run_json(&durable.url(), &["doctor"]).await;
+        assert_eq!(status, 0, "{report}");
+        assert_eq!(report["warnings"], Value::Array(Vec::new()));
+        let (output, text) = run(&durable.url(), &["doctor"]).await;
+        assert!(output.status.success());
+        assert!(
+            text.starts_with("standalone server") && text.contains("no warnings"),
+            "{text}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_exit_2_with_a_message_and_url_beats_the_environment() {
+    let server = RedisServer::start();
+    bounded(async {
+        // Nothing listens on the port of a server just stopped.
+        let port = common::free_port();
+        let nowhere = format!("redis://127.0.0.1:{port}");
+        let (output, _) = run(&nowhere, &["list"]).await;
+        assert_eq!(output.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.starts_with("fredlock: ") && stderr.contains(&port.to_string()),
+            "{stderr}"
+        );
+
+        // --url wins over REDIS_URL.
+        let (output, stdout) = run(&nowhere, &["--url", &server.url(), "list"]).await;
+        assert!(output.status.success(), "{stdout}");
+
+        let (output, _) = run(&server.url(), &["inspect"]).await;
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "a missing name is a usage error"
+        );
+        let (output, _) = run(&server.url(), &["inspect", ""]).await;
+        assert_eq!(output.status.code(), Some(2), "an empty name is refused");
+    })
+    .await;
+}

@@ -1,0 +1,287 @@
+//! Every metric, seen through the `metrics` debugging recorder: a scripted workload on real
+//! servers, and each metric's value after it. (`tests/metrics_http.rs` scrapes the Prometheus
+//! exporter of `examples/metrics.rs` over HTTP.)
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use common::{bounded, eventually, RedisServer};
+use fred::prelude::*;
+use fredlock::metrics;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::CompositeKey;
+
+/// The process's one recorder: every test of this file reads it.
+fn snapshotter() -> &'static Snapshotter {
+    static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
+    SNAPSHOTTER.get_or_init(|| {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        recorder.install().expect("no other recorder");
+        snapshotter
+    })
+}
+
+/// What a metric recorded since the start, summed over snapshots: the debugging recorder hands
+/// out each change once (a snapshot takes counters and gauges back to zero and empties
+/// histograms), so each snapshot is added to these.
+#[derive(Debug)]
+enum Total {
+    Count(u64),
+    Level(f64),
+    Samples(Vec<f64>),
+}
+
+/// The totals of every metric, after one more snapshot.
+fn totals() -> std::sync::MutexGuard<'static, HashMap<CompositeKey, Total>> {
+    static TOTALS: OnceLock<Mutex<HashMap<CompositeKey, Total>>> = OnceLock::new();
+    let mut totals = TOTALS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    for (key, _, _, value) in snapshotter().snapshot().into_vec() {
+        let total = totals.entry(key).or_insert_with(|| match value {
+            DebugValue::Counter(_) => Total::Count(0),
+            DebugValue::Gauge(_) => Total::Level(0.0),
+            DebugValue::Histogram(_) => Total::Samples(Vec::new()),
+        });
+        match (total, value) {
+            (Total::Count(count), DebugValue::Counter(more)) => *count += more,
+            (Total::Level(level), DebugValue::Gauge(change)) => *level += change.into_inner(),
+            (Total::Samples(samples), DebugValue::Histogram(more)) => {
+                samples.extend(more.into_iter().map(|sample| sample.into_inner()))
+            }
+            (total, value) => panic!("a metric changed type: {total:?} then {value:?}"),
+        }
+    }
+    totals
+}
+
+/// `metric`'s totals whose labels include all of `labels`.
+fn matching<T>(metric: &str, labels: &[(&str, &str)], read: impl Fn(&Total) -> T) -> Vec<T> {
+    totals()
+        .iter()
+        .filter(|(key, _)| {
+            let key = key.key();
+            key.name() == metric
+                && labels.iter().all(|(name, value)| {
+                    key.labels()
+                        .any(|label| label.key() == *name && label.value() == *value)
+                })
+        })
+        .map(|(_, total)| read(total))
+        .collect()
+}
+
+fn counter(metric: &str, labels: &[(&str, &str)]) -> u64 {
+    matching(metric, labels, |total| match total {
+        Total::Count(count) => *count,
+        other => panic!("{metric} is not a counter: {other:?}"),
+    })
+    .into_iter()
+    .sum()
+}
+
+fn gauge(metric: &str, labels: &[(&str, &str)]) -> f64 {
+    matching(metric, labels, |total| match total {
+        Total::Level(level) => *level,
+        other => panic!("{metric} is not a gauge: {other:?}"),
+    })
+    .into_iter()
+    .sum()
+}
+
+fn samples(metric: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+    matching(metric, labels, |total| match total {
+        Total::Samples(samples) => samples.clone(),
+        other => panic!("{metric} is not a histogram: {other:?}"),
+    })
+    .concat()
+}
+
+async fn named_client(server: &RedisServer, watchdog: Duration) -> fredlock::LockClient {
+    fredlock::LockClient::builder()
+        .url(server.url())
+        .watchdog_timeout(watchdog)
+        .metrics_lock_names(true)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_metric_counts_what_happened() {
+    snapshotter();
+    let server = RedisServer::start_with_debug();
+    bounded(async {
+        let client = named_client(&server, Duration::from_millis(600)).await;
+        let lock = |name: &'static str| [("kind", "lock"), ("lock", name)];
+
+        // An uncontended acquisition: counted, held while the guard lives, waited ~0.
+        let guard = client.lock("m:plain").lock().await.unwrap();
+        assert_eq!(counter(metrics::ACQUISITIONS, &lock("m:plain")), 1);
+        assert_eq!(gauge(metrics::HELD, &lock("m:plain")), 1.0);
+        let waited = samples(
+            metrics::WAIT,
+            &[("lock", "m:plain"), ("outcome", "acquired")],
+        );
+        assert_eq!(waited.len(), 1, "{waited:?}");
+        assert!(waited[0] < 1.0, "{waited:?}");
+        // A re-entry is another acquisition of the same hold.
+        client
+            .lock("m:plain")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        assert_eq!(counter(metrics::ACQUISITIONS, &lock("m:plain")), 2);
+        assert_eq!(gauge(metrics::HELD, &lock("m:plain")), 1.0);
+        guard.unlock().await.unwrap();
+        assert_eq!(gauge(metrics::HELD, &lock("m:plain")), 0.0);
+        assert_eq!(counter(metrics::HANDOFFS, &lock("m:plain")), 0);
+
+        // A hand-off: a waiter counted as waiting until the holder lets go.
+        let holder = client.lock("m:contended").lock().await.unwrap();
+        let waiter = tokio::spawn({
+            let lock = client.lock("m:contended");
+            async move { lock.lock().await.unwrap().unlock().await.unwrap() }
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                gauge(metrics::WAITING, &lock("m:contended")) == 1.0
+            })
+            .await
+        );
+        // A try_lock that gives up.
+        let other = client.lock("m:contended");
+        let gave_up = tokio::spawn(async move {
+            other
+                .try_lock(Duration::from_millis(100), None)
+                .await
+                .unwrap()
+                .is_none()
+        });
+        assert!(gave_up.await.unwrap());
+        assert_eq!(counter(metrics::TIMEOUTS, &lock("m:contended")), 1);
+        let timed_out = samples(
+            metrics::WAIT,
+            &[("lock", "m:contended"), ("outcome", "timed_out")],
+        );
+        assert!(timed_out.len() == 1 && timed_out[0] >= 0.1, "{timed_out:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        holder.unlock().await.unwrap();
+        waiter.await.unwrap();
+        assert_eq!(counter(metrics::HANDOFFS, &lock("m:contended")), 1);
+        assert_eq!(counter(metrics::ACQUISITIONS, &lock("m:contended")), 2);
+        assert_eq!(gauge(metrics::WAITING, &lock("m:contended")), 0.0);
+        let waited = samples(
+            metrics::WAIT,
+            &[("lock", "m:contended"), ("outcome", "acquired")],
+        );
+        assert!(waited.iter().any(|&seconds| seconds >= 0.2), "{waited:?}");
+
+        // Errors, by kind of error.
+        let invalid = client
+            .lock("m:errors")
+            .lock_with_lease(Duration::ZERO)
+            .await;
+        assert!(matches!(invalid, Err(fredlock::Error::InvalidArgument(_))));
+        assert_eq!(
+            counter(
+                metrics::ERRORS,
+                &[("lock", "m:errors"), ("error", "invalid_argument")]
+            ),
+            1
+        );
+
+        // Renewals, then a loss: the key deleted behind the holder's back.
+        let renewed = client.lock("m:renewed").lock().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                counter(metrics::RENEWALS, &lock("m:renewed")) >= 2
+            })
+            .await
+        );
+        let raw = server.raw().await;
+        let _: i64 = raw.del("m:renewed").await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), renewed.lost())
+            .await
+            .unwrap();
+        assert_eq!(counter(metrics::LOST, &lock("m:renewed")), 1);
+        // Unlocking a lost lock is an error too.
+        assert!(renewed.unlock().await.is_err());
+        assert_eq!(
+            counter(
+                metrics::ERRORS,
+                &[("lock", "m:renewed"), ("error", "not_held")]
+            ),
+            1
+        );
+        assert_eq!(gauge(metrics::HELD, &lock("m:renewed")), 0.0);
+
+        // Failed renewals: the server sleeps past the renew deadline.
+        let stalled = client.lock("m:stalled").lock().await.unwrap();
+        let sleeper = server.raw().await;
+        let _: () = sleeper
+            .custom(
+                fred::types::CustomCommand::new_static("DEBUG", None, false),
+                vec!["SLEEP", "1.5"],
+            )
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), stalled.lost())
+            .await
+            .unwrap();
+        assert!(counter(metrics::RENEWAL_FAILURES, &lock("m:stalled")) >= 1);
+        assert_eq!(counter(metrics::LOST, &lock("m:stalled")), 1);
+        drop(stalled);
+
+        // Every primitive is labelled by its kind.
+        let fair = client.fair_lock("m:fair").lock().await.unwrap();
+        fair.unlock().await.unwrap();
+        let fenced = client.fenced_lock("m:fenced").lock().await.unwrap();
+        fenced.unlock().await.unwrap();
+        let spin = client.spin_lock("m:spin").lock().await.unwrap();
+        spin.unlock().await.unwrap();
+        for (kind, name) in [
+            ("fair_lock", "m:fair"),
+            ("fenced_lock", "m:fenced"),
+            ("spin_lock", "m:spin"),
+        ] {
+            assert_eq!(
+                counter(metrics::ACQUISITIONS, &[("kind", kind), ("lock", name)]),
+                1,
+                "{kind}"
+            );
+        }
+        client.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_are_labels_only_when_asked() {
+    snapshotter();
+    let server = RedisServer::start();
+    bounded(async {
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let name = "m:unnamed-label";
+        client
+            .lock(name)
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        assert!(counter(metrics::ACQUISITIONS, &[("kind", "lock")]) >= 1);
+        assert!(matching(metrics::ACQUISITIONS, &[("lock", name)], |_| ()).is_empty());
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -86,6 +86,8 @@ pub fn instructions(url: &str) -> Vec<Row> {
 /// The child: `cycles` lock+unlock cycles of `subject` after a warm-up, on the caller's
 /// (current-thread) runtime.
 pub async fn child(subject: &str, cycles: u64, url: &str) {
+    // Built with the `metrics` feature, cycles are counted with a recorder recording.
+    crate::recording::record(true);
     let client = fredlock::LockClient::connect(url).await.expect("connect");
     let lock = match subject {
         "fredlock" => Some(client.lock("bench:instructions")),

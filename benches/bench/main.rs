@@ -25,6 +25,7 @@ mod chart;
 mod instructions;
 mod libs;
 mod measure;
+mod recording;
 mod redlock;
 mod scenarios;
 

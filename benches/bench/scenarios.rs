@@ -265,9 +265,23 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
     ];
     for (library, lock) in locks {
         subjects.push(Subject::new(library, "lock+unlock", move || {
+            crate::recording::record(false);
             let lock = lock.clone();
             async move { lock_cycle(&lock).await }
         }));
+    }
+    // Built with the `metrics` feature: the same lock with a Prometheus recorder recording.
+    if crate::recording::ENABLED {
+        let lock = client.lock("bench:uncontended:metrics");
+        subjects.push(Subject::new(
+            "fredlock + metrics recorder",
+            "lock+unlock",
+            move || {
+                crate::recording::record(true);
+                let lock = lock.clone();
+                async move { lock_cycle(&lock).await }
+            },
+        ));
     }
     let (fred, floor) = (raw.clone(), scripts.clone());
     subjects.push(Subject::new(
@@ -355,6 +369,16 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
                 ));
             }
         }
+    }
+    if let (Some(plain), Some(recorded)) = (
+        median_of(ours),
+        median_of(at("fredlock + metrics recorder")),
+    ) {
+        rows.push(Row::ratio(
+            "1 uncontended",
+            "fredlock + metrics recorder / fredlock",
+            recorded / plain,
+        ));
     }
     if let (Some(floor), Some(redis_rs)) = (median_of(floor), median_of(at("redis-rs EVALSHA x2")))
     {

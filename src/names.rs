@@ -187,8 +187,13 @@ mod tests {
             unsuffixed("redisson_lock_queue", "redisson_lock_token:{a}"),
             None
         );
+        // A name with a hash tag is not braced again: this key is the name `{a}b`'s.
         assert_eq!(
-            unsuffixed("redisson_lock_queue", "redisson_lock_queue:{a}b"),
+            unsuffixed("redisson_lock_queue", "redisson_lock_queue:{a}b").as_deref(),
+            Some("{a}b")
+        );
+        assert_eq!(
+            unsuffixed("redisson_lock_queue", "redisson_lock_queue:{a"),
             None
         );
     }

@@ -225,8 +225,16 @@ impl Kind for Fair {
     /// Besides keys without expiry, a waiter whose place ended more than `grace` ago: every
     /// acquire purges expired waiters, so one that lingers means nobody has asked since, and it
     /// keeps the queue's keys alive.
+    ///
+    /// The queue's keys may lack an expiry while a waiter is alive: Redisson's own waiters
+    /// leave them so, and the last one out deletes them.
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
-        let mut leaks = keys_without_expiry(inspection, &[]);
+        let alive = inspection
+            .queue
+            .iter()
+            .any(|waiter| waiter.ended_ago.is_none_or(|ago| ago <= grace));
+        let line = [self.keys.str(1), self.keys.str(2)];
+        let mut leaks = keys_without_expiry(inspection, if alive { &line } else { &[] });
         for waiter in &inspection.queue {
             if let Some(ago) = waiter.ended_ago.filter(|ago| *ago > grace) {
                 leaks.push(Leak {

@@ -281,6 +281,49 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
         assert_eq!(stale[0]["kind"], "fair_lock");
         let (status, _) = run_json(&url, &["leaks", "--grace", "300"]).await;
         assert_eq!(status, 0, "ended 120 s ago is within a 300 s grace");
+
+        // Redisson's waiters leave the queue's keys without expiry: no leak while one is alive,
+        // both rules once its place ended long ago.
+        let (queue, timeouts) = (
+            "redisson_lock_queue:{cli:java}",
+            "redisson_lock_timeout:{cli:java}",
+        );
+        let _: i64 = raw.rpush(queue, OWNER).await.unwrap();
+        let waiting_until = |deadline: f64| {
+            let raw = raw.clone();
+            async move {
+                let _: i64 = raw
+                    .zadd(timeouts, None, None, false, false, (deadline, OWNER))
+                    .await
+                    .unwrap();
+            }
+        };
+        waiting_until(now_ms + 60_000.0).await;
+        let (status, none) = run_json(&url, &["leaks", "--pattern", "cli:java"]).await;
+        assert_eq!((status, none), (0, Value::Array(Vec::new())));
+        waiting_until(now_ms - 120_000.0).await;
+        let (status, found) = run_json(&url, &["leaks", "--pattern", "cli:java"]).await;
+        assert_eq!(status, 1);
+        let mut rules: Vec<(&str, &str)> = found
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|leak| {
+                (
+                    leak["rule"].as_str().unwrap(),
+                    leak["key"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        rules.sort();
+        assert_eq!(
+            rules,
+            [
+                ("no_expiry", queue),
+                ("no_expiry", timeouts),
+                ("stale_waiter", queue)
+            ]
+        );
         client.shutdown().await;
     })
     .await;
@@ -436,6 +479,59 @@ async fn errors_exit_2_with_a_message_and_url_beats_the_environment() {
         );
         let (output, _) = run(&server.url(), &["inspect", ""]).await;
         assert_eq!(output.status.code(), Some(2), "an empty name is refused");
+    })
+    .await;
+}
+
+/// `force-unlock` reads the kind from the keys: a leaked fair lock's first waiter, which listens
+/// on a channel of its own, is told and holds it at once (a plain lock's unlock message would
+/// leave it to its next retry, a third of its place's length later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_unlock_by_name_tells_a_fair_lock_s_first_waiter() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let raw = server.raw().await;
+        leak(&raw, "cli:fair-leak", OWNER).await;
+        let client = server.fair_client(Duration::from_secs(6)).await;
+        let (acquired_tx, acquired_rx) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn({
+            let lock = client.fair_lock("cli:fair-leak");
+            async move {
+                let guard = lock.lock().await.unwrap();
+                let _ = acquired_tx.send(Instant::now());
+                guard.unlock().await.unwrap();
+            }
+        });
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                let queued: i64 = raw
+                    .llen("redisson_lock_queue:{cli:fair-leak}")
+                    .await
+                    .unwrap();
+                queued == 1
+            })
+            .await
+        );
+        let (status, seen) = run_json(&url, &["inspect", "cli:fair-leak"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(seen["kind"], "fair_lock");
+        assert_eq!(seen["holders"][0]["remaining_lease_ms"], Value::Null);
+
+        let (status, unlocked) = run_json(&url, &["force-unlock", "cli:fair-leak", "--yes"]).await;
+        let ended = Instant::now();
+        assert_eq!((status, &unlocked["unlocked"]), (0, &Value::Bool(true)));
+        let acquired_at = tokio::time::timeout(Duration::from_secs(5), acquired_rx)
+            .await
+            .expect("the waiter was woken")
+            .unwrap();
+        let after = acquired_at.saturating_duration_since(ended);
+        assert!(
+            after <= Duration::from_millis(250),
+            "woken {after:?} after the command ended"
+        );
+        waiter.await.unwrap();
+        client.shutdown().await;
     })
     .await;
 }

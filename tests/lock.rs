@@ -1132,3 +1132,122 @@ async fn waiters_end_with_their_clients_shutdown(kind: Kind) {
         "waiters ended {took:?} after the shutdown"
     );
 }
+
+/// The spans an operator's tracing subscriber sees: `acquire` with the lock, kind, owner, how
+/// long it waited and how it ended, and `release`.
+mod spans {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+    use tracing_subscriber::registry::LookupSpan;
+
+    use super::common::{bounded, RedisServer};
+
+    type Fields = HashMap<String, String>;
+
+    /// Every closed span, by name, with its fields as text.
+    #[derive(Clone, Default)]
+    struct Closed(Arc<Mutex<Vec<(String, Fields)>>>);
+
+    struct Text<'a>(&'a mut Fields);
+
+    impl Visit for Text<'_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.insert(field.name().to_owned(), format!("{value:?}"));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name().to_owned(), value.to_owned());
+        }
+    }
+
+    impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Closed {
+        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+            let mut fields = Fields::new();
+            attrs.record(&mut Text(&mut fields));
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().insert(fields);
+            }
+        }
+        fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+            if let Some(span) = ctx.span(id) {
+                if let Some(fields) = span.extensions_mut().get_mut::<Fields>() {
+                    values.record(&mut Text(fields));
+                }
+            }
+        }
+        fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+            if let Some(span) = ctx.span(&id) {
+                let fields = span
+                    .extensions()
+                    .get::<Fields>()
+                    .cloned()
+                    .unwrap_or_default();
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push((span.name().to_owned(), fields));
+            }
+        }
+    }
+
+    // A current-thread runtime: every task of the client runs on the thread whose default
+    // subscriber is set.
+    #[tokio::test]
+    async fn acquire_and_release_are_spans_with_their_outcome() {
+        let server = RedisServer::start();
+        let closed = Closed::default();
+        let subscriber = tracing_subscriber::registry().with(closed.clone());
+        let _default = tracing::subscriber::set_default(subscriber);
+        bounded(async {
+            let client = server.lock_client(Duration::from_secs(30)).await;
+            let lock = client.lock("spans:lock");
+            let guard = lock.lock().await.unwrap();
+            let owner = guard.owner_field().to_owned();
+            let other = client.lock("spans:lock");
+            let timed_out = tokio::spawn(async move {
+                other
+                    .try_lock(Duration::from_millis(50), None)
+                    .await
+                    .unwrap()
+                    .is_none()
+            });
+            assert!(timed_out.await.unwrap());
+            guard.unlock().await.unwrap();
+            client.shutdown().await;
+
+            let closed = closed.0.lock().unwrap().clone();
+            let acquires: Vec<&Fields> = closed
+                .iter()
+                .filter(|(name, _)| name == "acquire")
+                .map(|(_, fields)| fields)
+                .collect();
+            assert_eq!(acquires.len(), 2, "{closed:?}");
+            let won = acquires
+                .iter()
+                .find(|fields| fields["outcome"] == "acquired")
+                .expect("an acquired span");
+            assert_eq!(won["lock"], "spans:lock");
+            assert_eq!(won["kind"], "lock");
+            assert_eq!(won["owner"], owner);
+            assert!(won.contains_key("waited_ms"));
+            let gave_up = acquires
+                .iter()
+                .find(|fields| fields["outcome"] == "timed_out")
+                .expect("a timed-out span");
+            let waited: u64 = gave_up["waited_ms"].parse().unwrap();
+            assert!(waited >= 50, "{gave_up:?}");
+            let release = closed
+                .iter()
+                .find(|(name, _)| name == "release")
+                .map(|(_, fields)| fields)
+                .expect("a release span");
+            assert_eq!(release["lock"], "spans:lock");
+            assert_eq!(release["owner"], owner);
+        })
+        .await;
+    }
+}

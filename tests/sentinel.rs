@@ -312,7 +312,9 @@ async fn sentinels_and_servers_with_passwords() {
                 if fields == vec![guard.owner_field().to_string()] {
                     break failing.elapsed();
                 }
-                guard.unlock().await.unwrap();
+                // Taken on the old master: once the clients follow the new one, the unlock
+                // finds no hold there (NotHeld), as in the kill -9 test above.
+                let _ = guard.unlock().await;
             }
             assert!(failing.elapsed() < Duration::from_secs(8), "not followed");
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -76,9 +76,7 @@ impl LockClient {
             watchdog_timeout: settings.watchdog_timeout,
             renew_deadline: settings.effective_renew_deadline(),
             replica_sync: settings.replica_sync,
-            metrics: engine::Metrics {
-                lock_names: settings.metrics_lock_names,
-            },
+            metrics: engine::Metrics::new(settings.metrics_lock_names),
         })
         .await?;
         Ok(LockClient {

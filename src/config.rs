@@ -251,7 +251,9 @@ impl LockClientBuilder {
 
     /// Labels every metric of a primitive with its name (label `lock`), besides its kind.
     /// Default: off, as names are unbounded (an order id per lock makes a time series per
-    /// order); turn it on for a service with a few well-known locks.
+    /// order); turn it on for a service with a few well-known locks. With names, every record
+    /// looks its metric up in the recorder's registry; without, a client registers each kind's
+    /// metrics once.
     ///
     /// Metrics are recorded only with the `metrics` feature; see the README's Operations
     /// section for their names.

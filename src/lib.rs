@@ -160,7 +160,9 @@ pub use scripts::source as script_source;
 
 /// The names of the metrics fredlock records with the `metrics` feature, through the
 /// [`metrics`](https://docs.rs/metrics) facade: nothing is recorded until the application
-/// installs a recorder (a Prometheus exporter, say; see `examples/metrics.rs`).
+/// installs a recorder (a Prometheus exporter, say; see `examples/metrics.rs`). Install it
+/// before building the [`LockClient`]: a client registers each kind's metrics when it first
+/// records one, and keeps the handles.
 ///
 /// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`) and,
 /// with [`LockClientBuilder::metrics_lock_names`], `lock` (the name). They are recorded in one

@@ -54,7 +54,7 @@ impl Guard {
             "release",
             lock = %self.hold.pair.name, kind = self.kind.label(), owner = %self.hold.pair.field,
         );
-        let metrics = core.metrics;
+        let metrics = core.metrics.clone();
         let outcome = InFlight::new(|| async move { release.run(&core).await })
             .instrument(span)
             .await;

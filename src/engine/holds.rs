@@ -475,7 +475,7 @@ impl Holds {
                 expires_at: leased_at.saturating_add(since_epoch_len(lease)),
             }),
             renew_deadline: since_epoch_len(self.renew_deadline),
-            metrics: self.metrics,
+            metrics: self.metrics.clone(),
             kind: kind.clone(),
             extras: OnceLock::new(),
         })

@@ -48,14 +48,6 @@ pub const ALL: [&str; 10] = [
     WAITING,
 ];
 
-/// A client's metrics settings; copied into whatever records.
-#[derive(Clone, Copy, Debug, Default)]
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) struct Metrics {
-    /// Whether metrics carry the primitive's name as label `lock`.
-    pub(crate) lock_names: bool,
-}
-
 /// How an acquire call ended, for the wait histogram and the counters.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) enum Ended<'a> {
@@ -79,75 +71,201 @@ impl Ended<'_> {
 
 #[cfg(feature = "metrics")]
 mod record {
-    use ::metrics::{counter, gauge, histogram, Label};
+    use std::sync::{Arc, PoisonError, RwLock};
+
+    use ::metrics::{counter, gauge, histogram, Counter, Gauge, Histogram, Label};
 
     use super::*;
 
-    impl Metrics {
-        fn labels(self, kind: &'static str, name: &str) -> Vec<Label> {
-            let mut labels = Vec::with_capacity(2);
-            labels.push(Label::from_static_parts("kind", kind));
-            if self.lock_names {
-                labels.push(Label::new("lock", name.to_owned()));
+    /// Where a client records: its settings, and the handles of each kind it has met.
+    ///
+    /// Registering a metric with a recorder is a look-up in the recorder's registry, several
+    /// times the work of recording; without name labels a client registers each kind's metrics
+    /// once, when it first records one of that kind, and keeps the handles. (A recorder must
+    /// therefore be installed before then, as the `metrics` crate asks of every handle.)
+    #[derive(Clone)]
+    pub(crate) struct Metrics(Arc<Inner>);
+
+    struct Inner {
+        /// Whether metrics carry the primitive's name as label `lock`.
+        lock_names: bool,
+        /// Each kind's handles, by label: a few kinds at most, so a list.
+        kinds: RwLock<Vec<(&'static str, Arc<Handles>)>>,
+    }
+
+    /// One kind's metrics, registered once.
+    struct Handles {
+        acquisitions: Counter,
+        handoffs: Counter,
+        timeouts: Counter,
+        lost: Counter,
+        renewals: Counter,
+        renewal_failures: Counter,
+        held: Gauge,
+        waiting: Gauge,
+        /// By outcome, in [`Ended::index`]'s order.
+        wait: [Histogram; 3],
+    }
+
+    impl Handles {
+        fn register(kind: &'static str) -> Handles {
+            let wait =
+                |outcome: &'static str| histogram!(WAIT, "kind" => kind, "outcome" => outcome);
+            Handles {
+                acquisitions: counter!(ACQUISITIONS, "kind" => kind),
+                handoffs: counter!(HANDOFFS, "kind" => kind),
+                timeouts: counter!(TIMEOUTS, "kind" => kind),
+                lost: counter!(LOST, "kind" => kind),
+                renewals: counter!(RENEWALS, "kind" => kind),
+                renewal_failures: counter!(RENEWAL_FAILURES, "kind" => kind),
+                held: gauge!(HELD, "kind" => kind),
+                waiting: gauge!(WAITING, "kind" => kind),
+                wait: [wait("acquired"), wait("timed_out"), wait("failed")],
             }
-            labels
+        }
+    }
+
+    impl Metrics {
+        pub(crate) fn new(lock_names: bool) -> Metrics {
+            Metrics(Arc::new(Inner {
+                lock_names,
+                kinds: RwLock::new(Vec::new()),
+            }))
+        }
+
+        /// `kind`'s handles, registered on first use.
+        fn handles(&self, kind: &'static str) -> Arc<Handles> {
+            let known = self.0.kinds.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, handles)) = known.iter().find(|(known, _)| *known == kind) {
+                return handles.clone();
+            }
+            drop(known);
+            let mut kinds = self.0.kinds.write().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, handles)) = kinds.iter().find(|(known, _)| *known == kind) {
+                return handles.clone();
+            }
+            let handles = Arc::new(Handles::register(kind));
+            kinds.push((kind, handles.clone()));
+            handles
+        }
+
+        /// The labels of a metric of `name`'s, with name labels.
+        fn named(kind: &'static str, name: &str) -> Vec<Label> {
+            vec![
+                Label::from_static_parts("kind", kind),
+                Label::new("lock", name.to_owned()),
+            ]
+        }
+
+        fn counter(
+            &self,
+            metric: &'static str,
+            kind: &'static str,
+            name: &str,
+            cached: fn(&Handles) -> &Counter,
+        ) -> Counter {
+            if self.0.lock_names {
+                counter!(metric, Metrics::named(kind, name))
+            } else {
+                cached(&self.handles(kind)).clone()
+            }
+        }
+
+        fn gauge(
+            &self,
+            metric: &'static str,
+            kind: &'static str,
+            name: &str,
+            cached: fn(&Handles) -> &Gauge,
+        ) -> Gauge {
+            if self.0.lock_names {
+                gauge!(metric, Metrics::named(kind, name))
+            } else {
+                cached(&self.handles(kind)).clone()
+            }
         }
 
         pub(crate) fn acquire_ended(
-            self,
+            &self,
             kind: &'static str,
             name: &str,
             waited: Duration,
             ended: &Ended<'_>,
         ) {
-            let labels = self.labels(kind, name);
-            let mut with_outcome = labels.clone();
-            with_outcome.push(Label::from_static_parts("outcome", ended.outcome()));
-            histogram!(WAIT, with_outcome).record(waited.as_secs_f64());
+            if self.0.lock_names {
+                let mut labels = Metrics::named(kind, name);
+                labels.push(Label::from_static_parts("outcome", ended.outcome()));
+                histogram!(WAIT, labels).record(waited.as_secs_f64());
+            } else {
+                self.handles(kind).wait[ended.index()].record(waited.as_secs_f64());
+            }
             match ended {
                 Ended::Acquired { contended } => {
                     if *contended {
-                        counter!(HANDOFFS, labels.clone()).increment(1);
+                        self.counter(HANDOFFS, kind, name, |h| &h.handoffs)
+                            .increment(1);
                     }
-                    counter!(ACQUISITIONS, labels).increment(1);
+                    self.counter(ACQUISITIONS, kind, name, |h| &h.acquisitions)
+                        .increment(1);
                 }
-                Ended::TimedOut => counter!(TIMEOUTS, labels).increment(1),
+                Ended::TimedOut => self
+                    .counter(TIMEOUTS, kind, name, |h| &h.timeouts)
+                    .increment(1),
                 Ended::Failed(error) => self.failed(kind, name, error),
             }
         }
 
-        pub(crate) fn failed(self, kind: &'static str, name: &str, error: &Error) {
-            let mut labels = self.labels(kind, name);
+        /// Errors are few, and labelled by what failed too: registered each time.
+        pub(crate) fn failed(&self, kind: &'static str, name: &str, error: &Error) {
+            let mut labels = vec![Label::from_static_parts("kind", kind)];
+            if self.0.lock_names {
+                labels.push(Label::new("lock", name.to_owned()));
+            }
             labels.push(Label::from_static_parts("error", error.label()));
             counter!(ERRORS, labels).increment(1);
         }
 
-        pub(crate) fn lost(self, kind: &'static str, name: &str) {
-            counter!(LOST, self.labels(kind, name)).increment(1);
+        pub(crate) fn lost(&self, kind: &'static str, name: &str) {
+            self.counter(LOST, kind, name, |h| &h.lost).increment(1);
         }
 
-        pub(crate) fn renewed(self, kind: &'static str, name: &str, ok: bool) {
-            let metric = if ok { RENEWALS } else { RENEWAL_FAILURES };
-            counter!(metric, self.labels(kind, name)).increment(1);
+        pub(crate) fn renewed(&self, kind: &'static str, name: &str, ok: bool) {
+            if ok {
+                self.counter(RENEWALS, kind, name, |h| &h.renewals)
+                    .increment(1);
+            } else {
+                self.counter(RENEWAL_FAILURES, kind, name, |h| &h.renewal_failures)
+                    .increment(1);
+            }
         }
 
-        pub(crate) fn held(self, kind: &'static str, name: &str, change: f64) {
-            gauge!(HELD, self.labels(kind, name)).increment(change);
+        pub(crate) fn held(&self, kind: &'static str, name: &str, change: f64) {
+            self.gauge(HELD, kind, name, |h| &h.held).increment(change);
         }
 
-        pub(crate) fn waiting(self, kind: &'static str, name: &str) -> Waiting {
-            let labels = self.labels(kind, name);
-            gauge!(WAITING, labels.clone()).increment(1.0);
-            Waiting(labels)
+        pub(crate) fn waiting(&self, kind: &'static str, name: &str) -> Waiting {
+            let gauge = self.gauge(WAITING, kind, name, |h| &h.waiting);
+            gauge.increment(1.0);
+            Waiting(gauge)
+        }
+    }
+
+    impl Ended<'_> {
+        fn index(&self) -> usize {
+            match self {
+                Ended::Acquired { .. } => 0,
+                Ended::TimedOut => 1,
+                Ended::Failed(_) => 2,
+            }
         }
     }
 
     /// A task counted among the waiting until this is dropped.
-    pub(crate) struct Waiting(Vec<Label>);
+    pub(crate) struct Waiting(Gauge);
 
     impl Drop for Waiting {
         fn drop(&mut self) {
-            gauge!(WAITING, std::mem::take(&mut self.0)).decrement(1.0);
+            self.0.decrement(1.0);
         }
     }
 }
@@ -156,19 +274,26 @@ mod record {
 mod record {
     use super::*;
 
+    /// Nothing is recorded without the feature.
+    #[derive(Clone)]
+    pub(crate) struct Metrics;
+
     impl Metrics {
+        pub(crate) fn new(_lock_names: bool) -> Metrics {
+            Metrics
+        }
         #[inline(always)]
-        pub(crate) fn acquire_ended(self, _: &'static str, _: &str, _: Duration, _: &Ended<'_>) {}
+        pub(crate) fn acquire_ended(&self, _: &'static str, _: &str, _: Duration, _: &Ended<'_>) {}
         #[inline(always)]
-        pub(crate) fn failed(self, _: &'static str, _: &str, _: &Error) {}
+        pub(crate) fn failed(&self, _: &'static str, _: &str, _: &Error) {}
         #[inline(always)]
-        pub(crate) fn lost(self, _: &'static str, _: &str) {}
+        pub(crate) fn lost(&self, _: &'static str, _: &str) {}
         #[inline(always)]
-        pub(crate) fn renewed(self, _: &'static str, _: &str, _: bool) {}
+        pub(crate) fn renewed(&self, _: &'static str, _: &str, _: bool) {}
         #[inline(always)]
-        pub(crate) fn held(self, _: &'static str, _: &str, _: f64) {}
+        pub(crate) fn held(&self, _: &'static str, _: &str, _: f64) {}
         #[inline(always)]
-        pub(crate) fn waiting(self, _: &'static str, _: &str) -> Waiting {
+        pub(crate) fn waiting(&self, _: &'static str, _: &str) -> Waiting {
             Waiting
         }
     }
@@ -177,4 +302,4 @@ mod record {
     pub(crate) struct Waiting;
 }
 
-pub(crate) use record::Waiting;
+pub(crate) use record::{Metrics, Waiting};

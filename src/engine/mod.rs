@@ -310,7 +310,7 @@ impl Engine {
             address: address.as_str().into(),
             subscriber,
             watchdog_timeout: settings.watchdog_timeout,
-            metrics: settings.metrics,
+            metrics: settings.metrics.clone(),
             watchdog_lease: Value::from(
                 Lease::Watchdog
                     .millis(settings.watchdog_timeout)

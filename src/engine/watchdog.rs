@@ -240,7 +240,7 @@ impl Watchdog {
                 let renewed = matches!(&result, Ok(replies) if replies.get(i).copied() == Some(1));
                 // A field found gone counts as a loss, not as a failed renewal.
                 if renewed || result.is_err() {
-                    let metrics = self.core.metrics;
+                    let metrics = &self.core.metrics;
                     metrics.renewed(hold.kind.label(), &hold.pair.name, renewed);
                 }
             }

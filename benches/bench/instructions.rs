@@ -87,7 +87,7 @@ pub fn instructions(url: &str) -> Vec<Row> {
 /// (current-thread) runtime.
 pub async fn child(subject: &str, cycles: u64, url: &str) {
     // Built with the `metrics` feature, cycles are counted with a recorder recording.
-    crate::recording::record(true);
+    crate::recording::record_for_count();
     let client = fredlock::LockClient::connect(url).await.expect("connect");
     let lock = match subject {
         "fredlock" => Some(client.lock("bench:instructions")),

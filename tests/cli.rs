@@ -12,6 +12,7 @@ use fred::prelude::*;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
+use tokio::sync::oneshot;
 
 /// How long one run of the command may take before the test fails.
 const RUN_LIMIT: Duration = Duration::from_secs(20);
@@ -55,6 +56,36 @@ async fn run_json(url: &str, args: &[&str]) -> (i32, Value) {
 /// A hold written by hand, as a crashed or buggy client might leave it: no TTL.
 async fn leak(raw: &Client, name: &str, owner: &str) {
     let _: i64 = raw.hset(name, (owner, 1)).await.unwrap();
+}
+
+/// A task waiting for `lock`, which reports when it held it, then lets go.
+fn waiter(lock: fredlock::Lock) -> (tokio::task::JoinHandle<()>, oneshot::Receiver<Instant>) {
+    let (acquired_tx, acquired_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        let _ = acquired_tx.send(Instant::now());
+        guard.unlock().await.unwrap();
+    });
+    (task, acquired_rx)
+}
+
+/// Runs `force-unlock NAME --yes`, and checks that it unlocked and that the waiter reporting on
+/// `acquired` held the lock within 250 ms of the command's end.
+async fn force_unlock_wakes(url: &str, name: &str, acquired: oneshot::Receiver<Instant>) {
+    let started = Instant::now();
+    let (status, unlocked) = run_json(url, &["force-unlock", name, "--yes"]).await;
+    let ended = Instant::now();
+    assert_eq!((status, &unlocked["unlocked"]), (0, &Value::Bool(true)));
+    let acquired_at = tokio::time::timeout(Duration::from_secs(5), acquired)
+        .await
+        .expect("the waiter was woken")
+        .unwrap();
+    assert!(acquired_at > started);
+    let after = acquired_at.saturating_duration_since(ended);
+    assert!(
+        after <= Duration::from_millis(250),
+        "woken {after:?} after the command ended"
+    );
 }
 
 const OWNER: &str = "0b9e7a0e-5f6c-4b43-9d1c-7f2a4c1e8a11:42";
@@ -180,15 +211,7 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
         // A waiter: the hash has no TTL, so only the unlock message can wake it early (without
         // one it would sleep a third of the watchdog timeout, 10 s, before trying again).
         let client = server.lock_client(Duration::from_secs(30)).await;
-        let (acquired_tx, acquired_rx) = tokio::sync::oneshot::channel();
-        let waiter = tokio::spawn({
-            let lock = client.lock("cli:leaked");
-            async move {
-                let guard = lock.lock().await.unwrap();
-                let _ = acquired_tx.send(Instant::now());
-                guard.unlock().await.unwrap();
-            }
-        });
+        let (waiting, acquired) = waiter(client.lock("cli:leaked"));
         assert!(
             common::eventually(Duration::from_secs(5), || async {
                 client.stats().wait_entries == 1
@@ -227,22 +250,8 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
         assert_eq!(still, 1);
 
         // Confirmed with --yes: deleted, and the waiter woken at once.
-        let started = Instant::now();
-        let (status, unlocked) = run_json(&url, &["force-unlock", "cli:leaked", "--yes"]).await;
-        let ended = Instant::now();
-        assert_eq!(status, 0);
-        assert_eq!(unlocked["unlocked"], true);
-        let acquired_at = tokio::time::timeout(Duration::from_secs(5), acquired_rx)
-            .await
-            .expect("the waiter was woken")
-            .unwrap();
-        assert!(acquired_at > started);
-        let after = acquired_at.saturating_duration_since(ended);
-        assert!(
-            after <= Duration::from_millis(250),
-            "woken {after:?} after the command ended"
-        );
-        waiter.await.unwrap();
+        force_unlock_wakes(&url, "cli:leaked", acquired).await;
+        waiting.await.unwrap();
 
         let (status, none) = run_json(&url, &["leaks"]).await;
         assert_eq!((status, none), (0, Value::Array(Vec::new())));
@@ -494,15 +503,7 @@ async fn force_unlock_by_name_tells_a_fair_lock_s_first_waiter() {
         let raw = server.raw().await;
         leak(&raw, "cli:fair-leak", OWNER).await;
         let client = server.fair_client(Duration::from_secs(6)).await;
-        let (acquired_tx, acquired_rx) = tokio::sync::oneshot::channel();
-        let waiter = tokio::spawn({
-            let lock = client.fair_lock("cli:fair-leak");
-            async move {
-                let guard = lock.lock().await.unwrap();
-                let _ = acquired_tx.send(Instant::now());
-                guard.unlock().await.unwrap();
-            }
-        });
+        let (waiting, acquired) = waiter(client.fair_lock("cli:fair-leak").as_lock().clone());
         assert!(
             common::eventually(Duration::from_secs(5), || async {
                 let queued: i64 = raw
@@ -518,19 +519,8 @@ async fn force_unlock_by_name_tells_a_fair_lock_s_first_waiter() {
         assert_eq!(seen["kind"], "fair_lock");
         assert_eq!(seen["holders"][0]["remaining_lease_ms"], Value::Null);
 
-        let (status, unlocked) = run_json(&url, &["force-unlock", "cli:fair-leak", "--yes"]).await;
-        let ended = Instant::now();
-        assert_eq!((status, &unlocked["unlocked"]), (0, &Value::Bool(true)));
-        let acquired_at = tokio::time::timeout(Duration::from_secs(5), acquired_rx)
-            .await
-            .expect("the waiter was woken")
-            .unwrap();
-        let after = acquired_at.saturating_duration_since(ended);
-        assert!(
-            after <= Duration::from_millis(250),
-            "woken {after:?} after the command ended"
-        );
-        waiter.await.unwrap();
+        force_unlock_wakes(&url, "cli:fair-leak", acquired).await;
+        waiting.await.unwrap();
         client.shutdown().await;
     })
     .await;

@@ -121,150 +121,148 @@ async fn acquire_loop(
     lease: Lease,
     started: Instant,
 ) -> Result<Option<Win>> {
-    {
-        // Locals that only name what the pair or the engine hold are not kept: every one would
-        // be room in every waiting task.
-        engine.core().ensure_open()?;
-        check_name(kind.name())?;
-        lease.check(kind.name())?;
-        let single_attempt = wait == Some(Duration::ZERO);
-        // The deadline and the queue place are worked out where needed from what the future
-        // keeps anyway, rather than kept (closures would keep their references).
-        // Boxed, like everything a waiting task keeps that most waiters have none of.
-        let queued =
-            place(&kind, wait).map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
-        // Busy replies so far, which a backing-off kind's pauses grow with.
-        let mut busy: u32 = 0;
-        // Connection errors in a row, which the pause after one grows with.
-        let mut errors: u8 = 0;
-        let mut waiter: Option<Waiter> = None;
-        // The waiters' channel as it was before the first attempt, if subscribed already (a worker
-        // loop's lingering channel): joining it after a busy reply needs no second attempt when
-        // nothing was delivered since.
-        let mut quiet: Option<Quiet> = None;
-        // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
-        // lock held by someone else.
-        let mut reached = false;
-        // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
-        let mut last_failure: Option<Box<Error>> = None;
-        let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
-        // Counted among the waiting from the first busy reply on, until this future ends.
-        let mut waiting: Option<Waiting> = None;
-        loop {
-            if waiter.is_none() && !single_attempt {
-                quiet = engine.core().pubsub.quiet(|| channel(&kind, &pair.field));
-            }
-            // Armed while an attempt is on its way and after one whose reply was lost.
-            settle.arm();
-            // Boxed, like the join, the leave and the reconnect wait below: passing states which,
-            // inline, would make every waiting task carry their timers and calls (about 700 bytes)
-            // all its wait.
-            let attempt = boxed(|| {
-                attempt(
-                    engine,
-                    &kind,
-                    pair,
-                    lease,
-                    place(&kind, wait),
-                    deadline(started, wait),
-                    single_attempt,
-                )
-            })
-            .await;
-            if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
-                // A reply: it carried the fences of every earlier lost one.
-                settle.disarm();
-            }
-            // Moved into a block of its own, so that no waiting state keeps its room.
-            let pause = {
-                let attempt = attempt;
-                match attempt {
-                    Ok(Attempt::Won(mut win)) => {
-                        win.contended = busy > 0;
-                        // The acquire script took the waiter out of the queue.
-                        if let Some(queued) = queued {
-                            queued.claim();
-                        }
-                        tracing::debug!(
-                            lock = %pair.name, owner = %pair.field,
-                            waited_ms = started.elapsed().as_millis() as u64,
-                            "acquired"
-                        );
-                        return Ok(Some(win));
+    // Locals that only name what the pair or the engine hold are not kept: every one would
+    // be room in every waiting task.
+    engine.core().ensure_open()?;
+    check_name(kind.name())?;
+    lease.check(kind.name())?;
+    let single_attempt = wait == Some(Duration::ZERO);
+    // The deadline and the queue place are worked out where needed from what the future
+    // keeps anyway, rather than kept (closures would keep their references).
+    // Boxed, like everything a waiting task keeps that most waiters have none of.
+    let queued =
+        place(&kind, wait).map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
+    // Busy replies so far, which a backing-off kind's pauses grow with.
+    let mut busy: u32 = 0;
+    // Connection errors in a row, which the pause after one grows with.
+    let mut errors: u8 = 0;
+    let mut waiter: Option<Waiter> = None;
+    // The waiters' channel as it was before the first attempt, if subscribed already (a worker
+    // loop's lingering channel): joining it after a busy reply needs no second attempt when
+    // nothing was delivered since.
+    let mut quiet: Option<Quiet> = None;
+    // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
+    // lock held by someone else.
+    let mut reached = false;
+    // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
+    let mut last_failure: Option<Box<Error>> = None;
+    let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
+    // Counted among the waiting from the first busy reply on, until this future ends.
+    let mut waiting: Option<Waiting> = None;
+    loop {
+        if waiter.is_none() && !single_attempt {
+            quiet = engine.core().pubsub.quiet(|| channel(&kind, &pair.field));
+        }
+        // Armed while an attempt is on its way and after one whose reply was lost.
+        settle.arm();
+        // Boxed, like the join, the leave and the reconnect wait below: passing states which,
+        // inline, would make every waiting task carry their timers and calls (about 700 bytes)
+        // all its wait.
+        let attempt = boxed(|| {
+            attempt(
+                engine,
+                &kind,
+                pair,
+                lease,
+                place(&kind, wait),
+                deadline(started, wait),
+                single_attempt,
+            )
+        })
+        .await;
+        if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
+            // A reply: it carried the fences of every earlier lost one.
+            settle.disarm();
+        }
+        // Moved into a block of its own, so that no waiting state keeps its room.
+        let pause = {
+            let attempt = attempt;
+            match attempt {
+                Ok(Attempt::Won(mut win)) => {
+                    win.contended = busy > 0;
+                    // The acquire script took the waiter out of the queue.
+                    if let Some(queued) = queued {
+                        queued.claim();
                     }
-                    Ok(Attempt::Busy { retry_after }) => {
-                        reached = true;
-                        errors = 0;
-                        let pause = match kind.wake() {
-                            Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
-                            _ => retry_after,
-                        };
-                        busy = busy.saturating_add(1);
-                        if waiting.is_none() && !single_attempt {
-                            waiting = Some(engine.core().metrics.waiting(kind.label(), &pair.name));
-                        }
-                        // Trying again is what keeps a queued waiter's place.
-                        place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
-                    }
-                    Ok(Attempt::TimedOut) => {
-                        boxed(|| leave_now(queued)).await;
-                        return gave_up(engine, &pair.name, reached, last_failure.take());
-                    }
-                    Err(error) if error.is_transient() && !single_attempt => {
-                        tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
-                        if !matches!(error, Error::Unavailable { source: None, .. }) {
-                            last_failure = Some(Box::new(error));
-                        }
-                        let pause = error_pause(errors);
-                        errors = errors.saturating_add(1);
-                        pause
-                    }
-                    Err(error) => return Err(error),
+                    tracing::debug!(
+                        lock = %pair.name, owner = %pair.field,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "acquired"
+                    );
+                    return Ok(Some(win));
                 }
-            };
-            if single_attempt {
-                return Ok(None);
-            }
-            let until = bounded(Instant::now() + pause, deadline(started, wait));
-            if !engine.core().redis().is_connected() {
-                // Nothing to subscribe to while fred reconnects: wait for the connection (or the
-                // pause) instead, and try again at once when it is back.
-                boxed(|| reconnected(engine.core(), until)).await?;
-            } else {
-                // A waiter's first busy reply joins its channel; once joined, it tries again at
-                // once, unless the channel was subscribed since before that reply's attempt and
-                // has delivered nothing since: an unlock after the attempt then wakes it.
-                let mut wait = true;
-                if waiter.is_none() {
-                    if let Some(channel) = channel(&kind, &pair.field) {
-                        tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
-                        let joined = boxed(|| join(engine.core(), channel, until)).await?;
-                        wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
-                        waiter = Some(joined);
+                Ok(Attempt::Busy { retry_after }) => {
+                    reached = true;
+                    errors = 0;
+                    let pause = match kind.wake() {
+                        Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
+                        _ => retry_after,
+                    };
+                    busy = busy.saturating_add(1);
+                    if waiting.is_none() && !single_attempt {
+                        waiting = Some(engine.core().metrics.waiting(kind.label(), &pair.name));
                     }
+                    // Trying again is what keeps a queued waiter's place.
+                    place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
                 }
-                if wait {
-                    match &waiter {
-                        Some(waiter) => {
-                            // Shutting down closes every wait entry, which ends this wait. Checked
-                            // once joined, so a shutdown cannot slip in between.
-                            engine.core().ensure_open()?;
-                            pubsub::woken(waiter.wait(until).await);
-                            engine.core().ensure_open()?;
-                        }
-                        // A kind whose waiters back off.
-                        None => tokio::select! {
-                            biased;
-                            _ = engine.core().shutdown.cancelled() => return Err(Error::Shutdown),
-                            _ = tokio::time::sleep_until(until) => {}
-                        },
+                Ok(Attempt::TimedOut) => {
+                    boxed(|| leave_now(queued)).await;
+                    return gave_up(engine, &pair.name, reached, last_failure.take());
+                }
+                Err(error) if error.is_transient() && !single_attempt => {
+                    tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
+                    if !matches!(error, Error::Unavailable { source: None, .. }) {
+                        last_failure = Some(Box::new(error));
                     }
+                    let pause = error_pause(errors);
+                    errors = errors.saturating_add(1);
+                    pause
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        if single_attempt {
+            return Ok(None);
+        }
+        let until = bounded(Instant::now() + pause, deadline(started, wait));
+        if !engine.core().redis().is_connected() {
+            // Nothing to subscribe to while fred reconnects: wait for the connection (or the
+            // pause) instead, and try again at once when it is back.
+            boxed(|| reconnected(engine.core(), until)).await?;
+        } else {
+            // A waiter's first busy reply joins its channel; once joined, it tries again at
+            // once, unless the channel was subscribed since before that reply's attempt and
+            // has delivered nothing since: an unlock after the attempt then wakes it.
+            let mut wait = true;
+            if waiter.is_none() {
+                if let Some(channel) = channel(&kind, &pair.field) {
+                    tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
+                    let joined = boxed(|| join(engine.core(), channel, until)).await?;
+                    wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
+                    waiter = Some(joined);
                 }
             }
-            if deadline(started, wait).is_some_and(|deadline| Instant::now() >= deadline) {
-                boxed(|| leave_now(queued)).await;
-                return gave_up(engine, &pair.name, reached, last_failure.take());
+            if wait {
+                match &waiter {
+                    Some(waiter) => {
+                        // Shutting down closes every wait entry, which ends this wait. Checked
+                        // once joined, so a shutdown cannot slip in between.
+                        engine.core().ensure_open()?;
+                        pubsub::woken(waiter.wait(until).await);
+                        engine.core().ensure_open()?;
+                    }
+                    // A kind whose waiters back off.
+                    None => tokio::select! {
+                        biased;
+                        _ = engine.core().shutdown.cancelled() => return Err(Error::Shutdown),
+                        _ = tokio::time::sleep_until(until) => {}
+                    },
+                }
             }
+        }
+        if deadline(started, wait).is_some_and(|deadline| Instant::now() >= deadline) {
+            boxed(|| leave_now(queued)).await;
+            return gave_up(engine, &pair.name, reached, last_failure.take());
         }
     }
 }

@@ -54,7 +54,6 @@ impl Guard {
             "release",
             lock = %self.hold.pair.name, kind = self.kind.label(), owner = %self.hold.pair.field,
         );
-        let metrics = core.metrics.clone();
         let outcome = InFlight::new(|| async move { release.run(&core).await })
             .instrument(span)
             .await;
@@ -75,6 +74,7 @@ impl Guard {
             )),
         };
         if let Err(error) = &result {
+            let metrics = &self.engine.core().metrics;
             metrics.failed(self.kind.label(), &self.hold.pair.name, error);
         }
         result

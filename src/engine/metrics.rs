@@ -59,13 +59,20 @@ pub(crate) enum Ended<'a> {
     Failed(&'a Error),
 }
 
+/// The `outcome` label of each way an acquire call ends, in [`Ended::index`]'s order.
+const OUTCOMES: [&str; 3] = ["acquired", "timed_out", "failed"];
+
 impl Ended<'_> {
-    pub(crate) fn outcome(&self) -> &'static str {
+    fn index(&self) -> usize {
         match self {
-            Ended::Acquired { .. } => "acquired",
-            Ended::TimedOut => "timed_out",
-            Ended::Failed(_) => "failed",
+            Ended::Acquired { .. } => 0,
+            Ended::TimedOut => 1,
+            Ended::Failed(_) => 2,
         }
+    }
+
+    pub(crate) fn outcome(&self) -> &'static str {
+        OUTCOMES[self.index()]
     }
 }
 
@@ -103,14 +110,12 @@ mod record {
         renewal_failures: Counter,
         held: Gauge,
         waiting: Gauge,
-        /// By outcome, in [`Ended::index`]'s order.
+        /// By outcome, in [`OUTCOMES`]' order.
         wait: [Histogram; 3],
     }
 
     impl Handles {
         fn register(kind: &'static str) -> Handles {
-            let wait =
-                |outcome: &'static str| histogram!(WAIT, "kind" => kind, "outcome" => outcome);
             Handles {
                 acquisitions: counter!(ACQUISITIONS, "kind" => kind),
                 handoffs: counter!(HANDOFFS, "kind" => kind),
@@ -120,7 +125,8 @@ mod record {
                 renewal_failures: counter!(RENEWAL_FAILURES, "kind" => kind),
                 held: gauge!(HELD, "kind" => kind),
                 waiting: gauge!(WAITING, "kind" => kind),
-                wait: [wait("acquired"), wait("timed_out"), wait("failed")],
+                wait: OUTCOMES
+                    .map(|outcome| histogram!(WAIT, "kind" => kind, "outcome" => outcome)),
             }
         }
     }
@@ -149,39 +155,28 @@ mod record {
             handles
         }
 
-        /// The labels of a metric of `name`'s, with name labels.
-        fn named(kind: &'static str, name: &str) -> Vec<Label> {
-            vec![
-                Label::from_static_parts("kind", kind),
-                Label::new("lock", name.to_owned()),
-            ]
-        }
-
-        fn counter(
-            &self,
-            metric: &'static str,
-            kind: &'static str,
-            name: &str,
-            cached: fn(&Handles) -> &Counter,
-        ) -> Counter {
+        /// The labels of a metric of `name`'s: its kind, and its name when names are labels.
+        fn labels(&self, kind: &'static str, name: &str) -> Vec<Label> {
+            let mut labels = vec![Label::from_static_parts("kind", kind)];
             if self.0.lock_names {
-                counter!(metric, Metrics::named(kind, name))
-            } else {
-                cached(&self.handles(kind)).clone()
+                labels.push(Label::new("lock", name.to_owned()));
             }
+            labels
         }
 
-        fn gauge(
+        /// A handle of `kind`'s: the one kept, or with name labels, `named`'s registration under
+        /// `name`'s labels.
+        fn handle<H: Clone>(
             &self,
-            metric: &'static str,
             kind: &'static str,
             name: &str,
-            cached: fn(&Handles) -> &Gauge,
-        ) -> Gauge {
+            kept: fn(&Handles) -> &H,
+            named: fn(Vec<Label>) -> H,
+        ) -> H {
             if self.0.lock_names {
-                gauge!(metric, Metrics::named(kind, name))
+                named(self.labels(kind, name))
             } else {
-                cached(&self.handles(kind)).clone()
+                kept(&self.handles(kind)).clone()
             }
         }
 
@@ -193,7 +188,7 @@ mod record {
             ended: &Ended<'_>,
         ) {
             if self.0.lock_names {
-                let mut labels = Metrics::named(kind, name);
+                let mut labels = self.labels(kind, name);
                 labels.push(Label::from_static_parts("outcome", ended.outcome()));
                 histogram!(WAIT, labels).record(waited.as_secs_f64());
             } else {
@@ -202,14 +197,19 @@ mod record {
             match ended {
                 Ended::Acquired { contended } => {
                     if *contended {
-                        self.counter(HANDOFFS, kind, name, |h| &h.handoffs)
+                        self.handle(kind, name, |h| &h.handoffs, |l| counter!(HANDOFFS, l))
                             .increment(1);
                     }
-                    self.counter(ACQUISITIONS, kind, name, |h| &h.acquisitions)
-                        .increment(1);
+                    self.handle(
+                        kind,
+                        name,
+                        |h| &h.acquisitions,
+                        |l| counter!(ACQUISITIONS, l),
+                    )
+                    .increment(1);
                 }
                 Ended::TimedOut => self
-                    .counter(TIMEOUTS, kind, name, |h| &h.timeouts)
+                    .handle(kind, name, |h| &h.timeouts, |l| counter!(TIMEOUTS, l))
                     .increment(1),
                 Ended::Failed(error) => self.failed(kind, name, error),
             }
@@ -217,46 +217,39 @@ mod record {
 
         /// Errors are few, and labelled by what failed too: registered each time.
         pub(crate) fn failed(&self, kind: &'static str, name: &str, error: &Error) {
-            let mut labels = vec![Label::from_static_parts("kind", kind)];
-            if self.0.lock_names {
-                labels.push(Label::new("lock", name.to_owned()));
-            }
+            let mut labels = self.labels(kind, name);
             labels.push(Label::from_static_parts("error", error.label()));
             counter!(ERRORS, labels).increment(1);
         }
 
         pub(crate) fn lost(&self, kind: &'static str, name: &str) {
-            self.counter(LOST, kind, name, |h| &h.lost).increment(1);
+            self.handle(kind, name, |h| &h.lost, |l| counter!(LOST, l))
+                .increment(1);
         }
 
         pub(crate) fn renewed(&self, kind: &'static str, name: &str, ok: bool) {
-            if ok {
-                self.counter(RENEWALS, kind, name, |h| &h.renewals)
-                    .increment(1);
+            let counter = if ok {
+                self.handle(kind, name, |h| &h.renewals, |l| counter!(RENEWALS, l))
             } else {
-                self.counter(RENEWAL_FAILURES, kind, name, |h| &h.renewal_failures)
-                    .increment(1);
-            }
+                self.handle(
+                    kind,
+                    name,
+                    |h| &h.renewal_failures,
+                    |l| counter!(RENEWAL_FAILURES, l),
+                )
+            };
+            counter.increment(1);
         }
 
         pub(crate) fn held(&self, kind: &'static str, name: &str, change: f64) {
-            self.gauge(HELD, kind, name, |h| &h.held).increment(change);
+            self.handle(kind, name, |h| &h.held, |l| gauge!(HELD, l))
+                .increment(change);
         }
 
         pub(crate) fn waiting(&self, kind: &'static str, name: &str) -> Waiting {
-            let gauge = self.gauge(WAITING, kind, name, |h| &h.waiting);
+            let gauge = self.handle(kind, name, |h| &h.waiting, |l| gauge!(WAITING, l));
             gauge.increment(1.0);
             Waiting(gauge)
-        }
-    }
-
-    impl Ended<'_> {
-        fn index(&self) -> usize {
-            match self {
-                Ended::Acquired { .. } => 0,
-                Ended::TimedOut => 1,
-                Ended::Failed(_) => 2,
-            }
         }
     }
 

@@ -119,29 +119,36 @@ impl LockClient {
             .await
     }
 
-    /// A handle on the primitive at `key`, of the first layout whose own keys exist there.
+    /// A handle on the primitive at `key`, of the first layout whose own keys exist there: one
+    /// round trip, an `EXISTS` per layout in one pipeline (every key of a name is in its slot).
     async fn find(&self, key: String) -> Result<Lock> {
         crate::engine::check_name(&key)?;
         self.engine().core().ensure_open()?;
-        let redis = self.redis();
+        let redis_error = |source| self.engine().redis_error(&key, None, source);
+        let pipeline = self.redis().pipeline();
+        let mut asked = false;
         for layout in LAYOUTS {
-            if layout.own_keys.is_empty() {
-                return Ok((layout.at_key)(self, key));
-            }
             let own: Vec<String> = layout
                 .own_keys
                 .iter()
                 .map(|prefix| names::suffixed(prefix, &key))
                 .collect();
-            let found: i64 = redis
-                .exists(own)
-                .await
-                .map_err(|source| self.engine().redis_error(&key, None, source))?;
-            if found > 0 {
-                return Ok((layout.at_key)(self, key));
+            if !own.is_empty() {
+                let _: () = pipeline.exists(own).await.map_err(redis_error)?;
+                asked = true;
             }
         }
-        Ok((crate::lock::LAYOUT.at_key)(self, key))
+        let found = if asked {
+            pipeline.all::<Vec<i64>>().await.map_err(redis_error)?
+        } else {
+            Vec::new()
+        };
+        let mut found = found.into_iter();
+        let layout = LAYOUTS
+            .into_iter()
+            .find(|layout| layout.own_keys.is_empty() || found.next().unwrap_or(0) > 0)
+            .unwrap_or(&crate::lock::LAYOUT);
+        Ok((layout.at_key)(self, key))
     }
 
     /// Every primitive matching `pattern`, with a handle on it, by name.

@@ -199,20 +199,26 @@ impl Hold {
         }
     }
 
-    /// Marks the hold lost; every guard's `lost()` completes.
+    /// Marks the hold lost; every guard's `lost()` completes. The first time counts a loss,
+    /// before any guard can learn of it.
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::SeqCst) {
             self.metrics.lost(self.kind.label(), &self.pair.name);
         }
-        self.end();
+        self.tell_lost();
     }
 
     /// Marks the hold lost, as [`mark_lost`](Self::mark_lost), without counting a loss: the
     /// client shuts down.
     fn end(&self) {
-        // Set before the token is looked at, as `lost_token` makes the token before it looks at
-        // the flag, each with a fence between: whichever runs second cancels the token.
         self.lost.store(true, Ordering::SeqCst);
+        self.tell_lost();
+    }
+
+    /// Tells the guards of a hold just marked lost.
+    fn tell_lost(&self) {
+        // The flag is set before the token is looked at, as `lost_token` makes the token before
+        // it looks at the flag, each with a fence between: whichever runs second cancels it.
         fence(Ordering::SeqCst);
         if let Some(token) = self.extras.get().and_then(|extras| extras.lost_token.get()) {
             token.cancel();

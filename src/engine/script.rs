@@ -27,7 +27,7 @@ use crate::error::was_not_sent;
 /// `redis.call(PUBLISH, ..)`; the local `PUBLISH` is set by the line each text starts with. A
 /// script that does neither has one text.
 pub(crate) struct Script {
-    /// Indexed by [`Script::index`].
+    /// In the order [`Script::text`] reads them.
     texts: Vec<Text>,
     freeing: bool,
     publishes: bool,

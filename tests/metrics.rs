@@ -60,46 +60,66 @@ fn totals() -> std::sync::MutexGuard<'static, HashMap<CompositeKey, Total>> {
     totals
 }
 
-/// `metric`'s totals whose labels include all of `labels`.
-fn matching<T>(metric: &str, labels: &[(&str, &str)], read: impl Fn(&Total) -> T) -> Vec<T> {
+/// `metric`'s totals whose key `keep` keeps, read by `read`.
+fn matching<T>(
+    metric: &str,
+    keep: impl Fn(&::metrics::Key) -> bool,
+    read: impl Fn(&Total) -> T,
+) -> Vec<T> {
     totals()
         .iter()
-        .filter(|(key, _)| {
-            let key = key.key();
-            key.name() == metric
-                && labels.iter().all(|(name, value)| {
-                    key.labels()
-                        .any(|label| label.key() == *name && label.value() == *value)
-                })
-        })
+        .filter(|(key, _)| key.key().name() == metric && keep(key.key()))
         .map(|(_, total)| read(total))
         .collect()
 }
 
+/// Keeps a key whose labels include all of `labels`.
+fn labelled<'a>(labels: &'a [(&str, &str)]) -> impl Fn(&::metrics::Key) -> bool + 'a {
+    move |key| {
+        labels.iter().all(|(name, value)| {
+            key.labels()
+                .any(|label| label.key() == *name && label.value() == *value)
+        })
+    }
+}
+
+impl Total {
+    fn count(&self) -> u64 {
+        match self {
+            Total::Count(count) => *count,
+            other => panic!("not a counter: {other:?}"),
+        }
+    }
+
+    fn level(&self) -> f64 {
+        match self {
+            Total::Level(level) => *level,
+            other => panic!("not a gauge: {other:?}"),
+        }
+    }
+
+    fn samples(&self) -> Vec<f64> {
+        match self {
+            Total::Samples(samples) => samples.clone(),
+            other => panic!("not a histogram: {other:?}"),
+        }
+    }
+}
+
 fn counter(metric: &str, labels: &[(&str, &str)]) -> u64 {
-    matching(metric, labels, |total| match total {
-        Total::Count(count) => *count,
-        other => panic!("{metric} is not a counter: {other:?}"),
-    })
-    .into_iter()
-    .sum()
+    matching(metric, labelled(labels), Total::count)
+        .into_iter()
+        .sum()
 }
 
 fn gauge(metric: &str, labels: &[(&str, &str)]) -> f64 {
-    matching(metric, labels, |total| match total {
-        Total::Level(level) => *level,
-        other => panic!("{metric} is not a gauge: {other:?}"),
-    })
-    .into_iter()
-    .sum()
+    matching(metric, labelled(labels), Total::level)
+        .into_iter()
+        .sum()
 }
 
 fn samples(metric: &str, labels: &[(&str, &str)]) -> Vec<f64> {
-    matching(metric, labels, |total| match total {
-        Total::Samples(samples) => samples.clone(),
-        other => panic!("{metric} is not a histogram: {other:?}"),
-    })
-    .concat()
+    matching(metric, labelled(labels), Total::samples).concat()
 }
 
 async fn named_client(server: &RedisServer, watchdog: Duration) -> fredlock::LockClient {
@@ -259,6 +279,13 @@ async fn every_metric_counts_what_happened() {
                 "{kind}"
             );
         }
+        // Each metric the crate names was recorded.
+        for metric in metrics::ALL {
+            assert!(
+                !matching(metric, |_| true, |_| ()).is_empty(),
+                "{metric} never recorded"
+            );
+        }
         client.shutdown().await;
     })
     .await;
@@ -267,21 +294,11 @@ async fn every_metric_counts_what_happened() {
 /// `metric`'s count over the series without a `lock` label: a client without name labels,
 /// whose handles it keeps, records there (only the test below has one).
 fn unnamed_counter(metric: &str, kind: &str) -> u64 {
-    totals()
-        .iter()
-        .filter(|(key, _)| {
-            let key = key.key();
-            key.name() == metric
-                && key.labels().all(|label| label.key() != "lock")
-                && key
-                    .labels()
-                    .any(|label| label.key() == "kind" && label.value() == kind)
-        })
-        .map(|(_, total)| match total {
-            Total::Count(count) => *count,
-            other => panic!("{metric} is not a counter: {other:?}"),
-        })
-        .sum()
+    let of_kind = [("kind", kind)];
+    let of_kind = labelled(&of_kind);
+    let unnamed =
+        |key: &::metrics::Key| key.labels().all(|label| label.key() != "lock") && of_kind(key);
+    matching(metric, unnamed, Total::count).into_iter().sum()
 }
 
 /// Without name labels the client keeps each kind's handles: the same counts arrive, labelled
@@ -304,7 +321,7 @@ async fn names_are_labels_only_when_asked() {
             .await
             .unwrap();
         assert_eq!(unnamed_counter(metrics::ACQUISITIONS, "lock"), 2);
-        assert!(matching(metrics::ACQUISITIONS, &[("lock", name)], |_| ()).is_empty());
+        assert!(matching(metrics::ACQUISITIONS, labelled(&[("lock", name)]), |_| ()).is_empty());
 
         let renewed = client.fenced_lock(name).lock().await.unwrap();
         assert!(

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::interfaces::ClientLike;
 use fred::types::config::{Server, ServerConfig};
 
 use crate::client::LockClient;
@@ -114,11 +114,7 @@ impl LockClient {
         };
         let mut nodes = Vec::new();
         if topology == Topology::Cluster {
-            let masters = redis
-                .cached_cluster_state()
-                .map(|state| state.unique_primary_nodes())
-                .unwrap_or_default();
-            for master in masters {
+            for master in self.engine().core().masters() {
                 let server = master.to_string();
                 nodes.push(check_node(&redis.with_cluster_node(master), server).await?);
             }

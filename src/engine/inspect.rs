@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use fred::interfaces::{ClientLike, ClusterInterface, KeysInterface, PubsubInterface};
+use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 use fred::types::scan::ScanType;
 use fred::types::Value;
 use uuid::Uuid;
@@ -273,11 +273,7 @@ impl Engine {
         let redis_error = |source| self.redis_error(pattern, None, source);
         let mut keys = Vec::new();
         if redis.is_clustered() {
-            let masters = redis
-                .cached_cluster_state()
-                .map(|state| state.unique_primary_nodes())
-                .unwrap_or_default();
-            for master in masters {
+            for master in core.masters() {
                 scan_node(
                     &redis.with_cluster_node(master),
                     pattern,

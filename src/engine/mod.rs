@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{
     Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig,
 };
@@ -108,6 +108,14 @@ impl Core {
     /// The command connection: every read, and every change without replica sync.
     pub(crate) fn redis(&self) -> &Client {
         &self.writer.client
+    }
+
+    /// The masters of a cluster, as the client's routing table has them; none outside one.
+    pub(crate) fn masters(&self) -> Vec<fred::types::config::Server> {
+        self.redis()
+            .cached_cluster_state()
+            .map(|state| state.unique_primary_nodes())
+            .unwrap_or_default()
     }
 
     /// The owner field of `owner`: `<client uuid>:<owner id>`.

@@ -88,6 +88,23 @@ async fn force_unlock_wakes(url: &str, name: &str, acquired: oneshot::Receiver<I
     );
 }
 
+/// Puts `OWNER` in the fair lock `name`'s queue, its place ending at `deadline` (server clock,
+/// ms), as a waiter would; with `ttl`, the queue's keys expire as fredlock's do, without, they
+/// last as Redisson's waiters leave them.
+async fn queue_waiter(raw: &Client, name: &str, deadline: f64, ttl: Option<i64>) {
+    let (queue, timeouts) = (common::queue_key(name), common::timeout_key(name));
+    let _: i64 = raw.rpush(&queue, OWNER).await.unwrap();
+    let _: i64 = raw
+        .zadd(&timeouts, None, None, false, false, (deadline, OWNER))
+        .await
+        .unwrap();
+    if let Some(ttl) = ttl {
+        for key in [&queue, &timeouts] {
+            let _: bool = raw.pexpire(key, ttl, None).await.unwrap();
+        }
+    }
+}
+
 const OWNER: &str = "0b9e7a0e-5f6c-4b43-9d1c-7f2a4c1e8a11:42";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -108,7 +125,7 @@ async fn list_and_inspect_show_every_kind_with_its_holders() {
         let _: () = raw.hset("cli:userdata", ("colour", "blue")).await.unwrap();
         assert!(
             common::eventually(Duration::from_secs(5), || async {
-                let queued: i64 = raw.llen("redisson_lock_queue:{cli:fair}").await.unwrap();
+                let queued: i64 = raw.llen(common::queue_key("cli:fair")).await.unwrap();
                 queued == 1
             })
             .await
@@ -172,7 +189,9 @@ async fn list_and_inspect_show_every_kind_with_its_holders() {
             .iter()
             .map(|key| key["key"].as_str().unwrap())
             .collect();
-        assert!(keys.contains(&"cli:fair") && keys.contains(&"redisson_lock_queue:{cli:fair}"));
+        assert!(
+            keys.contains(&"cli:fair") && keys.contains(&common::queue_key("cli:fair").as_str())
+        );
 
         let (output, text) = run(&url, &["inspect", "cli:fenced"]).await;
         assert!(output.status.success());
@@ -259,31 +278,8 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
         assert_eq!((status, &again["unlocked"]), (1, &Value::Bool(false)));
 
         // A fair lock's waiter whose place ended long ago (its keys do expire).
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as f64;
-        let _: i64 = raw
-            .rpush("redisson_lock_queue:{cli:fair}", OWNER)
-            .await
-            .unwrap();
-        let _: i64 = raw
-            .zadd(
-                "redisson_lock_timeout:{cli:fair}",
-                None,
-                None,
-                false,
-                false,
-                (now_ms - 120_000.0, OWNER),
-            )
-            .await
-            .unwrap();
-        for key in [
-            "redisson_lock_queue:{cli:fair}",
-            "redisson_lock_timeout:{cli:fair}",
-        ] {
-            let _: bool = raw.pexpire(key, 600_000, None).await.unwrap();
-        }
+        let now_ms = common::server_millis(&raw).await as f64;
+        queue_waiter(&raw, "cli:fair", now_ms - 120_000.0, Some(600_000)).await;
         let (status, stale) = run_json(&url, &["leaks", "--grace", "60"]).await;
         assert_eq!(status, 1);
         assert_eq!(stale[0]["rule"], "stale_waiter", "{stale}");
@@ -294,23 +290,24 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
         // Redisson's waiters leave the queue's keys without expiry: no leak while one is alive,
         // both rules once its place ended long ago.
         let (queue, timeouts) = (
-            "redisson_lock_queue:{cli:java}",
-            "redisson_lock_timeout:{cli:java}",
+            common::queue_key("cli:java"),
+            common::timeout_key("cli:java"),
         );
-        let _: i64 = raw.rpush(queue, OWNER).await.unwrap();
-        let waiting_until = |deadline: f64| {
-            let raw = raw.clone();
-            async move {
-                let _: i64 = raw
-                    .zadd(timeouts, None, None, false, false, (deadline, OWNER))
-                    .await
-                    .unwrap();
-            }
-        };
-        waiting_until(now_ms + 60_000.0).await;
+        queue_waiter(&raw, "cli:java", now_ms + 60_000.0, None).await;
         let (status, none) = run_json(&url, &["leaks", "--pattern", "cli:java"]).await;
         assert_eq!((status, none), (0, Value::Array(Vec::new())));
-        waiting_until(now_ms - 120_000.0).await;
+        // Its place ended long ago.
+        let _: i64 = raw
+            .zadd(
+                &timeouts,
+                None,
+                None,
+                false,
+                false,
+                (now_ms - 120_000.0, OWNER),
+            )
+            .await
+            .unwrap();
         let (status, found) = run_json(&url, &["leaks", "--pattern", "cli:java"]).await;
         assert_eq!(status, 1);
         let mut rules: Vec<(&str, &str)> = found
@@ -328,9 +325,9 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
         assert_eq!(
             rules,
             [
-                ("no_expiry", queue),
-                ("no_expiry", timeouts),
-                ("stale_waiter", queue)
+                ("no_expiry", queue.as_str()),
+                ("no_expiry", timeouts.as_str()),
+                ("stale_waiter", queue.as_str())
             ]
         );
         client.shutdown().await;
@@ -506,10 +503,7 @@ async fn force_unlock_by_name_tells_a_fair_lock_s_first_waiter() {
         let (waiting, acquired) = waiter(client.fair_lock("cli:fair-leak").as_lock().clone());
         assert!(
             common::eventually(Duration::from_secs(5), || async {
-                let queued: i64 = raw
-                    .llen("redisson_lock_queue:{cli:fair-leak}")
-                    .await
-                    .unwrap();
+                let queued: i64 = raw.llen(common::queue_key("cli:fair-leak")).await.unwrap();
                 queued == 1
             })
             .await

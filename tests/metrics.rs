@@ -246,14 +246,7 @@ async fn every_metric_counts_what_happened() {
 
         // Failed renewals: the server sleeps past the renew deadline.
         let stalled = client.lock("m:stalled").lock().await.unwrap();
-        let sleeper = server.raw().await;
-        let _: () = sleeper
-            .custom(
-                fred::types::CustomCommand::new_static("DEBUG", None, false),
-                vec!["SLEEP", "1.5"],
-            )
-            .await
-            .unwrap();
+        common::debug_sleep(&server.raw().await, 1.5).await;
         tokio::time::timeout(Duration::from_secs(5), stalled.lost())
             .await
             .unwrap();

@@ -226,18 +226,23 @@ async fn watch(
         let now = client.inspect(name).await?;
         for event in changes(before.as_ref(), now.as_ref()) {
             if json {
-                let mut line = event.clone();
-                line["name"] = json!(name);
-                line["at_ms"] = json!(std::time::SystemTime::now()
+                let at_ms = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |since| since.as_millis() as u64));
+                    .map_or(0, |since| since.as_millis() as u64);
+                let mut line = json!({
+                    "event": event.what,
+                    "owner": event.owner,
+                    "name": name,
+                    "at_ms": at_ms,
+                });
+                if let Some(count) = event.count {
+                    line["count"] = json!(count);
+                }
                 println!("{line}");
             } else {
-                let event_name = event["event"].as_str().unwrap_or_default();
-                let owner = event["owner"].as_str().unwrap_or_default();
-                match event["count"].as_u64() {
-                    Some(count) => println!("{event_name} {owner} (holds: {count})"),
-                    None => println!("{event_name} {owner}"),
+                match event.count {
+                    Some(count) => println!("{} {} (holds: {count})", event.what, event.owner),
+                    None => println!("{} {}", event.what, event.owner),
                 }
             }
             let _ = std::io::stdout().flush();
@@ -250,49 +255,44 @@ async fn watch(
     }
 }
 
-fn holders(seen: Option<&Inspection>) -> &[fredlock::Holder] {
-    seen.map_or(&[], |seen| &seen.holders)
+/// One change `watch` reports: what happened (`acquired`, `reentered`, `released_one`,
+/// `released`, `queued`, `left_queue`), to which owner, and its holds after it.
+struct Event<'a> {
+    what: &'static str,
+    owner: &'a str,
+    count: Option<u64>,
 }
 
 /// The events between two readings of a lock.
-fn changes(before: Option<&Inspection>, now: Option<&Inspection>) -> Vec<Value> {
+fn changes<'a>(before: Option<&'a Inspection>, now: Option<&'a Inspection>) -> Vec<Event<'a>> {
+    let holders = |seen: Option<&'a Inspection>| seen.map_or(&[][..], |seen| &seen.holders);
+    let queue = |seen: Option<&'a Inspection>| seen.map_or(&[][..], |seen| &seen.queue);
     let (old, new) = (holders(before), holders(now));
     let mut events = Vec::new();
+    let mut event = |what, owner, count| events.push(Event { what, owner, count });
     for holder in new {
-        match old.iter().find(|old| old.owner == holder.owner) {
-            None => events
-                .push(json!({"event": "acquired", "owner": holder.owner, "count": holder.count})),
-            Some(old) if old.count < holder.count => events
-                .push(json!({"event": "reentered", "owner": holder.owner, "count": holder.count})),
-            Some(old) if old.count > holder.count => events.push(
-                json!({"event": "released_one", "owner": holder.owner, "count": holder.count}),
-            ),
-            Some(_) => {}
-        }
+        let what = match old.iter().find(|old| old.owner == holder.owner) {
+            None => "acquired",
+            Some(old) if old.count < holder.count => "reentered",
+            Some(old) if old.count > holder.count => "released_one",
+            Some(_) => continue,
+        };
+        event(what, &holder.owner, Some(holder.count));
     }
     for holder in old {
         if !new.iter().any(|new| new.owner == holder.owner) {
-            events.push(json!({"event": "released", "owner": holder.owner}));
+            event("released", &holder.owner, None);
         }
     }
-    let queue = |seen: Option<&Inspection>| {
-        seen.map(|seen| {
-            seen.queue
-                .iter()
-                .map(|waiter| waiter.owner.clone())
-                .collect::<Vec<_>>()
-        })
-        .unwrap_or_default()
-    };
     let (old, new) = (queue(before), queue(now));
-    for waiter in &new {
-        if !old.contains(waiter) {
-            events.push(json!({"event": "queued", "owner": waiter}));
+    for waiter in new {
+        if !old.iter().any(|old| old.owner == waiter.owner) {
+            event("queued", &waiter.owner, None);
         }
     }
-    for waiter in &old {
-        if !new.contains(waiter) {
-            events.push(json!({"event": "left_queue", "owner": waiter}));
+    for waiter in old {
+        if !new.iter().any(|new| new.owner == waiter.owner) {
+            event("left_queue", &waiter.owner, None);
         }
     }
     events

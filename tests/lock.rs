@@ -1194,14 +1194,17 @@ mod spans {
         }
     }
 
-    // A current-thread runtime: every task of the client runs on the thread whose default
-    // subscriber is set.
+    // The process's global subscriber, not a thread's default: the other tests of this binary
+    // run at the same time on threads without one, and a span callsite they meet first would
+    // otherwise be cached as of no interest to anyone. Spans of their locks are recorded too,
+    // and filtered out by name below.
     #[tokio::test]
     async fn acquire_and_release_are_spans_with_their_outcome() {
         let server = RedisServer::start();
         let closed = Closed::default();
         let subscriber = tracing_subscriber::registry().with(closed.clone());
-        let _default = tracing::subscriber::set_default(subscriber);
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other test sets a global subscriber");
         bounded(async {
             let client = server.lock_client(Duration::from_secs(30)).await;
             let lock = client.lock("spans:lock");
@@ -1219,7 +1222,14 @@ mod spans {
             guard.unlock().await.unwrap();
             client.shutdown().await;
 
-            let closed = closed.0.lock().unwrap().clone();
+            let closed: Vec<(String, Fields)> = closed
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, fields)| fields.get("lock").map(String::as_str) == Some("spans:lock"))
+                .cloned()
+                .collect();
             let acquires: Vec<&Fields> = closed
                 .iter()
                 .filter(|(name, _)| name == "acquire")

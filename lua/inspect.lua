@@ -1,11 +1,13 @@
 -- Shared head of every inspect script (prepended by src/scripts.rs): reading a
 -- primitive without changing it, in the one reply shape the engine reads:
 --
---   {now, {key, pttl, ..}, {owner field, hold count, fencing token or '', ..},
---    {waiter field, place deadline, ..}, last fencing token or ''}
+--   {now, {key, pttl, ..}, {owner field, hold count, fencing token or '',
+--    remaining lease or '', ..}, {waiter field, place deadline, ..},
+--    last fencing token or '', mode or ''}
 --
 -- now and deadlines are the server clock in ms; pttl is -1 for a key without
--- expiry, and only keys that exist are listed.
+-- expiry, and only keys that exist are listed. A holder's remaining lease is
+-- '' when it is the main key's TTL; the mode is a read-write lock's.
 
 local function clock_ms()
     local now = redis.call('time')
@@ -36,6 +38,7 @@ local function holders_of(hash, token)
         holders[#holders + 1] = fields[i]
         holders[#holders + 1] = fields[i + 1]
         holders[#holders + 1] = token
+        holders[#holders + 1] = ''
     end
     return holders
 end

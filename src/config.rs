@@ -224,6 +224,9 @@ impl LockClientBuilder {
     /// How long a [`FairLock`](crate::FairLock) waiter keeps its place in line
     /// without trying again. Live waiters try again every third of this, so it bounds how long a
     /// waiter whose process died can hold up the line. Default 5 s.
+    ///
+    /// The same holds for a waiting writer of an [`RwLock`](crate::RwLock), whose place keeps
+    /// new readers out: a writer whose process died keeps them out for at most this long.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
         self.fair_wait_timeout = timeout;
         self

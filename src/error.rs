@@ -118,6 +118,22 @@ pub enum Error {
     #[error("the lock client has been shut down")]
     Shutdown,
 
+    /// An owner holding a read lock asked for the write lock of the same
+    /// [`RwLock`](crate::RwLock): the write lock waits for every reader, this owner included,
+    /// so it would wait for ever. Refused at once, with nothing changed; release the read holds
+    /// first (a writer may take read holds, the other way round).
+    #[error(
+        "read-write lock {lock:?}: owner {owner} holds a read lock and asked for the write lock,          which would wait for itself (at {server}); release the read holds first"
+    )]
+    WouldDeadlock {
+        /// The lock's name.
+        lock: String,
+        /// The owner field that asked (the writer's, ending in `:write`).
+        owner: String,
+        /// The configured server address(es).
+        server: String,
+    },
+
     /// A [`RedLock`](crate::RedLock) was not acquired because too many nodes failed (timed out,
     /// were unreachable, rejected the request) for a majority to be reached, or because reaching
     /// it took longer than the lease allowed. A lock that is merely held elsewhere is `Ok(None)`
@@ -283,6 +299,7 @@ impl Error {
             Error::NoQuorum { .. } => "no_quorum",
             Error::Unreleased { .. } => "unreleased",
             Error::Members(_) => "members",
+            Error::WouldDeadlock { .. } => "would_deadlock",
         }
     }
 
@@ -304,6 +321,13 @@ impl Error {
             };
         }
         let details = source.details();
+        if details.contains("DEADLOCK the owner holds a read lock") {
+            return Error::WouldDeadlock {
+                lock: lock.to_owned(),
+                owner: owner.unwrap_or_default().to_owned(),
+                server: server.to_owned(),
+            };
+        }
         if details.contains("WRONGTYPE") {
             // The fair-lock scripts name a wrong key of the line after this marker; any other
             // WRONGTYPE is about the lock's own key.

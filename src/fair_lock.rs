@@ -78,6 +78,7 @@ impl LockClient {
 /// A fair lock is known by its queue and place-timeout keys, which exist while anyone waits.
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::FAIR_QUEUE, names::FAIR_TIMEOUTS],
+    mode_field: false,
     at_key: |client, key| Lock::of_kind(client.clone(), Fair::new(key, client.fair_wait_timeout())),
 };
 
@@ -256,5 +257,9 @@ impl Kind for Fair {
 impl LockKind for Fair {
     fn force_unlock(&self) -> Call {
         self.call(&FAIR_FORCE_UNLOCK, &[], None)
+    }
+
+    fn is_fair(&self) -> bool {
+        true
     }
 }

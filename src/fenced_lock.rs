@@ -154,6 +154,7 @@ fn fenced_at(client: &LockClient, key: String) -> Lock {
 /// A fenced lock is known by its token counter, which outlives every hold.
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::FENCING_TOKEN],
+    mode_field: false,
     at_key: fenced_at,
 };
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::scan::ScanType;
 
 use crate::client::LockClient;
@@ -20,15 +20,18 @@ pub(crate) struct Layout {
     /// The prefixes of keys only this primitive has (`<prefix>:{name}`), by which a name is
     /// known to be of it; none for the plain lock, which is a hash at the name and nothing else.
     pub(crate) own_keys: &'static [&'static str],
+    /// Whether a `mode` field in the hash at the name tells it (a read-write lock's).
+    pub(crate) mode_field: bool,
     /// A handle on the primitive at `key` (the name with the client's prefix already on it).
     pub(crate) at_key: fn(&LockClient, String) -> Lock,
 }
 
-/// Every layout, the most telling first: a name is of the first layout whose own keys exist.
-/// A spin lock has the plain lock's layout and is reported as one. A fair or fenced lock that
-/// nobody waits for (or whose counter was deleted) looks like a plain lock too, and reads and
-/// force-unlocks as one correctly.
-const LAYOUTS: [&Layout; 3] = [
+/// Every layout, the most telling first: a name is of the first layout whose own keys exist
+/// (or whose `mode` field does). A spin lock has the plain lock's layout and is reported as
+/// one. A fair or fenced lock that nobody waits for (or whose counter was deleted) looks like a
+/// plain lock too, and reads and force-unlocks as one correctly.
+const LAYOUTS: [&Layout; 4] = [
+    &crate::rw_lock::LAYOUT,
     &crate::fair_lock::LAYOUT,
     &crate::fenced_lock::LAYOUT,
     &crate::lock::LAYOUT,
@@ -119,36 +122,74 @@ impl LockClient {
             .await
     }
 
-    /// A handle on the primitive at `key`, of the first layout whose own keys exist there: one
-    /// round trip, an `EXISTS` per layout in one pipeline (every key of a name is in its slot).
+    /// A handle on the primitive at `key`, of the first layout that claims it.
     async fn find(&self, key: String) -> Result<Lock> {
         crate::engine::check_name(&key)?;
         self.engine().core().ensure_open()?;
-        let redis_error = |source| self.engine().redis_error(&key, None, source);
+        let layout = self.layouts_of(std::slice::from_ref(&key)).await?[0];
+        Ok((layout.at_key)(self, key))
+    }
+
+    /// The layout of the primitive at each of `keys`: the first whose own keys exist there, or
+    /// whose `mode` field is in the hash; the plain lock's otherwise. One round trip: an
+    /// `EXISTS` per layout with own keys and an `HEXISTS` per layout told by its mode, in one
+    /// pipeline.
+    async fn layouts_of(&self, keys: &[String]) -> Result<Vec<&'static Layout>> {
+        let redis_error = |source| {
+            let name = keys.first().map_or("", String::as_str);
+            self.engine().redis_error(name, None, source)
+        };
         let pipeline = self.redis().pipeline();
-        let mut asked = false;
-        for layout in LAYOUTS {
-            let own: Vec<String> = layout
-                .own_keys
-                .iter()
-                .map(|prefix| names::suffixed(prefix, &key))
-                .collect();
-            if !own.is_empty() {
-                let _: () = pipeline.exists(own).await.map_err(redis_error)?;
-                asked = true;
+        let mut asked = 0;
+        for key in keys {
+            for layout in LAYOUTS {
+                let own: Vec<String> = layout
+                    .own_keys
+                    .iter()
+                    .map(|prefix| names::suffixed(prefix, key))
+                    .collect();
+                if !own.is_empty() {
+                    let _: () = pipeline.exists(own).await.map_err(redis_error)?;
+                    asked += 1;
+                }
+                if layout.mode_field {
+                    let _: () = pipeline.hexists(key, "mode").await.map_err(redis_error)?;
+                    asked += 1;
+                }
             }
         }
-        let found = if asked {
-            pipeline.all::<Vec<i64>>().await.map_err(redis_error)?
+        let found = if asked > 0 {
+            pipeline.try_all::<i64>().await
         } else {
             Vec::new()
         };
-        let mut found = found.into_iter();
-        let layout = LAYOUTS
-            .into_iter()
-            .find(|layout| layout.own_keys.is_empty() || found.next().unwrap_or(0) > 0)
-            .unwrap_or(&crate::lock::LAYOUT);
-        Ok((layout.at_key)(self, key))
+        // A connection failure is one; an error reply (WRONGTYPE, for a key that is no hash) says
+        // no.
+        let mut answers = Vec::with_capacity(found.len());
+        for reply in found {
+            match reply {
+                Ok(count) => answers.push(count > 0),
+                Err(error) if crate::error::is_transient(&error) => return Err(redis_error(error)),
+                Err(_) => answers.push(false),
+            }
+        }
+        let mut found = answers.into_iter();
+        Ok(keys
+            .iter()
+            .map(|_| {
+                let mut claimed = None;
+                for layout in LAYOUTS {
+                    let asks =
+                        usize::from(!layout.own_keys.is_empty()) + usize::from(layout.mode_field);
+                    // Every answer is read, so that the next key's answers start where they should.
+                    let yes = (0..asks).fold(false, |yes, _| found.next().unwrap_or(false) || yes);
+                    if claimed.is_none() && (yes || asks == 0) {
+                        claimed = Some(layout);
+                    }
+                }
+                claimed.unwrap_or(&crate::lock::LAYOUT)
+            })
+            .collect())
     }
 
     /// Every primitive matching `pattern`, with a handle on it, by name.
@@ -168,8 +209,15 @@ impl LockClient {
                 }
             }
         }
-        for key in engine.scan(&pattern, Some(ScanType::Hash)).await? {
-            found.entry(key).or_insert(&crate::lock::LAYOUT);
+        let hashes: Vec<String> = engine
+            .scan(&pattern, Some(ScanType::Hash))
+            .await?
+            .into_iter()
+            .filter(|key| !found.contains_key(key))
+            .collect();
+        if !hashes.is_empty() {
+            let layouts = self.layouts_of(&hashes).await?;
+            found.extend(hashes.into_iter().zip(layouts));
         }
         let mut primitives = Vec::with_capacity(found.len());
         for (name, layout) in found {
@@ -193,7 +241,7 @@ impl LockClient {
 }
 
 /// `text` with Redis's glob characters quoted, to match itself only.
-fn glob_escaped(text: &str) -> String {
+pub(crate) fn glob_escaped(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

@@ -26,9 +26,10 @@
 //! by all waiters, a watchdog task that renews every watchdog-held lock every
 //! `watchdog_timeout / 3` (up to 100 locks per script call), and a task that releases dropped
 //! guards. Locks are cheap handles: [`Lock`], [`FairLock`] for first-come-first-served order,
-//! [`FencedLock`] whose guards carry a fencing token, and [`SpinLock`] whose waiters back off
-//! instead of subscribing. Acquiring one returns a [`LockGuard`] (a [`FencedGuard`] for the
-//! fenced lock).
+//! [`FencedLock`] whose guards carry a fencing token, [`SpinLock`] whose waiters back off
+//! instead of subscribing, and [`RwLock`], whose [`ReadLock`] many owners hold at once and whose
+//! [`WriteLock`] one holds alone. Acquiring one returns a [`LockGuard`] (a [`FencedGuard`] for
+//! the fenced lock).
 //!
 //! Two locks are built from several of those: [`RedLock`], the Redlock algorithm over a
 //! `LockClient` per independent master (held while a majority holds it), and [`MultiLock`],
@@ -130,6 +131,7 @@ mod multi_lock;
 mod names;
 mod owner;
 mod redlock;
+mod rw_lock;
 mod scripts;
 mod spin_lock;
 
@@ -153,6 +155,7 @@ pub use redlock::{
     RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_LEASE,
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
+pub use rw_lock::{ReadLock, RwLock, WriteLock};
 pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 
 #[doc(hidden)]
@@ -164,7 +167,8 @@ pub use scripts::source as script_source;
 /// before building the [`LockClient`]: a client registers each kind's metrics when it first
 /// records one, and keeps the handles.
 ///
-/// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`) and,
+/// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`,
+/// `read_lock`, `write_lock`) and,
 /// with [`LockClientBuilder::metrics_lock_names`], `lock` (the name). They are recorded in one
 /// place, the engine every primitive runs on, so a primitive added later has them all.
 pub mod metrics {

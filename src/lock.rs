@@ -67,6 +67,17 @@ pub struct Lock {
 pub(crate) trait LockKind: Kind {
     /// Deletes the lock whoever holds it, telling its waiters; replies 1 when it was held.
     fn force_unlock(&self) -> Call;
+
+    /// Whether waiters are served in arrival order.
+    fn is_fair(&self) -> bool {
+        false
+    }
+
+    /// The value of the hash's `mode` field that makes this side of a read-write lock locked;
+    /// `None` for a lock that is locked whenever its hash exists.
+    fn locked_mode(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The reentrant lock's kind (Redisson's `RLock`); the spin lock is the same with waiters that
@@ -221,7 +232,12 @@ impl Lock {
     /// Whether waiters are served in arrival order (a lock made by
     /// [`LockClient::fair_lock`](crate::LockClient::fair_lock)).
     pub fn is_fair(&self) -> bool {
-        self.kind.place().is_some()
+        self.kind.is_fair()
+    }
+
+    /// How long a waiter keeps its place, for a kind whose waiters have one.
+    pub(crate) fn kind_place(&self) -> Option<Duration> {
+        self.kind.place()
     }
 
     /// The same lock, owned by `owner` instead of the current task: for work that acquires in
@@ -333,7 +349,9 @@ impl Lock {
         guard.run_holding(work).await
     }
 
-    /// Whether anyone holds the lock.
+    /// Whether anyone holds the lock. For a side of a [`RwLock`](crate::RwLock), whether the
+    /// lock is in that side's mode, as Redisson says: a writer that took read holds keeps it in
+    /// write mode.
     ///
     /// # Errors
     ///
@@ -344,6 +362,13 @@ impl Lock {
     /// Cancel safe: it only reads.
     pub async fn is_locked(&self) -> Result<bool> {
         let redis = self.ready()?;
+        if let Some(locked) = self.kind.locked_mode() {
+            let mode: Option<String> = redis
+                .hget(self.kind.key(), "mode")
+                .await
+                .map_err(self.redis_error(None))?;
+            return Ok(mode.as_deref() == Some(locked));
+        }
         let kind: String = redis
             .r#type(self.kind.key())
             .await
@@ -375,7 +400,11 @@ impl Lock {
     /// Cancel safe: it only reads.
     pub async fn hold_count(&self) -> Result<u32> {
         let redis = self.ready()?;
-        let field = self.client.engine().core().field(self.owner());
+        let field = self
+            .client
+            .engine()
+            .core()
+            .field_with(self.owner(), self.kind.field_suffix());
         redis
             .hget::<Option<u32>, _, _>(self.kind.key(), &*field)
             .await
@@ -471,7 +500,7 @@ impl Lock {
     fn ready(&self) -> Result<&fred::clients::Client> {
         let core = self.client.engine().core();
         core.ensure_open()?;
-        engine::check_name(self.name())?;
+        engine::check_kind(&*self.kind)?;
         Ok(core.redis())
     }
 
@@ -525,6 +554,7 @@ impl LockClient {
 /// A plain lock is a hash at its name and nothing else.
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[],
+    mode_field: false,
     at_key: |client, key| Lock::of_kind(client.clone(), Reentrant::new(key)),
 };
 

@@ -95,6 +95,33 @@ pub(crate) const FAIR_TIMEOUTS: &str = "redisson_lock_timeout";
 /// The prefix of a fenced lock's token counter key.
 pub(crate) const FENCING_TOKEN: &str = "redisson_lock_token";
 
+/// The prefix of a read-write lock's zset of waiting writers (fredlock's own; Redisson has none).
+pub(crate) const RW_WRITERS: &str = "fredlock_rwlock_writers";
+
+/// The channel on which a read-write lock announces its releases.
+pub(crate) fn rw_channel(name: &str) -> String {
+    suffixed("redisson_rwlock", name)
+}
+
+/// A read-write lock's zset of waiting writer field -> when its place ends.
+pub(crate) fn rw_writers(name: &str) -> String {
+    suffixed(RW_WRITERS, name)
+}
+
+/// What a read-write lock's read-hold timeout keys start with (Redisson's rule, which its
+/// scripts apply to any name they are given): the name when it carries a hash tag, else
+/// `{name}`. `None` for a name with a brace but no hash tag, whose timeout keys would land in
+/// another cluster slot than the lock.
+pub(crate) fn rw_timeout_prefix(name: &str) -> Option<String> {
+    if hash_tag(name).is_some() {
+        Some(name.to_owned())
+    } else if name.contains(['{', '}']) {
+        None
+    } else {
+        Some(format!("{{{name}}}"))
+    }
+}
+
 /// The fair lock's queue of waiter fields, in arrival order.
 pub(crate) fn fair_queue(name: &str) -> String {
     suffixed(FAIR_QUEUE, name)

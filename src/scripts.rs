@@ -1,6 +1,7 @@
 //! The Lua scripts of the lock family, composed here and nowhere else: each is its shared
 //! preambles (`lua/holds.lua`, then `lua/fair_queue.lua` for the fair lock, then
-//! `lua/delete_lock.lua` for a force unlock) followed by its own file. A preamble goes only
+//! `lua/delete_lock.lua` for a force unlock) followed by its own file; a read-write lock's
+//! scripts are sections of one file, `lua/rw_lock.lua`, after its head. A preamble goes only
 //! into the scripts that use it: Redis runs a script's whole text, making every function it
 //! defines, on every call. Tests and the benchmark read the composed text through [`source`].
 //!
@@ -82,6 +83,70 @@ pub(crate) static LOCK_INSPECT: LazyLock<Script> =
 pub(crate) static FAIR_INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&[INSPECT, include_str!("../lua/fair_inspect.lua")]));
 
+/// Every script of the read-write lock: a head, then one section per script.
+const RW_LOCK: &str = include_str!("../lua/rw_lock.lua");
+
+/// Where each section of [`RW_LOCK`] starts: a line of its own with this and the script's name.
+const SECTION: &str = "--- script: ";
+
+/// The head of [`RW_LOCK`] (what comes before its first section), then the section `name`: a
+/// script of the read-write lock. A name that is no section makes a script that fails on every
+/// call, which every test of the primitive would show.
+fn rw_parts(name: &str) -> [&'static str; 2] {
+    let head_end = RW_LOCK.find(SECTION).unwrap_or(RW_LOCK.len());
+    let marker = format!("{SECTION}{name}\n");
+    let body = RW_LOCK
+        .find(&marker)
+        .map_or("error('no such script')", |start| {
+            let rest = &RW_LOCK[start..];
+            let end = rest[marker.len()..]
+                .find(SECTION)
+                .map_or(rest.len(), |end| end + marker.len());
+            &rest[..end]
+        });
+    [&RW_LOCK[..head_end], body]
+}
+
+/// A read-write lock script that changes holds: [`HOLDS`], then [`rw_parts`].
+fn rw_script(name: &str, freeing: bool) -> Script {
+    let [head, body] = rw_parts(name);
+    if freeing {
+        Script::freeing(&[HOLDS, head, body])
+    } else {
+        Script::new(&[HOLDS, head, body])
+    }
+}
+
+/// Takes or re-enters a read hold of a read-write lock.
+pub(crate) static RW_READ_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| rw_script("read_acquire", false));
+/// Takes or re-enters the write hold of a read-write lock, or waits for it.
+pub(crate) static RW_WRITE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| rw_script("write_acquire", false));
+/// Gives back read holds.
+pub(crate) static RW_READ_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| rw_script("read_release", true));
+/// Gives back write holds.
+pub(crate) static RW_WRITE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| rw_script("write_release", true));
+/// Takes a waiting writer's place away.
+pub(crate) static RW_LEAVE: LazyLock<Script> = LazyLock::new(|| rw_script("leave", true));
+/// Extends many read and write holds in one call.
+pub(crate) static RW_RENEW: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = rw_parts("renew");
+    Script::freeing(&[head, body])
+});
+/// Deletes a read-write lock whoever holds it.
+pub(crate) static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = rw_parts("force_unlock");
+    Script::freeing(&[head, body])
+});
+/// Reads a read-write lock for an inspection.
+pub(crate) static RW_INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = rw_parts("inspect");
+    Script::new(&[INSPECT, head, body])
+});
+
 /// The token check both Redlock scripts start with.
 const REDLOCK_TOKEN: &str = include_str!("../lua/redlock_token.lua");
 
@@ -109,6 +174,14 @@ pub fn source(name: &str) -> Option<&'static str> {
         "fenced_acquire" => &crate::fenced_lock::FENCED_ACQUIRE,
         "lock_inspect" => &LOCK_INSPECT,
         "fair_inspect" => &FAIR_INSPECT,
+        "rw_read_acquire" => &RW_READ_ACQUIRE,
+        "rw_write_acquire" => &RW_WRITE_ACQUIRE,
+        "rw_read_release" => &RW_READ_RELEASE,
+        "rw_write_release" => &RW_WRITE_RELEASE,
+        "rw_leave" => &RW_LEAVE,
+        "rw_renew" => &RW_RENEW,
+        "rw_force_unlock" => &RW_FORCE_UNLOCK,
+        "rw_inspect" => &RW_INSPECT,
         "redlock_release" => &REDLOCK_RELEASE,
         "redlock_extend" => &REDLOCK_EXTEND,
         _ => return None,

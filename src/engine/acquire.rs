@@ -82,7 +82,10 @@ pub(crate) fn acquire(
     lease: Lease,
 ) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
     // Made now, so that the future keeps the pair instead of the owner it is made from.
-    let pair = Pair::new(kind.name_text(), engine.core().field(owner));
+    let pair = Pair::new(
+        kind.name_text(),
+        engine.core().field_with(owner, kind.field_suffix()),
+    );
     let label = kind.label();
     let span = tracing::debug_span!(
         "acquire",
@@ -124,7 +127,7 @@ async fn acquire_loop(
     // Locals that only name what the pair or the engine hold are not kept: every one would
     // be room in every waiting task.
     engine.core().ensure_open()?;
-    check_name(kind.name())?;
+    check_kind(&*kind)?;
     lease.check(kind.name())?;
     let single_attempt = wait == Some(Duration::ZERO);
     // The deadline and the queue place are worked out where needed from what the future
@@ -302,6 +305,16 @@ fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<Channel> {
         Wake::Shared(channel) => Some(channel),
         Wake::PerWaiter(prefix) => Some(Channel::from(format!("{}:{field}", &*prefix))),
         Wake::Backoff(_) => None,
+    }
+}
+
+/// Fails with `InvalidArgument` for an empty name or one the kind cannot take, before anything
+/// is sent.
+pub(crate) fn check_kind(kind: &dyn Kind) -> Result<()> {
+    check_name(kind.name())?;
+    match kind.refuses_name() {
+        Some(problem) => Err(Error::InvalidArgument(problem)),
+        None => Ok(()),
     }
 }
 

@@ -32,11 +32,15 @@ pub struct Inspection {
     /// The primitive's name (its main key).
     pub name: String,
     /// Its kind, as metrics and the `fredlock` command name it: `lock`, `spin_lock`,
-    /// `fenced_lock`, `fair_lock`.
+    /// `fenced_lock`, `fair_lock`, `rw_lock` (whose metrics say `read_lock` and `write_lock`).
     pub kind: &'static str,
-    /// Who holds it, with how many holds each.
+    /// A read-write lock's mode, `read` or `write`; `None` when it is free or of another kind.
+    pub mode: Option<&'static str>,
+    /// Who holds it, with how many holds each. A read-write lock's writer is the owner field
+    /// ending in `:write`; every other holder is a reader.
     pub holders: Vec<Holder>,
-    /// A fair lock's waiters, in the order they will be served.
+    /// A fair lock's waiters, in the order they will be served; a read-write lock's waiting
+    /// writers (who keep new readers out), by when their place ends.
     pub queue: Vec<QueuedWaiter>,
     /// A fenced lock's last fencing token issued (the holder's, while it is held).
     pub fencing_token: Option<u64>,
@@ -46,6 +50,10 @@ pub struct Inspection {
     pub listeners: Option<u64>,
     /// Every key of the primitive that exists, with its expiry.
     pub keys: Vec<KeyState>,
+    /// Keys of the primitive that no hold names any more, found by scanning: a read-write
+    /// lock's read-hold timeout keys left behind (by a Java client, or a deletion of the lock).
+    /// Each ends with its TTL; one without is a leak.
+    pub orphans: Vec<KeyState>,
 }
 
 /// One owner's holds, in an [`Inspection`].
@@ -56,7 +64,9 @@ pub struct Holder {
     pub owner: String,
     /// Its hold count (reentrant holds).
     pub count: u64,
-    /// How long its hold lives unless renewed; `None` when it never expires (a leak).
+    /// How long its hold lives unless renewed; `None` when it never expires (a leak). A
+    /// reader's is its longest read hold's, zero once all ended (its field lingers until the
+    /// next release or the lock's expiry).
     pub remaining_lease: Option<Duration>,
     /// Its fencing token, for a fenced lock.
     pub fencing_token: Option<u64>,
@@ -66,7 +76,8 @@ impl Holder {
     /// The client half of the owner field: the [`LockClient::id`](crate::LockClient::id) of
     /// the holder's client, when the field has Redisson's form.
     pub fn client_id(&self) -> Option<Uuid> {
-        let (client, _) = self.owner.rsplit_once(':')?;
+        // `<uuid>:<id>`, and a read-write lock's writer `<uuid>:<id>:write`.
+        let (client, _) = self.owner.split_once(':')?;
         Uuid::parse_str(client).ok()
     }
 }
@@ -148,9 +159,14 @@ impl Inspection {
             other => Err(format!("{what}: {other:?}")),
         };
         let keys = list("keys", 2)?;
-        let holders = list("holders", 3)?;
+        let holders = list("holders", 4)?;
         let queue = list("queue", 2)?;
         let token = parts.next().and_then(|token| token.as_u64());
+        let mode = match parts.next().and_then(|mode| mode.as_string()).as_deref() {
+            Some("read") => Some("read"),
+            Some("write") => Some("write"),
+            _ => None,
+        };
         let text = |value: &Value| value.as_string().unwrap_or_default();
         let number = |value: &Value| value.as_i64().unwrap_or(-1);
         let keys: Vec<KeyState> = keys
@@ -167,13 +183,17 @@ impl Inspection {
             .and_then(|key| key.ttl);
         Ok(Inspection {
             name: name.to_owned(),
-            kind: kind.label(),
+            kind: kind.family(),
+            mode,
             holders: holders
-                .chunks(3)
+                .chunks(4)
                 .map(|holder| Holder {
                     owner: text(&holder[0]),
                     count: holder[1].as_u64().unwrap_or(0),
-                    remaining_lease: main_ttl,
+                    remaining_lease: match &holder[3] {
+                        Value::Integer(ms) => millis(*ms),
+                        _ => main_ttl,
+                    },
                     fencing_token: holder[2].as_u64(),
                 })
                 .collect(),
@@ -191,6 +211,7 @@ impl Inspection {
             fencing_token: token,
             listeners: None,
             keys,
+            orphans: Vec::new(),
         })
     }
 }
@@ -200,12 +221,14 @@ fn millis(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 
-/// The leak rule every primitive starts from: each of its keys that never expires, but for
-/// those in `lasting` (keys meant to outlive every hold, such as a fenced lock's counter).
+/// The leak rule every primitive starts from: each of its keys (orphans included) that never
+/// expires, but for those in `lasting` (keys meant to outlive every hold, such as a fenced
+/// lock's counter).
 pub(crate) fn keys_without_expiry(inspection: &Inspection, lasting: &[&str]) -> Vec<Leak> {
     inspection
         .keys
         .iter()
+        .chain(&inspection.orphans)
         .filter(|key| key.ttl.is_none() && !lasting.contains(&key.key.as_str()))
         .map(|key| Leak {
             name: inspection.name.clone(),
@@ -238,7 +261,7 @@ impl Engine {
     pub(crate) async fn inspect(&self, kind: &dyn Kind) -> Result<Inspection> {
         let core = self.core();
         core.ensure_open()?;
-        crate::engine::check_name(kind.name())?;
+        crate::engine::check_kind(kind)?;
         let redis_error = |source| self.redis_error(kind.name(), None, source);
         // A read: no replica sync, which would wait for replicas after it for nothing.
         let reads = Writer::plain(core.redis().clone(), core.writer.sharded);
@@ -257,6 +280,19 @@ impl Engine {
             }
             .map_err(redis_error)?;
             inspection.listeners = counts.get(1).and_then(Value::as_u64);
+        }
+        if let Some(pattern) = kind.strays() {
+            for key in self.scan(&pattern, None).await? {
+                if inspection.keys.iter().all(|known| known.key != key) {
+                    let ttl: i64 = core.redis().pttl(&key).await.map_err(redis_error)?;
+                    if ttl != -2 {
+                        inspection.orphans.push(KeyState {
+                            key,
+                            ttl: millis(ttl),
+                        });
+                    }
+                }
+            }
         }
         Ok(inspection)
     }

@@ -146,6 +146,31 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// metrics, and of its inspections.
     fn label(&self) -> &'static str;
 
+    /// What a primitive's inspections call its kind, when that is not [`label`](Self::label):
+    /// both sides of a read-write lock inspect as one `rw_lock`.
+    fn family(&self) -> &'static str {
+        self.label()
+    }
+
+    /// What an owner's field adds to `<client uuid>:<owner id>` (Redisson's writer of a
+    /// read-write lock has `:write`); empty for most.
+    fn field_suffix(&self) -> &'static str {
+        ""
+    }
+
+    /// Why the primitive cannot take its name, if it cannot: reported as `InvalidArgument`
+    /// before anything is sent.
+    fn refuses_name(&self) -> Option<String> {
+        None
+    }
+
+    /// A glob of keys of the primitive that its state does not name, so that an inspection
+    /// finds them only by scanning (a read-write lock's timeout keys left by holds that are
+    /// gone); `None` for most.
+    fn strays(&self) -> Option<String> {
+        None
+    }
+
     /// The main key as sent to Redis (the renewal script takes it), shared rather than copied.
     fn key(&self) -> Key;
 

@@ -41,7 +41,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
 
-pub(crate) use acquire::{acquire, check_name, Win};
+pub(crate) use acquire::{acquire, check_kind, check_name, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::keys_without_expiry;
@@ -120,14 +120,21 @@ impl Core {
 
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
     pub(crate) fn field(&self, owner: OwnerId) -> Field {
+        self.field_with(owner, "")
+    }
+
+    /// The owner field of `owner` for a primitive whose fields carry `suffix` (a writer's
+    /// `:write`): `<client uuid>:<owner id><suffix>`.
+    pub(crate) fn field_with(&self, owner: OwnerId, suffix: &str) -> Field {
         let mut buf = [0; OwnerId::MAX_LEN];
         let owner = owner.encode(&mut buf);
         // Exactly its length: a buffer with room to spare costs `Bytes` a second allocation
         // (or a shrinking one).
-        let mut field = String::with_capacity(self.id_text.len() + 1 + owner.len());
+        let mut field = String::with_capacity(self.id_text.len() + 1 + owner.len() + suffix.len());
         field.push_str(&self.id_text);
         field.push(':');
         field.push_str(owner);
+        field.push_str(suffix);
         Field::from(field.into_boxed_str())
     }
 

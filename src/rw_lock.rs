@@ -1,0 +1,470 @@
+//! [`RwLock`]: Redisson's `RReadWriteLock`, with writers that do not starve and an upgrade that
+//! fails at once.
+
+use std::fmt;
+use std::time::Duration;
+
+use fred::types::{Key, Value};
+
+use crate::client::LockClient;
+use crate::engine::{
+    AcquireArgs, Call, Inspection, Kind, Name, ReleaseArgs, Request, Script, Wake,
+};
+use crate::error::Result;
+use crate::inspect::{glob_escaped, Layout};
+use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
+use crate::names::{self, Keys};
+use crate::owner::OwnerId;
+use crate::scripts::{
+    RW_FORCE_UNLOCK, RW_INSPECT, RW_LEAVE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_RENEW,
+    RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
+};
+
+/// A distributed read-write lock: many readers at once, or one writer alone. Redisson's
+/// `RReadWriteLock`, with the same keys, so Java and Rust clients exclude each other.
+///
+/// [`read_lock`](Self::read_lock) and [`write_lock`](Self::write_lock) return lock handles with
+/// the methods of [`Lock`] (`lock`, `lock_with_lease`, `try_lock`, `with_lock`, `is_locked`,
+/// `hold_count`, ..) and the same [`LockGuard`](crate::LockGuard)s: renewed by the watchdog,
+/// reporting a loss through `lost()`, reentrant, given back on drop. Both convert into a
+/// [`Lock`], so they fit in a [`MultiLock`](crate::MultiLock).
+///
+/// ```no_run
+/// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+/// use std::time::Duration;
+///
+/// let config = client.rw_lock("config:tenant-7");
+/// let read = config.read_lock().lock().await?;          // many readers at once
+/// // ... read the configuration ...
+/// read.unlock().await?;
+///
+/// if let Some(write) = config.write_lock().try_lock(Duration::from_secs(2), None).await? {
+///     // ... one writer alone ...
+///     write.unlock().await?;                            // every waiting reader wakes
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Owners
+///
+/// Holds belong to the current task (or the owner pinned with [`with_owner`](Self::with_owner)),
+/// as with [`Lock`]:
+///
+/// - Reads and writes are reentrant.
+/// - **Downgrade** is allowed: the writer may take read holds, and keeps them after giving back
+///   its write holds (the lock then stays in read mode).
+/// - **Upgrade** is refused at once: an owner that holds a read lock and asks for the write lock
+///   gets [`Error::WouldDeadlock`](crate::Error::WouldDeadlock). The write lock waits for every
+///   reader, this owner included; Redisson lets such a thread wait for ever.
+///
+/// # Writer preference
+///
+/// By default a waiting writer keeps new readers out: readers already inside finish, readers
+/// arriving after it wait, so a writer waits at most for the read holds present when it came
+/// plus a hand-off, however busy the readers are. Re-entries of a reader (and the writer's own
+/// read holds) are never kept out, which would deadlock. The price: under a steady stream of
+/// writers, readers wait. A waiting writer keeps its place (in fredlock's own zset
+/// `fredlock_rwlock_writers:{name}`, which Redisson never reads) by trying again at least every
+/// third of [`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout); a writer whose
+/// process died is forgotten once its place ends, by the Redis server's clock. A writer that
+/// gives up leaves at once.
+///
+/// [`prefer_readers`](Self::prefer_readers) gives Redisson's behaviour instead: readers enter
+/// whenever the lock is in read mode, and a writer may wait as long as readers keep overlapping.
+/// Use one preference per name across clients. **Java Redisson readers do not honour writer
+/// preference**: they enter whenever the lock is in read mode.
+///
+/// # Leases
+///
+/// Each read hold has its own timeout key (`{name}:<owner field>:rwlock_timeout:<n>`) whose TTL
+/// is its lease, so one reader's expiry never ends another's; the lock's hash lives as long as
+/// its longest hold. The watchdog renews read holds (their timeout keys, never another
+/// reader's) and write holds.
+///
+/// # Wake-ups
+///
+/// Releases are published on `redisson_rwlock:{name}`: the last read unlock publishes `0`
+/// (one waiter per client wakes; `1` while writers wait, so that a local writer is not passed
+/// over), a write unlock `1`, which wakes every waiting reader at once.
+#[derive(Clone)]
+pub struct RwLock {
+    read: ReadLock,
+    write: WriteLock,
+}
+
+/// The read side of an [`RwLock`]: shared with other readers, excluded by a writer. Its
+/// methods are [`Lock`]'s.
+#[derive(Clone)]
+pub struct ReadLock {
+    lock: Lock,
+}
+
+/// The write side of an [`RwLock`]: excludes every reader and other writers. Its methods are
+/// [`Lock`]'s.
+#[derive(Clone)]
+pub struct WriteLock {
+    lock: Lock,
+}
+
+impl LockClient {
+    /// A read-write lock named `name`, preferring writers (see [`RwLock`]). Creating it costs
+    /// nothing and sends nothing; a name it cannot take (empty, or with a brace that makes no
+    /// hash tag) is reported by the first operation.
+    pub fn rw_lock(&self, name: impl Into<String>) -> RwLock {
+        RwLock::new(self, self.key(name.into()), true)
+    }
+}
+
+/// A read-write lock is known by its hash's `mode` field, and by its waiting writers' zset.
+pub(crate) const LAYOUT: Layout = Layout {
+    own_keys: &[names::RW_WRITERS],
+    mode_field: true,
+    at_key: |client, key| {
+        Lock::of_kind(client.clone(), RwKind::new(client, key, Side::Either, true))
+    },
+};
+
+impl RwLock {
+    fn new(client: &LockClient, name: String, prefer_writers: bool) -> RwLock {
+        let side = |side| RwKind::new(client, name.clone(), side, prefer_writers);
+        RwLock {
+            read: ReadLock {
+                lock: Lock::of_kind(client.clone(), side(Side::Read)),
+            },
+            write: WriteLock {
+                lock: Lock::of_kind(client.clone(), side(Side::Write)),
+            },
+        }
+    }
+
+    /// The read side: many owners at once.
+    pub fn read_lock(&self) -> ReadLock {
+        self.read.clone()
+    }
+
+    /// The write side: one owner alone.
+    pub fn write_lock(&self) -> WriteLock {
+        self.write.clone()
+    }
+
+    /// The lock's Redis key.
+    pub fn name(&self) -> &str {
+        self.read.lock.name()
+    }
+
+    /// The same lock with Redisson's reader preference: readers enter whenever the lock is in
+    /// read mode, even while a writer waits, and writers never keep them out. A writer may then
+    /// wait as long as reads keep overlapping.
+    pub fn prefer_readers(self) -> RwLock {
+        let client = self.read.lock.client().clone();
+        let mut lock = RwLock::new(&client, self.name().to_owned(), false);
+        if let Some(owner) = self.read.lock.owner_pinned() {
+            lock = lock.with_owner(owner);
+        }
+        lock
+    }
+
+    /// Whether waiting writers keep new readers out (the default).
+    pub fn prefers_writers(&self) -> bool {
+        self.write.lock.kind_place().is_some()
+    }
+
+    /// The same lock, owned by `owner` instead of the current task, on both sides; see
+    /// [`Lock::with_owner`].
+    pub fn with_owner(self, owner: OwnerId) -> RwLock {
+        RwLock {
+            read: self.read.with_owner(owner),
+            write: self.write.with_owner(owner),
+        }
+    }
+
+    /// What Redis holds of the lock now: its mode, readers and writer with their hold counts
+    /// and remaining leases, the writers waiting, every key with its expiry, and read-hold
+    /// timeout keys no hold names any more (found with a `SCAN` of the keyspace, which never
+    /// blocks the server but costs a pass over every key).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::inspect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.read.lock.inspect().await
+    }
+
+    /// Deletes the lock in whichever mode, whoever holds it, with its read holds' timeout keys,
+    /// and wakes every waiter; `true` if it was held. The holders' watchdogs find their holds
+    /// gone and mark their guards lost.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType), deleting nothing, when the key is not a
+    /// read-write lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::force_unlock`].
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let client = self.read.lock.client();
+        let either = RwKind::new(client, self.name().to_owned(), Side::Either, true);
+        Lock::of_kind(client.clone(), either).force_unlock().await
+    }
+}
+
+impl ReadLock {
+    /// The same lock, owned by `owner` instead of the current task; see [`Lock::with_owner`].
+    pub fn with_owner(self, owner: OwnerId) -> ReadLock {
+        ReadLock {
+            lock: self.lock.with_owner(owner),
+        }
+    }
+
+    lock_acquires!(
+        waits: "Granted at once while the lock is free or in read mode and no writer waits \
+                (with writer preference); otherwise the reader sleeps until a write unlock \
+                wakes every reader, or at most until the writer's hold or place would end.",
+        cancel: "Cancel safe: if the future is dropped, no read hold is left behind, nor its \
+                 timeout key.",
+        try_lock: "A zero `wait` makes one attempt.",
+    );
+
+    lock_reads!();
+}
+
+impl WriteLock {
+    /// The same lock, owned by `owner` instead of the current task; see [`Lock::with_owner`].
+    pub fn with_owner(self, owner: OwnerId) -> WriteLock {
+        WriteLock {
+            lock: self.lock.with_owner(owner),
+        }
+    }
+
+    lock_acquires!(
+        waits: "Granted once no reader and no other writer holds the lock. With writer \
+                preference the waiter keeps new readers out from its first attempt on. An \
+                owner that holds a read lock gets `Error::WouldDeadlock` at once.",
+        cancel: "Cancel safe: if the future is dropped, no write hold is left behind, and the \
+                 waiter's place (which keeps readers out) is given up within milliseconds.",
+        try_lock: "When the wait ends, the waiter's place is already given up. A zero `wait` \
+                   makes one attempt and keeps nobody out.",
+    );
+
+    lock_reads!();
+}
+
+impl From<ReadLock> for Lock {
+    fn from(read: ReadLock) -> Lock {
+        read.lock
+    }
+}
+
+impl From<WriteLock> for Lock {
+    fn from(write: WriteLock) -> Lock {
+        write.lock
+    }
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.name())
+            .field("prefers_writers", &self.prefers_writers())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for ReadLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ReadLock").field(&self.lock).finish()
+    }
+}
+
+impl fmt::Debug for WriteLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("WriteLock").field(&self.lock).finish()
+    }
+}
+
+/// Which side of the lock a handle takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Read,
+    Write,
+    /// Neither: a handle found by name, which inspects and force-unlocks in either mode.
+    Either,
+}
+
+/// One side of a read-write lock, as the engine sees it.
+struct RwKind {
+    /// The hash (the name), the channel, the fences of lost replies, the waiting writers, and,
+    /// not a key, the prefix of read-hold timeout keys (empty for a name it refuses).
+    keys: Keys<5>,
+    side: Side,
+    /// How long a waiting writer keeps new readers out without trying again; `None` with
+    /// reader preference.
+    place: Option<Duration>,
+}
+
+impl RwKind {
+    fn new(client: &LockClient, name: String, side: Side, prefer_writers: bool) -> RwKind {
+        let prefix = names::rw_timeout_prefix(&name).unwrap_or_default();
+        RwKind {
+            keys: Keys::new([
+                &name,
+                &names::rw_channel(&name),
+                &names::fences(&name),
+                &names::rw_writers(&name),
+                &prefix,
+            ]),
+            side,
+            place: prefer_writers.then(|| client.fair_wait_timeout()),
+        }
+    }
+
+    fn prefix(&self) -> Value {
+        Value::String(self.keys.text(4))
+    }
+
+    /// A call of one of the lock's scripts: every one takes the four keys, and the timeout
+    /// prefix before `args`.
+    fn call(&self, script: &'static Script, args: &[Value], request: Option<&Request>) -> Call {
+        let mut argv = Vec::with_capacity(args.len() + 3);
+        argv.push(self.prefix());
+        argv.extend_from_slice(args);
+        if let Some(request) = request {
+            request.append_to(&mut argv);
+        }
+        Call {
+            script,
+            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            args: argv,
+        }
+    }
+
+    /// The mode this handle's force unlock and `is_locked` are about; `None` for either.
+    fn mode(&self) -> Option<&'static str> {
+        match self.side {
+            Side::Read => Some("read"),
+            Side::Write => Some("write"),
+            Side::Either => None,
+        }
+    }
+}
+
+impl Kind for RwKind {
+    fn name(&self) -> &str {
+        self.keys.str(0)
+    }
+
+    fn name_text(&self) -> Name {
+        self.keys.text(0)
+    }
+
+    fn label(&self) -> &'static str {
+        match self.side {
+            Side::Read => "read_lock",
+            Side::Write => "write_lock",
+            Side::Either => "rw_lock",
+        }
+    }
+
+    fn family(&self) -> &'static str {
+        "rw_lock"
+    }
+
+    fn field_suffix(&self) -> &'static str {
+        match self.side {
+            Side::Read => "",
+            Side::Write | Side::Either => ":write",
+        }
+    }
+
+    fn refuses_name(&self) -> Option<String> {
+        self.keys.str(4).is_empty().then(|| {
+            format!(
+                "read-write lock name {:?} has a brace but no hash tag, so the timeout keys of \
+                 its read holds would land in another cluster slot: use a name without braces, \
+                 or with a hash tag (`{{tag}}`)",
+                self.name()
+            )
+        })
+    }
+
+    fn strays(&self) -> Option<String> {
+        Some(format!(
+            "{}:*:rwlock_timeout:*",
+            glob_escaped(self.keys.str(4))
+        ))
+    }
+
+    fn key(&self) -> Key {
+        self.keys.get(0)
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Shared(self.keys.text(1))
+    }
+
+    fn place(&self) -> Option<Duration> {
+        self.place.filter(|_| self.side != Side::Read)
+    }
+
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        let (script, last) = match self.side {
+            Side::Read => (&RW_READ_ACQUIRE, Value::from(self.place.is_some() as i64)),
+            Side::Write | Side::Either => (
+                &RW_WRITE_ACQUIRE,
+                Value::from(args.place_ms.unwrap_or_default() as i64),
+            ),
+        };
+        let own = [
+            args.lease.clone(),
+            Value::String(args.field.clone()),
+            Value::from(args.holds as i64),
+            last,
+        ];
+        self.call(script, &own, Some(args.request))
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        let script = match self.side {
+            Side::Read => &RW_READ_RELEASE,
+            Side::Write | Side::Either => &RW_WRITE_RELEASE,
+        };
+        let own = [
+            args.lease.clone(),
+            Value::String(args.field.clone()),
+            Value::from(args.left as i64),
+        ];
+        self.call(script, &own, Some(args.request))
+    }
+
+    fn leave(&self, field: &str, request: &Request) -> Option<Call> {
+        (self.side != Side::Read)
+            .then(|| self.call(&RW_LEAVE, &[Value::from(field)], Some(request)))
+    }
+
+    fn renewal(&self) -> &'static Script {
+        &RW_RENEW
+    }
+
+    fn inspect(&self) -> Call {
+        self.call(&RW_INSPECT, &[], None)
+    }
+}
+
+impl LockKind for RwKind {
+    fn force_unlock(&self) -> Call {
+        self.call(
+            &RW_FORCE_UNLOCK,
+            &[Value::from_static_str(self.mode().unwrap_or(""))],
+            None,
+        )
+    }
+
+    fn locked_mode(&self) -> Option<&'static str> {
+        self.mode()
+    }
+}

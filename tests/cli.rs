@@ -519,3 +519,94 @@ async fn force_unlock_by_name_tells_a_fair_lock_s_first_waiter() {
     })
     .await;
 }
+
+/// A read-write lock: listed with its mode, readers and waiting writer; inspected with its
+/// timeout keys and an orphan one; the orphan without expiry is a leak; force-unlock by name
+/// deletes it in either mode and hands it to the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rw_lock_is_listed_inspected_and_its_orphans_found() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let raw = server.raw().await;
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let rw = client.rw_lock("cli:rw");
+        let first = rw
+            .clone()
+            .with_owner(fredlock::OwnerId::from_raw(1))
+            .read_lock();
+        let second = rw
+            .clone()
+            .with_owner(fredlock::OwnerId::from_raw(2))
+            .read_lock();
+        let first = first.lock().await.unwrap();
+        let _second = second.lock().await.unwrap();
+        let (writer, acquired) = waiter(
+            rw.clone()
+                .with_owner(fredlock::OwnerId::from_raw(3))
+                .write_lock()
+                .into(),
+        );
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                let waiting: i64 = raw.zcard("fredlock_rwlock_writers:{cli:rw}").await.unwrap();
+                waiting == 1
+            })
+            .await
+        );
+        let orphan = format!("{{cli:rw}}:{OWNER}:rwlock_timeout:1");
+        let _: () = raw.set(&orphan, 1, None, None, false).await.unwrap();
+
+        let (status, listed) = run_json(&url, &["list"]).await;
+        assert_eq!(status, 0);
+        let listed = listed.as_array().unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0]["kind"], "rw_lock");
+        assert_eq!(listed[0]["mode"], "read");
+        assert_eq!(listed[0]["holders"].as_array().unwrap().len(), 2);
+        assert!(listed[0]["queue"][0]["owner"]
+            .as_str()
+            .unwrap()
+            .ends_with(":write"));
+        let (output, table) = run(&url, &["list"]).await;
+        assert!(output.status.success());
+        assert!(
+            table.contains("rw_lock (read)") && table.contains("1 writer(s)"),
+            "{table}"
+        );
+
+        let (status, seen) = run_json(&url, &["inspect", "cli:rw"]).await;
+        assert_eq!(status, 0);
+        let timeout_key = format!("{{cli:rw}}:{}:rwlock_timeout:1", first.owner_field());
+        let keys: Vec<&str> = seen["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|key| key["key"].as_str().unwrap())
+            .collect();
+        assert!(keys.contains(&timeout_key.as_str()), "{keys:?}");
+        assert_eq!(seen["orphans"][0]["key"], orphan.as_str());
+        assert_eq!(seen["orphans"][0]["ttl_ms"], Value::Null);
+        let (output, text) = run(&url, &["inspect", "cli:rw"]).await;
+        assert!(output.status.success());
+        assert!(text.starts_with("cli:rw (rw_lock (read))"), "{text}");
+        assert!(
+            text.contains("writer waiting #1") && text.contains("orphan key"),
+            "{text}"
+        );
+
+        let (status, leaks) = run_json(&url, &["leaks"]).await;
+        assert_eq!(status, 1, "{leaks}");
+        assert_eq!(leaks[0]["key"], orphan.as_str());
+        assert_eq!(leaks[0]["kind"], "rw_lock");
+
+        force_unlock_wakes(&url, "cli:rw", acquired).await;
+        writer.await.unwrap();
+        let _: i64 = raw.del(&orphan).await.unwrap();
+        let (status, none) = run_json(&url, &["leaks"]).await;
+        assert_eq!((status, none), (0, serde_json::json!([])));
+        drop(first);
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fredlock::{Deployment, Inspection, Leak, LockClient, Topology};
+use fredlock::{Deployment, Inspection, KeyState, Leak, LockClient, Topology};
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -313,6 +313,7 @@ fn inspection_json(inspection: &Inspection) -> Value {
     json!({
         "name": inspection.name,
         "kind": inspection.kind,
+        "mode": inspection.mode,
         "holders": inspection.holders.iter().map(|holder| json!({
             "owner": holder.owner,
             "client_id": holder.client_id().map(|id| id.to_string()),
@@ -327,10 +328,15 @@ fn inspection_json(inspection: &Inspection) -> Value {
         })).collect::<Vec<_>>(),
         "fencing_token": inspection.fencing_token,
         "listeners": inspection.listeners,
-        "keys": inspection.keys.iter().map(|key| json!({
-            "key": key.key,
-            "ttl_ms": millis(key.ttl),
-        })).collect::<Vec<_>>(),
+        "keys": inspection.keys.iter().map(key_json).collect::<Vec<_>>(),
+        "orphans": inspection.orphans.iter().map(key_json).collect::<Vec<_>>(),
+    })
+}
+
+fn key_json(key: &KeyState) -> Value {
+    json!({
+        "key": key.key,
+        "ttl_ms": millis(key.ttl),
     })
 }
 
@@ -390,10 +396,16 @@ fn holders_text(inspection: &Inspection) -> String {
         .join(", ")
 }
 
-/// Waiters: a fair lock's queue, else the clients subscribed to its unlock channel.
+/// Waiters: a fair lock's queue, a read-write lock's waiting writers and the clients
+/// subscribed to its channel, else those clients.
 fn waiters_text(inspection: &Inspection) -> String {
     match (inspection.kind, inspection.listeners) {
         ("fair_lock", _) => inspection.queue.len().to_string(),
+        ("rw_lock", listeners) => format!(
+            "{} writer(s), {} client(s)",
+            inspection.queue.len(),
+            listeners.unwrap_or(0)
+        ),
         (_, Some(listeners)) => format!("{listeners} client(s)"),
         (_, None) => "-".to_owned(),
     }
@@ -410,7 +422,7 @@ fn print_table(found: &[Inspection]) {
                 .map_or_else(|| "-".to_owned(), |key| shown(key.ttl));
             [
                 inspection.name.clone(),
-                inspection.kind.to_owned(),
+                kind_text(inspection),
                 holders_text(inspection),
                 ttl,
                 waiters_text(inspection),
@@ -437,8 +449,16 @@ fn print_table(found: &[Inspection]) {
     }
 }
 
+/// The kind, with a read-write lock's mode: `rw_lock (read)`.
+fn kind_text(inspection: &Inspection) -> String {
+    match inspection.mode {
+        Some(mode) => format!("{} ({mode})", inspection.kind),
+        None => inspection.kind.to_owned(),
+    }
+}
+
 fn print_inspection(inspection: &Inspection) {
-    println!("{} ({})", inspection.name, inspection.kind);
+    println!("{} ({})", inspection.name, kind_text(inspection));
     if inspection.holders.is_empty() {
         println!("  not held");
     }
@@ -457,16 +477,22 @@ fn print_inspection(inspection: &Inspection) {
     if let Some(token) = inspection.fencing_token {
         println!("  last fencing token {token}");
     }
+    // A read-write lock's waiting writers are in no order.
+    let queued = if inspection.kind == "rw_lock" {
+        "writer waiting"
+    } else {
+        "queued"
+    };
     for (place, waiter) in inspection.queue.iter().enumerate() {
         match (waiter.remaining, waiter.ended_ago) {
             (Some(left), _) => println!(
-                "  queued #{} {}, place ends in {}",
+                "  {queued} #{} {}, place ends in {}",
                 place + 1,
                 waiter.owner,
                 shown(Some(left))
             ),
             (None, ago) => println!(
-                "  queued #{} {}, place ended {} ago",
+                "  {queued} #{} {}, place ended {} ago",
                 place + 1,
                 waiter.owner,
                 shown(ago)
@@ -478,5 +504,12 @@ fn print_inspection(inspection: &Inspection) {
     }
     for key in &inspection.keys {
         println!("  key {} ttl {}", key.key, shown(key.ttl));
+    }
+    for key in &inspection.orphans {
+        println!(
+            "  orphan key {} ttl {} (no hold names it)",
+            key.key,
+            shown(key.ttl)
+        );
     }
 }

@@ -331,3 +331,80 @@ async fn list_and_inspect_see_every_master() {
     })
     .await;
 }
+
+/// A read-write lock on a cluster: its timeout keys share the lock's slot (so every script runs
+/// on one node), a write unlock wakes the readers through sharded pub/sub, the watchdog renews
+/// read holds, and `list` finds the locks on every master by their `mode` field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rw_lock_works_on_every_master() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_millis(900)).await;
+        let readers = client(&cluster, Duration::from_secs(30)).await;
+        let mut names: Vec<String> = Vec::new();
+        let mut masters = Vec::new();
+        for i in 0..200 {
+            let name = format!("rw:{i}");
+            let master = cluster.master_of(&name);
+            if !masters.contains(&master) {
+                masters.push(master);
+                names.push(name);
+            }
+        }
+        names.push("rw:tenant{7}".to_owned());
+        let mut reads = Vec::new();
+        for name in &names {
+            let write = holder
+                .rw_lock(name.as_str())
+                .write_lock()
+                .lock()
+                .await
+                .unwrap();
+            let mut waiting = Vec::new();
+            for _ in 0..3 {
+                let read = readers.rw_lock(name.as_str()).read_lock();
+                waiting.push(tokio::spawn(async move {
+                    let guard = read.lock().await.unwrap();
+                    (guard, Instant::now())
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = Instant::now();
+            write.unlock().await.unwrap();
+            for task in waiting {
+                let (guard, at) = task.await.unwrap();
+                let woke = at.saturating_duration_since(released);
+                assert!(woke < Duration::from_millis(250), "{name}: {woke:?}");
+                reads.push(guard);
+            }
+            // A read hold of the watchdog's, on the short timeout.
+            reads.push(
+                holder
+                    .rw_lock(name.as_str())
+                    .read_lock()
+                    .lock()
+                    .await
+                    .unwrap(),
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(reads.iter().all(|guard| !guard.is_lost()));
+        let listed = holder.list("rw:*").await.unwrap();
+        let found: Vec<(&str, Option<&str>, usize)> = listed
+            .iter()
+            .map(|seen| (seen.kind, seen.mode, seen.holders.len()))
+            .collect();
+        // Three readers of one client, and the watchdog-renewed one.
+        assert_eq!(found, vec![("rw_lock", Some("read"), 4); names.len()]);
+        assert!(holder
+            .leaks("rw:*", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_empty());
+        for guard in reads {
+            guard.unlock().await.unwrap();
+        }
+        assert!(holder.list("rw:*").await.unwrap().is_empty());
+    })
+    .await;
+}

@@ -261,10 +261,26 @@ async fn every_metric_counts_what_happened() {
         fenced.unlock().await.unwrap();
         let spin = client.spin_lock("m:spin").lock().await.unwrap();
         spin.unlock().await.unwrap();
+        let read = client
+            .rw_lock("m:rw:read")
+            .read_lock()
+            .lock()
+            .await
+            .unwrap();
+        read.unlock().await.unwrap();
+        let write = client
+            .rw_lock("m:rw:write")
+            .write_lock()
+            .lock()
+            .await
+            .unwrap();
+        write.unlock().await.unwrap();
         for (kind, name) in [
             ("fair_lock", "m:fair"),
             ("fenced_lock", "m:fenced"),
             ("spin_lock", "m:spin"),
+            ("read_lock", "m:rw:read"),
+            ("write_lock", "m:rw:write"),
         ] {
             assert_eq!(
                 counter(metrics::ACQUISITIONS, &[("kind", kind), ("lock", name)]),

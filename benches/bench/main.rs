@@ -27,6 +27,7 @@ mod libs;
 mod measure;
 mod recording;
 mod redlock;
+mod rw;
 mod scenarios;
 
 use std::path::PathBuf;
@@ -362,7 +363,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/9 uncontended latency");
+        eprintln!("1/10 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -388,11 +389,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/9 throughput");
+        eprintln!("2/10 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/9 wake-up latency");
+        eprintln!("3/10 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -409,28 +410,32 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/9 contention");
+        eprintln!("4/10 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/9 watchdog at scale");
+        eprintln!("5/10 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/9 memory");
+        eprintln!("6/10 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/9 instructions per cycle (callgrind)");
+        eprintln!("8/10 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/9 waiters at scale");
+        eprintln!("9/10 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
+    }
+    if wanted(10) {
+        eprintln!("10/10 read-write lock");
+        rows.extend(rw::rw_lock(&url, sizes).await);
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/9 Redlock over five servers");
+        eprintln!("7/10 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

@@ -433,7 +433,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
 }
 
 /// Runs `n` cycles one after another: the mean per cycle and each cycle's latency, in µs.
-async fn timed_cycles<F, Fut>(n: usize, cycle: F) -> (f64, Vec<f64>)
+pub async fn timed_cycles<F, Fut>(n: usize, cycle: F) -> (f64, Vec<f64>)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()>,

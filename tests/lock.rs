@@ -410,15 +410,8 @@ async fn wire_layout_matches_redisson() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let subscriber = Builder::from_config(Config::from_url(&server.url()).unwrap())
-            .build_subscriber_client()
-            .unwrap();
-        subscriber.init().await.unwrap();
-        let mut messages = subscriber.message_rx();
-        subscriber
-            .subscribe("redisson_lock__channel:{layout}")
-            .await
-            .unwrap();
+        let (_subscriber, mut messages) =
+            common::listen(&server.url(), "redisson_lock__channel:{layout}").await;
 
         let client = server.lock_client(DEFAULT_WATCHDOG).await;
         let lock = client.lock("layout");
@@ -443,11 +436,7 @@ async fn wire_layout_matches_redisson() {
 
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();
-        let mut seen = Vec::new();
-        let deadline = Instant::now() + Duration::from_millis(500);
-        while let Ok(Ok(message)) = tokio::time::timeout_at(deadline, messages.recv()).await {
-            seen.push(message.value.as_string().unwrap_or_default());
-        }
+        let seen = common::heard(&mut messages, Duration::from_millis(500)).await;
         assert_eq!(seen, vec!["0".to_string()]);
     })
     .await;

@@ -595,15 +595,8 @@ async fn wire_layout_matches_redisson() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let subscriber = Builder::from_config(Config::from_url(&server.url()).unwrap())
-            .build_subscriber_client()
-            .unwrap();
-        subscriber.init().await.unwrap();
-        let mut messages = subscriber.message_rx();
-        subscriber
-            .subscribe("redisson_rwlock:{layout}")
-            .await
-            .unwrap();
+        let (_subscriber, mut messages) =
+            common::listen(&server.url(), "redisson_rwlock:{layout}").await;
         let client = server.lock_client(WATCHDOG).await;
         let rw = client.rw_lock("layout");
 
@@ -640,11 +633,7 @@ async fn wire_layout_matches_redisson() {
         assert_eq!(seen[&format!("{field}:write")], "1");
         write.unlock().await.unwrap();
 
-        let mut published = Vec::new();
-        let deadline = Instant::now() + Duration::from_millis(500);
-        while let Ok(Ok(message)) = tokio::time::timeout_at(deadline, messages.recv()).await {
-            published.push(message.value.as_string().unwrap_or_default());
-        }
+        let published = common::heard(&mut messages, Duration::from_millis(500)).await;
         assert_eq!(published, vec!["0".to_string(), "1".to_string()]);
         let exists: bool = raw.exists("layout").await.unwrap();
         assert!(!exists);

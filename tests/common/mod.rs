@@ -588,6 +588,37 @@ pub fn redis_cli_auth(port: u16, password: Option<&str>, args: &[&str]) -> Strin
         .unwrap_or_default()
 }
 
+/// A connection of its own subscribed to `channel` on the server at `url`, with the receiver of
+/// what it hears: for tests that check what an unlock publishes.
+pub async fn listen(
+    url: &str,
+    channel: &str,
+) -> (
+    fred::clients::SubscriberClient,
+    tokio::sync::broadcast::Receiver<fred::types::Message>,
+) {
+    let subscriber = Builder::from_config(Config::from_url(url).unwrap())
+        .build_subscriber_client()
+        .unwrap();
+    subscriber.init().await.unwrap();
+    let messages = subscriber.message_rx();
+    subscriber.subscribe(channel).await.unwrap();
+    (subscriber, messages)
+}
+
+/// The messages `messages` receives within `window`, as text, in order.
+pub async fn heard(
+    messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
+    window: Duration,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + window;
+    while let Ok(Ok(message)) = tokio::time::timeout_at(deadline, messages.recv()).await {
+        seen.push(message.value.as_string().unwrap_or_default());
+    }
+    seen
+}
+
 /// A plain fred client (standalone or cluster, by URL scheme), for checking what fredlock wrote.
 pub async fn raw_client(url: &str) -> Client {
     let client = Builder::from_config(Config::from_url(url).unwrap())

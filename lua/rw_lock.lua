@@ -466,13 +466,12 @@ if mode then
             local ttl = ''
             if is_reader(field) then
                 ttl = math.max(hold_ttl(field, count), 0)
+                local timeouts = {}
                 for n = 1, count do
-                    local key = timeout_key(field, n)
-                    local pttl = redis.call('pttl', key)
-                    if pttl ~= -2 then
-                        keys[#keys + 1] = key
-                        keys[#keys + 1] = pttl
-                    end
+                    timeouts[n] = timeout_key(field, n)
+                end
+                for _, found in ipairs(existing(timeouts)) do
+                    keys[#keys + 1] = found
                 end
             end
             holders[#holders + 1] = field

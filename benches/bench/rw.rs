@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 use fredlock::{Lock, LockClient};
-use tokio::time::Instant;
 
 use crate::measure::Summary;
-use crate::scenarios::{in_task, lock_cycle, raw_client, timed_cycles, RawScripts, Sizes};
+use crate::scenarios::{
+    alternating, cycles_per_second, in_task, lock_cycle, raw_client, timed_cycles, RawScripts,
+    Sizes,
+};
 use crate::Row;
 
 const SCENARIO: &str = "10 read-write lock";
@@ -222,42 +224,30 @@ async fn uncontended(client: &LockClient, raw: &Client, sizes: Sizes) -> Vec<Row
 async fn readers(client: &LockClient, raw: &Client, sizes: Sizes) -> Vec<Row> {
     let scripts = Arc::new(RawSide::load(raw, true).await);
     let run = |ours: bool| {
-        let done = Arc::new(AtomicU64::new(0));
-        let stop_at = Instant::now() + sizes.run_for;
-        let tasks: Vec<_> = (0..READERS)
+        let cycles: Vec<_> = (0..READERS)
             .map(|i| {
-                let read = Lock::from(client.rw_lock("bench:rw:readers").read_lock());
-                let (done, raw, scripts) = (done.clone(), raw.clone(), scripts.clone());
-                tokio::spawn(async move {
-                    let field = format!("raw:{i}");
-                    while Instant::now() < stop_at {
+                let state = Arc::new((
+                    Lock::from(client.rw_lock("bench:rw:readers").read_lock()),
+                    raw.clone(),
+                    scripts.clone(),
+                    format!("raw:{i}"),
+                ));
+                move || {
+                    let state = state.clone();
+                    async move {
+                        let (read, raw, scripts, field) = &*state;
                         if ours {
-                            lock_cycle(&read).await;
+                            lock_cycle(read).await;
                         } else {
-                            scripts.cycle(&raw, "bench:rw:readers:raw", &field).await;
+                            scripts.cycle(raw, "bench:rw:readers:raw", field).await;
                         }
-                        done.fetch_add(1, Ordering::Relaxed);
                     }
-                })
+                }
             })
             .collect();
-        async move {
-            let started = Instant::now();
-            for task in tasks {
-                task.await.expect("reader task");
-            }
-            done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
-        }
+        cycles_per_second(sizes.run_for, cycles)
     };
-    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
-    for round in 0..=sizes.rounds {
-        let (o, b) = (run(true).await, run(false).await);
-        if round > 0 {
-            ours.push(o);
-            baseline.push(b);
-        }
-    }
-    let (ours, baseline) = (Summary::of(&ours), Summary::of(&baseline));
+    let (ours, baseline) = alternating(sizes.rounds, run).await;
     let metric = "16 readers, one name";
     vec![
         Row::new(SCENARIO, "fredlock read lock", metric, "cycles/s", ours),

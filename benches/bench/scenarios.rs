@@ -450,6 +450,52 @@ where
     (started.elapsed().as_secs_f64() * 1e6 / n as f64, each)
 }
 
+/// Runs a task per cycle of `cycles`, each repeating its cycle until `run_for` has passed:
+/// cycles per second, all tasks together.
+pub async fn cycles_per_second<F, Fut>(run_for: Duration, cycles: Vec<F>) -> f64
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let done = Arc::new(AtomicU64::new(0));
+    let stop_at = Instant::now() + run_for;
+    let started = Instant::now();
+    let tasks: Vec<_> = cycles
+        .into_iter()
+        .map(|cycle| {
+            let done = done.clone();
+            tokio::spawn(async move {
+                while Instant::now() < stop_at {
+                    cycle().await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("throughput task");
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Runs `run(true)` (fredlock) then `run(false)` (its baseline), a warm-up round and then
+/// `rounds` more: each side's figures over the measured rounds.
+pub async fn alternating<F, Fut>(rounds: usize, run: F) -> (Summary, Summary)
+where
+    F: Fn(bool) -> Fut,
+    Fut: std::future::Future<Output = f64>,
+{
+    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        let (o, b) = (run(true).await, run(false).await);
+        if round > 0 {
+            ours.push(o);
+            baseline.push(b);
+        }
+    }
+    (Summary::of(&ours), Summary::of(&baseline))
+}
+
 /// Scenario 2: Throughput of 64 tasks on 64 names through one client, against raw EVALSHA pairs.
 pub async fn throughput(url: &str, sizes: Sizes) -> Vec<Row> {
     const TASKS: usize = 64;
@@ -457,51 +503,34 @@ pub async fn throughput(url: &str, sizes: Sizes) -> Vec<Row> {
     let raw = raw_client(url).await;
     let scripts = Arc::new(RawScripts::load(&raw).await);
     let run = |ours: bool| {
-        let done = Arc::new(AtomicU64::new(0));
-        let stop_at = Instant::now() + sizes.run_for;
-        let tasks: Vec<_> = (0..TASKS)
+        let cycles: Vec<_> = (0..TASKS)
             .map(|i| {
-                let (done, lock, raw, scripts) = (
-                    done.clone(),
+                // One task's own lock, or its own name, channel and field for the raw calls.
+                let state = Arc::new((
                     client.lock(format!("bench:tp:{i}")),
                     raw.clone(),
                     scripts.clone(),
-                );
-                let (name, channel, field) = (
                     format!("bench:tpraw:{i}"),
                     format!("redisson_lock__channel:{{bench:tpraw:{i}}}"),
                     format!("raw:{i}"),
-                );
-                tokio::spawn(async move {
-                    while Instant::now() < stop_at {
+                ));
+                move || {
+                    let state = state.clone();
+                    async move {
+                        let (lock, raw, scripts, name, channel, field) = &*state;
                         if ours {
-                            lock_cycle(&lock).await;
+                            lock_cycle(lock).await;
                         } else {
-                            scripts.cycle(&raw, &name, &channel, &field).await;
+                            scripts.cycle(raw, name, channel, field).await;
                         }
-                        done.fetch_add(1, Ordering::Relaxed);
                     }
-                })
+                }
             })
             .collect();
-        async move {
-            let started = Instant::now();
-            for task in tasks {
-                task.await.expect("throughput task");
-            }
-            done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
-        }
+        cycles_per_second(sizes.run_for, cycles)
     };
-    let (mut ours, mut baseline) = (Vec::new(), Vec::new());
-    for round in 0..=sizes.rounds {
-        let (o, b) = (run(true).await, run(false).await);
-        if round > 0 {
-            ours.push(o);
-            baseline.push(b);
-        }
-    }
+    let (ours, baseline) = alternating(sizes.rounds, run).await;
     client.shutdown().await;
-    let (ours, baseline) = (Summary::of(&ours), Summary::of(&baseline));
     vec![
         Row::new(
             "2 throughput",

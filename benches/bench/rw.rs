@@ -10,8 +10,8 @@ use fredlock::{Lock, LockClient};
 
 use crate::measure::Summary;
 use crate::scenarios::{
-    alternating, cycles_per_second, in_task, lock_cycle, raw_client, timed_cycles, RawScripts,
-    Sizes,
+    alternating, cycles_per_second, in_task, load_script, lock_cycle, raw_client, timed_cycles,
+    RawScripts, Sizes,
 };
 use crate::Row;
 
@@ -35,18 +35,9 @@ struct RawSide {
 impl RawSide {
     async fn load(redis: &Client, read: bool) -> RawSide {
         let side = if read { "read" } else { "write" };
-        let load = |op: &str| {
-            let script = crate::harness::script(&format!("rw_{side}_{op}"));
-            async move {
-                redis
-                    .script_load::<String, _>(script)
-                    .await
-                    .expect("load script")
-            }
-        };
         RawSide {
-            acquire: load("acquire").await,
-            release: load("release").await,
+            acquire: load_script(redis, &format!("rw_{side}_acquire")).await,
+            release: load_script(redis, &format!("rw_{side}_release")).await,
             last: if read { "1" } else { "5000" },
             suffix: if read { "" } else { ":write" },
             next: AtomicU64::new(1),

@@ -71,6 +71,15 @@ pub async fn raw_client(url: &str) -> Client {
     client
 }
 
+/// Loads fredlock's script `name` (see `fredlock::script_source`): its own composition, so the
+/// SHA is fredlock's own.
+pub async fn load_script(redis: &Client, name: &str) -> String {
+    redis
+        .script_load::<String, _>(crate::harness::script(name))
+        .await
+        .expect("load script")
+}
+
 /// Our acquire and release scripts, run straight through fred: the floor fredlock sits on.
 pub struct RawScripts {
     acquire: String,
@@ -81,19 +90,9 @@ pub struct RawScripts {
 
 impl RawScripts {
     pub async fn load(redis: &Client) -> RawScripts {
-        // fredlock's own composition, so the SHAs are fredlock's own.
-        let load = |name: &str| {
-            let script = crate::harness::script(name);
-            async move {
-                redis
-                    .script_load::<String, _>(script)
-                    .await
-                    .expect("load script")
-            }
-        };
         RawScripts {
-            acquire: load("lock_acquire").await,
-            release: load("lock_release").await,
+            acquire: load_script(redis, "lock_acquire").await,
+            release: load_script(redis, "lock_release").await,
             next: std::sync::atomic::AtomicU64::new(1),
         }
     }

@@ -334,6 +334,9 @@ async fn upgrade_is_refused_and_downgrade_works() {
             // Downgrade: the writer takes a read hold, keeps it past the write.
             let write = rw.write_lock().lock().await.unwrap();
             let read = rw.read_lock().lock().await.unwrap();
+            assert_eq!(rw.write_lock().hold_count().await.unwrap(), 1);
+            assert_eq!(rw.read_lock().hold_count().await.unwrap(), 1);
+            assert!(rw.write_lock().is_held_by_current_task().await.unwrap());
             let seen = fields(&raw, "grade").await;
             let field = client.owner_field(fredlock::OwnerId::current());
             assert_eq!(seen.get("mode").map(String::as_str), Some("write"));

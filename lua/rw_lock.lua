@@ -448,6 +448,22 @@ redis.call('del', name)
 redis.call(PUBLISH, channel, '1')
 return 1
 
+--- script: hold_count
+-- How many live holds an owner has (read-only): a reader's field that outlived
+-- all its holds' keys counts 0.
+--
+-- ARGV[2]  owner field
+local mode, wrong = read_mode()
+if wrong then
+    return wrong
+end
+local owner = ARGV[2]
+local count = mode and tonumber(redis.call('hget', name, owner))
+if not count or (is_reader(owner) and hold_ttl(owner, count) == -2) then
+    return 0
+end
+return count
+
 --- script: inspect
 -- Read the lock for an inspection (see inspect.lua for the reply, whose
 -- holders carry each one's remaining lease: a reader's longest hold, 0 when

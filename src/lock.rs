@@ -73,6 +73,12 @@ pub(crate) trait LockKind: Kind {
         false
     }
 
+    /// The read-only call that counts `field`'s live holds, for a kind whose field can outlive
+    /// its holds (a reader's, whose holds end with their own keys); `None` reads the field.
+    fn hold_count(&self, _field: &str) -> Option<Call> {
+        None
+    }
+
     /// The value of the hash's `mode` field that makes this side of a read-write lock locked;
     /// `None` for a lock that is locked whenever its hash exists.
     fn locked_mode(&self) -> Option<&'static str> {
@@ -405,9 +411,18 @@ impl Lock {
             .engine()
             .core()
             .field_with(self.owner(), self.kind.field_suffix());
-        redis
-            .hget::<Option<u32>, _, _>(self.kind.key(), &*field)
-            .await
+        let count = match self.kind.hold_count(&field) {
+            Some(call) => {
+                call.run::<Option<u32>>(&self.client.engine().core().reads())
+                    .await
+            }
+            None => {
+                redis
+                    .hget::<Option<u32>, _, _>(self.kind.key(), &*field)
+                    .await
+            }
+        };
+        count
             .map(Option::unwrap_or_default)
             .map_err(self.redis_error(Some(&field)))
     }

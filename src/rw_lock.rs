@@ -16,8 +16,8 @@ use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 use crate::scripts::{
-    RW_FORCE_UNLOCK, RW_INSPECT, RW_LEAVE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_RENEW,
-    RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
+    RW_FORCE_UNLOCK, RW_HOLD_COUNT, RW_INSPECT, RW_LEAVE, RW_READ_ACQUIRE, RW_READ_RELEASE,
+    RW_RENEW, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
 };
 
 /// A distributed read-write lock: many readers at once, or one writer alone. Redisson's
@@ -79,7 +79,8 @@ use crate::scripts::{
 /// Each read hold has its own timeout key (`{name}:<owner field>:rwlock_timeout:<n>`) whose TTL
 /// is its lease, so one reader's expiry never ends another's; the lock's hash lives as long as
 /// its longest hold. The watchdog renews read holds (their timeout keys, never another
-/// reader's) and write holds.
+/// reader's) and write holds. A reader's field may outlive its holds (until a release passes
+/// over the readers, or the hash expires); `hold_count` counts only holds whose keys live.
 ///
 /// # Wake-ups
 ///
@@ -466,5 +467,9 @@ impl LockKind for RwKind {
 
     fn locked_mode(&self) -> Option<&'static str> {
         self.mode()
+    }
+
+    fn hold_count(&self, field: &str) -> Option<Call> {
+        Some(self.call(&RW_HOLD_COUNT, &[Value::from(field)], None))
     }
 }

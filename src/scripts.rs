@@ -141,6 +141,11 @@ pub(crate) static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = rw_parts("force_unlock");
     Script::freeing(&[head, body])
 });
+/// Counts an owner's live holds of a read-write lock.
+pub(crate) static RW_HOLD_COUNT: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = rw_parts("hold_count");
+    Script::new(&[head, body])
+});
 /// Reads a read-write lock for an inspection.
 pub(crate) static RW_INSPECT: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = rw_parts("inspect");
@@ -181,6 +186,7 @@ pub fn source(name: &str) -> Option<&'static str> {
         "rw_leave" => &RW_LEAVE,
         "rw_renew" => &RW_RENEW,
         "rw_force_unlock" => &RW_FORCE_UNLOCK,
+        "rw_hold_count" => &RW_HOLD_COUNT,
         "rw_inspect" => &RW_INSPECT,
         "redlock_release" => &REDLOCK_RELEASE,
         "redlock_extend" => &REDLOCK_EXTEND,

@@ -405,6 +405,10 @@ async fn read_holds_have_leases_of_their_own() {
         assert!(pttl(&raw, &timeout_key("leases", &long_field, 1)).await > 7000);
         assert!(short_guard.is_lost());
         assert!(!long_guard.is_lost());
+        // Its field outlives its holds until a release passes over the readers; it counts none.
+        assert_eq!(short.hold_count().await.unwrap(), 0);
+        assert!(!short.is_held_by_current_task().await.unwrap());
+        assert_eq!(long.hold_count().await.unwrap(), 1);
         let seen = fields(&raw, "leases").await;
         assert_eq!(seen.get("mode").map(String::as_str), Some("read"));
         assert_eq!(seen.get(&long_field).map(String::as_str), Some("1"));

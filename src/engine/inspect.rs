@@ -14,7 +14,6 @@ use fred::types::Value;
 use uuid::Uuid;
 
 use crate::engine::kind::{Kind, Wake};
-use crate::engine::replicas::Writer;
 use crate::engine::Engine;
 use crate::error::Result;
 
@@ -263,9 +262,11 @@ impl Engine {
         core.ensure_open()?;
         crate::engine::check_kind(kind)?;
         let redis_error = |source| self.redis_error(kind.name(), None, source);
-        // A read: no replica sync, which would wait for replicas after it for nothing.
-        let reads = Writer::plain(core.redis().clone(), core.writer.sharded);
-        let reply: Value = kind.inspect().run(&reads).await.map_err(redis_error)?;
+        let reply: Value = kind
+            .inspect()
+            .run(&core.reads())
+            .await
+            .map_err(redis_error)?;
         let mut inspection = Inspection::parse(kind, reply).map_err(|problem| {
             redis_error(fred::error::Error::new(
                 fred::error::ErrorKind::Parse,

@@ -110,6 +110,12 @@ impl Core {
         &self.writer.client
     }
 
+    /// Where a read-only script goes: the command connection, never waiting for replicas (which
+    /// replica sync would make it do, for nothing).
+    pub(crate) fn reads(&self) -> replicas::Writer {
+        replicas::Writer::plain(self.redis().clone(), self.writer.sharded)
+    }
+
     /// The masters of a cluster, as the client's routing table has them; none outside one.
     pub(crate) fn masters(&self) -> Vec<fred::types::config::Server> {
         self.redis()

@@ -79,6 +79,7 @@ impl LockClient {
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::FAIR_QUEUE, names::FAIR_TIMEOUTS],
     mode_field: false,
+    strays: None,
     at_key: |client, key| Lock::of_kind(client.clone(), Fair::new(key, client.fair_wait_timeout())),
 };
 

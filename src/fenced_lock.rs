@@ -155,6 +155,7 @@ fn fenced_at(client: &LockClient, key: String) -> Lock {
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::FENCING_TOKEN],
     mode_field: false,
+    strays: None,
     at_key: fenced_at,
 };
 

@@ -22,6 +22,9 @@ pub(crate) struct Layout {
     pub(crate) own_keys: &'static [&'static str],
     /// Whether a `mode` field in the hash at the name tells it (a read-write lock's).
     pub(crate) mode_field: bool,
+    /// A glob of every name's keys that only a scan finds (its `Kind::strays`, for any name),
+    /// scanned once for all the primitives a listing inspects.
+    pub(crate) strays: Option<&'static str>,
     /// A handle on the primitive at `key` (the name with the client's prefix already on it).
     pub(crate) at_key: fn(&LockClient, String) -> Lock,
 }
@@ -219,10 +222,18 @@ impl LockClient {
             let layouts = self.layouts_of(&hashes).await?;
             found.extend(hashes.into_iter().zip(layouts));
         }
+        // One scan per kind of stray key, not one per primitive that may have some.
+        let mut scanned = Vec::new();
+        for layout in LAYOUTS {
+            let used = found.values().any(|found| std::ptr::eq(*found, layout));
+            if let Some(strays) = layout.strays.filter(|_| used) {
+                scanned.extend(engine.scan(strays, None).await?);
+            }
+        }
         let mut primitives = Vec::with_capacity(found.len());
         for (name, layout) in found {
             let lock = (layout.at_key)(self, name);
-            let inspection = match lock.inspect().await {
+            let inspection = match lock.inspect_among(&scanned).await {
                 Ok(inspection) => inspection,
                 // Deleted and made again as something else since the scan.
                 Err(crate::Error::WrongType { .. }) => continue,

@@ -490,7 +490,16 @@ impl Lock {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<Inspection> {
-        self.client.engine().inspect(&*self.kind).await
+        self.client.engine().inspect(&*self.kind, None).await
+    }
+
+    /// As [`inspect`](Self::inspect), with the keys a scan already found among which the lock's
+    /// strays are, instead of a scan of its own.
+    pub(crate) async fn inspect_among(&self, scanned: &[String]) -> Result<Inspection> {
+        self.client
+            .engine()
+            .inspect(&*self.kind, Some(scanned))
+            .await
     }
 
     /// What in `inspection` (of this lock) nothing will clean up, by its kind's rules.
@@ -570,6 +579,7 @@ impl LockClient {
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[],
     mode_field: false,
+    strays: None,
     at_key: |client, key| Lock::of_kind(client.clone(), Reentrant::new(key)),
 };
 

@@ -120,6 +120,7 @@ impl LockClient {
 pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::RW_WRITERS],
     mode_field: true,
+    strays: Some("*:rwlock_timeout:*"),
     at_key: |client, key| {
         Lock::of_kind(client.clone(), RwKind::new(client, key, Side::Either, true))
     },

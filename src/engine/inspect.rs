@@ -257,7 +257,15 @@ fn owners(inspection: &Inspection) -> String {
 
 impl Engine {
     /// Reads `kind` from the master, with the connections listening on its unlock channel.
-    pub(crate) async fn inspect(&self, kind: &dyn Kind) -> Result<Inspection> {
+    ///
+    /// `scanned` is every key a scan already found among which the kind's strays are (see
+    /// [`Kind::strays`]), for a caller inspecting many primitives after one scan; `None` scans
+    /// for this one's.
+    pub(crate) async fn inspect(
+        &self,
+        kind: &dyn Kind,
+        scanned: Option<&[String]>,
+    ) -> Result<Inspection> {
         let core = self.core();
         core.ensure_open()?;
         crate::engine::check_kind(kind)?;
@@ -283,7 +291,15 @@ impl Engine {
             inspection.listeners = counts.get(1).and_then(Value::as_u64);
         }
         if let Some(pattern) = kind.strays() {
-            for key in self.scan(&pattern, None).await? {
+            let strays = match scanned {
+                Some(keys) => keys
+                    .iter()
+                    .filter(|key| glob(&pattern, key))
+                    .cloned()
+                    .collect(),
+                None => self.scan(&pattern, None).await?,
+            };
+            for key in strays {
                 if inspection.keys.iter().all(|known| known.key != key) {
                     let ttl: i64 = core.redis().pttl(&key).await.map_err(redis_error)?;
                     if ttl != -2 {

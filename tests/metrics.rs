@@ -255,33 +255,27 @@ async fn every_metric_counts_what_happened() {
         drop(stalled);
 
         // Every primitive is labelled by its kind.
-        let fair = client.fair_lock("m:fair").lock().await.unwrap();
-        fair.unlock().await.unwrap();
-        let fenced = client.fenced_lock("m:fenced").lock().await.unwrap();
-        fenced.unlock().await.unwrap();
-        let spin = client.spin_lock("m:spin").lock().await.unwrap();
-        spin.unlock().await.unwrap();
-        let read = client
-            .rw_lock("m:rw:read")
-            .read_lock()
-            .lock()
-            .await
-            .unwrap();
-        read.unlock().await.unwrap();
-        let write = client
-            .rw_lock("m:rw:write")
-            .write_lock()
-            .lock()
-            .await
-            .unwrap();
-        write.unlock().await.unwrap();
-        for (kind, name) in [
-            ("fair_lock", "m:fair"),
-            ("fenced_lock", "m:fenced"),
-            ("spin_lock", "m:spin"),
-            ("read_lock", "m:rw:read"),
-            ("write_lock", "m:rw:write"),
-        ] {
+        let kinds: [(&str, &str, fredlock::Lock); 5] = [
+            ("fair_lock", "m:fair", client.fair_lock("m:fair").into()),
+            (
+                "fenced_lock",
+                "m:fenced",
+                client.fenced_lock("m:fenced").as_lock().clone(),
+            ),
+            ("spin_lock", "m:spin", client.spin_lock("m:spin").into()),
+            (
+                "read_lock",
+                "m:rw:read",
+                client.rw_lock("m:rw:read").read_lock().into(),
+            ),
+            (
+                "write_lock",
+                "m:rw:write",
+                client.rw_lock("m:rw:write").write_lock().into(),
+            ),
+        ];
+        for (kind, name, lock) in kinds {
+            lock.lock().await.unwrap().unlock().await.unwrap();
             assert_eq!(
                 counter(metrics::ACQUISITIONS, &[("kind", kind), ("lock", name)]),
                 1,

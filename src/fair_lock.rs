@@ -10,7 +10,7 @@ use crate::engine::{
     keys_without_expiry, AcquireArgs, Call, Inspection, Kind, Leak, Name, ReleaseArgs, Request,
     Script, Wake,
 };
-use crate::inspect::Layout;
+use crate::inspect::{Found, Layout};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
@@ -80,7 +80,14 @@ pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::FAIR_QUEUE, names::FAIR_TIMEOUTS],
     mode_field: false,
     strays: None,
-    at_key: |client, key| Lock::of_kind(client.clone(), Fair::new(key, client.fair_wait_timeout())),
+    own_key: None,
+    of_type: None,
+    at_key: |client, key| {
+        Found::Lock(Lock::of_kind(
+            client.clone(),
+            Fair::new(key, client.fair_wait_timeout()),
+        ))
+    },
 };
 
 impl FairLock {
@@ -212,8 +219,8 @@ impl Kind for Fair {
         Some(self.call(&FAIR_LEAVE, &[Value::from(field)], Some(request)))
     }
 
-    fn renewal(&self) -> &'static Script {
-        &LOCK_RENEW
+    fn renewal(&self) -> Option<&'static Script> {
+        Some(&LOCK_RENEW)
     }
 
     fn inspect(&self) -> Call {

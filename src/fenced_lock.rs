@@ -16,7 +16,7 @@ use crate::engine::{
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
-use crate::inspect::Layout;
+use crate::inspect::{Found, Layout};
 use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
 use crate::names;
 use crate::owner::OwnerId;
@@ -110,7 +110,7 @@ impl Kind for Fenced {
         self.lock.release(args)
     }
 
-    fn renewal(&self) -> &'static Script {
+    fn renewal(&self) -> Option<&'static Script> {
         self.lock.renewal()
     }
 
@@ -156,7 +156,9 @@ pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::FENCING_TOKEN],
     mode_field: false,
     strays: None,
-    at_key: fenced_at,
+    own_key: None,
+    of_type: None,
+    at_key: |client, key| Found::Lock(fenced_at(client, key)),
 };
 
 impl FencedLock {

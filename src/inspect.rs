@@ -4,14 +4,16 @@
 //! primitive's own (its `Kind`), run by the engine.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::scan::ScanType;
+use fred::types::Value;
 
 use crate::client::LockClient;
-use crate::engine::{Inspection, Leak};
-use crate::error::Result;
+use crate::engine::{Inspection, Kind, Leak};
+use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::names;
 
@@ -20,23 +22,94 @@ pub(crate) struct Layout {
     /// The prefixes of keys only this primitive has (`<prefix>:{name}`), by which a name is
     /// known to be of it; none for the plain lock, which is a hash at the name and nothing else.
     pub(crate) own_keys: &'static [&'static str],
+    /// A key only this primitive has that is named otherwise (a permit semaphore's
+    /// `{name}:timeout`): the key of a name, a glob that finds such keys, and the name of one.
+    pub(crate) own_key: Option<OwnKey>,
     /// Whether a `mode` field in the hash at the name tells it (a read-write lock's).
     pub(crate) mode_field: bool,
+    /// The type of key at the name that tells it, when nothing else does (`string`: Redisson's
+    /// counters).
+    pub(crate) of_type: Option<&'static str>,
     /// A glob of every name's keys that only a scan finds (its `Kind::strays`, for any name),
     /// scanned once for all the primitives a listing inspects.
     pub(crate) strays: Option<&'static str>,
     /// A handle on the primitive at `key` (the name with the client's prefix already on it).
-    pub(crate) at_key: fn(&LockClient, String) -> Lock,
+    pub(crate) at_key: fn(&LockClient, String) -> Found,
+}
+
+/// A key of a primitive named otherwise than `<prefix>:{name}`.
+pub(crate) struct OwnKey {
+    /// The key of a name; `None` for a name that cannot have one.
+    pub(crate) of: fn(&str) -> Option<String>,
+    /// A glob that finds every such key, and the type of those keys.
+    pub(crate) glob: &'static str,
+    pub(crate) key_type: ScanType,
+    /// The name whose key `key` is, if it is one.
+    pub(crate) name: fn(&str) -> Option<String>,
+}
+
+/// A primitive found by its keys: a lock of the reentrant family, or another primitive.
+pub(crate) enum Found {
+    Lock(Lock),
+    Other(LockClient, Arc<dyn Kind>),
+}
+
+impl Found {
+    async fn inspect_among(&self, scanned: Option<&[String]>) -> Result<Inspection> {
+        match self {
+            Found::Lock(lock) => match scanned {
+                Some(scanned) => lock.inspect_among(scanned).await,
+                None => lock.inspect().await,
+            },
+            Found::Other(client, kind) => client.engine().inspect(&**kind, scanned).await,
+        }
+    }
+
+    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        match self {
+            Found::Lock(lock) => lock.leaks(inspection, grace),
+            Found::Other(_, kind) => kind.leaks(inspection, grace),
+        }
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        match self {
+            Found::Lock(lock) => lock.force_unlock().await,
+            Found::Other(_, kind) => Err(Error::InvalidArgument(format!(
+                "{:?} is a {}, not a lock: nothing to force-unlock (give permits back with \
+                 release_by_id or add_permits; release a latch's waiters with delete)",
+                kind.name(),
+                kind.family()
+            ))),
+        }
+    }
+
+    /// Whether every holder is `<client uuid>:<id>`: a hash whose fields are not is a user's
+    /// own data, not a lock. Other primitives' holders are not fields of a hash at the name.
+    fn holds_owners(&self, inspection: &Inspection) -> bool {
+        match self {
+            Found::Lock(_) => inspection
+                .holders
+                .iter()
+                .all(|holder| holder.client_id().is_some()),
+            Found::Other(..) => true,
+        }
+    }
 }
 
 /// Every layout, the most telling first: a name is of the first layout whose own keys exist
-/// (or whose `mode` field does). A spin lock has the plain lock's layout and is reported as
-/// one. A fair or fenced lock that nobody waits for (or whose counter was deleted) looks like a
-/// plain lock too, and reads and force-unlocks as one correctly.
-const LAYOUTS: [&Layout; 4] = [
+/// (or whose `mode` field does, or whose type the key has). A spin lock has the plain lock's
+/// layout and is reported as one. A fair or fenced lock that nobody waits for (or whose counter
+/// was deleted) looks like a plain lock too, and reads and force-unlocks as one correctly. A
+/// semaphore whose permits are all in, a permit semaphore without leases and a count-down latch
+/// are all one integer string: they are found by name only, as a `counter`.
+const LAYOUTS: [&Layout; 7] = [
     &crate::rw_lock::LAYOUT,
     &crate::fair_lock::LAYOUT,
     &crate::fenced_lock::LAYOUT,
+    &crate::permit_semaphore::LAYOUT,
+    &crate::semaphore::LAYOUT,
+    &crate::latch::COUNTER_LAYOUT,
     &crate::lock::LAYOUT,
 ];
 
@@ -58,8 +131,8 @@ impl LockClient {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, name: &str) -> Result<Option<Inspection>> {
-        let lock = self.find(self.key(name.to_owned())).await?;
-        let inspection = lock.inspect().await?;
+        let found = self.find(self.key(name.to_owned())).await?;
+        let inspection = found.inspect_among(None).await?;
         Ok(inspection.exists().then_some(inspection))
     }
 
@@ -103,7 +176,7 @@ impl LockClient {
             .scan_primitives(pattern)
             .await?
             .into_iter()
-            .flat_map(|(lock, inspection)| lock.leaks(&inspection, grace))
+            .flat_map(|(found, inspection)| found.leaks(&inspection, grace))
             .collect())
     }
 
@@ -126,52 +199,61 @@ impl LockClient {
     }
 
     /// A handle on the primitive at `key`, of the first layout that claims it.
-    async fn find(&self, key: String) -> Result<Lock> {
+    async fn find(&self, key: String) -> Result<Found> {
         crate::engine::check_name(&key)?;
         self.engine().core().ensure_open()?;
         let layout = self.layouts_of(std::slice::from_ref(&key)).await?[0];
         Ok((layout.at_key)(self, key))
     }
 
-    /// The layout of the primitive at each of `keys`: the first whose own keys exist there, or
-    /// whose `mode` field is in the hash; the plain lock's otherwise. One round trip: an
-    /// `EXISTS` per layout with own keys and an `HEXISTS` per layout told by its mode, in one
-    /// pipeline.
+    /// The layout of the primitive at each of `keys`: the first whose own keys exist there,
+    /// whose `mode` field is in the hash, or whose type the key has; the plain lock's otherwise.
+    /// One round trip: an `EXISTS` per layout with own keys, an `HEXISTS` per layout told by its
+    /// mode and a `TYPE` per layout told by its type, in one pipeline.
     async fn layouts_of(&self, keys: &[String]) -> Result<Vec<&'static Layout>> {
         let redis_error = |source| {
             let name = keys.first().map_or("", String::as_str);
             self.engine().redis_error(name, None, source)
         };
         let pipeline = self.redis().pipeline();
-        let mut asked = 0;
+        // What each answer must be for a yes: a count above zero, or this type.
+        let mut asked: Vec<Option<&'static str>> = Vec::new();
         for key in keys {
             for layout in LAYOUTS {
-                let own: Vec<String> = layout
+                let mut own: Vec<String> = layout
                     .own_keys
                     .iter()
                     .map(|prefix| names::suffixed(prefix, key))
                     .collect();
+                own.extend(layout.own_key.as_ref().and_then(|own| (own.of)(key)));
                 if !own.is_empty() {
                     let _: () = pipeline.exists(own).await.map_err(redis_error)?;
-                    asked += 1;
+                    asked.push(None);
                 }
                 if layout.mode_field {
                     let _: () = pipeline.hexists(key, "mode").await.map_err(redis_error)?;
-                    asked += 1;
+                    asked.push(None);
+                }
+                if let Some(of_type) = layout.of_type {
+                    let _: () = pipeline.r#type(key).await.map_err(redis_error)?;
+                    asked.push(Some(of_type));
                 }
             }
         }
-        let found = if asked > 0 {
-            pipeline.try_all::<i64>().await
-        } else {
+        let found = if asked.is_empty() {
             Vec::new()
+        } else {
+            pipeline.try_all::<Value>().await
         };
         // A connection failure is one; an error reply (WRONGTYPE, for a key that is no hash) says
         // no.
         let mut answers = Vec::with_capacity(found.len());
-        for reply in found {
+        for (reply, wanted) in found.into_iter().zip(asked) {
             match reply {
-                Ok(count) => answers.push(count > 0),
+                Ok(value) => answers.push(match wanted {
+                    None => value.as_i64().unwrap_or(0) > 0,
+                    Some(of_type) => value.as_str().as_deref() == Some(of_type),
+                }),
                 Err(error) if crate::error::is_transient(&error) => return Err(redis_error(error)),
                 Err(_) => answers.push(false),
             }
@@ -179,11 +261,17 @@ impl LockClient {
         let mut found = answers.into_iter();
         Ok(keys
             .iter()
-            .map(|_| {
+            .map(|key| {
                 let mut claimed = None;
                 for layout in LAYOUTS {
-                    let asks =
-                        usize::from(!layout.own_keys.is_empty()) + usize::from(layout.mode_field);
+                    let own = !layout.own_keys.is_empty()
+                        || layout
+                            .own_key
+                            .as_ref()
+                            .is_some_and(|own| (own.of)(key).is_some());
+                    let asks = usize::from(own)
+                        + usize::from(layout.mode_field)
+                        + usize::from(layout.of_type.is_some());
                     // Every answer is read, so that the next key's answers start where they should.
                     let yes = (0..asks).fold(false, |yes, _| found.next().unwrap_or(false) || yes);
                     if claimed.is_none() && (yes || asks == 0) {
@@ -196,7 +284,7 @@ impl LockClient {
     }
 
     /// Every primitive matching `pattern`, with a handle on it, by name.
-    async fn scan_primitives(&self, pattern: &str) -> Result<Vec<(Lock, Inspection)>> {
+    async fn scan_primitives(&self, pattern: &str) -> Result<Vec<(Found, Inspection)>> {
         let pattern = format!("{}{pattern}", glob_escaped(self.key_prefix()));
         let engine = self.engine();
         // Names by the first layout that claims them: their own keys first, then bare hashes.
@@ -211,12 +299,21 @@ impl LockClient {
                     }
                 }
             }
+            if let Some(own) = &layout.own_key {
+                for key in engine.scan(own.glob, Some(own.key_type.clone())).await? {
+                    if let Some(name) = (own.name)(&key) {
+                        if crate::engine::inspect::glob(&pattern, &name) {
+                            found.entry(name).or_insert(layout);
+                        }
+                    }
+                }
+            }
         }
         let hashes: Vec<String> = engine
             .scan(&pattern, Some(ScanType::Hash))
             .await?
             .into_iter()
-            .filter(|key| !found.contains_key(key))
+            .filter(|key| !found.contains_key(key) && !is_own_key(key))
             .collect();
         if !hashes.is_empty() {
             let layouts = self.layouts_of(&hashes).await?;
@@ -232,23 +329,30 @@ impl LockClient {
         }
         let mut primitives = Vec::with_capacity(found.len());
         for (name, layout) in found {
-            let lock = (layout.at_key)(self, name);
-            let inspection = match lock.inspect_among(&scanned).await {
+            let primitive = (layout.at_key)(self, name);
+            let inspection = match primitive.inspect_among(Some(&scanned)).await {
                 Ok(inspection) => inspection,
                 // Deleted and made again as something else since the scan.
                 Err(crate::Error::WrongType { .. }) => continue,
                 Err(error) => return Err(error),
             };
-            let holds_owners = inspection
-                .holders
-                .iter()
-                .all(|holder| holder.client_id().is_some());
-            if inspection.exists() && holds_owners {
-                primitives.push((lock, inspection));
+            if inspection.exists() && primitive.holds_owners(&inspection) {
+                primitives.push((primitive, inspection));
             }
         }
         Ok(primitives)
     }
+}
+
+/// Whether `key` is a key some layout's primitive has besides its name (a semaphore's grants
+/// are a hash, and no lock).
+fn is_own_key(key: &str) -> bool {
+    LAYOUTS.iter().any(|layout| {
+        layout
+            .own_keys
+            .iter()
+            .any(|prefix| names::unsuffixed(prefix, key).is_some())
+    })
 }
 
 /// `text` with Redis's glob characters quoted, to match itself only.

@@ -126,13 +126,16 @@ mod fair_lock;
 mod fenced_lock;
 mod guard;
 mod inspect;
+mod latch;
 mod lock;
 mod multi_lock;
 mod names;
 mod owner;
+mod permit_semaphore;
 mod redlock;
 mod rw_lock;
 mod scripts;
+mod semaphore;
 mod spin_lock;
 
 pub use client::LockClient;
@@ -142,20 +145,23 @@ pub use config::{
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
-pub use engine::{ClientStats, Holder, Inspection, KeyState, Leak, QueuedWaiter};
+pub use engine::{ClientStats, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
 pub use inspect::DEFAULT_LEAK_GRACE;
+pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use owner::OwnerId;
+pub use permit_semaphore::{LeasedPermit, PermitSemaphore};
 pub use redlock::{
     RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_LEASE,
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
 pub use rw_lock::{ReadLock, RwLock, WriteLock};
+pub use semaphore::{Semaphore, SemaphorePermit};
 pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 
 #[doc(hidden)]

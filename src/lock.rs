@@ -15,7 +15,7 @@ use crate::engine::{
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
-use crate::inspect::Layout;
+use crate::inspect::{Found, Layout};
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_INSPECT, LOCK_RELEASE, LOCK_RENEW};
@@ -196,8 +196,8 @@ impl Kind for Reentrant {
         }
     }
 
-    fn renewal(&self) -> &'static Script {
-        &LOCK_RENEW
+    fn renewal(&self) -> Option<&'static Script> {
+        Some(&LOCK_RENEW)
     }
 
     fn inspect(&self) -> Call {
@@ -580,7 +580,9 @@ pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[],
     mode_field: false,
     strays: None,
-    at_key: |client, key| Lock::of_kind(client.clone(), Reentrant::new(key)),
+    own_key: None,
+    of_type: None,
+    at_key: |client, key| Found::Lock(Lock::of_kind(client.clone(), Reentrant::new(key))),
 };
 
 impl fmt::Debug for Lock {

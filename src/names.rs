@@ -191,6 +191,45 @@ impl<const N: usize> Keys<N> {
     }
 }
 
+/// The channel on which a semaphore announces its permits available (Redisson's).
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    suffixed("redisson_sc", name)
+}
+
+/// The prefix of fredlock's own hash of a semaphore's grants (Redisson has none).
+pub(crate) const SEMAPHORE_GRANTS: &str = "fredlock_permits";
+
+/// fredlock's hash of the permits each of its acquisitions of a semaphore took.
+pub(crate) fn semaphore_grants(name: &str) -> String {
+    suffixed(SEMAPHORE_GRANTS, name)
+}
+
+/// A permit semaphore's zset of permit id -> when its lease ends (Redisson's
+/// `{name}:timeout`, by its rule: the name itself when it carries a hash tag); `None` for a name
+/// with a brace but no hash tag, whose leases would land in another cluster slot.
+pub(crate) fn permit_leases(name: &str) -> Option<String> {
+    rw_timeout_prefix(name).map(|prefix| format!("{prefix}:timeout"))
+}
+
+/// The name of the permit semaphore whose leases are at `key`, if it is such a key.
+pub(crate) fn permit_leases_owner(key: &str) -> Option<String> {
+    let prefix = key.strip_suffix(":timeout")?;
+    let name = match prefix
+        .strip_prefix('{')
+        .and_then(|inner| inner.strip_suffix('}'))
+    {
+        Some(inner) if !inner.contains(['{', '}']) => inner.to_owned(),
+        _ => prefix.to_owned(),
+    };
+    (permit_leases(&name).as_deref() == Some(key)).then_some(name)
+}
+
+/// The channel on which a count-down latch announces a new count and its reaching zero:
+/// Redisson's, braced whatever the name.
+pub(crate) fn latch_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
 /// The message a final unlock publishes on [`lock_channel`].
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 

@@ -11,7 +11,7 @@ use crate::engine::{
     AcquireArgs, Call, Inspection, Kind, Name, ReleaseArgs, Request, Script, Wake,
 };
 use crate::error::Result;
-use crate::inspect::{glob_escaped, Layout};
+use crate::inspect::{glob_escaped, Found, Layout};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
@@ -121,8 +121,13 @@ pub(crate) const LAYOUT: Layout = Layout {
     own_keys: &[names::RW_WRITERS],
     mode_field: true,
     strays: Some("*:rwlock_timeout:*"),
+    own_key: None,
+    of_type: None,
     at_key: |client, key| {
-        Lock::of_kind(client.clone(), RwKind::new(client, key, Side::Either, true))
+        Found::Lock(Lock::of_kind(
+            client.clone(),
+            RwKind::new(client, key, Side::Either, true),
+        ))
     },
 };
 
@@ -448,8 +453,8 @@ impl Kind for RwKind {
             .then(|| self.call(&RW_LEAVE, &[Value::from(field)], Some(request)))
     }
 
-    fn renewal(&self) -> &'static Script {
-        &RW_RENEW
+    fn renewal(&self) -> Option<&'static Script> {
+        Some(&RW_RENEW)
     }
 
     fn inspect(&self) -> Call {

@@ -13,8 +13,14 @@ use std::sync::LazyLock;
 
 use crate::engine::Script;
 
-/// The rules of the hash of holds, which every lock script but the renewal starts with.
-const HOLDS: &str = include_str!("../lua/holds.lua");
+/// The fences of lost replies, which every script that changes a primitive starts with.
+const FENCES: &str = include_str!("../lua/fences.lua");
+/// The fences, then the rules of the hash of holds, which every lock script but the renewal
+/// starts with.
+const HOLDS: &str = concat!(
+    include_str!("../lua/fences.lua"),
+    include_str!("../lua/holds.lua")
+);
 /// The queue functions every fair-lock script starts with, after [`HOLDS`].
 const FAIR_QUEUE: &str = include_str!("../lua/fair_queue.lua");
 
@@ -86,25 +92,31 @@ pub(crate) static FAIR_INSPECT: LazyLock<Script> =
 /// Every script of the read-write lock: a head, then one section per script.
 const RW_LOCK: &str = include_str!("../lua/rw_lock.lua");
 
-/// Where each section of [`RW_LOCK`] starts: a line of its own with this and the script's name.
+/// Where each section of a primitive's file of scripts starts: a line of its own with this and
+/// the script's name.
 const SECTION: &str = "--- script: ";
 
-/// The head of [`RW_LOCK`] (what comes before its first section), then the section `name`: a
-/// script of the read-write lock. A name that is no section makes a script that fails on every
-/// call, which every test of the primitive would show.
-fn rw_parts(name: &str) -> [&'static str; 2] {
-    let head_end = RW_LOCK.find(SECTION).unwrap_or(RW_LOCK.len());
+/// The head of `file` (what comes before its first section), then its section `name`: one
+/// script of a primitive whose scripts share a file. A name that is no section makes a script
+/// that fails on every call, which every test of the primitive would show.
+fn sections(file: &'static str, name: &str) -> [&'static str; 2] {
+    let head_end = file.find(SECTION).unwrap_or(file.len());
     let marker = format!("{SECTION}{name}\n");
-    let body = RW_LOCK
+    let body = file
         .find(&marker)
         .map_or("error('no such script')", |start| {
-            let rest = &RW_LOCK[start..];
+            let rest = &file[start..];
             let end = rest[marker.len()..]
                 .find(SECTION)
                 .map_or(rest.len(), |end| end + marker.len());
             &rest[..end]
         });
-    [&RW_LOCK[..head_end], body]
+    [&file[..head_end], body]
+}
+
+/// The head of [`RW_LOCK`], then its section `name`: a script of the read-write lock.
+fn rw_parts(name: &str) -> [&'static str; 2] {
+    sections(RW_LOCK, name)
 }
 
 /// A read-write lock script that changes holds: [`HOLDS`], then [`rw_parts`].
@@ -152,6 +164,35 @@ pub(crate) static RW_INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&[INSPECT, head, body])
 });
 
+/// Redisson's counters (a semaphore's permits, a latch's count): the integer check and the
+/// server clock their scripts start with.
+const COUNTER: &str = include_str!("../lua/counter.lua");
+
+/// A script of a counter primitive's `file`, section `name`: [`FENCES`] (for one whose calls
+/// are fenced) and [`COUNTER`], then [`sections`]; `freeing` as [`Script::freeing`].
+pub(crate) fn counter_script(
+    file: &'static str,
+    name: &str,
+    fences: bool,
+    freeing: bool,
+) -> Script {
+    let [head, body] = sections(file, name);
+    let fences = if fences { FENCES } else { "" };
+    let parts = [fences, COUNTER, head, body];
+    if freeing {
+        Script::freeing(&parts)
+    } else {
+        Script::new(&parts)
+    }
+}
+
+/// A read-only inspect script of a counter primitive's `file`: [`INSPECT`], then its head and
+/// its `inspect` section.
+pub(crate) fn counter_inspect(file: &'static str) -> Script {
+    let [head, body] = sections(file, "inspect");
+    Script::new(&[INSPECT, head, body])
+}
+
 /// The token check both Redlock scripts start with.
 const REDLOCK_TOKEN: &str = include_str!("../lua/redlock_token.lua");
 
@@ -188,6 +229,12 @@ pub fn source(name: &str) -> Option<&'static str> {
         "rw_force_unlock" => &RW_FORCE_UNLOCK,
         "rw_hold_count" => &RW_HOLD_COUNT,
         "rw_inspect" => &RW_INSPECT,
+        "semaphore_acquire" => &crate::semaphore::ACQUIRE,
+        "semaphore_release" => &crate::semaphore::RELEASE,
+        "semaphore_add" => &crate::semaphore::ADD,
+        "permit_semaphore_acquire" => &crate::permit_semaphore::ACQUIRE,
+        "permit_semaphore_release" => &crate::permit_semaphore::RELEASE,
+        "latch_count_down" => &crate::latch::COUNT_DOWN,
         "redlock_release" => &REDLOCK_RELEASE,
         "redlock_extend" => &REDLOCK_EXTEND,
         _ => return None,

@@ -21,7 +21,7 @@ use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
-use crate::engine::pubsub::{self, Channel, Quiet, Waiter};
+use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Result};
@@ -154,7 +154,10 @@ async fn acquire_loop(
     let mut waiting: Option<Waiting> = None;
     loop {
         if waiter.is_none() && !single_attempt {
-            quiet = engine.core().pubsub.quiet(|| channel(&kind, &pair.field));
+            quiet = engine
+                .core()
+                .pubsub
+                .quiet(|| channel(&kind, &pair.field).map(|(channel, _)| channel));
         }
         // Armed while an attempt is on its way and after one whose reply was lost.
         settle.arm();
@@ -238,9 +241,11 @@ async fn acquire_loop(
             // has delivered nothing since: an unlock after the attempt then wakes it.
             let mut wait = true;
             if waiter.is_none() {
-                if let Some(channel) = channel(&kind, &pair.field) {
+                if let Some((channel, messages)) = channel(&kind, &pair.field) {
                     tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
-                    let joined = boxed(|| join(engine.core(), channel, until)).await?;
+                    let joined =
+                        boxed(|| join(engine.core(), channel, messages, kind.wants(), until))
+                            .await?;
                     wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
                     waiter = Some(joined);
                 }
@@ -266,6 +271,86 @@ async fn acquire_loop(
         if deadline(started, wait).is_some_and(|deadline| Instant::now() >= deadline) {
             boxed(|| leave_now(queued)).await;
             return gave_up(engine, &pair.name, reached, last_failure.take());
+        }
+    }
+}
+
+/// Waits until a condition of `kind` holds, for a primitive whose waiters take nothing (a
+/// count-down latch's): `check` makes the read-only call that replies nil when it holds, or the
+/// longest to sleep before looking again (ms; -1 for a key without expiry, a watchdog period).
+/// Waits at most `wait` (`None`: as long as it takes); `Ok(false)` when the condition did not
+/// hold by then. Between looks the waiter sleeps on the kind's channel until its messages say
+/// to look again, bounded as an acquire's sleeps are, so a missed message costs time, never a
+/// hang.
+///
+/// Cancel safe: it only reads, and its place among the channel's waiters goes with it.
+pub(crate) async fn wait_until(
+    engine: &Engine,
+    kind: &Arc<dyn Kind>,
+    check: impl Fn() -> Call,
+    wait: Option<Duration>,
+) -> Result<bool> {
+    let core = engine.core();
+    core.ensure_open()?;
+    check_kind(&**kind)?;
+    let name = kind.name();
+    let listens = channel(kind, &Field::from_static(""));
+    let started = Instant::now();
+    let mut waiter: Option<Waiter> = None;
+    let mut errors: u8 = 0;
+    let mut reached = false;
+    let mut last_failure: Option<Box<Error>> = None;
+    loop {
+        let looked = if core.redis().is_connected() {
+            check()
+                .run::<Value>(&core.reads())
+                .await
+                .and_then(Reply::parse)
+                .map_err(|error| engine.redis_error(name, None, error))
+        } else {
+            Err(unavailable(engine, name, Some(not_connected())))
+        };
+        let pause = match looked {
+            Ok(Reply::Won { .. }) => return Ok(true),
+            Ok(Reply::Busy(ms)) => {
+                reached = true;
+                errors = 0;
+                retry_after(ms, core.watchdog_timeout)
+            }
+            Err(error) if error.is_transient() && wait != Some(Duration::ZERO) => {
+                tracing::debug!(name, %error, "look failed; retrying");
+                last_failure = Some(Box::new(error));
+                let pause = error_pause(errors);
+                errors = errors.saturating_add(1);
+                pause
+            }
+            Err(error) => return Err(error),
+        };
+        let ends = deadline(started, wait);
+        if ends.is_some_and(|ends| Instant::now() >= ends) {
+            return gave_up(engine, name, reached, last_failure).map(|_| false);
+        }
+        let until = bounded(Instant::now() + pause, ends);
+        if !core.redis().is_connected() {
+            reconnected(core, until).await?;
+            continue;
+        }
+        match (&waiter, &listens) {
+            // Joined, and subscribed before the next look: a message after it is not missed.
+            (None, Some((channel, messages))) => {
+                waiter = Some(join(core, channel.clone(), *messages, 1, until).await?);
+                continue;
+            }
+            (None, None) => tokio::select! {
+                biased;
+                _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                _ = tokio::time::sleep_until(until) => {}
+            },
+            (Some(waiter), _) => {
+                core.ensure_open()?;
+                pubsub::woken(waiter.wait(until).await);
+                core.ensure_open()?;
+            }
         }
     }
 }
@@ -299,11 +384,16 @@ fn error_pause(errors: u8) -> Duration {
         .min(MAX_ERROR_PAUSE)
 }
 
-/// The channel `field` waits on, for a kind whose waiters listen.
-fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<Channel> {
+/// The channel `field` waits on, and what its messages say, for a kind whose waiters listen.
+fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<(Channel, Messages)> {
     match kind.wake() {
-        Wake::Shared(channel) => Some(channel),
-        Wake::PerWaiter(prefix) => Some(Channel::from(format!("{}:{field}", &*prefix))),
+        Wake::Shared(channel) => Some((channel, Messages::Unlock)),
+        Wake::PerWaiter(prefix) => Some((
+            Channel::from(format!("{}:{field}", &*prefix)),
+            Messages::Unlock,
+        )),
+        Wake::Counted(channel) => Some((channel, Messages::Count)),
+        Wake::AtZero(channel) => Some((channel, Messages::AtZero)),
         Wake::Backoff(_) => None,
     }
 }
@@ -330,8 +420,14 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
 
 /// Joins the waiters of `channel` and waits (until `until` at most) for the subscription to be
 /// in effect, so that the next attempt cannot miss an unlock.
-async fn join(core: &Core, channel: Channel, until: Instant) -> Result<Waiter> {
-    let joined = core.pubsub.join(&channel);
+async fn join(
+    core: &Core,
+    channel: Channel,
+    messages: Messages,
+    want: u32,
+    until: Instant,
+) -> Result<Waiter> {
+    let joined = core.pubsub.join(&channel, messages, want);
     tokio::select! {
         biased;
         _ = core.shutdown.cancelled() => Err(Error::Shutdown),

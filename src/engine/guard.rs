@@ -84,6 +84,16 @@ impl Guard {
         self.hold.is_lost()
     }
 
+    /// Lets go of this hold without giving it back: what it holds in Redis stays taken (a
+    /// semaphore permit forgotten, as tokio's `SemaphorePermit::forget`).
+    pub(crate) fn forget(mut self) {
+        self.released = true;
+        self.engine
+            .core()
+            .holds
+            .detach(&self.hold, self.lease, None);
+    }
+
     pub(crate) async fn lost(&self) {
         self.hold.lost().await
     }
@@ -100,10 +110,10 @@ impl Guard {
         &self.hold.pair.field
     }
 
-    /// The fixed lease, or `None` for a watchdog-renewed hold.
+    /// The fixed lease, or `None` for a watchdog-renewed hold (or one without a lease).
     pub(crate) fn lease(&self) -> Option<Duration> {
         match self.lease {
-            Lease::Watchdog => None,
+            Lease::Watchdog | Lease::Unbounded => None,
             Lease::Fixed(lease) => Some(lease),
         }
     }

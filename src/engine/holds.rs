@@ -30,6 +30,9 @@ pub(crate) enum Lease {
     Watchdog,
     /// Expires this long after it was taken; never renewed.
     Fixed(Duration),
+    /// Never expires, and has nothing to renew: a semaphore's permits, which last until given
+    /// back.
+    Unbounded,
 }
 
 impl Lease {
@@ -42,7 +45,7 @@ impl Lease {
     /// millisecond, or over [`MAX_DURATION`](durations::MAX_DURATION)).
     pub(crate) fn check(self, lock: &str) -> Result<()> {
         match self {
-            Lease::Watchdog => Ok(()),
+            Lease::Watchdog | Lease::Unbounded => Ok(()),
             Lease::Fixed(lease) => durations::check(
                 format_args!("the lease of lock {lock:?}"),
                 lease,
@@ -55,6 +58,8 @@ impl Lease {
         match self {
             Lease::Watchdog => watchdog_timeout,
             Lease::Fixed(lease) => lease,
+            // As far as any estimate of its end goes.
+            Lease::Unbounded => durations::MAX_DURATION,
         }
     }
 }

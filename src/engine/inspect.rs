@@ -31,18 +31,30 @@ pub struct Inspection {
     /// The primitive's name (its main key).
     pub name: String,
     /// Its kind, as metrics and the `fredlock` command name it: `lock`, `spin_lock`,
-    /// `fenced_lock`, `fair_lock`, `rw_lock` (whose metrics say `read_lock` and `write_lock`).
+    /// `fenced_lock`, `fair_lock`, `rw_lock` (whose metrics say `read_lock` and `write_lock`),
+    /// `semaphore`, `permit_semaphore`, `count_down_latch`, or `counter` for an integer string
+    /// found by name, which is a semaphore or a latch (Redisson's layouts cannot tell them
+    /// apart).
     pub kind: &'static str,
     /// A read-write lock's mode, `read` or `write`; `None` when it is free or of another kind.
     pub mode: Option<&'static str>,
     /// Who holds it, with how many holds each. A read-write lock's writer is the owner field
-    /// ending in `:write`; every other holder is a reader.
+    /// ending in `:write`; every other holder is a reader. A semaphore's holders are the grants
+    /// of fredlock's acquisitions, each with the permits it took (Redisson's acquisitions
+    /// leave no record); a permit semaphore's are its live leases, by permit id, one each.
     pub holders: Vec<Holder>,
     /// A fair lock's waiters, in the order they will be served; a read-write lock's waiting
     /// writers (who keep new readers out), by when their place ends.
     pub queue: Vec<QueuedWaiter>,
     /// A fenced lock's last fencing token issued (the holder's, while it is held).
     pub fencing_token: Option<u64>,
+    /// A semaphore's permits available, or a count-down latch's count; `None` for a lock, or
+    /// when the key is missing.
+    pub count: Option<i64>,
+    /// A permit semaphore's leases that ended and that no call has given back yet, with how
+    /// long ago each ended: their permits return at the semaphore's next acquire, release or
+    /// `available_permits`.
+    pub ended_leases: Vec<EndedLease>,
     /// Connections subscribed to its unlock channel on the server read (each client subscribes
     /// once for all its waiting tasks); `None` for a primitive whose waiters do not subscribe to
     /// a shared channel (a spin lock, a fair lock: see [`queue`](Self::queue)).
@@ -92,6 +104,16 @@ pub struct QueuedWaiter {
     pub remaining: Option<Duration>,
     /// How long ago its place ended, for a place that has.
     pub ended_ago: Option<Duration>,
+}
+
+/// A permit semaphore's lease that ended and was not given back yet, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndedLease {
+    /// The permit id (Redisson's 16-byte ids in hex).
+    pub permit: String,
+    /// How long ago the lease ended, by the server's clock.
+    pub ended_ago: Duration,
 }
 
 /// One key of a primitive, in an [`Inspection`].
@@ -166,6 +188,12 @@ impl Inspection {
             Some("write") => Some("write"),
             _ => None,
         };
+        let count = parts.next().and_then(|count| count.as_i64());
+        let ended = match parts.next() {
+            Some(Value::Array(items)) if items.len() % 2 == 0 => items,
+            Some(Value::Null) | None => Vec::new(),
+            other => return Err(format!("ended leases: {other:?}")),
+        };
         let text = |value: &Value| value.as_string().unwrap_or_default();
         let number = |value: &Value| value.as_i64().unwrap_or(-1);
         let keys: Vec<KeyState> = keys
@@ -208,6 +236,16 @@ impl Inspection {
                 })
                 .collect(),
             fencing_token: token,
+            count,
+            ended_leases: ended
+                .chunks(2)
+                .map(|lease| EndedLease {
+                    permit: text(&lease[0]),
+                    ended_ago: Duration::from_millis(
+                        now.saturating_sub(number(&lease[1])).max(0) as u64
+                    ),
+                })
+                .collect(),
             listeners: None,
             keys,
             orphans: Vec::new(),
@@ -281,7 +319,7 @@ impl Engine {
                 format!("unexpected reply from an inspect script: {problem}"),
             ))
         })?;
-        if let Wake::Shared(channel) = kind.wake() {
+        if let Wake::Shared(channel) | Wake::Counted(channel) = kind.wake() {
             let counts: Vec<Value> = if core.writer.sharded {
                 core.redis().pubsub_shardnumsub(&*channel).await
             } else {

@@ -62,6 +62,13 @@ pub(crate) enum Wake {
     Shared(Channel),
     /// Each waiter has its own channel, `<prefix>:<owner field>`, and is told alone.
     PerWaiter(Channel),
+    /// Releases publish on this shared channel how many units are free now (a semaphore's
+    /// permits): a message wakes the waiters whose wants ([`Kind::wants`]) fit in it, in the
+    /// order they came, and no more.
+    Counted(Channel),
+    /// A count reaching zero publishes `0` on this shared channel, which wakes every waiter;
+    /// any other message (a new count) wakes none.
+    AtZero(Channel),
     /// Nothing is published: waiters sleep and try again, never subscribing.
     Backoff(Backoff),
 }
@@ -196,8 +203,16 @@ pub(crate) trait Kind: Send + Sync + 'static {
     }
 
     /// The script the watchdog renews (lease > 0) or checks (lease 0) holds with: KEYS are
-    /// names, ARGV the lease then one owner field per name; one reply per name, 1 when held.
-    fn renewal(&self) -> &'static Script;
+    /// the kinds' [`key`](Self::key)s, ARGV the lease then one owner field per key; one reply
+    /// per key, 1 when held. `None` for a primitive whose holds have no lease to renew or check
+    /// (a semaphore's permits): the watchdog never visits them.
+    fn renewal(&self) -> Option<&'static Script>;
+
+    /// How much of what a [`Wake::Counted`] release announces one waiter needs (a semaphore
+    /// waiter's permits); 1 for every other.
+    fn wants(&self) -> u32 {
+        1
+    }
 
     /// The read-only call that reads the primitive for an inspection; it replies in the shape
     /// [`Inspection::parse`] reads.

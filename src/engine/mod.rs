@@ -41,11 +41,11 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
 
-pub(crate) use acquire::{acquire, check_kind, check_name, Win};
+pub(crate) use acquire::{acquire, check_kind, check_name, wait_until, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::keys_without_expiry;
-pub use inspect::{Holder, Inspection, KeyState, Leak, QueuedWaiter};
+pub use inspect::{EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
 pub(crate) use metrics::Metrics;
@@ -148,7 +148,9 @@ impl Core {
     pub(crate) fn lease_arg(&self, lease: Lease) -> Value {
         match lease {
             Lease::Watchdog => self.watchdog_lease.clone(),
-            Lease::Fixed(_) => Value::from(lease.millis(self.watchdog_timeout) as i64),
+            Lease::Fixed(_) | Lease::Unbounded => {
+                Value::from(lease.millis(self.watchdog_timeout) as i64)
+            }
         }
     }
 

@@ -43,6 +43,19 @@ pub(crate) type Channel = fred::bytes_utils::Str;
 /// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
 const WAKE_ALL_MESSAGE: i64 = 1;
 
+/// What a channel's messages say, and so whom they wake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Messages {
+    /// A lock's unlock: `1` wakes every waiter, anything else one.
+    Unlock,
+    /// How many units are free now (a semaphore's permits, Redisson's message): the waiters
+    /// whose wants fit in it wake, in the order they came, and no more.
+    Count,
+    /// A count that reached zero (`0`, a count-down latch's): every waiter wakes; any other
+    /// message (a new count) wakes nobody.
+    AtZero,
+}
+
 /// Delay before a failed SUBSCRIBE or UNSUBSCRIBE is tried again.
 const RETRY_DELAY: Duration = Duration::from_millis(250);
 
@@ -63,8 +76,14 @@ const SHARD_CHECK: Duration = Duration::from_secs(1);
 pub(crate) struct WaitEntry {
     /// Kept here, not by each waiter: a waiting task carries its waiter all its wait.
     channel: Channel,
+    /// What its messages say; set by the entry's first waiter (a channel belongs to one kind of
+    /// primitive).
+    messages: Messages,
+    /// Wake-ups: a waiter takes as many as it wants (one, or a semaphore waiter's permits).
     permits: Semaphore,
     waiters: AtomicUsize,
+    /// What the waiters want in all: their number, where each wants one.
+    wanted: AtomicUsize,
     subscribed: AtomicBool,
     subscribed_changed: Notify,
     /// Messages and wake-everyone events handed to this entry so far.
@@ -75,12 +94,14 @@ pub(crate) struct WaitEntry {
 }
 
 impl WaitEntry {
-    fn new(channel: Channel) -> WaitEntry {
+    fn new(channel: Channel, messages: Messages) -> WaitEntry {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         WaitEntry {
             channel,
+            messages,
             permits: Semaphore::new(0),
             waiters: AtomicUsize::new(0),
+            wanted: AtomicUsize::new(0),
             subscribed: AtomicBool::new(false),
             subscribed_changed: Notify::new(),
             delivered: AtomicU64::new(0),
@@ -99,25 +120,40 @@ impl WaitEntry {
         // reads this (both sequentially consistent): either it is woken or it sees the count
         // move and attempts again (see `Waiter::quiet_since`).
         self.delivered.fetch_add(1, Ordering::SeqCst);
-        if self.permits.available_permits() < self.waiters.load(Ordering::SeqCst) {
+        if self.permits.available_permits() < self.wanted.load(Ordering::SeqCst) {
             self.permits.add_permits(1);
         }
     }
 
     fn wake_all(&self) {
+        self.wake_up_to(usize::MAX);
+    }
+
+    /// Makes `count` wake-ups pending, or as many as the waiters want if fewer: the semaphore
+    /// hands them out in arrival order, so a waiter wanting more than is left is not passed
+    /// over by later ones.
+    fn wake_up_to(&self, count: usize) {
         self.delivered.fetch_add(1, Ordering::SeqCst);
-        let waiters = self.waiters.load(Ordering::SeqCst);
+        let target = count.min(self.wanted.load(Ordering::SeqCst));
         let pending = self.permits.available_permits();
-        if waiters > pending {
-            self.permits.add_permits(waiters - pending);
+        if target > pending {
+            self.permits.add_permits(target - pending);
         }
     }
 
     fn deliver(&self, message: &Value) {
-        if message.as_i64() == Some(WAKE_ALL_MESSAGE) {
-            self.wake_all();
-        } else {
-            self.wake_one();
+        let number = message.as_i64();
+        match self.messages {
+            Messages::Unlock if number == Some(WAKE_ALL_MESSAGE) => self.wake_all(),
+            Messages::Unlock => self.wake_one(),
+            Messages::Count => {
+                // A message that is no count (a Java client's in another codec) wakes everyone
+                // to look; a count of nothing free wakes nobody, but is delivered.
+                let free = number.map_or(usize::MAX, |free| usize::try_from(free).unwrap_or(0));
+                self.wake_up_to(free);
+            }
+            Messages::AtZero if number == Some(0) => self.wake_all(),
+            Messages::AtZero => self.wake_up_to(0),
         }
     }
 }
@@ -175,8 +211,10 @@ impl PubSub {
         (PubSub { shared }, vec![manager, dispatcher])
     }
 
-    /// Joins the waiters of `channel`, subscribing if this is the first.
-    pub(crate) fn join(&self, channel: &Channel) -> Waiter {
+    /// Joins the waiters of `channel`, whose messages say `messages`, as a waiter that wants
+    /// `want` wake-ups (one, or a semaphore waiter's permits); subscribes if this is the first.
+    pub(crate) fn join(&self, channel: &Channel, messages: Messages, want: u32) -> Waiter {
+        let want = want.max(1);
         let mut created = false;
         let entry = {
             let entry = self
@@ -186,10 +224,11 @@ impl PubSub {
                 .or_insert_with(|| {
                     created = true;
                     self.shared.live.fetch_add(1, Ordering::Relaxed);
-                    Arc::new(WaitEntry::new(channel.clone()))
+                    Arc::new(WaitEntry::new(channel.clone(), messages))
                 });
             // Counted under the shard lock, so that the manager cannot remove the entry between
             // our lookup and our count.
+            entry.wanted.fetch_add(want as usize, Ordering::SeqCst);
             entry.waiters.fetch_add(1, Ordering::SeqCst);
             entry.clone()
         };
@@ -199,6 +238,7 @@ impl PubSub {
         Waiter {
             shared: self.shared.clone(),
             entry,
+            want,
         }
     }
 
@@ -247,6 +287,8 @@ impl PubSub {
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
     entry: Arc<WaitEntry>,
+    /// Wake-ups it takes at a time.
+    want: u32,
 }
 
 impl Waiter {
@@ -285,7 +327,7 @@ impl Waiter {
         &self,
         until: Instant,
     ) -> tokio::time::Timeout<impl Future<Output = Woken<'_>> + '_> {
-        tokio::time::timeout_at(until, self.entry.permits.acquire())
+        tokio::time::timeout_at(until, self.entry.permits.acquire_many(self.want))
     }
 }
 
@@ -308,6 +350,9 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         // The last to leave tells the manager, which lets the channel linger, then removes the
         // entry (unless a waiter came back) and unsubscribes.
+        self.entry
+            .wanted
+            .fetch_sub(self.want as usize, Ordering::AcqRel);
         if self.entry.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
             let _ = self.shared.changed.send(self.entry.channel.clone());
         }

@@ -143,6 +143,9 @@ impl Watchdog {
         // By cluster hash slot, visit and renewal script (each primitive's own).
         let mut groups: Groups = BTreeMap::new();
         for hold in holds {
+            let Some(renewal) = hold.kind.renewal() else {
+                continue; // nothing to renew or check: it has no lease
+            };
             if hold.guards() == 0 || hold.is_lost() {
                 self.failing.remove(&address(&hold));
                 continue;
@@ -160,7 +163,6 @@ impl Watchdog {
             } else {
                 0
             };
-            let renewal = hold.kind.renewal();
             let script = std::ptr::from_ref(renewal) as usize;
             groups
                 .entry((hash_slot, visit, script))

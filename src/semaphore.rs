@@ -1,0 +1,514 @@
+//! [`Semaphore`]: Redisson's `RSemaphore`, for async Rust: permits counted in Redis, taken by
+//! guards that give them back.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use fred::types::{Key, Value};
+
+use crate::client::LockClient;
+use crate::engine::{
+    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspection, Kind, Leak, Lease, Name,
+    ReleaseArgs, Script, Wake, Win,
+};
+use crate::error::{waited, Error, Result};
+use crate::inspect::{Found, Layout};
+use crate::names::{self, Keys};
+use crate::owner::OwnerId;
+use crate::scripts::{counter_inspect, counter_script};
+
+/// Every script of the semaphore, as sections of one file.
+const SCRIPTS: &str = include_str!("../lua/semaphore.lua");
+
+/// Takes permits for one acquisition, recording its grant.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "acquire", true, false));
+/// Gives back a grant's permits.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "release", true, true));
+/// Drops a grant's record, its permits staying taken.
+static FORGET: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "forget", false, true));
+/// Sets the permits of a semaphore that has none set.
+static TRY_SET: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "try_set", false, false));
+/// Sets the permits available.
+static SET: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "set", false, false));
+/// Adds permits, nobody's in particular.
+pub(crate) static ADD: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "add", false, true));
+/// Takes every permit available.
+static DRAIN: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "drain", false, false));
+/// Reads the semaphore for an inspection.
+static INSPECT: LazyLock<Script> = LazyLock::new(|| counter_inspect(SCRIPTS));
+
+/// A distributed counting semaphore, Redisson's `RSemaphore`: at most so many permits out at
+/// once across every client on the same Redis, Java Redisson clients included.
+///
+/// The permits available are an integer string at the semaphore's name, which
+/// [`try_set_permits`](Self::try_set_permits) sets once (a semaphore never set has none).
+/// [`acquire`](Self::acquire) takes permits in one script that checks and takes them, so the
+/// semaphore is never oversubscribed, and returns a [`SemaphorePermit`] that gives them back
+/// when released or dropped, as tokio's does.
+///
+/// ```no_run
+/// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+/// use std::time::Duration;
+///
+/// let exports = client.semaphore("exports");
+/// exports.try_set_permits(3).await?;                 // only if not set yet
+/// let permit = exports.acquire(1).await?;            // waits for a permit
+/// // ... at most 3 exports run at once, across every instance ...
+/// permit.release().await?;                           // or drop it
+///
+/// if let Some(two) = exports.try_acquire(2, Duration::from_secs(1)).await? {
+///     drop(two);                                     // given back in the background
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// # Permits are not leases
+///
+/// As in Redisson, permits do not expire: a process that dies holding some takes them with it
+/// (Redisson #3573), until someone adds them back ([`add_permits`](Self::add_permits) or
+/// [`release`](Self::release)). Where holders may crash, use a
+/// [`PermitSemaphore`](crate::PermitSemaphore), whose permits are leases that return once
+/// their holder is gone.
+///
+/// # Grants
+///
+/// Each acquisition is recorded in fredlock's own hash `fredlock_permits:{name}` (grant
+/// `<client uuid>:<id>` -> permits taken), written in the script that takes the permits and
+/// deleted in the one that gives them back. That makes every acquire and release take effect
+/// once, even when a reply is lost and the call sent again, and lets an inspection tell who
+/// holds the permits. Redisson never reads the hash; its acquisitions leave no record.
+///
+/// # Wake-ups
+///
+/// Every change publishes the permits now available on `redisson_sc:{name}` (Redisson's
+/// message). A message wakes, in each client, the waiters whose wants fit in it, in the order
+/// they came (a waiter for several permits is not passed over by later ones for fewer), and no
+/// more. A waiter that misses a message looks again after a third of the watchdog timeout at
+/// most.
+#[derive(Clone)]
+pub struct Semaphore {
+    client: LockClient,
+    /// The counter (the name), the channel, the fences of lost replies, the grants.
+    keys: Arc<Keys<4>>,
+}
+
+/// Permits taken from a [`Semaphore`], given back by [`release`](Self::release) or by dropping
+/// it (in the background, within milliseconds); [`forget`](Self::forget) keeps them taken.
+#[must_use = "dropping a permit gives it back at once"]
+pub struct SemaphorePermit {
+    guard: Guard,
+    permits: u32,
+}
+
+impl LockClient {
+    /// A semaphore named `name` (after the client's
+    /// [`key_prefix`](crate::LockClientBuilder::key_prefix)). Creating it costs nothing and
+    /// sends nothing; an empty name is reported by the first operation.
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        self.semaphore_at(self.key(name.into()))
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's Redis key.
+    pub fn name(&self) -> &str {
+        self.keys.str(0)
+    }
+
+    /// Sets the permits to `permits` if the semaphore has none set yet (its key does not
+    /// exist); `true` when it did. The usual way to create a semaphore: every instance may call
+    /// it, the first one sets it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, [`Error::Redis`] when Redis cannot be
+    /// asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that the permits may be set although the future was dropped
+    /// before reporting it.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
+        let set: i64 = self.run(&TRY_SET, Some(permits)).await?;
+        Ok(set == 1)
+    }
+
+    /// Sets the permits available to `permits`, whatever they were (permits out stay out and
+    /// are added back when given back), and wakes waiters that fit.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits), and [`Error::WrongType`] when the key is
+    /// not an integer string.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub async fn set_permits(&self, permits: u32) -> Result<()> {
+        self.run::<i64>(&SET, Some(permits)).await.map(drop)
+    }
+
+    /// Adds `permits` to those available (Redisson's `addPermits`), and wakes waiters that fit.
+    ///
+    /// # Errors
+    ///
+    /// As [`set_permits`](Self::set_permits), and [`Error::InvalidArgument`] for 0 permits.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub async fn add_permits(&self, permits: u32) -> Result<()> {
+        check_permits(self.name(), permits)?;
+        self.run::<i64>(&ADD, Some(permits)).await.map(drop)
+    }
+
+    /// Gives back `permits` that nobody's guard holds (Redisson's `release(n)`, which has no
+    /// owners): for permits taken by a Java client, or a [`SemaphorePermit`] that was
+    /// forgotten. A guard's permits are given back by the guard. Never checks what was taken:
+    /// releasing more than was taken raises the permits available.
+    ///
+    /// # Errors
+    ///
+    /// As [`add_permits`](Self::add_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub async fn release(&self, permits: u32) -> Result<()> {
+        self.add_permits(permits).await
+    }
+
+    /// The permits available now (negative only if another client made it so: Redisson's
+    /// `reducePermits`); 0 for a semaphore never set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key is not an integer string.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn available_permits(&self) -> Result<i64> {
+        read_counter(&self.client, self.name()).await
+    }
+
+    /// Takes every permit available; returns how many it took. Nothing gives them back: add
+    /// them again with [`add_permits`](Self::add_permits).
+    ///
+    /// # Errors
+    ///
+    /// As [`set_permits`](Self::set_permits).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`try_set_permits`](Self::try_set_permits).
+    pub async fn drain_permits(&self) -> Result<u64> {
+        let drained: i64 = self.run(&DRAIN, None).await?;
+        Ok(u64::try_from(drained).unwrap_or(0))
+    }
+
+    /// Takes `permits` permits, waiting as long as it takes for them.
+    ///
+    /// Waiting costs no polling: the waiter sleeps until a change of the permits is published,
+    /// or at most a third of the watchdog timeout. While Redis is unreachable it keeps trying,
+    /// with backoff.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 permits or an empty name, [`Error::WrongType`] when the
+    /// key is not an integer string, [`Error::Redis`] when Redis rejects the script,
+    /// [`Error::Shutdown`] when the client shuts down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped, it keeps no permits (an acquire already sent runs
+    /// to completion in a task of its own, and gives back what it took) and gives up its place
+    /// among this client's waiters.
+    pub async fn acquire(&self, permits: u32) -> Result<SemaphorePermit> {
+        self.take(permits, None).await.and_then(waited)
+    }
+
+    /// Tries to take `permits` permits within `wait`: `Ok(None)` when not enough were available
+    /// that long. A zero `wait` makes one attempt.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire). When the wait ends and no attempt got an answer from
+    /// Redis, [`Error::Unavailable`], never `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    pub async fn try_acquire(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.take(permits, Some(wait)).await
+    }
+
+    /// What Redis holds of the semaphore now: the permits available (in
+    /// [`count`](Inspection::count)), and fredlock's grants as holders with the permits each
+    /// took.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when a key holds another type; [`Error::Redis`] when the server
+    /// cannot be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.client.engine().inspect(&self.kind(1), None).await
+    }
+
+    async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<Option<SemaphorePermit>> {
+        check_permits(self.name(), permits)?;
+        let kind: Arc<dyn Kind> = Arc::new(self.kind(permits));
+        // A grant of its own per acquisition: permits are nobody's to re-enter.
+        let win = engine::acquire(
+            self.client.engine(),
+            kind,
+            OwnerId::unique(),
+            wait,
+            Lease::Unbounded,
+        )
+        .await?;
+        Ok(win.map(|Win { guard, .. }| SemaphorePermit { guard, permits }))
+    }
+
+    fn kind(&self, permits: u32) -> SemaphoreKind {
+        SemaphoreKind {
+            keys: self.keys.clone(),
+            permits,
+        }
+    }
+
+    /// Runs one of the semaphore's scripts that take the permits as their one argument.
+    async fn run<R: fred::types::FromValue>(
+        &self,
+        script: &'static Script,
+        permits: Option<u32>,
+    ) -> Result<R> {
+        let core = self.client.engine().core();
+        core.ensure_open()?;
+        engine::check_name(self.name())?;
+        let call = Call {
+            script,
+            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            args: permits.map(Value::from).into_iter().collect(),
+        };
+        call.run(&core.writer)
+            .await
+            .map_err(|source| self.client.engine().redis_error(self.name(), None, source))
+    }
+}
+
+/// The integer string at `name`: 0 when missing, `WrongType` when it is no integer.
+pub(crate) async fn read_counter(client: &LockClient, name: &str) -> Result<i64> {
+    let core = client.engine().core();
+    core.ensure_open()?;
+    engine::check_name(name)?;
+    let value: Option<String> = core
+        .redis()
+        .get(name)
+        .await
+        .map_err(|source| client.engine().redis_error(name, None, source))?;
+    match value {
+        None => Ok(0),
+        Some(text) => text.parse().map_err(|_| Error::WrongType {
+            lock: name.to_owned(),
+            key: name.to_owned(),
+        }),
+    }
+}
+
+/// Fails with `InvalidArgument` for no permits, before anything is sent.
+pub(crate) fn check_permits(name: &str, permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "semaphore {name:?}: take or add at least 1 permit"
+        )));
+    }
+    Ok(())
+}
+
+impl SemaphorePermit {
+    /// How many permits this holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// The grant these permits were taken under, `<client uuid>:<id>` (a holder in the
+    /// semaphore's [`Inspection`]).
+    pub fn grant(&self) -> &str {
+        self.guard.owner_field()
+    }
+
+    /// Gives the permits back and wakes the waiters they fit.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the grant was gone (its record deleted by hand). A release whose
+    /// reply is lost is sent again (it takes effect once however often it is sent) for up to the
+    /// client's command timeout; [`Error::Redis`] when no answer came by then, the release
+    /// going on in the background.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: once sent, a release dropped mid-way finishes in a task of its own.
+    pub async fn release(self) -> Result<()> {
+        self.guard.unlock().await
+    }
+
+    /// Keeps the permits taken for good (as tokio's `SemaphorePermit::forget`): the semaphore
+    /// has that many fewer until someone adds them back. The grant's record is deleted in the
+    /// background.
+    pub fn forget(self) {
+        let engine = self.guard.engine().clone();
+        let call = Call {
+            script: &FORGET,
+            keys: vec![
+                Key::from(self.name()),
+                Key::from(names::semaphore_channel(self.name())),
+                Key::from(names::fences(self.name())),
+                Key::from(names::semaphore_grants(self.name())),
+            ],
+            args: vec![Value::from(self.grant())],
+        };
+        let grant = self.grant().to_owned();
+        self.guard.forget();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = call.run::<i64>(&engine.core().writer).await {
+                    tracing::debug!(%grant, %error, "could not delete a forgotten grant's record");
+                }
+            });
+        }
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for SemaphorePermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("name", &self.name())
+            .field("grant", &self.grant())
+            .field("permits", &self.permits)
+            .finish()
+    }
+}
+
+/// One acquisition of a semaphore, as the engine sees it: its keys and the permits it wants.
+pub(crate) struct SemaphoreKind {
+    keys: Arc<Keys<4>>,
+    permits: u32,
+}
+
+/// A semaphore is known by fredlock's grants, while any permit of fredlock's is out.
+pub(crate) const LAYOUT: Layout = Layout {
+    own_keys: &[names::SEMAPHORE_GRANTS],
+    own_key: None,
+    mode_field: false,
+    of_type: None,
+    strays: None,
+    at_key: |client, key| Found::Other(client.clone(), Arc::new(client.semaphore_at(key).kind(1))),
+};
+
+impl SemaphoreKind {
+    fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
+        Call {
+            script,
+            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            args,
+        }
+    }
+}
+
+impl LockClient {
+    /// A semaphore at `key`, the client's prefix already on it.
+    pub(crate) fn semaphore_at(&self, key: String) -> Semaphore {
+        Semaphore {
+            client: self.clone(),
+            keys: Arc::new(Keys::new([
+                &key,
+                &names::semaphore_channel(&key),
+                &names::fences(&key),
+                &names::semaphore_grants(&key),
+            ])),
+        }
+    }
+}
+
+impl Kind for SemaphoreKind {
+    fn name(&self) -> &str {
+        self.keys.str(0)
+    }
+
+    fn name_text(&self) -> Name {
+        self.keys.text(0)
+    }
+
+    fn label(&self) -> &'static str {
+        "semaphore"
+    }
+
+    fn key(&self) -> Key {
+        self.keys.get(0)
+    }
+
+    fn wake(&self) -> Wake {
+        Wake::Counted(self.keys.text(1))
+    }
+
+    fn wants(&self) -> u32 {
+        self.permits
+    }
+
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        let mut argv = vec![Value::from(self.permits), Value::String(args.field.clone())];
+        args.request.append_to(&mut argv);
+        self.call(&ACQUIRE, argv)
+    }
+
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        let mut argv = vec![
+            Value::String(args.field.clone()),
+            Value::from(args.left as i64),
+        ];
+        args.request.append_to(&mut argv);
+        self.call(&RELEASE, argv)
+    }
+
+    fn renewal(&self) -> Option<&'static Script> {
+        None
+    }
+
+    fn inspect(&self) -> Call {
+        self.call(&INSPECT, Vec::new())
+    }
+
+    fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
+        // The counter lasts by design (Redisson's), and so do the grants while permits are out.
+        keys_without_expiry(inspection, &[self.keys.str(0), self.keys.str(3)])
+    }
+}

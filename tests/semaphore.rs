@@ -1,0 +1,467 @@
+//! Acceptance tests of the semaphore against real `redis-server` processes: never oversubscribed,
+//! prompt and counted wake-ups, cancel safety, Redisson's layout and interop, inspections.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{bounded, eventually, RedisServer};
+use fred::prelude::*;
+use fredlock::{Error, LockClient, DEFAULT_WATCHDOG_TIMEOUT};
+use rand::Rng;
+use tokio::time::Instant;
+
+/// How soon a waiter must wake after a release.
+const WAKE_LIMIT: Duration = Duration::from_millis(250);
+
+async fn clients(server: &RedisServer, count: usize) -> Vec<LockClient> {
+    let mut clients = Vec::new();
+    for _ in 0..count {
+        clients.push(server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await);
+    }
+    clients
+}
+
+/// 1. 3 clients x 10 tasks on 3 permits for 5 s: never more than 3 inside (counted in Redis
+///    and in the process), and every task gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn never_more_inside_than_permits_and_everyone_progresses() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let clients = clients(&server, 3).await;
+        assert!(clients[0]
+            .semaphore("exports")
+            .try_set_permits(3)
+            .await
+            .unwrap());
+        assert!(!clients[1]
+            .semaphore("exports")
+            .try_set_permits(3)
+            .await
+            .unwrap());
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let until = Instant::now() + Duration::from_secs(5);
+        let mut tasks = Vec::new();
+        for client in &clients {
+            for _ in 0..10 {
+                let semaphore = client.semaphore("exports");
+                let (inside, most, raw) = (inside.clone(), most.clone(), raw.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut entries = 0u32;
+                    while Instant::now() < until {
+                        let permit = semaphore.acquire(1).await.unwrap();
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        // In Redis too: a shared counter of those inside, checked by each.
+                        let counted: i64 = raw.incr("inside").await.unwrap();
+                        assert!(counted <= 3, "{counted} inside at once");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        let _: i64 = raw.decr("inside").await.unwrap();
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        permit.release().await.unwrap();
+                        entries += 1;
+                    }
+                    entries
+                }));
+            }
+        }
+        let mut entries = Vec::new();
+        for task in tasks {
+            entries.push(task.await.unwrap());
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 3, "the permits were used");
+        assert!(
+            entries.iter().all(|&n| n > 0),
+            "every task got in: {entries:?}"
+        );
+        assert_eq!(
+            clients[0]
+                .semaphore("exports")
+                .available_permits()
+                .await
+                .unwrap(),
+            3
+        );
+        let grants: i64 = raw.hlen("fredlock_permits:{exports}").await.unwrap();
+        assert_eq!(grants, 0, "every grant given back");
+    })
+    .await;
+}
+
+/// 2. A released permit wakes a waiter of another client within 250 ms; a release of 3 wakes
+///    three waiters, and only those the permits fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn releases_wake_as_many_waiters_as_they_free_permits_for() {
+    bounded(async {
+        let server = RedisServer::start();
+        let clients = clients(&server, 2).await;
+        let holder = clients[0].semaphore("slots");
+        holder.try_set_permits(3).await.unwrap();
+        let held = holder.acquire(3).await.unwrap();
+
+        // One waiter: woken by the release of one permit.
+        let waiter = clients[1].semaphore("slots");
+        let waiting = tokio::spawn(async move {
+            let permit = waiter.acquire(1).await.unwrap();
+            (Instant::now(), permit)
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                clients[1].stats().wait_entries == 1
+            })
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let (woke, permit) = waiting.await.unwrap();
+        assert!(
+            woke - released <= WAKE_LIMIT,
+            "woken {:?} after the release",
+            woke - released
+        );
+        permit.release().await.unwrap();
+
+        // Five waiters, three permits given back at once: three get in at once, two wait on.
+        let held = holder.acquire(3).await.unwrap();
+        let got = Arc::new(AtomicUsize::new(0));
+        let mut waiters = Vec::new();
+        for _ in 0..5 {
+            let semaphore = clients[1].semaphore("slots");
+            let got = got.clone();
+            waiters.push(tokio::spawn(async move {
+                let permit = semaphore.acquire(1).await.unwrap();
+                got.fetch_add(1, Ordering::SeqCst);
+                (Instant::now(), permit)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(got.load(Ordering::SeqCst), 0);
+        held.release().await.unwrap();
+        assert!(
+            eventually(WAKE_LIMIT, || async { got.load(Ordering::SeqCst) == 3 }).await,
+            "three waiters got in within {WAKE_LIMIT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(got.load(Ordering::SeqCst), 3, "no more than the permits");
+        // The two left get in as the three give theirs back.
+        let (finished, pending): (Vec<_>, Vec<_>) =
+            waiters.into_iter().partition(|waiter| waiter.is_finished());
+        assert_eq!((finished.len(), pending.len()), (3, 2));
+        for waiter in finished {
+            waiter.await.unwrap().1.release().await.unwrap();
+        }
+        for waiter in pending {
+            let (_, permit) = tokio::time::timeout(WAKE_LIMIT * 2, waiter)
+                .await
+                .expect("woken by a release")
+                .unwrap();
+            permit.release().await.unwrap();
+        }
+        assert_eq!(holder.available_permits().await.unwrap(), 3);
+    })
+    .await;
+}
+
+/// A release publishes the new count on Redisson's channel, and a message of fewer permits
+/// than a waiter wants does not wake it (nor hand it anything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_for_many_permits_waits_for_all_of_them() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let semaphore = client.semaphore("many");
+        semaphore.try_set_permits(1).await.unwrap();
+        let (_subscriber, mut messages) = common::listen(&server.url(), "redisson_sc:{many}").await;
+        let waiter = semaphore.clone();
+        let waiting = tokio::spawn(async move { waiter.acquire(3).await.unwrap() });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        semaphore.add_permits(1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "2 permits do not make 3");
+        assert_eq!(semaphore.available_permits().await.unwrap(), 2);
+        semaphore.release(1).await.unwrap();
+        let permit = tokio::time::timeout(WAKE_LIMIT * 2, waiting)
+            .await
+            .expect("woken by the third permit")
+            .unwrap();
+        assert_eq!(permit.permits(), 3);
+        assert_eq!(semaphore.available_permits().await.unwrap(), 0);
+        drop(permit);
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                semaphore.available_permits().await.unwrap() == 3
+            })
+            .await,
+            "a dropped permit gives its permits back"
+        );
+        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        assert_eq!(published, vec!["2", "3", "3"]);
+    })
+    .await;
+}
+
+/// 5. 300 `acquire` futures cancelled at random points leave the counter where it started, no
+///    grant, no wait entry and no subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_acquisitions_leave_the_counter_as_it_was() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let semaphore = client.semaphore("storm");
+        semaphore.try_set_permits(2).await.unwrap();
+        let mut rng = rand::thread_rng();
+        let mut tasks = Vec::new();
+        for i in 0..300 {
+            let semaphore = semaphore.clone();
+            let cancel_after = Duration::from_micros(rng.gen_range(0..3_000));
+            let permits = 1 + (i % 3) as u32;
+            tasks.push(tokio::spawn(async move {
+                // Some are taken and held a moment, so others wait; all are cut short somewhere.
+                let _ = tokio::time::timeout(cancel_after, async {
+                    let permit = semaphore.acquire(permits).await.unwrap();
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                    drop(permit);
+                })
+                .await;
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                let stats = client.stats();
+                stats.held == 0
+                    && stats.wait_entries == 0
+                    && stats.unsettled == 0
+                    && semaphore.available_permits().await.unwrap() == 2
+            })
+            .await,
+            "stats {:?}, permits {}",
+            client.stats(),
+            semaphore.available_permits().await.unwrap()
+        );
+        let grants: i64 = raw.exists("fredlock_permits:{storm}").await.unwrap();
+        assert_eq!(grants, 0, "no grant left");
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                client.stats().subscriptions == 0
+            })
+            .await
+        );
+    })
+    .await;
+}
+
+/// Bad input is refused before anything is sent, and a key of another type is reported
+/// without a change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_changes_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let semaphore = client.semaphore("bad");
+        assert!(matches!(
+            semaphore.acquire(0).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            semaphore.add_permits(0).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            client.semaphore("").available_permits().await,
+            Err(Error::InvalidArgument(_))
+        ));
+        let _: () = raw.set("bad", "text", None, None, false).await.unwrap();
+        for outcome in [
+            semaphore.try_acquire(1, Duration::ZERO).await.map(drop),
+            semaphore.add_permits(1).await,
+            semaphore.set_permits(2).await,
+            semaphore.available_permits().await.map(drop),
+        ] {
+            assert!(
+                matches!(outcome, Err(Error::WrongType { .. })),
+                "{outcome:?}"
+            );
+        }
+        let value: String = raw.get("bad").await.unwrap();
+        assert_eq!(value, "text");
+        let grants: i64 = raw.exists("fredlock_permits:{bad}").await.unwrap();
+        assert_eq!(grants, 0);
+    })
+    .await;
+}
+
+/// set, drain, ownerless release and forget behave as Redisson's and tokio's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_drain_release_and_forget() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let semaphore = client.semaphore("ops");
+        assert_eq!(semaphore.available_permits().await.unwrap(), 0);
+        assert!(semaphore
+            .try_acquire(1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none());
+        semaphore.set_permits(5).await.unwrap();
+        let two = semaphore.acquire(2).await.unwrap();
+        assert_eq!(semaphore.available_permits().await.unwrap(), 3);
+        assert_eq!(semaphore.drain_permits().await.unwrap(), 3);
+        assert_eq!(semaphore.available_permits().await.unwrap(), 0);
+        two.forget();
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                raw.exists::<i64, _>("fredlock_permits:{ops}")
+                    .await
+                    .unwrap()
+                    == 0
+            })
+            .await,
+            "a forgotten grant's record goes"
+        );
+        assert_eq!(semaphore.available_permits().await.unwrap(), 0);
+        semaphore.release(2).await.unwrap();
+        assert_eq!(semaphore.available_permits().await.unwrap(), 2);
+        assert_eq!(client.stats().held, 0);
+    })
+    .await;
+}
+
+/// 6. The layout is Redisson's: an integer string at the name, every change published as the
+///    new count on `redisson_sc:{name}`; grants in fredlock's own hash, gone with the permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wire_layout_matches_redisson() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let (_subscriber, mut messages) =
+            common::listen(&server.url(), "redisson_sc:{layout}").await;
+        let semaphore = client.semaphore("layout");
+        assert!(semaphore.try_set_permits(4).await.unwrap());
+        let kind: String = raw.r#type("layout").await.unwrap();
+        assert_eq!(kind, "string");
+        let ttl: i64 = raw.pttl("layout").await.unwrap();
+        assert_eq!(ttl, -1, "Redisson's counter has no expiry");
+        let permit = semaphore.acquire(3).await.unwrap();
+        let value: String = raw.get("layout").await.unwrap();
+        assert_eq!(value, "1");
+        let grants: std::collections::HashMap<String, String> =
+            raw.hgetall("fredlock_permits:{layout}").await.unwrap();
+        assert_eq!(grants.get(permit.grant()).map(String::as_str), Some("3"));
+        assert!(permit
+            .grant()
+            .starts_with(&client.id().hyphenated().to_string()));
+        permit.release().await.unwrap();
+        let value: String = raw.get("layout").await.unwrap();
+        assert_eq!(value, "4");
+        let exists: i64 = raw.exists("fredlock_permits:{layout}").await.unwrap();
+        assert_eq!(exists, 0);
+        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        assert_eq!(
+            published,
+            vec!["4", "4"],
+            "try_set, then the release's new count"
+        );
+    })
+    .await;
+}
+
+/// 6. A Java client, replayed with the commands Redisson's scripts run: its acquisitions and
+///    releases move the same counter, its release message wakes fredlock's waiters, and
+///    fredlock's release wakes a Java waiter listening on the channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interoperates_with_redisson_replay() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let semaphore = client.semaphore("java");
+        // Redisson's trySetPermits(2): SET if missing, publish the count.
+        let _: () = raw.set("java", 2, None, None, false).await.unwrap();
+        // Redisson's tryAcquire(2): enough available, so DECRBY.
+        let _: i64 = raw.decr_by("java", 2).await.unwrap();
+        assert!(semaphore
+            .try_acquire(1, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none());
+        let waiter = semaphore.clone();
+        let waiting = tokio::spawn(async move {
+            let permit = waiter.acquire(1).await.unwrap();
+            (Instant::now(), permit)
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                client.stats().subscriptions == 1
+            })
+            .await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Redisson's release(1): INCRBY, publish the new count.
+        let released = Instant::now();
+        let value: i64 = raw.incr_by("java", 1).await.unwrap();
+        let _: i64 = raw.publish("redisson_sc:{java}", value).await.unwrap();
+        let (woke, permit) = waiting.await.unwrap();
+        assert!(woke - released <= WAKE_LIMIT);
+        // A Java waiter listens on the channel: fredlock's release tells it the count.
+        let (_subscriber, mut messages) = common::listen(&server.url(), "redisson_sc:{java}").await;
+        permit.release().await.unwrap();
+        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        assert_eq!(published, vec!["1"]);
+        // The Java client's permit is still out; fredlock never touched it.
+        let value: i64 = raw.get("java").await.unwrap();
+        assert_eq!(value, 1);
+    })
+    .await;
+}
+
+/// 8. Inspections show the permits available and fredlock's grants; `list` and `leaks` find
+///    the semaphore by its grants, and the counter (lasting by design) is no leak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspections_show_permits_and_grants() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let semaphore = client.semaphore("seen");
+        semaphore.try_set_permits(5).await.unwrap();
+        let permit = semaphore.acquire(2).await.unwrap();
+        let seen = semaphore.inspect().await.unwrap();
+        assert_eq!(seen.kind, "semaphore");
+        assert_eq!(seen.count, Some(3));
+        assert_eq!(seen.holders.len(), 1);
+        assert_eq!(seen.holders[0].owner, permit.grant());
+        assert_eq!(seen.holders[0].count, 2);
+        assert_eq!(seen.holders[0].remaining_lease, None);
+        assert_eq!(seen.holders[0].client_id(), Some(client.id()));
+
+        let by_name = client.inspect("seen").await.unwrap().expect("found");
+        assert_eq!(by_name.kind, "semaphore");
+        assert_eq!(by_name.count, Some(3));
+        let listed = client.list("se*").await.unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].kind, "semaphore");
+        assert!(client
+            .leaks("*", fredlock::DEFAULT_LEAK_GRACE)
+            .await
+            .unwrap()
+            .is_empty());
+        permit.release().await.unwrap();
+        // Without grants, a bare integer string is a semaphore or a latch: a counter.
+        let by_name = client.inspect("seen").await.unwrap().expect("found");
+        assert_eq!(by_name.kind, "counter");
+        assert_eq!(by_name.count, Some(5));
+    })
+    .await;
+}

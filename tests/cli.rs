@@ -610,3 +610,93 @@ async fn a_rw_lock_is_listed_inspected_and_its_orphans_found() {
     })
     .await;
 }
+
+/// Semaphores and latches: a permit semaphore is listed with its live lease and inspected with
+/// its permits available and an ended lease, which `leaks` reports past its grace; a latch is
+/// inspected by name as a counter with its count; neither can be force-unlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphores_and_latches_are_listed_inspected_and_their_ended_leases_found() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let slots = client.permit_semaphore("cli:slots");
+        slots.try_set_permits(3).await.unwrap();
+        let live = slots.acquire().await.unwrap();
+        let short = slots
+            .try_acquire(Duration::ZERO, Some(Duration::from_millis(50)))
+            .await
+            .unwrap()
+            .unwrap();
+        let short_id = short.id().to_owned();
+        // Its lease ends with nobody giving it back.
+        std::mem::forget(short);
+        let exports = client.semaphore("cli:exports");
+        exports.try_set_permits(2).await.unwrap();
+        let export = exports.acquire(2).await.unwrap();
+        let latch = client.count_down_latch("cli:phase");
+        latch.try_set_count(4).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+
+        let (status, listed) = run_json(&url, &["list"]).await;
+        assert_eq!(status, 0);
+        let listed = listed.as_array().unwrap();
+        let kinds: Vec<(&str, &str)> = listed
+            .iter()
+            .map(|seen| {
+                (
+                    seen["name"].as_str().unwrap(),
+                    seen["kind"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("cli:exports", "semaphore"),
+                ("cli:slots", "permit_semaphore")
+            ],
+            "{listed:?}"
+        );
+        assert_eq!(listed[0]["holders"][0]["owner"], export.grant());
+        assert_eq!(listed[0]["holders"][0]["count"], 2);
+        assert_eq!(listed[0]["count"], 0);
+
+        let (status, seen) = run_json(&url, &["inspect", "cli:slots"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(seen["count"], 1);
+        assert_eq!(seen["holders"][0]["owner"], live.id());
+        let lease = seen["holders"][0]["remaining_lease_ms"].as_u64().unwrap();
+        assert!(lease > 20_000 && lease <= 30_000, "{lease}");
+        assert_eq!(seen["ended_leases"][0]["permit"], short_id.as_str());
+        assert!(seen["ended_leases"][0]["ended_ago_ms"].as_u64().unwrap() >= 100);
+        let (output, text) = run(&url, &["inspect", "cli:slots"]).await;
+        assert!(output.status.success());
+        assert!(text.contains("permits available 1"), "{text}");
+        assert!(
+            text.contains(&format!("permit {short_id}: lease ended")),
+            "{text}"
+        );
+
+        let (status, leaks) = run_json(&url, &["leaks", "--grace", "0"]).await;
+        assert_eq!(status, 1, "an ended lease is a leak past the grace");
+        assert_eq!(leaks[0]["rule"], "ended_lease", "{leaks}");
+        assert_eq!(leaks[0]["name"], "cli:slots");
+        let (status, _) = run_json(&url, &["leaks"]).await;
+        assert_eq!(status, 0, "within the default grace it is none");
+
+        let (status, seen) = run_json(&url, &["inspect", "cli:phase"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(seen["kind"], "counter");
+        assert_eq!(seen["count"], 4);
+        let (output, text) = run(&url, &["inspect", "cli:phase"]).await;
+        assert!(output.status.success());
+        assert!(text.contains("count 4"), "{text}");
+
+        let (output, _) = run(&url, &["force-unlock", "--yes", "cli:slots"]).await;
+        assert_eq!(output.status.code(), Some(2), "not a lock");
+        live.release().await.unwrap();
+        export.release().await.unwrap();
+    })
+    .await;
+}

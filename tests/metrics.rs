@@ -282,6 +282,39 @@ async fn every_metric_counts_what_happened() {
                 "{kind}"
             );
         }
+        // Semaphores: each acquisition of permits counts under its own kind, held while out,
+        // waiting while others hold them.
+        let semaphore_labels = [("kind", "semaphore"), ("lock", "m:sem")];
+        let semaphore = client.semaphore("m:sem");
+        semaphore.try_set_permits(1).await.unwrap();
+        let permit = semaphore.acquire(1).await.unwrap();
+        assert_eq!(gauge(metrics::HELD, &semaphore_labels), 1.0);
+        let waiter = {
+            let semaphore = semaphore.clone();
+            tokio::spawn(async move { semaphore.acquire(1).await.unwrap() })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                gauge(metrics::WAITING, &semaphore_labels) == 1.0
+            })
+            .await
+        );
+        permit.release().await.unwrap();
+        waiter.await.unwrap().release().await.unwrap();
+        assert_eq!(counter(metrics::ACQUISITIONS, &semaphore_labels), 2);
+        assert_eq!(counter(metrics::HANDOFFS, &semaphore_labels), 1);
+        assert_eq!(gauge(metrics::HELD, &semaphore_labels), 0.0);
+        assert_eq!(gauge(metrics::WAITING, &semaphore_labels), 0.0);
+        let leased = client.permit_semaphore("m:leased");
+        leased.try_set_permits(1).await.unwrap();
+        leased.acquire().await.unwrap().release().await.unwrap();
+        assert_eq!(
+            counter(
+                metrics::ACQUISITIONS,
+                &[("kind", "permit_semaphore"), ("lock", "m:leased")]
+            ),
+            1
+        );
         // Each metric the crate names was recorded.
         for metric in metrics::ALL {
             assert!(

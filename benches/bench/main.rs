@@ -29,6 +29,7 @@ mod recording;
 mod redlock;
 mod rw;
 mod scenarios;
+mod semaphore;
 
 use std::path::PathBuf;
 
@@ -363,7 +364,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/10 uncontended latency");
+        eprintln!("1/11 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -389,11 +390,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/10 throughput");
+        eprintln!("2/11 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/10 wake-up latency");
+        eprintln!("3/11 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -410,32 +411,36 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/10 contention");
+        eprintln!("4/11 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/10 watchdog at scale");
+        eprintln!("5/11 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/10 memory");
+        eprintln!("6/11 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/10 instructions per cycle (callgrind)");
+        eprintln!("8/11 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/10 waiters at scale");
+        eprintln!("9/11 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     if wanted(10) {
-        eprintln!("10/10 read-write lock");
+        eprintln!("10/11 read-write lock");
         rows.extend(rw::rw_lock(&url, sizes).await);
+    }
+    if wanted(11) {
+        eprintln!("11/11 semaphores");
+        rows.extend(semaphore::semaphores(&url, sizes).await);
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/10 Redlock over five servers");
+        eprintln!("7/11 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

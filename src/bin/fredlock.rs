@@ -38,23 +38,27 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Every lock whose name matches a glob: kind, holders, TTL, waiters.
+    /// Every lock (and semaphore with permits out) whose name matches a glob: kind, holders,
+    /// TTL, waiters.
     List {
         /// A Redis glob (`*`, `?`, `[..]`) on lock names.
         #[arg(long, default_value = "*")]
         pattern: String,
     },
-    /// Everything known of one lock: holders, hold counts, leases, queue, token, keys.
+    /// Everything known of one lock, semaphore or latch: holders, hold counts, leases, queue,
+    /// token, permits available or count, ended leases, keys.
     Inspect {
         /// The lock's name (its Redis key).
         name: String,
     },
-    /// Lock keys without expiry and fair-lock waiters whose place ended long ago.
+    /// Lock keys without expiry, fair-lock waiters whose place ended long ago, and permit
+    /// leases that ended long ago and were not given back.
     Leaks {
         /// A Redis glob on lock names.
         #[arg(long, default_value = "*")]
         pattern: String,
-        /// How long after its place ended a fair-lock waiter counts as a leak, in seconds.
+        /// How long after its place (or lease) ended a fair-lock waiter (or a permit) counts as
+        /// a leak, in seconds.
         #[arg(long, default_value_t = fredlock::DEFAULT_LEAK_GRACE.as_secs())]
         grace: u64,
     },
@@ -327,6 +331,11 @@ fn inspection_json(inspection: &Inspection) -> Value {
             "ended_ago_ms": millis(waiter.ended_ago),
         })).collect::<Vec<_>>(),
         "fencing_token": inspection.fencing_token,
+        "count": inspection.count,
+        "ended_leases": inspection.ended_leases.iter().map(|lease| json!({
+            "permit": lease.permit,
+            "ended_ago_ms": lease.ended_ago.as_millis() as u64,
+        })).collect::<Vec<_>>(),
         "listeners": inspection.listeners,
         "keys": inspection.keys.iter().map(key_json).collect::<Vec<_>>(),
         "orphans": inspection.orphans.iter().map(key_json).collect::<Vec<_>>(),
@@ -476,6 +485,21 @@ fn print_inspection(inspection: &Inspection) {
     }
     if let Some(token) = inspection.fencing_token {
         println!("  last fencing token {token}");
+    }
+    match (inspection.kind, inspection.count) {
+        (_, None) => {}
+        ("semaphore" | "permit_semaphore", Some(count)) => println!("  permits available {count}"),
+        ("counter", Some(count)) => {
+            println!("  count {count} (a semaphore's permits available, or a latch's count)")
+        }
+        (_, Some(count)) => println!("  count {count}"),
+    }
+    for lease in &inspection.ended_leases {
+        println!(
+            "  permit {}: lease ended {} ago, not given back yet",
+            lease.permit,
+            shown(Some(lease.ended_ago))
+        );
     }
     // A read-write lock's waiting writers are in no order.
     let queued = if inspection.kind == "rw_lock" {

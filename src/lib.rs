@@ -31,6 +31,11 @@
 //! [`WriteLock`] one holds alone. Acquiring one returns a [`LockGuard`] (a [`FencedGuard`] for
 //! the fenced lock).
 //!
+//! Beyond locks, on the same engine: [`Semaphore`] (Redisson's `RSemaphore`: permits counted in
+//! Redis, taken by [`SemaphorePermit`]s), [`PermitSemaphore`] (Redisson's
+//! `RPermitExpirableSemaphore`, whose [`LeasedPermit`]s are leases renewed by the watchdog, so a
+//! crashed holder's permit returns) and [`CountDownLatch`] (Redisson's `RCountDownLatch`).
+//!
 //! Two locks are built from several of those: [`RedLock`], the Redlock algorithm over a
 //! `LockClient` per independent master (held while a majority holds it), and [`MultiLock`],
 //! several locks held all or nothing without deadlock.
@@ -174,7 +179,7 @@ pub use scripts::source as script_source;
 /// records one, and keeps the handles.
 ///
 /// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`,
-/// `read_lock`, `write_lock`) and,
+/// `read_lock`, `write_lock`, `semaphore`, `permit_semaphore`) and,
 /// with [`LockClientBuilder::metrics_lock_names`], `lock` (the name). They are recorded in one
 /// place, the engine every primitive runs on, so a primitive added later has them all.
 pub mod metrics {

@@ -245,13 +245,8 @@ impl CountDownLatch {
         script: &'static Script,
         args: Vec<Value>,
     ) -> Result<R> {
-        let core = self.client.engine().core();
-        core.ensure_open()?;
-        self.check()?;
-        self.call(script, args)
-            .run(&core.writer)
-            .await
-            .map_err(|source| self.client.engine().redis_error(self.name(), None, source))
+        let call = self.call(script, args);
+        self.client.engine().send(&self.kind(), call).await
     }
 }
 

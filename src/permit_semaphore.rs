@@ -322,12 +322,7 @@ impl PermitSemaphore {
     }
 
     async fn send<R: fred::types::FromValue>(&self, call: Call) -> Result<R> {
-        let core = self.client.engine().core();
-        core.ensure_open()?;
-        engine::check_kind(&self.kind())?;
-        call.run(&core.writer)
-            .await
-            .map_err(|source| self.client.engine().redis_error(self.name(), None, source))
+        self.client.engine().send(&self.kind(), call).await
     }
 }
 

@@ -297,17 +297,9 @@ impl Semaphore {
         script: &'static Script,
         permits: Option<u32>,
     ) -> Result<R> {
-        let core = self.client.engine().core();
-        core.ensure_open()?;
-        engine::check_name(self.name())?;
-        let call = Call {
-            script,
-            keys: (0..4).map(|i| self.keys.get(i)).collect(),
-            args: permits.map(Value::from).into_iter().collect(),
-        };
-        call.run(&core.writer)
-            .await
-            .map_err(|source| self.client.engine().redis_error(self.name(), None, source))
+        let kind = self.kind(1);
+        let call = kind.call(script, permits.map(Value::from).into_iter().collect());
+        self.client.engine().send(&kind, call).await
     }
 }
 

@@ -408,3 +408,76 @@ async fn a_rw_lock_works_on_every_master() {
     })
     .await;
 }
+
+/// Semaphores and latches on every master (sharded pub/sub): a release wakes a waiter of the
+/// semaphore, a permit semaphore's leases are renewed, and the latch's zero releases its
+/// waiter, each within 250 ms, whatever master the name is on (and for a hash-tagged name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_and_latches_work_on_every_master() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_millis(900)).await;
+        let waiters = client(&cluster, Duration::from_secs(30)).await;
+        let mut names: Vec<String> = Vec::new();
+        let mut masters = Vec::new();
+        for i in 0..200 {
+            let name = format!("sem:{i}");
+            let master = cluster.master_of(&name);
+            if !masters.contains(&master) {
+                masters.push(master);
+                names.push(name);
+            }
+        }
+        names.push("sem:tenant{7}".to_owned());
+        let mut leases = Vec::new();
+        for name in &names {
+            let semaphore = holder.semaphore(name.as_str());
+            semaphore.try_set_permits(1).await.unwrap();
+            let permit = semaphore.acquire(1).await.unwrap();
+            let waiting = {
+                let semaphore = waiters.semaphore(name.as_str());
+                tokio::spawn(async move {
+                    let permit = semaphore.acquire(1).await.unwrap();
+                    (permit, Instant::now())
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = Instant::now();
+            permit.release().await.unwrap();
+            let (permit, at) = waiting.await.unwrap();
+            let woke = at.saturating_duration_since(released);
+            assert!(woke < Duration::from_millis(250), "{name}: {woke:?}");
+            permit.release().await.unwrap();
+
+            let latch_name = name.replace(['{', '}'], "");
+            let latch = holder.count_down_latch(latch_name.as_str());
+            latch.try_set_count(1).await.unwrap();
+            let waiting = {
+                let latch = waiters.count_down_latch(latch_name.as_str());
+                tokio::spawn(async move {
+                    latch.wait().await.unwrap();
+                    Instant::now()
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let zero = Instant::now();
+            latch.count_down().await.unwrap();
+            let woke = waiting.await.unwrap().saturating_duration_since(zero);
+            assert!(woke < Duration::from_millis(250), "{latch_name}: {woke:?}");
+
+            let leased = holder.permit_semaphore(format!("{name}:leased"));
+            leased.try_set_permits(1).await.unwrap();
+            leases.push(leased.acquire().await.unwrap());
+        }
+        // Renewed on the short watchdog timeout, on every master.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(leases.iter().all(|permit| !permit.is_lost()));
+        let listed = holder.list("sem:*").await.unwrap();
+        assert_eq!(listed.len(), names.len(), "{listed:?}");
+        assert!(listed.iter().all(|seen| seen.kind == "permit_semaphore"));
+        for permit in leases {
+            permit.release().await.unwrap();
+        }
+    })
+    .await;
+}

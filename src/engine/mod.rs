@@ -397,6 +397,22 @@ impl Engine {
         }
     }
 
+    /// Sends one of `kind`'s calls outside the acquire loop (setting permits, counting down,
+    /// ..) through the write funnel, once the client is open and the name checked; an error
+    /// names the primitive and the server.
+    pub(crate) async fn send<R: fred::types::FromValue>(
+        &self,
+        kind: &dyn Kind,
+        call: Call,
+    ) -> Result<R> {
+        let core = self.core();
+        core.ensure_open()?;
+        check_kind(kind)?;
+        call.run(&core.writer)
+            .await
+            .map_err(|source| self.redis_error(kind.name(), None, source))
+    }
+
     /// Converts a fred error about `name`, naming the server and, where there is one, the owner.
     pub(crate) fn redis_error(
         &self,

@@ -48,7 +48,8 @@ local function prepare()
     if wrong then
         return nil, wrong
     end
-    if redis.call('type', leases)['ok'] ~= 'none' and redis.call('type', leases)['ok'] ~= 'zset' then
+    local kind = redis.call('type', leases)['ok']
+    if kind ~= 'none' and kind ~= 'zset' then
         return nil, redis.error_reply('WRONGTYPE not the leases of a semaphore (a zset): ' .. leases)
     end
     local now = clock_ms()

@@ -205,8 +205,60 @@ async fn a_waiter_for_many_permits_waits_for_all_of_them() {
     .await;
 }
 
+/// 300 acquisitions cut short at random points (before, during or after their attempt, while
+/// waiting, or holding): each takes `take(i)`'s permits and holds them a moment. Returns how
+/// many got their permits before being cut short.
+async fn cancellation_storm<F, Fut, P>(take: F) -> usize
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = P> + Send + 'static,
+    P: Send,
+{
+    let mut rng = rand::thread_rng();
+    let mut tasks = Vec::new();
+    for i in 0..300 {
+        // In waves of ten, so that some find permits free and some wait behind others.
+        if i % 10 == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let cancel_after = Duration::from_micros(rng.gen_range(0..5_000));
+        let taken = take(i);
+        tasks.push(tokio::spawn(async move {
+            let mut got = false;
+            let _ = tokio::time::timeout(cancel_after, async {
+                let permit = taken.await;
+                got = true;
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                drop(permit);
+            })
+            .await;
+            got
+        }));
+    }
+    let mut got = 0;
+    for task in tasks {
+        got += usize::from(task.await.unwrap());
+    }
+    got
+}
+
+/// Whether `client` keeps nothing of any acquisition: no hold, wait entry, unsettled call or
+/// subscription.
+async fn left_nothing(client: &LockClient) -> bool {
+    eventually(Duration::from_secs(10), || async {
+        let stats = client.stats();
+        stats.held == 0 && stats.wait_entries == 0 && stats.unsettled == 0
+    })
+    .await
+        && eventually(Duration::from_secs(5), || async {
+            client.stats().subscriptions == 0
+        })
+        .await
+}
+
 /// 5. 300 `acquire` futures cancelled at random points leave the counter where it started, no
-///    grant, no wait entry and no subscription.
+///    grant, no wait entry and no subscription; and so do 300 of a permit semaphore, with no
+///    lease left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelled_acquisitions_leave_the_counter_as_it_was() {
     bounded(async {
@@ -215,46 +267,37 @@ async fn cancelled_acquisitions_leave_the_counter_as_it_was() {
         let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
         let semaphore = client.semaphore("storm");
         semaphore.try_set_permits(2).await.unwrap();
-        let mut rng = rand::thread_rng();
-        let mut tasks = Vec::new();
-        for i in 0..300 {
+        let got = cancellation_storm(|i| {
             let semaphore = semaphore.clone();
-            let cancel_after = Duration::from_micros(rng.gen_range(0..3_000));
-            let permits = 1 + (i % 3) as u32;
-            tasks.push(tokio::spawn(async move {
-                // Some are taken and held a moment, so others wait; all are cut short somewhere.
-                let _ = tokio::time::timeout(cancel_after, async {
-                    let permit = semaphore.acquire(permits).await.unwrap();
-                    tokio::time::sleep(Duration::from_micros(300)).await;
-                    drop(permit);
-                })
-                .await;
-            }));
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
+            async move { semaphore.acquire(1 + (i % 3) as u32).await.unwrap() }
+        })
+        .await;
         assert!(
-            eventually(Duration::from_secs(10), || async {
-                let stats = client.stats();
-                stats.held == 0
-                    && stats.wait_entries == 0
-                    && stats.unsettled == 0
-                    && semaphore.available_permits().await.unwrap() == 2
-            })
-            .await,
-            "stats {:?}, permits {}",
-            client.stats(),
-            semaphore.available_permits().await.unwrap()
+            got > 0 && got < 300,
+            "{got} got their permits: some, not all"
         );
+        assert!(left_nothing(&client).await, "{:?}", client.stats());
+        assert_eq!(semaphore.available_permits().await.unwrap(), 2);
         let grants: i64 = raw.exists("fredlock_permits:{storm}").await.unwrap();
         assert_eq!(grants, 0, "no grant left");
+
+        let leased = client.permit_semaphore("leased-storm");
+        leased.try_set_permits(2).await.unwrap();
+        let got = cancellation_storm(|_| {
+            let leased = leased.clone();
+            async move { leased.acquire().await.unwrap() }
+        })
+        .await;
         assert!(
-            eventually(Duration::from_secs(5), || async {
-                client.stats().subscriptions == 0
-            })
-            .await
+            got > 0 && got < 300,
+            "{got} got their permits: some, not all"
         );
+        assert!(left_nothing(&client).await, "{:?}", client.stats());
+        // Read without giving anything back: no lease may have ended in Redis meanwhile.
+        let value: i64 = raw.get("leased-storm").await.unwrap();
+        assert_eq!(value, 2);
+        let leases: i64 = raw.exists("{leased-storm}:timeout").await.unwrap();
+        assert_eq!(leases, 0, "no lease left");
     })
     .await;
 }

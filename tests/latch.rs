@@ -258,6 +258,7 @@ async fn inspections_show_the_count() {
         assert_eq!(seen.keys.len(), 1);
         assert_eq!(seen.keys[0].ttl, None);
         assert!(seen.holders.is_empty());
+        assert_eq!(seen.listeners, Some(0), "nobody waits");
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "counter");
         assert_eq!(by_name.count, Some(3));

@@ -319,7 +319,8 @@ impl Engine {
                 format!("unexpected reply from an inspect script: {problem}"),
             ))
         })?;
-        if let Wake::Shared(channel) | Wake::Counted(channel) = kind.wake() {
+        if let Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) = kind.wake()
+        {
             let counts: Vec<Value> = if core.writer.sharded {
                 core.redis().pubsub_shardnumsub(&*channel).await
             } else {

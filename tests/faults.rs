@@ -212,6 +212,62 @@ async fn lost_replies_take_effect_once(kind: Kind) {
     .await;
 }
 
+/// 1. Semaphores: an acquire whose reply was lost takes its permits once (the attempt sent again
+///    finds its grant, or its lease), and a release whose reply was lost gives them back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lost_replies_move_permits_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let client = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1))).await;
+        let semaphore = client.semaphore("cut-permits");
+        semaphore.try_set_permits(5).await.unwrap();
+        let leased = client.permit_semaphore("cut-leases");
+        leased.try_set_permits(5).await.unwrap();
+        let counter = |name: &'static str| {
+            let raw = raw.clone();
+            async move { raw.get::<i64, _>(name).await.unwrap() }
+        };
+        // The scripts cached first, so that the reply lost is the script's own, not a NOSCRIPT.
+        semaphore.acquire(1).await.unwrap().release().await.unwrap();
+        leased.acquire().await.unwrap().release().await.unwrap();
+
+        quiet(&client).await;
+        proxy.lose_next_reply();
+        let permit = semaphore.acquire(2).await.unwrap();
+        assert!(!proxy.reply_pending_loss(), "the acquire's reply was lost");
+        assert_eq!(counter("cut-permits").await, 3, "acquire");
+        quiet(&client).await;
+        proxy.lose_next_reply();
+        permit.release().await.unwrap();
+        assert!(!proxy.reply_pending_loss(), "the release's reply was lost");
+        assert_eq!(counter("cut-permits").await, 5, "release");
+
+        quiet(&client).await;
+        proxy.lose_next_reply();
+        let lease = leased.acquire().await.unwrap();
+        assert!(!proxy.reply_pending_loss());
+        assert_eq!(counter("cut-leases").await, 4, "acquire");
+        let leases: i64 = raw.zcard("{cut-leases}:timeout").await.unwrap();
+        assert_eq!(leases, 1);
+        quiet(&client).await;
+        proxy.lose_next_reply();
+        lease.release().await.unwrap();
+        assert!(!proxy.reply_pending_loss());
+        assert_eq!(counter("cut-leases").await, 5, "release");
+
+        settled(&client, Duration::from_secs(5)).await;
+        let left: Vec<_> = leftovers(&raw)
+            .await
+            .into_iter()
+            .filter(|(key, _, _)| key != "cut-permits" && key != "cut-leases")
+            .collect();
+        assert!(only_fences(&left), "{left:?}");
+    })
+    .await;
+}
+
 /// 1. A fair waiter whose join reply is lost holds one place, and takes the lock once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lost_join_reply_queues_once() {

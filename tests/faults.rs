@@ -177,6 +177,9 @@ async fn lost_replies_take_effect_once(kind: Kind) {
         let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1))).await;
         let lock = kind.lock(&locks, "cut");
         let field = locks.owner_field(fredlock::OwnerId::current());
+        // The scripts cached first, so that the reply lost is the script's own, not a NOSCRIPT.
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        quiet(&locks).await;
 
         proxy.lose_next_reply();
         let first = lock.lock().await.unwrap();

@@ -226,7 +226,7 @@ impl Kind for Fair {
     fn inspect(&self) -> Call {
         Call {
             script: &FAIR_INSPECT,
-            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            keys: self.keys.first(4),
             args: Vec::new(),
         }
     }

@@ -287,7 +287,7 @@ impl LatchKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,
-            keys: vec![self.keys.get(0), self.keys.get(1)],
+            keys: self.keys.first(2),
             args,
         }
     }

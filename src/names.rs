@@ -172,6 +172,12 @@ impl<const N: usize> Keys<N> {
         Key::from(self.joined.inner().slice(self.range(i)))
     }
 
+    /// The first `n` keys given to [`Keys::new`], as a script call sends them (a primitive whose
+    /// last entry is no key, such as a prefix, sends fewer than it keeps).
+    pub(crate) fn first(&self, n: usize) -> Vec<Key> {
+        (0..n.min(N)).map(|i| self.get(i)).collect()
+    }
+
     /// The `i`-th key given to [`Keys::new`], as text: a channel's name, say.
     pub(crate) fn text(&self, i: usize) -> Str {
         self.joined.slice_ref(self.str(i))

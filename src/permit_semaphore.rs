@@ -409,7 +409,7 @@ impl PermitKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,
-            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            keys: self.keys.first(4),
             args,
         }
     }

@@ -345,7 +345,7 @@ impl RwKind {
         }
         Call {
             script,
-            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            keys: self.keys.first(4),
             args: argv,
         }
     }

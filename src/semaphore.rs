@@ -103,7 +103,8 @@ pub struct Semaphore {
 #[must_use = "dropping a permit gives it back at once"]
 pub struct SemaphorePermit {
     guard: Guard,
-    permits: u32,
+    /// The acquisition's kind (the guard's too): its keys and permits.
+    kind: Arc<SemaphoreKind>,
 }
 
 impl LockClient {
@@ -271,17 +272,17 @@ impl Semaphore {
 
     async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<Option<SemaphorePermit>> {
         check_permits(self.name(), permits)?;
-        let kind: Arc<dyn Kind> = Arc::new(self.kind(permits));
+        let kind = Arc::new(self.kind(permits));
         // A grant of its own per acquisition: permits are nobody's to re-enter.
         let win = engine::acquire(
             self.client.engine(),
-            kind,
+            kind.clone(),
             OwnerId::unique(),
             wait,
             Lease::Unbounded,
         )
         .await?;
-        Ok(win.map(|Win { guard, .. }| SemaphorePermit { guard, permits }))
+        Ok(win.map(|Win { guard, .. }| SemaphorePermit { guard, kind }))
     }
 
     fn kind(&self, permits: u32) -> SemaphoreKind {
@@ -335,7 +336,7 @@ pub(crate) fn check_permits(name: &str, permits: u32) -> Result<()> {
 impl SemaphorePermit {
     /// How many permits this holds.
     pub fn permits(&self) -> u32 {
-        self.permits
+        self.kind.permits
     }
 
     /// The semaphore's name.
@@ -370,16 +371,7 @@ impl SemaphorePermit {
     /// background.
     pub fn forget(self) {
         let engine = self.guard.engine().clone();
-        let call = Call {
-            script: &FORGET,
-            keys: vec![
-                Key::from(self.name()),
-                Key::from(names::semaphore_channel(self.name())),
-                Key::from(names::fences(self.name())),
-                Key::from(names::semaphore_grants(self.name())),
-            ],
-            args: vec![Value::from(self.grant())],
-        };
+        let call = self.kind.call(&FORGET, vec![Value::from(self.grant())]);
         let grant = self.grant().to_owned();
         self.guard.forget();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -405,7 +397,7 @@ impl fmt::Debug for SemaphorePermit {
         f.debug_struct("SemaphorePermit")
             .field("name", &self.name())
             .field("grant", &self.grant())
-            .field("permits", &self.permits)
+            .field("permits", &self.permits())
             .finish()
     }
 }
@@ -430,7 +422,7 @@ impl SemaphoreKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,
-            keys: (0..4).map(|i| self.keys.get(i)).collect(),
+            keys: self.keys.first(4),
             args,
         }
     }

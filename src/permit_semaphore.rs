@@ -19,7 +19,7 @@ use crate::inspect::{Found, Layout, OwnKey};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 use crate::scripts::{counter_inspect, counter_script};
-use crate::semaphore::Semaphore;
+use crate::semaphore::{check_permits, ADD, TRY_SET};
 
 /// Every script of the permit semaphore, as sections of one file.
 const SCRIPTS: &str = include_str!("../lua/permit_semaphore.lua");
@@ -101,8 +101,6 @@ pub struct PermitSemaphore {
     /// The counter (the name), the leases, the channel, the fences of lost replies; the leases
     /// are empty for a name it refuses.
     keys: Arc<Keys<4>>,
-    /// The same counter as a plain semaphore: setting and adding permits are the same calls.
-    counter: Semaphore,
 }
 
 /// One permit of a [`PermitSemaphore`]: given back by [`release`](Self::release) or by dropping
@@ -154,7 +152,6 @@ impl PermitSemaphore {
                 &names::semaphore_channel(&key),
                 &names::fences(&key),
             ])),
-            counter: client.semaphore_at(key),
         }
     }
 
@@ -176,8 +173,10 @@ impl PermitSemaphore {
     /// Not cancel safe in the sense that the permits may be set although the future was dropped
     /// before reporting it.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        engine::check_kind(&self.kind())?;
-        self.counter.try_set_permits(permits).await
+        let set: i64 = self
+            .send(self.kind().counter_call(&TRY_SET, permits))
+            .await?;
+        Ok(set == 1)
     }
 
     /// Adds `permits` to those available, and wakes waiters.
@@ -192,8 +191,9 @@ impl PermitSemaphore {
     ///
     /// As [`try_set_permits`](Self::try_set_permits).
     pub async fn add_permits(&self, permits: u32) -> Result<()> {
-        engine::check_kind(&self.kind())?;
-        self.counter.add_permits(permits).await
+        check_permits(self.name(), permits)?;
+        let _: i64 = self.send(self.kind().counter_call(&ADD, permits)).await?;
+        Ok(())
     }
 
     /// The permits available now, after giving back those whose leases ended (a write, as
@@ -406,6 +406,16 @@ pub(crate) struct PermitKind {
 }
 
 impl PermitKind {
+    /// A call of one of the plain semaphore's scripts on the same counter and channel (setting
+    /// and adding permits are the same for both kinds).
+    fn counter_call(&self, script: &'static Script, permits: u32) -> Call {
+        Call {
+            script,
+            keys: vec![self.keys.get(0), self.keys.get(2)],
+            args: vec![Value::from(permits)],
+        }
+    }
+
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,

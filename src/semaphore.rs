@@ -30,12 +30,13 @@ pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "release", true, true));
 /// Drops a grant's record, its permits staying taken.
 static FORGET: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "forget", false, true));
-/// Sets the permits of a semaphore that has none set.
-static TRY_SET: LazyLock<Script> =
+/// Sets the permits of a semaphore that has none set (a permit semaphore's too: KEYS are the
+/// counter and the channel).
+pub(crate) static TRY_SET: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "try_set", false, false));
 /// Sets the permits available.
 static SET: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "set", false, false));
-/// Adds permits, nobody's in particular.
+/// Adds permits, nobody's in particular (to a permit semaphore's counter too).
 pub(crate) static ADD: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "add", false, true));
 /// Takes every permit available.
@@ -430,7 +431,7 @@ impl SemaphoreKind {
 
 impl LockClient {
     /// A semaphore at `key`, the client's prefix already on it.
-    pub(crate) fn semaphore_at(&self, key: String) -> Semaphore {
+    fn semaphore_at(&self, key: String) -> Semaphore {
         Semaphore {
             client: self.clone(),
             keys: Arc::new(Keys::new([

@@ -57,6 +57,15 @@ local function prepare()
     return now
 end
 
+-- Gives back permit `id` if it is held: true when it was.
+local function give_back(id)
+    if redis.call('zrem', leases, id) == 0 then
+        return false
+    end
+    redis.call(PUBLISH, channel, redis.call('incr', counter))
+    return true
+end
+
 --- script: acquire
 -- ARGV[1]  lease in ms
 -- ARGV[2]  permit id, new for each acquisition
@@ -107,8 +116,7 @@ end
 if tonumber(ARGV[2]) > 0 then
     return 0
 end
-redis.call('zrem', leases, ARGV[1])
-redis.call(PUBLISH, channel, redis.call('incr', counter))
+give_back(ARGV[1])
 return 1
 
 --- script: release_by_id
@@ -119,11 +127,10 @@ local _, wrong = prepare()
 if wrong then
     return wrong
 end
-if redis.call('zrem', leases, ARGV[1]) == 0 then
-    return 0
+if give_back(ARGV[1]) then
+    return 1
 end
-redis.call(PUBLISH, channel, redis.call('incr', counter))
-return 1
+return 0
 
 --- script: available
 -- Reply: the permits available, after giving back those whose leases ended.

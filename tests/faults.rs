@@ -92,12 +92,6 @@ async fn settled(client: &LockClient, limit: Duration) {
     assert!(settled, "lost replies left unsettled: {:?}", client.stats());
 }
 
-/// Whether the client has nothing left: no holds, waits, subscriptions or unsettled calls.
-fn idle(client: &LockClient) -> bool {
-    let stats = client.stats();
-    stats.held == 0 && stats.wait_entries == 0 && stats.subscriptions == 0 && stats.unsettled == 0
-}
-
 // 1. A stall longer than the command timeout: the retried acquire takes one hold.
 for_each_kind!(stall_past_the_command_timeout_takes_one_hold);
 
@@ -557,7 +551,7 @@ async fn reconnects_leave_no_subscriptions_behind() {
         holding.await.unwrap();
 
         let settled = eventually(Duration::from_secs(4), || async {
-            common::pubsub_channels(&raw).await.is_empty() && idle(&locks)
+            common::pubsub_channels(&raw).await.is_empty() && common::idle(&locks)
         })
         .await;
         assert!(
@@ -679,7 +673,7 @@ async fn cancelled_futures_under_chaos_leave_nothing() {
         let steps = chaos.await.unwrap();
         assert_eq!(done.load(Ordering::Relaxed), 5000);
 
-        let settled = eventually(Duration::from_secs(15), || async { idle(&locks) }).await;
+        let settled = eventually(Duration::from_secs(15), || async { common::idle(&locks) }).await;
         assert!(settled, "client still has {:?}", locks.stats());
         let raw = server.raw().await;
         let clean = eventually(Duration::from_secs(10), || async {
@@ -780,7 +774,7 @@ async fn chaos_worker() {
     let raw = common::raw_client(&url).await;
     let clean = eventually(Duration::from_secs(20), || async {
         let all_done = checker.get::<i64, _>("done").await.unwrap() >= 3;
-        all_done && idle(&locks) && common::pubsub_channels(&raw).await.is_empty()
+        all_done && common::idle(&locks) && common::pubsub_channels(&raw).await.is_empty()
     })
     .await;
     let verdict = if clean {

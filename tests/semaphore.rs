@@ -9,20 +9,12 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, LockClient, DEFAULT_WATCHDOG_TIMEOUT};
+use fredlock::{Error, DEFAULT_WATCHDOG_TIMEOUT};
 use rand::Rng;
 use tokio::time::Instant;
 
 /// How soon a waiter must wake after a release.
 const WAKE_LIMIT: Duration = Duration::from_millis(250);
-
-async fn clients(server: &RedisServer, count: usize) -> Vec<LockClient> {
-    let mut clients = Vec::new();
-    for _ in 0..count {
-        clients.push(server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await);
-    }
-    clients
-}
 
 /// 1. 3 clients x 10 tasks on 3 permits for 5 s: never more than 3 inside (counted in Redis
 ///    and in the process), and every task gets in.
@@ -31,7 +23,7 @@ async fn never_more_inside_than_permits_and_everyone_progresses() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let clients = clients(&server, 3).await;
+        let clients = common::clients(&vec![server.url(); 3]).await;
         assert!(clients[0]
             .semaphore("exports")
             .try_set_permits(3)
@@ -98,7 +90,7 @@ async fn never_more_inside_than_permits_and_everyone_progresses() {
 async fn releases_wake_as_many_waiters_as_they_free_permits_for() {
     bounded(async {
         let server = RedisServer::start();
-        let clients = clients(&server, 2).await;
+        let clients = common::clients(&vec![server.url(); 2]).await;
         let holder = clients[0].semaphore("slots");
         holder.try_set_permits(3).await.unwrap();
         let held = holder.acquire(3).await.unwrap();
@@ -242,20 +234,6 @@ where
     got
 }
 
-/// Whether `client` keeps nothing of any acquisition: no hold, wait entry, unsettled call or
-/// subscription.
-async fn left_nothing(client: &LockClient) -> bool {
-    eventually(Duration::from_secs(10), || async {
-        let stats = client.stats();
-        stats.held == 0 && stats.wait_entries == 0 && stats.unsettled == 0
-    })
-    .await
-        && eventually(Duration::from_secs(5), || async {
-            client.stats().subscriptions == 0
-        })
-        .await
-}
-
 /// 5. 300 `acquire` futures cancelled at random points leave the counter where it started, no
 ///    grant, no wait entry and no subscription; and so do 300 of a permit semaphore, with no
 ///    lease left.
@@ -276,7 +254,8 @@ async fn cancelled_acquisitions_leave_the_counter_as_it_was() {
             got > 0 && got < 300,
             "{got} got their permits: some, not all"
         );
-        assert!(left_nothing(&client).await, "{:?}", client.stats());
+        let idle = eventually(Duration::from_secs(10), || async { common::idle(&client) }).await;
+        assert!(idle, "{:?}", client.stats());
         assert_eq!(semaphore.available_permits().await.unwrap(), 2);
         let grants: i64 = raw.exists("fredlock_permits:{storm}").await.unwrap();
         assert_eq!(grants, 0, "no grant left");
@@ -292,7 +271,8 @@ async fn cancelled_acquisitions_leave_the_counter_as_it_was() {
             got > 0 && got < 300,
             "{got} got their permits: some, not all"
         );
-        assert!(left_nothing(&client).await, "{:?}", client.stats());
+        let idle = eventually(Duration::from_secs(10), || async { common::idle(&client) }).await;
+        assert!(idle, "{:?}", client.stats());
         // Read without giving anything back: no lease may have ended in Redis meanwhile.
         let value: i64 = raw.get("leased-storm").await.unwrap();
         assert_eq!(value, 2);

@@ -1011,6 +1011,12 @@ pub async fn clients(urls: &[String]) -> Vec<fredlock::LockClient> {
     clients
 }
 
+/// Whether the client has nothing left: no holds, waits, subscriptions or unsettled calls.
+pub fn idle(client: &fredlock::LockClient) -> bool {
+    let stats = client.stats();
+    stats.held == 0 && stats.wait_entries == 0 && stats.subscriptions == 0 && stats.unsettled == 0
+}
+
 /// The URLs of `servers`.
 pub fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(RedisServer::url).collect()

@@ -1,5 +1,5 @@
 -- Shared head of the scripts of Redisson's counters (prepended by
--- src/scripts.rs): a semaphore's available permits, a count-down latch's
+-- src/lua.rs): a semaphore's available permits, a count-down latch's
 -- count, each a string holding an integer at the primitive's name.
 
 -- The integer at `key`, 0 when it is missing; an error reply (nil, error) for

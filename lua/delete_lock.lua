@@ -1,5 +1,5 @@
 -- Deleting a lock whoever holds it, for the force-unlock scripts (prepended
--- by src/scripts.rs after holds.lua). Kept out of holds.lua: every function a
+-- by src/lua.rs after holds.lua). Kept out of holds.lua: every function a
 -- script's text defines is made again on every call, and the lock's hot paths
 -- (acquire, release) never delete by force.
 

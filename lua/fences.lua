@@ -1,5 +1,5 @@
 -- Shared head of every script that changes a primitive (prepended by
--- src/scripts.rs, before the primitive's own head).
+-- src/lua.rs, before the primitive's own head).
 --
 -- Exactly-once effects (the argument is in src/ledger.rs). Every call that
 -- changes a lock carries, after its own arguments, a request id and then the

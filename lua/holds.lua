@@ -1,4 +1,4 @@
--- Shared head of the lock scripts of both kinds (prepended by src/scripts.rs):
+-- Shared head of the lock scripts of both kinds (prepended by src/lua.rs):
 -- the rules of Redisson's hash of holds, written once. A lock is a hash whose
 -- fields are owners ("<client uuid>:<owner id>") and values their hold counts;
 -- its TTL is the lease.

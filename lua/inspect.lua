@@ -1,4 +1,4 @@
--- Shared head of every inspect script (prepended by src/scripts.rs): reading a
+-- Shared head of every inspect script (prepended by src/lua.rs): reading a
 -- primitive without changing it, in the one reply shape the engine reads:
 --
 --   {now, {key, pttl, ..}, {owner field, hold count, fencing token or '',

@@ -1,6 +1,6 @@
 -- A count-down latch: Redisson's RCountDownLatch layout. Every script of the
 -- primitive is here: the head below goes first (after counter.lua), then one
--- section per script (src/scripts.rs composes them).
+-- section per script (src/lua.rs composes them).
 --
 --   KEYS[1]  latch name: string holding the count; a missing key counts zero
 --   KEYS[2]  channel ("redisson_countdownlatch__channel__{name}"): '0' when

@@ -1,7 +1,7 @@
 -- A semaphore whose permits are leases: Redisson's RPermitExpirableSemaphore
 -- layout, timed by the server's clock. Every script of the primitive is here:
 -- the head below goes first (after fences.lua and counter.lua), then one
--- section per script (src/scripts.rs composes them).
+-- section per script (src/lua.rs composes them).
 --
 --   KEYS[1]  semaphore name: string holding the permits available (Redisson's)
 --   KEYS[2]  leases ("{name}:timeout"): zset of permit id -> when its lease

@@ -2,7 +2,7 @@
 -- that keep new readers out. This file holds every script of the primitive:
 -- the head below goes first (after holds.lua for the scripts that change the
 -- lock), then one section, from its "--- script:" line to the next
--- (src/scripts.rs composes them; Redis would otherwise make every function of
+-- (src/lua.rs composes them; Redis would otherwise make every function of
 -- every operation on every call).
 --
 --   KEYS[1]  lock name: hash with field 'mode' = 'read' | 'write', one field
@@ -380,7 +380,7 @@ return removed
 
 --- script: renew
 -- Extend many watchdog-held read and write holds in one call (the same shape
--- as lock_renew.lua). A read hold's own timeout keys are extended, never
+-- as the reentrant lock's renew in lock.lua). A read hold's own timeout keys are extended, never
 -- another reader's; the hash is extended, never shortened. Nothing is brought
 -- back: a reader whose holds all ended, or a writer whose field is gone,
 -- counts as lost.

@@ -2,7 +2,7 @@
 -- the permits its acquisitions took. Every script of the primitive is here:
 -- the head below goes first (after fences.lua and counter.lua for the
 -- scripts that change it), then one section, from its "--- script:" line to
--- the next (src/scripts.rs composes them).
+-- the next (src/lua.rs composes them).
 --
 --   KEYS[1]  semaphore name: string holding the permits available (Redisson's)
 --   KEYS[2]  channel ("redisson_sc:{name}"): every change publishes the new

@@ -75,7 +75,8 @@ impl LockClient {
     /// - an eviction policy that can delete lock keys (`allkeys-*`, or `volatile-*` with a
     ///   `maxmemory` set: every lock key has a TTL) or fence counters (`allkeys-*`);
     /// - no persistence (no AOF, no RDB snapshots): a restart empties the server, so every lock
-    ///   is gone and fencing tokens start again from 1;
+    ///   is gone and the fencing token counters are seeded again from the server clock (tokens
+    ///   keep increasing only while that clock does not step back);
     /// - no replicas behind Sentinel or in a cluster (nothing to fail over to), and
     ///   asynchronous replication where there are replicas (a failover can lose a lock taken
     ///   just before it) unless [`replica_sync`](crate::LockClientBuilder::replica_sync) is on;
@@ -240,7 +241,8 @@ fn node_warnings(topology: &Topology, node: &NodeReport, needed: u32) -> Vec<Str
     if node.appendonly == Some(false) && node.save.is_some() && !snapshots {
         warnings.push(format!(
             "{server}: no persistence (appendonly no, no save schedule): a restart empties the \
-             server, every lock is gone and fencing tokens start again from 1"
+             server, every lock is gone and fencing tokens are seeded again from the server clock \
+             (they keep increasing only while it does not step back)"
         ));
     }
     if !node.wait {

@@ -123,7 +123,8 @@ pub enum Error {
     /// so it would wait for ever. Refused at once, with nothing changed; release the read holds
     /// first (a writer may take read holds, the other way round).
     #[error(
-        "read-write lock {lock:?}: owner {owner} holds a read lock and asked for the write lock,          which would wait for itself (at {server}); release the read holds first"
+        "read-write lock {lock:?}: owner {owner} holds a read lock and asked for the write lock, \
+         which would wait for itself (at {server}); release the read holds first"
     )]
     WouldDeadlock {
         /// The lock's name.
@@ -303,8 +304,8 @@ impl Error {
         }
     }
 
-    /// Converts a fred error met on `server` while working on `lock`, recognising `WRONGTYPE`
-    /// replies.
+    /// Converts a fred error met on `server` while working on `lock`, recognising a refused
+    /// replica sync (the refusals scripts raise are the engine's to decode).
     pub(crate) fn from_redis(
         server: &str,
         lock: &str,
@@ -318,26 +319,6 @@ impl Error {
                 server: server.to_owned(),
                 acked,
                 needed,
-            };
-        }
-        let details = source.details();
-        if details.contains("DEADLOCK the owner holds a read lock") {
-            return Error::WouldDeadlock {
-                lock: lock.to_owned(),
-                owner: owner.unwrap_or_default().to_owned(),
-                server: server.to_owned(),
-            };
-        }
-        if details.contains("WRONGTYPE") {
-            // The fair-lock scripts name a wrong key of the line after this marker; any other
-            // WRONGTYPE is about the lock's own key.
-            let key = details
-                .split_once("WRONGTYPE not the ")
-                .and_then(|(_, rest)| rest.split_once(": "))
-                .map_or(lock, |(_, key)| key);
-            return Error::WrongType {
-                lock: lock.to_owned(),
-                key: key.to_owned(),
             };
         }
         Error::Redis {

@@ -1,22 +1,53 @@
 //! [`FairLock`]: Redisson's `RFairLock`, a reentrant lock granted in arrival order.
 
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    keys_without_expiry, AcquireArgs, Call, Inspection, Kind, Leak, Name, ReleaseArgs, Request,
-    Script, Wake,
+    keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name, ReleaseArgs,
+    Request, Script, Wake,
 };
-use crate::inspect::{Found, Layout};
+use crate::layout::Layout;
+use crate::lock::LOCK_RENEW;
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
+use crate::lua;
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
-use crate::scripts::{
-    FAIR_ACQUIRE, FAIR_FORCE_UNLOCK, FAIR_INSPECT, FAIR_LEAVE, FAIR_RELEASE, LOCK_RENEW,
-};
+
+/// Every script of the fair lock: its queue's head, then sections.
+const SCRIPTS: &str = include_str!("../lua/fair_lock.lua");
+
+/// Takes, re-enters or queues for a fair lock.
+static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "acquire", false));
+/// Gives back one hold of a fair lock, telling the first waiter when it is free.
+static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "release", true));
+/// Takes a waiter out of a fair lock's queue.
+static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| lua::holds_script(SCRIPTS, "leave", true));
+/// Deletes a fair lock whoever holds it, telling the first waiter.
+static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = lua::sections(SCRIPTS, "force_unlock");
+    Script::freeing(&[lua::HOLDS, head, lua::DELETE_LOCK, body])
+});
+/// Reads a fair lock, with its queue, for an inspection.
+static FAIR_INSPECT: LazyLock<Script> = LazyLock::new(|| lua::inspect_script(SCRIPTS, false));
+
+/// The composed text of the fair lock's script `name`, for tests and the benchmark.
+pub(crate) fn script(name: &str) -> Option<&'static Script> {
+    Some(match name {
+        "acquire" => &FAIR_ACQUIRE,
+        "release" => &FAIR_RELEASE,
+        "leave" => &FAIR_LEAVE,
+        "force_unlock" => &FAIR_FORCE_UNLOCK,
+        "inspect" => &FAIR_INSPECT,
+        _ => return None,
+    })
+}
 
 /// A reentrant distributed lock whose waiters are served first come, first served: Redisson's
 /// `RFairLock`, with the same keys, so Java and Rust waiters share one line.
@@ -83,7 +114,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     own_key: None,
     of_type: None,
     at_key: |client, key| {
-        Found::Lock(Lock::of_kind(
+        Box::new(Lock::of_kind(
             client.clone(),
             Fair::new(key, client.fair_wait_timeout()),
         ))
@@ -175,27 +206,21 @@ impl Kind for Fair {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
-
     fn name_text(&self) -> Name {
         self.keys.text(0)
     }
-
     fn label(&self) -> &'static str {
         "fair_lock"
     }
-
     fn key(&self) -> Key {
         self.keys.get(0)
     }
-
     fn wake(&self) -> Wake {
         Wake::PerWaiter(self.keys.text(4))
     }
-
     fn place(&self) -> Option<Duration> {
         Some(self.place)
     }
-
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let own = [
             args.lease.clone(),
@@ -205,7 +230,6 @@ impl Kind for Fair {
         ];
         self.call(&FAIR_ACQUIRE, &own, Some(args.request))
     }
-
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let own = [
             args.lease.clone(),
@@ -214,15 +238,15 @@ impl Kind for Fair {
         ];
         self.call(&FAIR_RELEASE, &own, Some(args.request))
     }
-
     fn leave(&self, field: &str, request: &Request) -> Option<Call> {
         Some(self.call(&FAIR_LEAVE, &[Value::from(field)], Some(request)))
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         Some(&LOCK_RENEW)
     }
+}
 
+impl Inspect for Fair {
     fn inspect(&self) -> Call {
         Call {
             script: &FAIR_INSPECT,
@@ -230,7 +254,6 @@ impl Kind for Fair {
             args: Vec::new(),
         }
     }
-
     /// Besides keys without expiry, a waiter whose place ended more than `grace` ago: every
     /// acquire purges expired waiters, so one that lingers means nobody has asked since, and it
     /// keeps the queue's keys alive.

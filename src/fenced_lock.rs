@@ -11,20 +11,20 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Inspection, Kind, Leak, Lease, Name, ReleaseArgs,
-    Script, Wake, Win,
+    self, keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Lease, Name,
+    ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
-use crate::inspect::{Found, Layout};
+use crate::layout::Layout;
 use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
+use crate::lua;
 use crate::names;
 use crate::owner::OwnerId;
-use crate::scripts::holds_script;
 
 /// Takes or re-enters a fenced lock, issuing a token for every first hold.
 pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| holds_script(include_str!("../lua/fenced_acquire.lua")));
+    LazyLock::new(|| lua::holds_script(include_str!("../lua/fenced_lock.lua"), "acquire", false));
 
 /// A reentrant distributed lock that hands out a **fencing token** with every acquisition:
 /// Redisson's `RFencedLock`, with the same keys, so Java and Rust clients exclude each other and
@@ -83,43 +83,37 @@ impl Kind for Fenced {
     fn name(&self) -> &str {
         self.lock.name()
     }
-
     fn name_text(&self) -> Name {
         self.lock.name_text()
     }
-
     fn label(&self) -> &'static str {
         "fenced_lock"
     }
-
     fn key(&self) -> Key {
         self.lock.key()
     }
-
     fn wake(&self) -> Wake {
         self.lock.wake()
     }
-
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut call = self.lock.acquire_call(&FENCED_ACQUIRE, args);
         call.keys.push(self.counter.clone());
         call
     }
-
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         self.lock.release(args)
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         self.lock.renewal()
     }
+}
 
+impl Inspect for Fenced {
     fn inspect(&self) -> Call {
         let mut call = self.lock.inspect();
         call.keys.push(self.counter.clone());
         call
     }
-
     /// The token counter never expires by design: tokens must never go backwards.
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         keys_without_expiry(inspection, &[self.counter.as_str().unwrap_or_default()])
@@ -158,7 +152,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     strays: None,
     own_key: None,
     of_type: None,
-    at_key: |client, key| Found::Lock(fenced_at(client, key)),
+    at_key: |client, key| Box::new(fenced_at(client, key)),
 };
 
 impl FencedLock {

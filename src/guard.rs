@@ -42,7 +42,8 @@ fn wrapped(script: &str) -> Arc<Script> {
 /// [`FairLock::lock`](crate::FairLock::lock), [`SpinLock::lock`](crate::SpinLock::lock) and
 /// friends.
 ///
-/// - [`unlock`](Self::unlock) gives the hold back and reports whether it was still held.
+/// - [`unlock`](Self::unlock) gives the hold back, and fails with
+///   [`Error::NotHeld`](crate::Error::NotHeld) when it was no longer held.
 /// - Dropping the guard gives it back too, in the background, within milliseconds.
 /// - The guard is `Send`: it may move to another task and be unlocked there; it remembers the
 ///   owner that acquired it.

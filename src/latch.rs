@@ -9,13 +9,13 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Inspection, Kind, Leak, Name, ReleaseArgs,
-    Script, Wake,
+    self, keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name,
+    ReleaseArgs, Script, Wake,
 };
 use crate::error::{Error, Result};
-use crate::inspect::{Found, Layout};
+use crate::layout::{Counted, Layout};
+use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
-use crate::scripts::{counter_inspect, counter_script};
 use crate::semaphore::read_counter;
 
 /// Every script of the latch, as sections of one file.
@@ -32,7 +32,7 @@ static DELETE: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "dele
 /// Whether the count is zero, for a waiter.
 static CHECK: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "check", false, false));
 /// Reads the latch for an inspection.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| counter_inspect(SCRIPTS));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
 
 /// A distributed count-down latch, Redisson's `RCountDownLatch`: instances wait until a set of
 /// others has finished (counted down), across every client on the same Redis, Java Redisson
@@ -271,7 +271,10 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
             counter: true,
             ..CountDownLatch::at(client, key).kind()
         };
-        Found::Other(client.clone(), Arc::new(kind))
+        Box::new(Counted {
+            client: client.clone(),
+            kind: Arc::new(kind),
+        })
     },
 };
 
@@ -297,11 +300,9 @@ impl Kind for LatchKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
-
     fn name_text(&self) -> Name {
         self.keys.text(0)
     }
-
     fn label(&self) -> &'static str {
         if self.counter {
             "counter"
@@ -309,7 +310,6 @@ impl Kind for LatchKind {
             "count_down_latch"
         }
     }
-
     fn refuses_name(&self) -> Option<String> {
         (!self.counter && self.name().contains(['{', '}'])).then(|| {
             format!(
@@ -320,34 +320,30 @@ impl Kind for LatchKind {
             )
         })
     }
-
     fn key(&self) -> Key {
         self.keys.get(0)
     }
-
     fn wake(&self) -> Wake {
         Wake::AtZero(self.keys.text(1))
     }
-
     /// The look of a waiter: nil (done) when the count is zero. A latch is waited for
     /// ([`engine::wait_until`]), never acquired.
     fn acquire(&self, _args: &AcquireArgs<'_>) -> Call {
         self.call(&CHECK, Vec::new())
     }
-
     /// Nothing is held, so nothing is released: the same look, which changes nothing.
     fn release(&self, _args: &ReleaseArgs<'_>) -> Call {
         self.call(&CHECK, Vec::new())
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         None
     }
+}
 
+impl Inspect for LatchKind {
     fn inspect(&self) -> Call {
         self.call(&INSPECT, Vec::new())
     }
-
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The count lasts until it reaches zero, by design (Redisson's).
         keys_without_expiry(inspection, &[self.keys.str(0)])

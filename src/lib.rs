@@ -130,16 +130,17 @@ mod error;
 mod fair_lock;
 mod fenced_lock;
 mod guard;
-mod inspect;
 mod latch;
+mod layout;
 mod lock;
+mod lua;
 mod multi_lock;
 mod names;
+mod ops;
 mod owner;
 mod permit_semaphore;
 mod redlock;
 mod rw_lock;
-mod scripts;
 mod semaphore;
 mod spin_lock;
 
@@ -155,10 +156,10 @@ pub use error::{Error, NodeFailure, NodeFailureReason, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};
 pub use guard::LockGuard;
-pub use inspect::DEFAULT_LEAK_GRACE;
 pub use latch::CountDownLatch;
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};
+pub use ops::DEFAULT_LEAK_GRACE;
 pub use owner::OwnerId;
 pub use permit_semaphore::{LeasedPermit, PermitSemaphore};
 pub use redlock::{
@@ -170,7 +171,7 @@ pub use semaphore::{Semaphore, SemaphorePermit};
 pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 
 #[doc(hidden)]
-pub use scripts::source as script_source;
+pub use ops::source as script_source;
 
 /// The names of the metrics fredlock records with the `metrics` feature, through the
 /// [`metrics`](https://docs.rs/metrics) facade: nothing is recorded until the application
@@ -191,5 +192,5 @@ pub mod metrics {
 
 /// The fred types that appear in fredlock's API.
 pub use fred;
-/// The token [`LockGuard::cancellation_token`] returns, cancelled when the lock is lost.
+/// The token [`LockGuard::cancellation_token`] returns: it is cancelled when the lock is lost.
 pub use tokio_util::sync::CancellationToken;

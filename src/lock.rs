@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
@@ -10,15 +10,51 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, AcquireArgs, Backoff, Call, Inspection, Kind, Leak, Lease, Name, ReleaseArgs, Script,
-    Wake, Win,
+    self, AcquireArgs, Backoff, Call, Inspect, Inspection, Kind, Leak, Lease, Name, ReleaseArgs,
+    Script, Wake, Win,
 };
 use crate::error::{waited, Error, Result};
 use crate::guard::LockGuard;
-use crate::inspect::{Found, Layout};
+use crate::layout::{Found, Layout, Pending};
+use crate::lua;
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
-use crate::scripts::{LOCK_ACQUIRE, LOCK_FORCE_UNLOCK, LOCK_INSPECT, LOCK_RELEASE, LOCK_RENEW};
+
+/// Every script of the reentrant lock: sections of one file.
+const SCRIPTS: &str = include_str!("../lua/lock.lua");
+
+/// Takes or re-enters a reentrant lock.
+pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "acquire", false));
+/// Gives back one hold of a reentrant lock.
+pub(crate) static LOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "release", true));
+/// Extends many watchdog-held locks in one call (of every kind of the family but the
+/// read-write lock).
+pub(crate) static LOCK_RENEW: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = lua::sections(SCRIPTS, "renew");
+    Script::freeing(&[head, body])
+});
+/// Deletes a lock whoever holds it.
+pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = lua::sections(SCRIPTS, "force_unlock");
+    Script::freeing(&[lua::HOLDS, lua::DELETE_LOCK, head, body])
+});
+/// Reads a lock of the reentrant family for an inspection.
+pub(crate) static LOCK_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| lua::inspect_script(SCRIPTS, false));
+
+/// The composed text of the reentrant lock's script `name`, for tests and the benchmark.
+pub(crate) fn script(name: &str) -> Option<&'static Script> {
+    Some(match name {
+        "acquire" => &LOCK_ACQUIRE,
+        "release" => &LOCK_RELEASE,
+        "renew" => &LOCK_RENEW,
+        "force_unlock" => &LOCK_FORCE_UNLOCK,
+        "inspect" => &LOCK_INSPECT,
+        _ => return None,
+    })
+}
 
 /// A reentrant distributed lock, Redisson's `RLock`: at most one owner at a time across every
 /// client on the same Redis, Java Redisson clients included.
@@ -64,7 +100,7 @@ pub struct Lock {
 
 /// A primitive of the reentrant lock's family: the hash of holds at its name, so the reads of
 /// [`Lock`] apply, plus a force unlock of its own.
-pub(crate) trait LockKind: Kind {
+pub(crate) trait LockKind: Inspect {
     /// Deletes the lock whoever holds it, telling its waiters; replies 1 when it was held.
     fn force_unlock(&self) -> Call;
 
@@ -155,33 +191,27 @@ impl Kind for Reentrant {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
-
     fn name_text(&self) -> Name {
         self.keys.text(0)
     }
-
     fn label(&self) -> &'static str {
         match self.backoff {
             Some(_) => "spin_lock",
             None => "lock",
         }
     }
-
     fn key(&self) -> Key {
         self.hash()
     }
-
     fn wake(&self) -> Wake {
         match &self.backoff {
             Some(backoff) => Wake::Backoff(**backoff),
             None => Wake::Shared(self.keys.text(1)),
         }
     }
-
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         self.acquire_call(&LOCK_ACQUIRE, args)
     }
-
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = Vec::with_capacity(5);
         argv.push(self.unlock_message());
@@ -195,11 +225,12 @@ impl Kind for Reentrant {
             args: argv,
         }
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         Some(&LOCK_RENEW)
     }
+}
 
+impl Inspect for Reentrant {
     fn inspect(&self) -> Call {
         Call {
             script: &LOCK_INSPECT,
@@ -392,6 +423,11 @@ impl Lock {
 
     /// Whether the current task (or the pinned owner) holds the lock.
     ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
+    /// cannot be asked; [`Error::Shutdown`] after the client shut down.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
@@ -400,6 +436,11 @@ impl Lock {
     }
 
     /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
+    /// cannot be asked; [`Error::Shutdown`] after the client shut down.
     ///
     /// # Cancel safety
     ///
@@ -428,6 +469,11 @@ impl Lock {
     }
 
     /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
+    /// cannot be asked; [`Error::Shutdown`] after the client shut down.
     ///
     /// # Cancel safety
     ///
@@ -491,20 +537,6 @@ impl Lock {
     /// Cancel safe: it only reads.
     pub async fn inspect(&self) -> Result<Inspection> {
         self.client.engine().inspect(&*self.kind, None).await
-    }
-
-    /// As [`inspect`](Self::inspect), with the keys a scan already found among which the lock's
-    /// strays are, instead of a scan of its own.
-    pub(crate) async fn inspect_among(&self, scanned: &[String]) -> Result<Inspection> {
-        self.client
-            .engine()
-            .inspect(&*self.kind, Some(scanned))
-            .await
-    }
-
-    /// What in `inspection` (of this lock) nothing will clean up, by its kind's rules.
-    pub(crate) fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
-        self.kind.leaks(inspection, grace)
     }
 
     /// The client this lock belongs to.
@@ -582,8 +614,31 @@ pub(crate) const LAYOUT: Layout = Layout {
     strays: None,
     own_key: None,
     of_type: None,
-    at_key: |client, key| Found::Lock(Lock::of_kind(client.clone(), Reentrant::new(key))),
+    at_key: |client, key| Box::new(Lock::of_kind(client.clone(), Reentrant::new(key))),
 };
+
+impl Found for Lock {
+    fn inspect_among<'a>(&'a self, scanned: Option<&'a [String]>) -> Pending<'a, Inspection> {
+        Box::pin(self.client.engine().inspect(&*self.kind, scanned))
+    }
+
+    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        self.kind.leaks(inspection, grace)
+    }
+
+    fn force_unlock(&self) -> Pending<'_, bool> {
+        Box::pin(Lock::force_unlock(self))
+    }
+
+    /// Every holder must be `<client uuid>:<id>`: a hash whose fields are not is a user's own
+    /// data, not a lock.
+    fn holds_owners(&self, inspection: &Inspection) -> bool {
+        inspection
+            .holders
+            .iter()
+            .all(|holder| holder.client_id().is_some())
+    }
+}
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -693,6 +748,10 @@ macro_rules! lock_reads {
 
         /// Whether the current task (or the pinned owner) holds the lock.
         ///
+        /// # Errors
+        ///
+        /// As [`Lock::is_held_by_current_task`](crate::Lock::is_held_by_current_task).
+        ///
         /// # Cancel safety
         ///
         /// Cancel safe: it only reads.
@@ -702,6 +761,10 @@ macro_rules! lock_reads {
 
         /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
         ///
+        /// # Errors
+        ///
+        /// As [`Lock::hold_count`](crate::Lock::hold_count).
+        ///
         /// # Cancel safety
         ///
         /// Cancel safe: it only reads.
@@ -710,6 +773,10 @@ macro_rules! lock_reads {
         }
 
         /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::remaining_ttl`](crate::Lock::remaining_ttl).
         ///
         /// # Cancel safety
         ///

@@ -11,14 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspection, Kind, Leak, Lease, Name,
-    ReleaseArgs, Script, Wake, Win,
+    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
+    Name, ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Result};
-use crate::inspect::{Found, Layout, OwnKey};
+use crate::layout::{Counted, Layout, OwnKey};
+use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
-use crate::scripts::{counter_inspect, counter_script};
 use crate::semaphore::{check_permits, ADD, TRY_SET};
 
 /// Every script of the permit semaphore, as sections of one file.
@@ -39,7 +39,7 @@ static AVAILABLE: LazyLock<Script> =
 /// Extends (or checks) many leases in one call.
 static RENEW: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "renew", false, true));
 /// Reads the semaphore for an inspection.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| counter_inspect(SCRIPTS));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
 
 /// A distributed semaphore whose permits are **leases**: Redisson's
 /// `RPermitExpirableSemaphore`, with the same keys, so Java and Rust clients share its permits,
@@ -133,10 +133,10 @@ pub(crate) const LAYOUT: Layout = Layout {
     of_type: None,
     strays: None,
     at_key: |client, key| {
-        Found::Other(
-            client.clone(),
-            Arc::new(PermitSemaphore::at(client, key).kind()),
-        )
+        Box::new(Counted {
+            client: client.clone(),
+            kind: Arc::new(PermitSemaphore::at(client, key).kind()),
+        })
     },
 };
 
@@ -429,15 +429,12 @@ impl Kind for PermitKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
-
     fn name_text(&self) -> Name {
         self.keys.text(0)
     }
-
     fn label(&self) -> &'static str {
         "permit_semaphore"
     }
-
     fn refuses_name(&self) -> Option<String> {
         self.keys.str(1).is_empty().then(|| {
             format!(
@@ -448,22 +445,18 @@ impl Kind for PermitKind {
             )
         })
     }
-
     /// The leases: what the renewal script extends.
     fn key(&self) -> Key {
         self.keys.get(1)
     }
-
     fn wake(&self) -> Wake {
         Wake::Counted(self.keys.text(2))
     }
-
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut argv = vec![args.lease.clone(), Value::String(args.field.clone())];
         args.request.append_to(&mut argv);
         self.call(&ACQUIRE, argv)
     }
-
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = vec![
             Value::String(args.field.clone()),
@@ -472,15 +465,15 @@ impl Kind for PermitKind {
         args.request.append_to(&mut argv);
         self.call(&RELEASE, argv)
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         Some(&RENEW)
     }
+}
 
+impl Inspect for PermitKind {
     fn inspect(&self) -> Call {
         self.call(&INSPECT, Vec::new())
     }
-
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         // The counter lasts by design, and the leases while permits are out; what does not
         // end is a permit without lease (Redisson's), and an ended lease nobody gave back.

@@ -2,23 +2,69 @@
 //! fails at once.
 
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Call, Inspection, Kind, Name, ReleaseArgs, Request, Script, Wake,
+    AcquireArgs, Call, Inspect, Inspection, Kind, Name, ReleaseArgs, Request, Script, Wake,
 };
 use crate::error::Result;
-use crate::inspect::{glob_escaped, Found, Layout};
+use crate::layout::{glob_escaped, Layout};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
+use crate::lua;
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
-use crate::scripts::{
-    RW_FORCE_UNLOCK, RW_HOLD_COUNT, RW_INSPECT, RW_LEAVE, RW_READ_ACQUIRE, RW_READ_RELEASE,
-    RW_RENEW, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
-};
+
+/// Every script of the read-write lock: a head, then one section per script.
+const SCRIPTS: &str = include_str!("../lua/rw_lock.lua");
+
+/// A read-write lock script that changes holds: [`lua::HOLDS`], then the head and the section.
+fn rw_script(name: &str, freeing: bool) -> Script {
+    lua::holds_script(SCRIPTS, name, freeing)
+}
+
+/// A read-write lock script without the rules of holds: the head and the section.
+fn rw_bare(name: &str, freeing: bool) -> Script {
+    lua::compose(&lua::sections(SCRIPTS, name), freeing)
+}
+
+/// Takes or re-enters a read hold of a read-write lock.
+static RW_READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| rw_script("read_acquire", false));
+/// Takes or re-enters the write hold of a read-write lock, or waits for it.
+static RW_WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| rw_script("write_acquire", false));
+/// Gives back read holds.
+static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| rw_script("read_release", true));
+/// Gives back write holds.
+static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| rw_script("write_release", true));
+/// Takes a waiting writer's place away.
+static RW_LEAVE: LazyLock<Script> = LazyLock::new(|| rw_script("leave", true));
+/// Extends many read and write holds in one call.
+static RW_RENEW: LazyLock<Script> = LazyLock::new(|| rw_bare("renew", true));
+/// Deletes a read-write lock whoever holds it.
+static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| rw_bare("force_unlock", true));
+/// Counts an owner's live holds of a read-write lock.
+static RW_HOLD_COUNT: LazyLock<Script> = LazyLock::new(|| rw_bare("hold_count", false));
+/// Reads a read-write lock for an inspection.
+static RW_INSPECT: LazyLock<Script> = LazyLock::new(|| lua::inspect_script(SCRIPTS, true));
+
+/// The composed text of the read-write lock's script `name`, for tests and the benchmark.
+pub(crate) fn script(name: &str) -> Option<&'static Script> {
+    Some(match name {
+        "read_acquire" => &RW_READ_ACQUIRE,
+        "write_acquire" => &RW_WRITE_ACQUIRE,
+        "read_release" => &RW_READ_RELEASE,
+        "write_release" => &RW_WRITE_RELEASE,
+        "leave" => &RW_LEAVE,
+        "renew" => &RW_RENEW,
+        "force_unlock" => &RW_FORCE_UNLOCK,
+        "hold_count" => &RW_HOLD_COUNT,
+        "inspect" => &RW_INSPECT,
+        _ => return None,
+    })
+}
 
 /// A distributed read-write lock: many readers at once, or one writer alone. Redisson's
 /// `RReadWriteLock`, with the same keys, so Java and Rust clients exclude each other.
@@ -124,7 +170,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     own_key: None,
     of_type: None,
     at_key: |client, key| {
-        Found::Lock(Lock::of_kind(
+        Box::new(Lock::of_kind(
             client.clone(),
             RwKind::new(client, key, Side::Either, true),
         ))
@@ -364,11 +410,9 @@ impl Kind for RwKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
-
     fn name_text(&self) -> Name {
         self.keys.text(0)
     }
-
     fn label(&self) -> &'static str {
         match self.side {
             Side::Read => "read_lock",
@@ -376,18 +420,12 @@ impl Kind for RwKind {
             Side::Either => "rw_lock",
         }
     }
-
-    fn family(&self) -> &'static str {
-        "rw_lock"
-    }
-
     fn field_suffix(&self) -> &'static str {
         match self.side {
             Side::Read => "",
             Side::Write | Side::Either => ":write",
         }
     }
-
     fn refuses_name(&self) -> Option<String> {
         self.keys.str(4).is_empty().then(|| {
             format!(
@@ -398,26 +436,15 @@ impl Kind for RwKind {
             )
         })
     }
-
-    fn strays(&self) -> Option<String> {
-        Some(format!(
-            "{}:*:rwlock_timeout:*",
-            glob_escaped(self.keys.str(4))
-        ))
-    }
-
     fn key(&self) -> Key {
         self.keys.get(0)
     }
-
     fn wake(&self) -> Wake {
         Wake::Shared(self.keys.text(1))
     }
-
     fn place(&self) -> Option<Duration> {
         self.place.filter(|_| self.side != Side::Read)
     }
-
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let (script, last) = match self.side {
             Side::Read => (&RW_READ_ACQUIRE, Value::from(self.place.is_some() as i64)),
@@ -434,7 +461,6 @@ impl Kind for RwKind {
         ];
         self.call(script, &own, Some(args.request))
     }
-
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let script = match self.side {
             Side::Read => &RW_READ_RELEASE,
@@ -447,16 +473,25 @@ impl Kind for RwKind {
         ];
         self.call(script, &own, Some(args.request))
     }
-
     fn leave(&self, field: &str, request: &Request) -> Option<Call> {
         (self.side != Side::Read)
             .then(|| self.call(&RW_LEAVE, &[Value::from(field)], Some(request)))
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         Some(&RW_RENEW)
     }
+}
 
+impl Inspect for RwKind {
+    fn family(&self) -> &'static str {
+        "rw_lock"
+    }
+    fn strays(&self) -> Option<String> {
+        Some(format!(
+            "{}:*:rwlock_timeout:*",
+            glob_escaped(self.keys.str(4))
+        ))
+    }
     fn inspect(&self) -> Call {
         self.call(&RW_INSPECT, &[], None)
     }

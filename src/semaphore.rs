@@ -10,14 +10,14 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspection, Kind, Leak, Lease, Name,
-    ReleaseArgs, Script, Wake, Win,
+    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
+    Name, ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Error, Result};
-use crate::inspect::{Found, Layout};
+use crate::layout::{Counted, Layout};
+use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
-use crate::scripts::{counter_inspect, counter_script};
 
 /// Every script of the semaphore, as sections of one file.
 const SCRIPTS: &str = include_str!("../lua/semaphore.lua");
@@ -42,7 +42,7 @@ pub(crate) static ADD: LazyLock<Script> =
 /// Takes every permit available.
 static DRAIN: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "drain", false, false));
 /// Reads the semaphore for an inspection.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| counter_inspect(SCRIPTS));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
 
 /// A distributed counting semaphore, Redisson's `RSemaphore`: at most so many permits out at
 /// once across every client on the same Redis, Java Redisson clients included.
@@ -416,7 +416,12 @@ pub(crate) const LAYOUT: Layout = Layout {
     mode_field: false,
     of_type: None,
     strays: None,
-    at_key: |client, key| Found::Other(client.clone(), Arc::new(client.semaphore_at(key).kind(1))),
+    at_key: |client, key| {
+        Box::new(Counted {
+            client: client.clone(),
+            kind: Arc::new(client.semaphore_at(key).kind(1)),
+        })
+    },
 };
 
 impl SemaphoreKind {
@@ -448,33 +453,26 @@ impl Kind for SemaphoreKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
-
     fn name_text(&self) -> Name {
         self.keys.text(0)
     }
-
     fn label(&self) -> &'static str {
         "semaphore"
     }
-
     fn key(&self) -> Key {
         self.keys.get(0)
     }
-
     fn wake(&self) -> Wake {
         Wake::Counted(self.keys.text(1))
     }
-
     fn wants(&self) -> u32 {
         self.permits
     }
-
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut argv = vec![Value::from(self.permits), Value::String(args.field.clone())];
         args.request.append_to(&mut argv);
         self.call(&ACQUIRE, argv)
     }
-
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = vec![
             Value::String(args.field.clone()),
@@ -483,15 +481,15 @@ impl Kind for SemaphoreKind {
         args.request.append_to(&mut argv);
         self.call(&RELEASE, argv)
     }
-
     fn renewal(&self) -> Option<&'static Script> {
         None
     }
+}
 
+impl Inspect for SemaphoreKind {
     fn inspect(&self) -> Call {
         self.call(&INSPECT, Vec::new())
     }
-
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The counter lasts by design (Redisson's), and so do the grants while permits are out.
         keys_without_expiry(inspection, &[self.keys.str(0), self.keys.str(3)])

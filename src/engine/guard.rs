@@ -4,17 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
-use fred::types::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::inflight::InFlight;
-use crate::engine::kind::{Call, Kind, ReleaseArgs};
-use crate::engine::releaser::{settle_later, Undo};
-use crate::engine::{Core, Engine};
+use crate::engine::kind::Kind;
+use crate::engine::releaser::{Release, Undo};
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 
 /// One hold of one owner on one primitive.
@@ -131,11 +129,7 @@ impl Guard {
     }
 
     fn release(&self) -> Release {
-        Release {
-            kind: self.kind.clone(),
-            hold: self.hold.clone(),
-            lease: self.lease,
-        }
+        Release::new(self.kind.clone(), self.hold.clone(), self.lease)
     }
 }
 
@@ -150,96 +144,8 @@ impl Drop for Guard {
         if let Err(unsent) = core.releaser.send(Undo::Release(self.release())) {
             // The client is gone; the lease ends the hold.
             if let Undo::Release(release) = unsent.0 {
-                core.holds.detach(&release.hold, release.lease, None);
+                release.detach(core);
             }
-        }
-    }
-}
-
-/// Everything needed to give back one hold.
-pub(crate) struct Release {
-    kind: Arc<dyn Kind>,
-    hold: Arc<Hold>,
-    lease: Lease,
-}
-
-impl Release {
-    /// Runs the release script in the owner's turn, with the count of holds the owner keeps, and
-    /// detaches the guard: `Some(1)` released, `Some(0)` holds remain, `None` not held.
-    ///
-    /// A lost reply is sent again within a command timeout (the count it carries makes that
-    /// safe); after that the settle queued for the turn sets the count again and fences the lost
-    /// calls (see `ledger`).
-    pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, fred::error::Error> {
-        let hold = &self.hold;
-        let mut turn = core.ledger.turn(&hold.pair).await;
-        let lost = hold.is_lost();
-        if lost {
-            // Its field may still be in Redis: a renewal that got through after the renew
-            // deadline, or a fixed lease a little longer than the local estimate. The last guard
-            // of a lost hold that no new acquire replaced deletes it (keeping no holds, the
-            // expiry untouched), so it holds up nobody; a field that is gone (or another owner's
-            // hold) is left alone by the script. Not while fred reconnects, though: that would
-            // hold up the report of the loss, and the lease ends such a field anyway.
-            let last_of_its_owner = core.holds.is_registered(hold) && hold.guards() == 1;
-            core.holds.detach(hold, self.lease, None);
-            if !last_of_its_owner || !core.redis().is_connected() {
-                return Ok(None);
-            }
-        }
-        let (left, lease) = if lost {
-            (0, Value::from(0))
-        } else {
-            (hold.guards().saturating_sub(1), core.lease_arg(self.lease))
-        };
-        let sent_at = Instant::now();
-        // A release is safe to send again, so a lost reply gets an answer here when one comes
-        // within a command timeout; only then is the outcome left to the settle.
-        let (reply, resent) = turn
-            .send_again_while_lost(core.redis(), |request| async {
-                let args = ReleaseArgs {
-                    field: &hold.pair.field,
-                    left,
-                    lease: &lease,
-                    request: &request,
-                };
-                let reply = Call::run_made(&core.writer, || self.kind.release(&args)).await;
-                (request, reply)
-            })
-            .await;
-        let reply = if lost {
-            reply.map(|_| None)
-        } else {
-            let reply = match reply {
-                // Nothing left to delete: the send whose reply was lost deleted it (or the lease
-                // ended in between, which Redis cannot tell apart).
-                Ok(None) if resent && left == 0 => Ok(Some(1)),
-                other => other,
-            };
-            let replied = reply.is_ok();
-            // Detached in the turn: the next call of the owner counts one hold fewer.
-            core.holds
-                .detach(hold, self.lease, replied.then_some(sent_at));
-            reply
-        };
-        settle_later(core, &self.kind, turn);
-        reply
-    }
-
-    /// Releases for a guard nobody unlocked, reporting only to tracing.
-    pub(crate) async fn run_dropped(self, core: Arc<Core>) {
-        match self.run(&core).await {
-            Ok(Some(_)) => {
-                tracing::debug!(lock = %self.hold.pair.name, owner = %self.hold.pair.field, "released (nobody waited for it)")
-            }
-            Ok(None) => tracing::debug!(
-                lock = %self.hold.pair.name, owner = %self.hold.pair.field,
-                "hold to release in the background was no longer held"
-            ),
-            Err(error) => tracing::warn!(
-                lock = %self.hold.pair.name, owner = %self.hold.pair.field, %error,
-                "could not release a lock in the background; sending it again until Redis confirms it"
-            ),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Inspections: what Redis holds of one primitive (its holders, its queue, its keys and their
 //! expiry), read in one script call from the master, and the rules that call some of it a leak.
 //!
-//! Each primitive provides its own read ([`Kind::inspect`]) and its own leak rules
-//! ([`Kind::leaks`]); every read replies in the one shape [`Inspection::parse`] reads (see
+//! Each primitive provides its own read ([`Inspect::inspect`]) and its own leak rules
+//! ([`Inspect::leaks`]); every read replies in the one shape [`Inspection::parse`] reads (see
 //! `lua/inspect.lua`), so this module knows no primitive.
 
 use std::fmt;
@@ -13,9 +13,36 @@ use fred::types::scan::ScanType;
 use fred::types::Value;
 use uuid::Uuid;
 
-use crate::engine::kind::{Kind, Wake};
+use crate::engine::kind::{Call, Kind, Wake};
 use crate::engine::Engine;
 use crate::error::Result;
+
+/// A primitive, as an inspection sees it: beside [`Kind`] (what the acquire loop needs), how to
+/// read it and what of it is a leak.
+pub(crate) trait Inspect: Kind {
+    /// The read-only call that reads the primitive for an inspection; it replies in the shape
+    /// [`Inspection::parse`] reads.
+    fn inspect(&self) -> Call;
+
+    /// What a primitive's inspections call its kind, when that is not [`Kind::label`]: both
+    /// sides of a read-write lock inspect as one `rw_lock`.
+    fn family(&self) -> &'static str {
+        self.label()
+    }
+
+    /// A glob of keys of the primitive that its state does not name, so that an inspection
+    /// finds them only by scanning (a read-write lock's timeout keys left by holds that are
+    /// gone); `None` for most.
+    fn strays(&self) -> Option<String> {
+        None
+    }
+
+    /// What in `inspection` nothing will clean up: by default each key without expiry. `grace`
+    /// is how long past its end a waiter's place may linger before it counts.
+    fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
+        keys_without_expiry(inspection, &[])
+    }
+}
 
 /// Keys asked for per `SCAN` call.
 const SCAN_COUNT: u32 = 1000;
@@ -168,7 +195,7 @@ impl Inspection {
     /// Reads the reply of an inspect script: `{now (ms, server clock), {key, pttl, ..},
     /// {owner field, hold count, fencing token or '', ..}, {waiter field, place deadline (ms),
     /// ..}, last fencing token or ''}`.
-    pub(crate) fn parse(kind: &dyn Kind, reply: Value) -> Result<Inspection, String> {
+    pub(crate) fn parse(kind: &dyn Inspect, reply: Value) -> Result<Inspection, String> {
         let Value::Array(parts) = reply else {
             return Err(format!("not an array: {reply:?}"));
         };
@@ -297,11 +324,11 @@ impl Engine {
     /// Reads `kind` from the master, with the connections listening on its unlock channel.
     ///
     /// `scanned` is every key a scan already found among which the kind's strays are (see
-    /// [`Kind::strays`]), for a caller inspecting many primitives after one scan; `None` scans
+    /// [`Inspect::strays`]), for a caller inspecting many primitives after one scan; `None` scans
     /// for this one's.
     pub(crate) async fn inspect(
         &self,
-        kind: &dyn Kind,
+        kind: &dyn Inspect,
         scanned: Option<&[String]>,
     ) -> Result<Inspection> {
         let core = self.core();

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use fred::types::{Key, Value};
 
-use crate::engine::inspect::{self, Inspection, Leak};
 use crate::engine::ledger::Request;
 use crate::engine::pubsub::Channel;
 use crate::engine::replicas::Writer;
@@ -153,12 +152,6 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// metrics, and of its inspections.
     fn label(&self) -> &'static str;
 
-    /// What a primitive's inspections call its kind, when that is not [`label`](Self::label):
-    /// both sides of a read-write lock inspect as one `rw_lock`.
-    fn family(&self) -> &'static str {
-        self.label()
-    }
-
     /// What an owner's field adds to `<client uuid>:<owner id>` (Redisson's writer of a
     /// read-write lock has `:write`); empty for most.
     fn field_suffix(&self) -> &'static str {
@@ -168,13 +161,6 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// Why the primitive cannot take its name, if it cannot: reported as `InvalidArgument`
     /// before anything is sent.
     fn refuses_name(&self) -> Option<String> {
-        None
-    }
-
-    /// A glob of keys of the primitive that its state does not name, so that an inspection
-    /// finds them only by scanning (a read-write lock's timeout keys left by holds that are
-    /// gone); `None` for most.
-    fn strays(&self) -> Option<String> {
         None
     }
 
@@ -212,15 +198,5 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// waiter's permits); 1 for every other.
     fn wants(&self) -> u32 {
         1
-    }
-
-    /// The read-only call that reads the primitive for an inspection; it replies in the shape
-    /// [`Inspection::parse`] reads.
-    fn inspect(&self) -> Call;
-
-    /// What in `inspection` nothing will clean up: by default each key without expiry. `grace`
-    /// is how long past its end a waiter's place may linger before it counts.
-    fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
-        inspect::keys_without_expiry(inspection, &[])
     }
 }

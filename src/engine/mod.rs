@@ -18,6 +18,7 @@ mod kind;
 mod ledger;
 pub(crate) mod metrics;
 mod pubsub;
+mod refusal;
 mod releaser;
 pub(crate) mod replicas;
 mod script;
@@ -44,7 +45,7 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{acquire, check_kind, check_name, wait_until, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
-pub(crate) use inspect::keys_without_expiry;
+pub(crate) use inspect::{keys_without_expiry, Inspect};
 pub use inspect::{EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
@@ -420,6 +421,8 @@ impl Engine {
         owner: Option<&str>,
         source: fred::error::Error,
     ) -> Error {
-        Error::from_redis(&self.handle.core.address, name, owner, source)
+        let server = &self.handle.core.address;
+        refusal::decode(&source, server, name, owner)
+            .unwrap_or_else(|| Error::from_redis(server, name, owner, source))
     }
 }

@@ -2,6 +2,7 @@
 
 mod guard;
 mod nodes;
+pub(crate) use nodes::script;
 
 use std::fmt;
 use std::ops::RangeInclusive;

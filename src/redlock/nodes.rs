@@ -13,11 +13,11 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::engine::Writer;
+use crate::engine::{Script, Writer};
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::{Expiration, Key, SetOptions, Value};
 use rand::RngCore;
@@ -27,7 +27,26 @@ use crate::client::LockClient;
 use crate::engine::join::join_all;
 use crate::engine::{write, Attempts};
 use crate::error::{is_transient, NodeFailure, NodeFailureReason};
-use crate::scripts::{REDLOCK_EXTEND, REDLOCK_RELEASE};
+use crate::lua;
+
+/// Both scripts of a Redlock node: the token check, then a section each.
+const SCRIPTS: &str = include_str!("../../lua/redlock.lua");
+
+/// Deletes a Redlock node's key if it carries the given token.
+static REDLOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| lua::compose(&lua::sections(SCRIPTS, "release"), true));
+/// Sets a new lease on a Redlock node's key if it carries the given token.
+static REDLOCK_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| lua::compose(&lua::sections(SCRIPTS, "extend"), true));
+
+/// The composed text of a Redlock node's script `name`, for tests and the benchmark.
+pub(crate) fn script(name: &str) -> Option<&'static Script> {
+    Some(match name {
+        "release" => &REDLOCK_RELEASE,
+        "extend" => &REDLOCK_EXTEND,
+        _ => return None,
+    })
+}
 
 /// Random bytes in a token: the Redlock specification asks for at least 20.
 const TOKEN_BYTES: usize = 20;

@@ -1,10 +1,12 @@
-//! Finding primitives by their keys: which primitive a name is (each primitive's [`Layout`]),
-//! and the client's inspections, scans, leak search and force unlock by name, which the
-//! `fredlock` command is a thin layer over. The reads themselves and the leak rules are each
-//! primitive's own (its `Kind`), run by the engine.
+//! The roof: what needs the list of every primitive. The client's inspections, scans, leak
+//! search and force unlock by name (which the `fredlock` command is a thin layer over) find a
+//! primitive by its keys through each primitive's [`Layout`]; the script-source hook for tests
+//! and the benchmark names every primitive's scripts. Only `lib.rs` imports this module: a
+//! primitive imports the floor (`layout.rs`, `lua.rs`, the engine), never the list of the others.
+//! The reads themselves and the leak rules are each primitive's own (its `Inspect`), run by
+//! the engine.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
@@ -12,90 +14,10 @@ use fred::types::scan::ScanType;
 use fred::types::Value;
 
 use crate::client::LockClient;
-use crate::engine::{Inspection, Kind, Leak};
-use crate::error::{Error, Result};
-use crate::lock::Lock;
+use crate::engine::{Inspection, Leak, Script};
+use crate::error::Result;
+use crate::layout::{glob_escaped, Found, Layout};
 use crate::names;
-
-/// How a scan recognises one primitive's keys.
-pub(crate) struct Layout {
-    /// The prefixes of keys only this primitive has (`<prefix>:{name}`), by which a name is
-    /// known to be of it; none for the plain lock, which is a hash at the name and nothing else.
-    pub(crate) own_keys: &'static [&'static str],
-    /// A key only this primitive has that is named otherwise (a permit semaphore's
-    /// `{name}:timeout`): the key of a name, a glob that finds such keys, and the name of one.
-    pub(crate) own_key: Option<OwnKey>,
-    /// Whether a `mode` field in the hash at the name tells it (a read-write lock's).
-    pub(crate) mode_field: bool,
-    /// The type of key at the name that tells it, when nothing else does (`string`: Redisson's
-    /// counters).
-    pub(crate) of_type: Option<&'static str>,
-    /// A glob of every name's keys that only a scan finds (its `Kind::strays`, for any name),
-    /// scanned once for all the primitives a listing inspects.
-    pub(crate) strays: Option<&'static str>,
-    /// A handle on the primitive at `key` (the name with the client's prefix already on it).
-    pub(crate) at_key: fn(&LockClient, String) -> Found,
-}
-
-/// A key of a primitive named otherwise than `<prefix>:{name}`.
-pub(crate) struct OwnKey {
-    /// The key of a name; `None` for a name that cannot have one.
-    pub(crate) of: fn(&str) -> Option<String>,
-    /// A glob that finds every such key, and the type of those keys.
-    pub(crate) glob: &'static str,
-    pub(crate) key_type: ScanType,
-    /// The name whose key `key` is, if it is one.
-    pub(crate) name: fn(&str) -> Option<String>,
-}
-
-/// A primitive found by its keys: a lock of the reentrant family, or another primitive.
-pub(crate) enum Found {
-    Lock(Lock),
-    Other(LockClient, Arc<dyn Kind>),
-}
-
-impl Found {
-    async fn inspect_among(&self, scanned: Option<&[String]>) -> Result<Inspection> {
-        match self {
-            Found::Lock(lock) => match scanned {
-                Some(scanned) => lock.inspect_among(scanned).await,
-                None => lock.inspect().await,
-            },
-            Found::Other(client, kind) => client.engine().inspect(&**kind, scanned).await,
-        }
-    }
-
-    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
-        match self {
-            Found::Lock(lock) => lock.leaks(inspection, grace),
-            Found::Other(_, kind) => kind.leaks(inspection, grace),
-        }
-    }
-
-    async fn force_unlock(&self) -> Result<bool> {
-        match self {
-            Found::Lock(lock) => lock.force_unlock().await,
-            Found::Other(_, kind) => Err(Error::InvalidArgument(format!(
-                "{:?} is a {}, not a lock: nothing to force-unlock (give permits back with \
-                 release_by_id or add_permits; release a latch's waiters with delete)",
-                kind.name(),
-                kind.family()
-            ))),
-        }
-    }
-
-    /// Whether every holder is `<client uuid>:<id>`: a hash whose fields are not is a user's
-    /// own data, not a lock. Other primitives' holders are not fields of a hash at the name.
-    fn holds_owners(&self, inspection: &Inspection) -> bool {
-        match self {
-            Found::Lock(_) => inspection
-                .holders
-                .iter()
-                .all(|holder| holder.client_id().is_some()),
-            Found::Other(..) => true,
-        }
-    }
-}
 
 /// Every layout, the most telling first: a name is of the first layout whose own keys exist
 /// (or whose `mode` field does, or whose type the key has). A spin lock has the plain lock's
@@ -199,7 +121,7 @@ impl LockClient {
     }
 
     /// A handle on the primitive at `key`, of the first layout that claims it.
-    async fn find(&self, key: String) -> Result<Found> {
+    async fn find(&self, key: String) -> Result<Box<dyn Found>> {
         crate::engine::check_name(&key)?;
         self.engine().core().ensure_open()?;
         let layout = self.layouts_of(std::slice::from_ref(&key)).await?[0];
@@ -284,7 +206,7 @@ impl LockClient {
     }
 
     /// Every primitive matching `pattern`, with a handle on it, by name.
-    async fn scan_primitives(&self, pattern: &str) -> Result<Vec<(Found, Inspection)>> {
+    async fn scan_primitives(&self, pattern: &str) -> Result<Vec<(Box<dyn Found>, Inspection)>> {
         let pattern = format!("{}{pattern}", glob_escaped(self.key_prefix()));
         let engine = self.engine();
         // Names by the first layout that claims them: their own keys first, then bare hashes.
@@ -355,14 +277,39 @@ fn is_own_key(key: &str) -> bool {
     })
 }
 
-/// `text` with Redis's glob characters quoted, to match itself only.
-pub(crate) fn glob_escaped(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
+/// The composed text of the script named `<primitive>_<script>` (`"lock_acquire"`,
+/// `"fair_release"`, `"rw_read_acquire"`, `"permit_semaphore_acquire"`..): what the crate
+/// sends, for tests and the benchmark that call a script by hand. `None` for a name that is no
+/// script.
+#[doc(hidden)]
+pub fn source(name: &str) -> Option<&'static str> {
+    let script: &'static Script = if let Some(rest) = name.strip_prefix("permit_semaphore_") {
+        match rest {
+            "acquire" => &crate::permit_semaphore::ACQUIRE,
+            "release" => &crate::permit_semaphore::RELEASE,
+            _ => return None,
         }
-        escaped.push(c);
-    }
-    escaped
+    } else if let Some(rest) = name.strip_prefix("semaphore_") {
+        match rest {
+            "acquire" => &crate::semaphore::ACQUIRE,
+            "release" => &crate::semaphore::RELEASE,
+            "add" => &crate::semaphore::ADD,
+            _ => return None,
+        }
+    } else if name == "latch_count_down" {
+        &crate::latch::COUNT_DOWN
+    } else if name == "fenced_acquire" {
+        &crate::fenced_lock::FENCED_ACQUIRE
+    } else if let Some(rest) = name.strip_prefix("lock_") {
+        crate::lock::script(rest)?
+    } else if let Some(rest) = name.strip_prefix("fair_") {
+        crate::fair_lock::script(rest)?
+    } else if let Some(rest) = name.strip_prefix("rw_") {
+        crate::rw_lock::script(rest)?
+    } else if let Some(rest) = name.strip_prefix("redlock_") {
+        crate::redlock::script(rest)?
+    } else {
+        return None;
+    };
+    Some(script.body())
 }

@@ -1,3 +1,8 @@
+-- The fenced lock: Redisson's RFencedLock, the reentrant lock (lock.lua) with
+-- its own acquire, composed after holds.lua by src/fenced_lock.rs; its other
+-- scripts are the reentrant lock's.
+
+--- script: acquire
 -- Take, or take again, a fenced lock: Redisson's RFencedLock, the reentrant
 -- lock (see holds.lua) plus a counter of fencing tokens, a string without
 -- expiry that every first hold increments.
@@ -13,7 +18,7 @@
 -- Reply: {token, afresh} for a first hold (afresh 1 when its client counted
 -- holds that were gone); nil for a re-entry its client counts, which keeps the
 -- token of its first hold; otherwise the lock's remaining time to live in ms
--- (-1 when it has no expiry), as lock_acquire.lua.
+-- (-1 when it has no expiry), as the reentrant lock's acquire (lock.lua).
 --
 -- A missing counter (never used, or lost: a restart without persistence, an
 -- eviction, a DEL) is seeded from the server clock in microseconds before it is

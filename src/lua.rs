@@ -1,0 +1,85 @@
+//! How a primitive's Lua scripts are composed: its one file in `lua/` (a head, then one section
+//! per script) after the shared preambles it uses. A preamble goes only into the scripts that
+//! use it: Redis runs a script's whole text, making every function it defines, on every call.
+//! Each primitive composes its own scripts with these helpers; this module knows none of them.
+//!
+//! The scripts that free memory or keep a hold alive (releases, renewals, leaves, force
+//! unlocks) are [`Script::freeing`]: they carry the `allow-oom` flag, so that a server full to
+//! its `maxmemory` still lets go of a lock.
+
+use crate::engine::Script;
+
+/// The fences of lost replies, which every script that changes a primitive starts with.
+pub(crate) const FENCES: &str = include_str!("../lua/fences.lua");
+/// The fences, then the rules of the hash of holds, which every lock script but the renewal
+/// starts with.
+pub(crate) const HOLDS: &str = concat!(
+    include_str!("../lua/fences.lua"),
+    include_str!("../lua/holds.lua")
+);
+/// Deleting a lock whoever holds it, which the force-unlock scripts start with, after the others.
+pub(crate) const DELETE_LOCK: &str = include_str!("../lua/delete_lock.lua");
+/// The reads every inspect script starts with.
+pub(crate) const INSPECT: &str = include_str!("../lua/inspect.lua");
+/// Redisson's counters (a semaphore's permits, a latch's count): the integer check and the
+/// server clock their scripts start with.
+pub(crate) const COUNTER: &str = include_str!("../lua/counter.lua");
+
+/// Where each section of a primitive's file of scripts starts: a line of its own with this and
+/// the script's name.
+const SECTION: &str = "--- script: ";
+
+/// The head of `file` (what comes before its first section), then its section `name`: one
+/// script of a primitive. A name that is no section makes a script that fails on every call,
+/// which every test of the primitive would show.
+pub(crate) fn sections(file: &'static str, name: &str) -> [&'static str; 2] {
+    let head_end = file.find(SECTION).unwrap_or(file.len());
+    let marker = format!("{SECTION}{name}\n");
+    let body = file
+        .find(&marker)
+        .map_or("error('no such script')", |start| {
+            let rest = &file[start..];
+            let end = rest[marker.len()..]
+                .find(SECTION)
+                .map_or(rest.len(), |end| end + marker.len());
+            &rest[..end]
+        });
+    [&file[..head_end], body]
+}
+
+/// A script made of `parts` in order, freeing ([`Script::freeing`]) or not.
+pub(crate) fn compose(parts: &[&str], freeing: bool) -> Script {
+    if freeing {
+        Script::freeing(parts)
+    } else {
+        Script::new(parts)
+    }
+}
+
+/// A script of a lock of the hash-of-holds family: [`HOLDS`], then `file`'s head and its
+/// section `name`.
+pub(crate) fn holds_script(file: &'static str, name: &str, freeing: bool) -> Script {
+    let [head, body] = sections(file, name);
+    compose(&[HOLDS, head, body], freeing)
+}
+
+/// A read-only inspect script of `file`: [`INSPECT`], then its section `inspect`, with its head
+/// when `with_head`.
+pub(crate) fn inspect_script(file: &'static str, with_head: bool) -> Script {
+    let [head, body] = sections(file, "inspect");
+    let head = if with_head { head } else { "" };
+    Script::new(&[INSPECT, head, body])
+}
+
+/// A script of a counter primitive's `file`, section `name`: [`FENCES`] (for one whose calls
+/// are fenced) and [`COUNTER`], then [`sections`]; `freeing` as [`Script::freeing`].
+pub(crate) fn counter_script(
+    file: &'static str,
+    name: &str,
+    fences: bool,
+    freeing: bool,
+) -> Script {
+    let [head, body] = sections(file, name);
+    let fences = if fences { FENCES } else { "" };
+    compose(&[fences, COUNTER, head, body], freeing)
+}

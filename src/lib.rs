@@ -194,3 +194,8 @@ pub mod metrics {
 pub use fred;
 /// The token [`LockGuard::cancellation_token`] returns: it is cancelled when the lock is lost.
 pub use tokio_util::sync::CancellationToken;
+
+/// README.md's snippets, compiled as doc-tests; `tests/readme.rs` runs them against a server.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,123 @@
+//! README.md's Rust snippets: each is one file of `tests/readme/`, word for word (checked
+//! below), compiled here and run against throw-away servers, so a snippet that fails as
+//! written (waits for ever, asks its own task for a lock it holds) fails this suite. The
+//! Sentinel snippets name addresses that are not on this machine: they are compiled, not run.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, clients, start_servers, urls, RedisServer};
+
+mod first_look {
+    include!("readme/first_look.rs");
+    pub(super) async fn run(url: &str) -> fredlock::Result<()> {
+        first_look(url).await
+    }
+}
+mod fencing {
+    include!("readme/fencing.rs");
+    pub(super) async fn run(client: &LockClient) -> fredlock::Result<(u64, String)> {
+        fencing(client).await
+    }
+}
+mod read_write {
+    include!("readme/read_write.rs");
+    pub(super) async fn run(client: &LockClient) -> fredlock::Result<()> {
+        read_write(client).await
+    }
+}
+mod counters {
+    include!("readme/counters.rs");
+    pub(super) async fn run(client: &LockClient) -> fredlock::Result<()> {
+        counters(client).await
+    }
+}
+mod composites {
+    include!("readme/composites.rs");
+    pub(super) async fn run(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
+        composites(masters, client).await
+    }
+}
+#[allow(dead_code)]
+mod sentinel {
+    include!("readme/sentinel.rs");
+}
+#[allow(dead_code)]
+mod replica_sync {
+    include!("readme/replica_sync.rs");
+}
+
+/// The snippet files, in the order README.md shows them.
+const SNIPPETS: [(&str, &str); 7] = [
+    ("first_look", include_str!("readme/first_look.rs")),
+    ("fencing", include_str!("readme/fencing.rs")),
+    ("read_write", include_str!("readme/read_write.rs")),
+    ("counters", include_str!("readme/counters.rs")),
+    ("composites", include_str!("readme/composites.rs")),
+    ("sentinel", include_str!("readme/sentinel.rs")),
+    ("replica_sync", include_str!("readme/replica_sync.rs")),
+];
+
+/// Every ```rust block of README.md, in order.
+fn readme_blocks() -> Vec<String> {
+    let readme = include_str!("../README.md");
+    let mut blocks = Vec::new();
+    let mut block: Option<String> = None;
+    for line in readme.lines() {
+        match &mut block {
+            None if line.trim_start().starts_with("```rust") => block = Some(String::new()),
+            Some(text) if line.trim_start() == "```" => {
+                blocks.push(std::mem::take(text));
+                block = None;
+            }
+            Some(text) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            None => {}
+        }
+    }
+    assert!(block.is_none(), "README.md ends inside a ```rust block");
+    blocks
+}
+
+#[test]
+fn readme_shows_exactly_the_snippets_tested_here() {
+    let blocks = readme_blocks();
+    let names: Vec<&str> = SNIPPETS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(
+        blocks.len(),
+        SNIPPETS.len(),
+        "README.md has {} ```rust blocks; tests/readme/ has {names:?}",
+        blocks.len()
+    );
+    for (block, (name, text)) in blocks.iter().zip(SNIPPETS) {
+        assert_eq!(
+            block, text,
+            "README.md's block in the place of tests/readme/{name}.rs differs from it"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_snippets_run_as_written() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(Duration::from_secs(10)).await;
+
+        first_look::run(&server.url()).await.unwrap();
+        let (token, written) = fencing::run(&client).await.unwrap();
+        assert!(token > 0);
+        assert_eq!(written, "OK");
+        read_write::run(&client).await.unwrap();
+        counters::run(&client).await.unwrap();
+
+        let masters = start_servers(5);
+        composites::run(clients(&urls(&masters)).await, &client)
+            .await
+            .unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -1,5 +1,5 @@
 -- The fair lock: Redisson's RFairLock. This head goes into every script that
--- changes the lock (after holds.lua; src/fair_lock.rs composes them), then one
+-- changes the lock (after holds.lua; src/lock/fair.rs composes them), then one
 -- section, from its "--- script:" line to the next. The inspection is its
 -- section alone, after inspect.lua.
 --
@@ -28,7 +28,7 @@ end
 -- The line as it stands: its head (or false), and the waiters whose places
 -- ended by `now`. Every fair-lock script reads the line with this before it
 -- writes anything, in protected calls, so that a line key of the wrong type is
--- named in an error reply (whose form src/error.rs reads) with nothing changed.
+-- named in an error reply (in the form src/engine/refusal.rs decodes) with nothing changed.
 local function read_line(queue, timeouts, now)
     local head = redis.pcall('lindex', queue, 0)
     if type(head) == 'table' and head.err then

@@ -1,5 +1,5 @@
 -- The fenced lock: Redisson's RFencedLock, the reentrant lock (lock.lua) with
--- its own acquire, composed after holds.lua by src/fenced_lock.rs; its other
+-- its own acquire, composed after holds.lua by src/lock/fenced.rs; its other
 -- scripts are the reentrant lock's.
 
 --- script: acquire

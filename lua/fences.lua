@@ -1,7 +1,7 @@
 -- Shared head of every script that changes a primitive (prepended by
 -- src/lua.rs, before the primitive's own head).
 --
--- Exactly-once effects (the argument is in src/ledger.rs). Every call that
+-- Exactly-once effects (the argument is in src/engine/ledger.rs). Every call that
 -- changes a lock carries, after its own arguments, a request id and then the
 -- ids of the same owner's earlier calls whose replies never came. Ids are
 -- numbers counted per client, so `<owner>:<id>` names a call uniquely. The

@@ -1,7 +1,7 @@
 -- The reentrant lock: Redisson's RLock, a hash of holds at the lock's name
 -- (see holds.lua for the layout). Each script of the primitive is a section
 -- below, from its "--- script:" line to the next, composed after holds.lua
--- (the renewal and the inspection without it) by src/lock.rs: Redis makes
+-- (the renewal and the inspection without it) by src/lock/reentrant.rs: Redis makes
 -- every function a script's text defines on every call, so each script
 -- carries only its own section.
 

@@ -1,5 +1,5 @@
 -- Run a caller's script only while an owner still holds a lock of the
--- reentrant family (see LockGuard::eval_while_held in src/guard.rs). The
+-- reentrant family (see LockGuard::eval_while_held in src/lock/guard.rs). The
 -- caller's script goes in place of the marker line below, as the body of a
 -- function whose KEYS and ARGV are the caller's own: the call's last key is the
 -- lock and its last argument the owner field, both taken off before the

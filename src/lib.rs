@@ -124,13 +124,10 @@
 
 mod client;
 mod config;
+mod counter;
 mod deployment;
 mod engine;
 mod error;
-mod fair_lock;
-mod fenced_lock;
-mod guard;
-mod latch;
 mod layout;
 mod lock;
 mod lua;
@@ -138,37 +135,33 @@ mod multi_lock;
 mod names;
 mod ops;
 mod owner;
-mod permit_semaphore;
 mod redlock;
-mod rw_lock;
-mod semaphore;
-mod spin_lock;
 
 pub use client::LockClient;
 pub use config::{
     LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use counter::latch::CountDownLatch;
+pub use counter::permit_semaphore::{LeasedPermit, PermitSemaphore};
+pub use counter::semaphore::{Semaphore, SemaphorePermit};
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
 pub use engine::{ClientStats, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
-pub use fair_lock::FairLock;
-pub use fenced_lock::{FencedGuard, FencedLock};
-pub use guard::LockGuard;
-pub use latch::CountDownLatch;
+pub use lock::fair::FairLock;
+pub use lock::fenced::{FencedGuard, FencedLock};
+pub use lock::guard::LockGuard;
+pub use lock::rw::{ReadLock, RwLock, WriteLock};
+pub use lock::spin::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use ops::DEFAULT_LEAK_GRACE;
 pub use owner::OwnerId;
-pub use permit_semaphore::{LeasedPermit, PermitSemaphore};
 pub use redlock::{
     RedLock, RedLockBuilder, RedLockGuard, DEFAULT_DRIFT_FACTOR, DEFAULT_REDLOCK_LEASE,
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
-pub use rw_lock::{ReadLock, RwLock, WriteLock};
-pub use semaphore::{Semaphore, SemaphorePermit};
-pub use spin_lock::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 
 #[doc(hidden)]
 pub use ops::source as script_source;

@@ -13,7 +13,7 @@ use crate::engine::durations;
 use crate::engine::join::join_all;
 use crate::engine::Lease;
 use crate::error::{waited, Error, Result};
-use crate::guard::LockGuard;
+use crate::lock::guard::LockGuard;
 use crate::lock::Lock;
 
 /// The first pause after a failed round; it doubles with each further failed round of one

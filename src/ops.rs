@@ -26,13 +26,13 @@ use crate::names;
 /// semaphore whose permits are all in, a permit semaphore without leases and a count-down latch
 /// are all one integer string: they are found by name only, as a `counter`.
 const LAYOUTS: [&Layout; 7] = [
-    &crate::rw_lock::LAYOUT,
-    &crate::fair_lock::LAYOUT,
-    &crate::fenced_lock::LAYOUT,
-    &crate::permit_semaphore::LAYOUT,
-    &crate::semaphore::LAYOUT,
-    &crate::latch::COUNTER_LAYOUT,
-    &crate::lock::LAYOUT,
+    &crate::lock::rw::LAYOUT,
+    &crate::lock::fair::LAYOUT,
+    &crate::lock::fenced::LAYOUT,
+    &crate::counter::permit_semaphore::LAYOUT,
+    &crate::counter::semaphore::LAYOUT,
+    &crate::counter::latch::COUNTER_LAYOUT,
+    &crate::lock::reentrant::LAYOUT,
 ];
 
 /// A waiter's place that ended longer ago than this is a leak by default (see
@@ -42,7 +42,7 @@ pub const DEFAULT_LEAK_GRACE: Duration = Duration::from_secs(60);
 impl LockClient {
     /// What Redis holds of the primitive named `name` (after the client's key prefix): its
     /// kind, holders, queue and keys; `None` when it has no key at all. The kind is read from
-    /// its keys; see [`Lock::inspect`] to read a handle you have.
+    /// its keys; see [`Lock::inspect`](crate::Lock::inspect) to read a handle you have.
     ///
     /// # Errors
     ///
@@ -108,11 +108,11 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// As [`Lock::force_unlock`].
+    /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
     ///
     /// # Cancel safety
     ///
-    /// As [`Lock::force_unlock`].
+    /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         self.find(self.key(name.to_owned()))
             .await?
@@ -200,7 +200,7 @@ impl LockClient {
                         claimed = Some(layout);
                     }
                 }
-                claimed.unwrap_or(&crate::lock::LAYOUT)
+                claimed.unwrap_or(&crate::lock::reentrant::LAYOUT)
             })
             .collect())
     }
@@ -285,27 +285,27 @@ fn is_own_key(key: &str) -> bool {
 pub fn source(name: &str) -> Option<&'static str> {
     let script: &'static Script = if let Some(rest) = name.strip_prefix("permit_semaphore_") {
         match rest {
-            "acquire" => &crate::permit_semaphore::ACQUIRE,
-            "release" => &crate::permit_semaphore::RELEASE,
+            "acquire" => &crate::counter::permit_semaphore::ACQUIRE,
+            "release" => &crate::counter::permit_semaphore::RELEASE,
             _ => return None,
         }
     } else if let Some(rest) = name.strip_prefix("semaphore_") {
         match rest {
-            "acquire" => &crate::semaphore::ACQUIRE,
-            "release" => &crate::semaphore::RELEASE,
-            "add" => &crate::semaphore::ADD,
+            "acquire" => &crate::counter::semaphore::ACQUIRE,
+            "release" => &crate::counter::semaphore::RELEASE,
+            "add" => &crate::counter::semaphore::ADD,
             _ => return None,
         }
     } else if name == "latch_count_down" {
-        &crate::latch::COUNT_DOWN
+        &crate::counter::latch::COUNT_DOWN
     } else if name == "fenced_acquire" {
-        &crate::fenced_lock::FENCED_ACQUIRE
+        &crate::lock::fenced::FENCED_ACQUIRE
     } else if let Some(rest) = name.strip_prefix("lock_") {
-        crate::lock::script(rest)?
+        crate::lock::reentrant::script(rest)?
     } else if let Some(rest) = name.strip_prefix("fair_") {
-        crate::fair_lock::script(rest)?
+        crate::lock::fair::script(rest)?
     } else if let Some(rest) = name.strip_prefix("rw_") {
-        crate::rw_lock::script(rest)?
+        crate::lock::rw::script(rest)?
     } else if let Some(rest) = name.strip_prefix("redlock_") {
         crate::redlock::script(rest)?
     } else {

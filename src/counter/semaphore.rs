@@ -5,22 +5,22 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
+use crate::counter::{check_permits, read_counter};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
     Name, ReleaseArgs, Script, Wake, Win,
 };
-use crate::error::{waited, Error, Result};
+use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 
 /// Every script of the semaphore, as sections of one file.
-const SCRIPTS: &str = include_str!("../lua/semaphore.lua");
+const SCRIPTS: &str = include_str!("../../lua/semaphore.lua");
 
 /// Takes permits for one acquisition, recording its grant.
 pub(crate) static ACQUIRE: LazyLock<Script> =
@@ -129,7 +129,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for an empty name, [`Error::Redis`] when Redis cannot be
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name, [`Error::Redis`](crate::Error::Redis) when Redis cannot be
     /// asked.
     ///
     /// # Cancel safety
@@ -146,7 +146,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`try_set_permits`](Self::try_set_permits), and [`Error::WrongType`] when the key is
+    /// As [`try_set_permits`](Self::try_set_permits), and [`Error::WrongType`](crate::Error::WrongType) when the key is
     /// not an integer string.
     ///
     /// # Cancel safety
@@ -160,7 +160,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// As [`set_permits`](Self::set_permits), and [`Error::InvalidArgument`] for 0 permits.
+    /// As [`set_permits`](Self::set_permits), and [`Error::InvalidArgument`](crate::Error::InvalidArgument) for 0 permits.
     ///
     /// # Cancel safety
     ///
@@ -191,7 +191,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::WrongType`] when the key is not an integer string.
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key is not an integer string.
     ///
     /// # Cancel safety
     ///
@@ -223,9 +223,9 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for 0 permits or an empty name, [`Error::WrongType`] when the
-    /// key is not an integer string, [`Error::Redis`] when Redis rejects the script,
-    /// [`Error::Shutdown`] when the client shuts down.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for 0 permits or an empty name, [`Error::WrongType`](crate::Error::WrongType) when the
+    /// key is not an integer string, [`Error::Redis`](crate::Error::Redis) when Redis rejects the script,
+    /// [`Error::Shutdown`](crate::Error::Shutdown) when the client shuts down.
     ///
     /// # Cancel safety
     ///
@@ -242,7 +242,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// As [`acquire`](Self::acquire). When the wait ends and no attempt got an answer from
-    /// Redis, [`Error::Unavailable`], never `Ok(None)`.
+    /// Redis, [`Error::Unavailable`](crate::Error::Unavailable), never `Ok(None)`.
     ///
     /// # Cancel safety
     ///
@@ -261,7 +261,7 @@ impl Semaphore {
     ///
     /// # Errors
     ///
-    /// [`Error::WrongType`] when a key holds another type; [`Error::Redis`] when the server
+    /// [`Error::WrongType`](crate::Error::WrongType) when a key holds another type; [`Error::Redis`](crate::Error::Redis) when the server
     /// cannot be asked.
     ///
     /// # Cancel safety
@@ -305,35 +305,6 @@ impl Semaphore {
     }
 }
 
-/// The integer string at `name`: 0 when missing, `WrongType` when it is no integer.
-pub(crate) async fn read_counter(client: &LockClient, name: &str) -> Result<i64> {
-    let core = client.engine().core();
-    core.ensure_open()?;
-    engine::check_name(name)?;
-    let value: Option<String> = core
-        .redis()
-        .get(name)
-        .await
-        .map_err(|source| client.engine().redis_error(name, None, source))?;
-    match value {
-        None => Ok(0),
-        Some(text) => text.parse().map_err(|_| Error::WrongType {
-            lock: name.to_owned(),
-            key: name.to_owned(),
-        }),
-    }
-}
-
-/// Fails with `InvalidArgument` for no permits, before anything is sent.
-pub(crate) fn check_permits(name: &str, permits: u32) -> Result<()> {
-    if permits == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "semaphore {name:?}: take or add at least 1 permit"
-        )));
-    }
-    Ok(())
-}
-
 impl SemaphorePermit {
     /// How many permits this holds.
     pub fn permits(&self) -> u32 {
@@ -355,9 +326,9 @@ impl SemaphorePermit {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when the grant was gone (its record deleted by hand). A release whose
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when the grant was gone (its record deleted by hand). A release whose
     /// reply is lost is sent again (it takes effect once however often it is sent) for up to the
-    /// client's command timeout; [`Error::Redis`] when no answer came by then, the release
+    /// client's command timeout; [`Error::Redis`](crate::Error::Redis) when no answer came by then, the release
     /// going on in the background.
     ///
     /// # Cancel safety

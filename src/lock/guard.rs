@@ -13,7 +13,7 @@ use crate::engine::{Guard, Script};
 use crate::error::{Error, Result};
 
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
-const WHILE_HELD: &str = include_str!("../lua/while_held.lua");
+const WHILE_HELD: &str = include_str!("../../lua/while_held.lua");
 const SCRIPT_MARKER: &str = "--@script\n";
 
 /// Callers' scripts as wrapped and hashed, so that a script written through many times is

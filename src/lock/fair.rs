@@ -12,14 +12,14 @@ use crate::engine::{
     Request, Script, Wake,
 };
 use crate::layout::Layout;
-use crate::lock::LOCK_RENEW;
+use crate::lock::reentrant::LOCK_RENEW;
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::lua;
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 
 /// Every script of the fair lock: its queue's head, then sections.
-const SCRIPTS: &str = include_str!("../lua/fair_lock.lua");
+const SCRIPTS: &str = include_str!("../../lua/fair_lock.lua");
 
 /// Takes, re-enters or queues for a fair lock.
 static FAIR_ACQUIRE: LazyLock<Script> =

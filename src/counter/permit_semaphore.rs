@@ -10,6 +10,8 @@ use fred::types::{Key, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
+use crate::counter::check_permits;
+use crate::counter::semaphore::{ADD, TRY_SET};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
     Name, ReleaseArgs, Script, Wake, Win,
@@ -19,10 +21,9 @@ use crate::layout::{Counted, Layout, OwnKey};
 use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
-use crate::semaphore::{check_permits, ADD, TRY_SET};
 
 /// Every script of the permit semaphore, as sections of one file.
-const SCRIPTS: &str = include_str!("../lua/permit_semaphore.lua");
+const SCRIPTS: &str = include_str!("../../lua/permit_semaphore.lua");
 
 /// Takes one permit for a lease.
 pub(crate) static ACQUIRE: LazyLock<Script> =

@@ -19,7 +19,7 @@ use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 
 /// Every script of the read-write lock: a head, then one section per script.
-const SCRIPTS: &str = include_str!("../lua/rw_lock.lua");
+const SCRIPTS: &str = include_str!("../../lua/rw_lock.lua");
 
 /// A read-write lock script that changes holds: [`lua::HOLDS`], then the head and the section.
 fn rw_script(name: &str, freeing: bool) -> Script {

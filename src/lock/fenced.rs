@@ -15,16 +15,18 @@ use crate::engine::{
     ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Error, Result};
-use crate::guard::LockGuard;
 use crate::layout::Layout;
-use crate::lock::{lock_reads, Lock, LockKind, Reentrant};
+use crate::lock::guard::LockGuard;
+use crate::lock::reentrant::Reentrant;
+use crate::lock::{lock_reads, Lock, LockKind};
 use crate::lua;
 use crate::names;
 use crate::owner::OwnerId;
 
 /// Takes or re-enters a fenced lock, issuing a token for every first hold.
-pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| lua::holds_script(include_str!("../lua/fenced_lock.lua"), "acquire", false));
+pub(crate) static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    lua::holds_script(include_str!("../../lua/fenced_lock.lua"), "acquire", false)
+});
 
 /// A reentrant distributed lock that hands out a **fencing token** with every acquisition:
 /// Redisson's `RFencedLock`, with the same keys, so Java and Rust clients exclude each other and

@@ -8,6 +8,7 @@ use std::time::Duration;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
+use crate::counter::read_counter;
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name,
     ReleaseArgs, Script, Wake,
@@ -16,10 +17,9 @@ use crate::error::{Error, Result};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
-use crate::semaphore::read_counter;
 
 /// Every script of the latch, as sections of one file.
-const SCRIPTS: &str = include_str!("../lua/latch.lua");
+const SCRIPTS: &str = include_str!("../../lua/latch.lua");
 
 /// Sets the count of a latch that has none.
 static TRY_SET_COUNT: LazyLock<Script> =

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::engine::{durations, Backoff};
 use crate::error::{Error, Result};
-use crate::lock::{lock_acquires, lock_reads, Lock, Reentrant};
+use crate::lock::reentrant::Reentrant;
+use crate::lock::{lock_acquires, lock_reads, Lock};
 use crate::owner::OwnerId;
 
 /// The first pause of a spin lock's waiter (Redisson's default).

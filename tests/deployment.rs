@@ -57,7 +57,9 @@ async fn locks_let_go_on_a_full_server() {
         let legacy = client.lock("full-legacy");
         let legacy_guard = legacy.lock().await.unwrap();
         let legacy_field = legacy_guard.owner_field().to_string();
-        let _ = legacy.lock().await.unwrap(); // a second hold: the release must write a count
+        // A second hold, kept: the release below must write a count.
+        let legacy_second = legacy.lock().await.unwrap();
+        assert_eq!(legacy.hold_count().await.unwrap(), 2);
 
         fill_to_the_limit(&raw).await;
         let refused = client
@@ -99,6 +101,11 @@ async fn locks_let_go_on_a_full_server() {
         assert!(!lock.is_locked().await.unwrap());
         fair.unlock().await.unwrap();
         assert!(!fair_lock.is_locked().await.unwrap());
+        // Both holds of the legacy lock, the second's count written despite the full server.
+        assert_eq!(legacy.hold_count().await.unwrap(), 2);
+        legacy_second.unlock().await.unwrap();
+        legacy_guard.unlock().await.unwrap();
+        assert!(!legacy.is_locked().await.unwrap());
         assert!(forced.force_unlock().await.unwrap());
         assert!(!forced.is_locked().await.unwrap());
         client.shutdown().await;

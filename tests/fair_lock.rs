@@ -412,8 +412,13 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
         for task in &aborted {
             task.abort();
         }
-        for task in waiting.into_iter().chain(aborted) {
-            let _ = task.await;
+        // A waiter that got the held lock panics: its task's result says so.
+        for task in waiting {
+            task.await.expect("a waiter acquired a held lock");
+        }
+        for task in aborted {
+            let ended = task.await.expect_err("an aborted waiter ran to its end");
+            assert!(ended.is_cancelled(), "an aborted waiter panicked: {ended}");
         }
         let ended = Instant::now();
         let clean = eventually(Duration::from_secs(2), || async {

@@ -463,3 +463,29 @@ async fn held_only_writes_are_checked_by_the_server() {
     })
     .await;
 }
+
+/// `into_lock_guard` keeps the hold (nothing is released by the conversion) and the plain
+/// guard it gives unlocks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn into_lock_guard_keeps_the_hold() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(Duration::from_secs(2)).await;
+        let other = server.lock_client(Duration::from_secs(2)).await;
+        let lock = client.fenced_lock("converted");
+        let fenced = lock.lock().await.unwrap();
+        let plain = fenced.into_lock_guard();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        let taken = other
+            .fenced_lock("converted")
+            .try_lock(Duration::ZERO, None)
+            .await;
+        assert!(taken.unwrap().is_none(), "free after the conversion");
+        plain.unlock().await.unwrap();
+        assert!(!lock.is_locked().await.unwrap());
+        client.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}

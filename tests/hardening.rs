@@ -638,20 +638,36 @@ async fn bad_input_sweep() {
             let multi = MultiLock::new(vec![client.lock(name.clone()), second.lock(name.clone())]);
             if let Ok(multi) = multi {
                 for duration in EDGE_DURATIONS {
-                    let _ = ends(
+                    let outcome = ends(
                         "multi lock_with_lease",
                         limit,
                         multi.lock_with_lease(duration),
                     )
                     .await;
-                    // Two owners of one lock never both get it: a bounded try ends with None.
+                    is_invalid(outcome);
                     let wait = duration.min(Duration::from_millis(300));
-                    let _ = ends(
+                    let outcome = ends(
                         "multi try_lock",
                         limit,
                         multi.try_lock(wait, Some(duration)),
                     )
                     .await;
+                    is_invalid(outcome);
+                }
+                // Two owners of one lock never both get it: a bounded try with a valid lease
+                // ends with None, unless the name itself is refused.
+                let outcome = ends(
+                    "multi try_lock",
+                    limit,
+                    multi.try_lock(Duration::from_millis(300), Some(Duration::from_secs(5))),
+                )
+                .await;
+                match outcome {
+                    Ok(None) | Err(Error::InvalidArgument(_)) => {}
+                    Ok(Some(_)) => {
+                        panic!("multi try_lock on {shown:?}: both owners of one lock held it")
+                    }
+                    Err(error) => panic!("multi try_lock on {shown:?}: {error}"),
                 }
             }
             for duration in EDGE_DURATIONS {
@@ -708,6 +724,47 @@ async fn bad_input_sweep() {
             }
         }
         every_key_expires(&raw).await;
+    })
+    .await;
+}
+
+/// `reconnect_policy` is the one fred follows: with a constant 3 s between attempts, a client
+/// whose server restarted at once is back no sooner than that (the default backs off from
+/// 100 ms), and then locks again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconnect_policy_given_is_followed() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let delay = Duration::from_secs(3);
+        let client = LockClient::builder()
+            .url(server.url())
+            .reconnect_policy(fred::types::config::ReconnectPolicy::new_constant(
+                0,
+                delay.as_millis() as u32,
+            ))
+            .build()
+            .await
+            .unwrap();
+        let lock = client.lock("policy");
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        let cut = Instant::now();
+        server.start_again();
+        let back = loop {
+            match lock.try_lock(Duration::ZERO, None).await {
+                Ok(Some(guard)) => {
+                    guard.unlock().await.unwrap();
+                    break cut.elapsed();
+                }
+                Ok(None) => panic!("nobody else holds it"),
+                Err(_) if cut.elapsed() < Duration::from_secs(30) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(error) => panic!("not back after 30 s: {error}"),
+            }
+        };
+        println!("locked again {back:?} after the restart");
+        assert!(back >= delay - Duration::from_millis(500), "{back:?}");
+        client.shutdown().await;
     })
     .await;
 }

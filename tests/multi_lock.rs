@@ -355,3 +355,40 @@ async fn empty_and_duplicate_sets_are_refused() {
     })
     .await
 }
+
+/// `lock_with_lease` with a valid lease holds every member for that lease and no longer (no
+/// renewal), and `locks` lists the members in the order given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_holds_every_member_for_that_long() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(Duration::from_secs(1)).await;
+        let other = server.lock_client(Duration::from_secs(1)).await;
+        let multi = MultiLock::new(vec![client.lock("lease-a"), client.lock("lease-b")]).unwrap();
+        let names: Vec<&str> = multi.locks().iter().map(|lock| lock.name()).collect();
+        assert_eq!(names, ["lease-a", "lease-b"]);
+
+        let lease = Duration::from_millis(1500);
+        let guard = multi.lock_with_lease(lease).await.unwrap();
+        for name in ["lease-a", "lease-b"] {
+            let pttl: i64 = raw.pttl(name).await.unwrap();
+            assert!(
+                pttl > 0 && pttl <= lease.as_millis() as i64,
+                "{name}: {pttl}"
+            );
+            let taken = other.lock(name).try_lock(Duration::ZERO, None).await;
+            assert!(taken.unwrap().is_none(), "{name} was free while held");
+        }
+        // Not renewed: both free once the lease has passed, with the guard still alive.
+        tokio::time::sleep(lease + Duration::from_millis(200)).await;
+        for name in ["lease-a", "lease-b"] {
+            let exists: i64 = raw.exists(name).await.unwrap();
+            assert_eq!(exists, 0, "{name} outlived its lease");
+        }
+        drop(guard);
+        client.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}

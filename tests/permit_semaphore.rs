@@ -342,3 +342,47 @@ async fn inspections_show_leases_and_ended_leases() {
     })
     .await;
 }
+
+/// `acquire_with_lease` with a valid lease: the permit's lease ends at that time by the server
+/// clock, is not renewed, and the permit returns to the semaphore without a release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_ends_on_time_and_gives_the_permit_back() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(WATCHDOG).await;
+        let slots = client.permit_semaphore("fixed-lease");
+        assert!(slots.try_set_permits(1).await.unwrap());
+        let lease = Duration::from_millis(1500);
+        let before = server_millis(&raw).await;
+        let permit = slots.acquire_with_lease(lease).await.unwrap();
+        let after = server_millis(&raw).await;
+        assert_eq!(permit.lease(), Some(lease));
+        assert_eq!(slots.available_permits().await.unwrap(), 0);
+        let ends: Option<f64> = raw
+            .zscore("{fixed-lease}:timeout", permit.id())
+            .await
+            .unwrap();
+        let ends = ends.expect("the lease is recorded") as u64;
+        assert!(
+            ends >= before + 1500 && ends <= after + 1500,
+            "{before} {ends} {after}"
+        );
+        // Before its end it is still out, though a watchdog renewal (every WATCHDOG / 3) would
+        // have come by then.
+        tokio::time::sleep(lease / 2).await;
+        let available = slots.available_permits().await.unwrap();
+        if server_millis(&raw).await < ends {
+            assert_eq!(available, 0, "the permit returned before its lease ended");
+        }
+        // Past its end, it is back without a release.
+        let back = eventually(lease * 2, || async {
+            slots.available_permits().await.unwrap() == 1
+        })
+        .await;
+        assert!(back, "the permit did not return after its lease");
+        drop(permit);
+        client.shutdown().await;
+    })
+    .await;
+}

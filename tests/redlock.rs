@@ -778,3 +778,112 @@ async fn a_release_nobody_waits_for_still_runs_its_eval_fallback() {
     })
     .await
 }
+
+/// What a release that a majority does not confirm reports, for each reason a node gives:
+/// - three of five nodes killed after acquiring: `Unreleased`, naming them as unreachable;
+/// - the key turned into a hash on three nodes: `Unreleased`, the three `Rejected`;
+/// - three nodes' clients shut down: `NoQuorum`, the three `Shutdown`.
+///
+/// Each acquisition is `lock_with_lease` with a valid lease: every node's key ends within it
+/// and the validity is below it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unconfirmed_releases_name_each_node_and_its_reason() {
+    bounded(async {
+        let lease = Duration::from_secs(4);
+        let failed = |failures: &[fredlock::NodeFailure]| -> Vec<usize> {
+            failures.iter().map(|failure| failure.index).collect()
+        };
+        let held_within_lease = |raws: Vec<Client>, guard: &fredlock::RedLockGuard| {
+            assert!(guard.validity() < lease, "{:?}", guard.validity());
+            assert!(guard.validity() > lease / 2, "{:?}", guard.validity());
+            async move {
+                for raw in raws {
+                    let pttl: i64 = raw.pttl(NAME).await.unwrap();
+                    assert!(pttl > 0 && pttl <= lease.as_millis() as i64, "{pttl}");
+                }
+            }
+        };
+
+        // Killed after acquiring.
+        let mut servers = start_servers(5);
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .node_timeout(Duration::from_millis(100))
+            .build()
+            .unwrap();
+        let guard = redlock.lock_with_lease(lease).await.unwrap();
+        held_within_lease(raws(&servers).await, &guard).await;
+        for index in [0, 2, 4] {
+            servers[index].kill();
+        }
+        match guard.unlock().await {
+            Err(Error::Unreleased {
+                confirmed,
+                nodes,
+                failures,
+                ..
+            }) => {
+                assert_eq!((confirmed, nodes), (2, 5));
+                assert_eq!(failed(&failures), [0, 2, 4], "{failures:?}");
+                assert!(failures.iter().all(|failure| matches!(
+                    failure.reason,
+                    NodeFailureReason::Unreachable(_) | NodeFailureReason::TimedOut(_)
+                )));
+            }
+            other => panic!("expected Unreleased, got {other:?}"),
+        }
+
+        // The key is no longer a string on three nodes.
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let nodes = clients(&urls(&servers)).await;
+        let redlock = RedLock::builder(nodes.clone(), NAME).build().unwrap();
+        let guard = redlock.lock_with_lease(lease).await.unwrap();
+        held_within_lease(raws.clone(), &guard).await;
+        for raw in &raws[..3] {
+            let _: i64 = raw.del(NAME).await.unwrap();
+            let _: i64 = raw.hset(NAME, ("not", "a token")).await.unwrap();
+        }
+        match guard.unlock().await {
+            Err(Error::Unreleased {
+                confirmed,
+                failures,
+                ..
+            }) => {
+                assert_eq!(confirmed, 2);
+                assert_eq!(failed(&failures), [0, 1, 2], "{failures:?}");
+                assert!(
+                    failures
+                        .iter()
+                        .all(|failure| matches!(failure.reason, NodeFailureReason::Rejected(_))),
+                    "{failures:?}"
+                );
+            }
+            other => panic!("expected Unreleased, got {other:?}"),
+        }
+        for raw in &raws {
+            let _: i64 = raw.del(NAME).await.unwrap();
+        }
+
+        // Three nodes' clients shut down.
+        for node in &nodes[2..] {
+            node.shutdown().await;
+        }
+        match redlock
+            .try_lock(Duration::from_millis(200), Some(lease))
+            .await
+        {
+            Err(Error::NoQuorum { failures, .. }) => {
+                assert_eq!(failed(&failures), [2, 3, 4], "{failures:?}");
+                assert!(
+                    failures
+                        .iter()
+                        .all(|failure| matches!(failure.reason, NodeFailureReason::Shutdown)),
+                    "{failures:?}"
+                );
+            }
+            other => panic!("expected NoQuorum, got {other:?}"),
+        }
+        assert!(values(&raws).await.iter().all(Option::is_none));
+    })
+    .await
+}

@@ -344,3 +344,53 @@ async fn replica_sync_on_a_cluster_waits_for_the_slots_replicas() {
     })
     .await;
 }
+
+/// `ReplicaSync::connections` bounds how many changes wait for their replicas at once: with 2
+/// connections and the only replica paused, 3 acquisitions of different locks take 2 rounds of
+/// the timeout, the third queueing for a connection; with 3 connections, one round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_bound_the_changes_that_wait_at_once() {
+    bounded(async {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&master).await;
+        let timeout = Duration::from_secs(1);
+        let mut slowest = Vec::new();
+        for connections in [2, 3] {
+            let sync = ReplicaSync::replicas(1)
+                .timeout(timeout)
+                .connections(connections);
+            let client = synced_client(&master, sync).await;
+            signal(replica.pid(), "STOP");
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..3)
+                .map(|i| {
+                    let lock = client.lock(format!("pool-{connections}-{i}"));
+                    tokio::spawn(async move {
+                        let outcome = lock.try_lock(Duration::ZERO, None).await;
+                        assert!(
+                            matches!(outcome, Err(Error::NotReplicated { .. })),
+                            "{outcome:?}"
+                        );
+                        started.elapsed()
+                    })
+                })
+                .collect();
+            let mut took = Vec::new();
+            for task in tasks {
+                took.push(task.await.unwrap());
+            }
+            signal(replica.pid(), "CONT");
+            took.sort();
+            println!("{connections} connections: the 3 acquisitions ended after {took:?}");
+            slowest.push(took[2]);
+            client.shutdown().await;
+        }
+        // Two rounds of the timeout with 2 connections; fewer than two with 3.
+        assert!(
+            slowest[0] >= timeout * 2 - Duration::from_millis(100),
+            "{slowest:?}"
+        );
+        assert!(slowest[1] < slowest[0] - timeout / 2, "{slowest:?}");
+    })
+    .await;
+}

@@ -66,27 +66,30 @@ async fn readers_share() {
             server.lock_client(WATCHDOG).await,
             server.lock_client(WATCHDOG).await,
         ];
-        let inside = Arc::new(AtomicUsize::new(0));
-        let most = Arc::new(AtomicUsize::new(0));
+        // Each reader holds until all 8 hold: readers that excluded each other never get there.
+        let all_in = Arc::new(tokio::sync::Barrier::new(9));
+        let let_go = Arc::new(tokio::sync::Barrier::new(9));
         let mut tasks = Vec::new();
         for i in 0..8 {
             let read = clients[i % 2].rw_lock("share").read_lock();
-            let (inside, most) = (inside.clone(), most.clone());
+            let (all_in, let_go) = (all_in.clone(), let_go.clone());
             tasks.push(tokio::spawn(async move {
                 let guard = read.lock().await.unwrap();
-                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                inside.fetch_sub(1, Ordering::SeqCst);
+                all_in.wait().await;
+                let_go.wait().await;
                 guard.unlock().await.unwrap();
             }));
         }
+        tokio::time::timeout(Duration::from_secs(10), all_in.wait())
+            .await
+            .expect("8 readers never held at the same moment");
+        let seen = clients[0].rw_lock("share").inspect().await.unwrap();
+        assert_eq!(seen.mode, Some("read"));
+        assert_eq!(seen.holders.len(), 8, "{:?}", seen.holders);
+        let_go.wait().await;
         for task in tasks {
             task.await.unwrap();
         }
-        let most = most.load(Ordering::SeqCst);
-        println!("readers inside at once: {most}");
-        assert!(most >= 2, "readers never overlapped: {most}");
         let raw = server.raw().await;
         assert!(all_keys(&raw)
             .await

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, eventually, redis_cli, RedisCluster};
-use fredlock::{LockClient, LockGuard};
+use fredlock::{Error, LockClient, LockGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -137,8 +137,21 @@ async fn a_cluster_failover_keeps_locks_and_waiters_working() {
 
         tokio::time::sleep(watchdog * 2).await;
         if guard.is_lost() {
+            // Told of the loss: then it is gone from the new master too, and the waiter has it
+            // within one lease, while the lost guard's unlock finds nothing to release.
             println!("the holder was told its lock is lost");
-            let _ = waiting.await;
+            let (held, _) = tokio::time::timeout(watchdog, waiting)
+                .await
+                .expect("the waiter acquires within a lease of the loss")
+                .unwrap();
+            let fields = redis_cli(replica, &["hkeys", name]);
+            assert_eq!(
+                fields.trim(),
+                held.owner_field(),
+                "the waiter's hold, on the new master"
+            );
+            assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+            held.unlock().await.unwrap();
         } else {
             let fields = redis_cli(replica, &["hkeys", name]);
             assert_eq!(fields.trim(), field, "renewed on the new master");

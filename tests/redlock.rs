@@ -144,9 +144,10 @@ async fn two_dead_nodes_are_tolerated_three_are_reported() {
         let outcome = redlock.try_lock(wait, Some(Duration::from_secs(5))).await;
         let elapsed = started.elapsed();
         println!("three dead nodes: try_lock({wait:?}) returned after {elapsed:?}");
-        // The wait, plus at most one attempt in flight at its end (one node timeout) and slack.
+        // The wait, plus at most the attempt in flight at its end: no attempt starts after the
+        // wait (ten node timeouts past it would take several more rounds).
         assert!(
-            elapsed < wait + Duration::from_millis(50 + 100),
+            elapsed >= wait && elapsed < wait + Duration::from_millis(50) * 10,
             "try_lock took {elapsed:?}"
         );
         match outcome {
@@ -222,7 +223,8 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
         ];
         let mut node_urls = urls(&servers[..3]);
         node_urls.extend(proxies.iter().map(StallingProxy::url));
-        let node_timeout = Duration::from_millis(300);
+        // Long enough that a busy machine's round trips to the live nodes stay far below it.
+        let node_timeout = Duration::from_secs(1);
         let redlock = RedLock::builder(clients(&node_urls).await, NAME)
             .node_timeout(node_timeout)
             .build()
@@ -239,14 +241,11 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
         let guard = guard.expect("three live nodes are a majority");
         println!("acquired past two stalled nodes in {elapsed:?}");
         assert!(elapsed < node_timeout, "acquisition took {elapsed:?}");
-        // The unlock waits for every node, the stalled ones up to the node timeout.
+        // The unlock waits for every node, the stalled ones up to the node timeout, once.
         let started = Instant::now();
         guard.unlock().await.unwrap();
         let unlock = started.elapsed();
-        assert!(
-            unlock < node_timeout + Duration::from_millis(200),
-            "{unlock:?}"
-        );
+        assert!(unlock < node_timeout * 2, "{unlock:?}");
 
         // Now the majority depends on the stalled nodes: another client holds node 0, so only
         // two live nodes can grant it. The attempt fails once the stalled nodes time out.
@@ -261,8 +260,8 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
             "decided before the stalled nodes timed out"
         );
         assert!(
-            elapsed < node_timeout + Duration::from_millis(200),
-            "the stall cost {elapsed:?}, more than the node timeout"
+            elapsed < node_timeout * 2,
+            "the stall cost {elapsed:?}, more than one node timeout"
         );
         match outcome {
             Err(Error::NoQuorum { failures, .. }) => {
@@ -725,7 +724,8 @@ async fn a_release_nobody_waits_for_still_runs_its_eval_fallback() {
         ];
         let mut node_urls = urls(&servers[..3]);
         node_urls.extend(proxies.iter().map(StallingProxy::url));
-        let node_timeout = Duration::from_millis(300);
+        // Long enough that a busy machine's round trips to the live nodes stay far below it.
+        let node_timeout = Duration::from_secs(1);
         let redlock = RedLock::builder(clients(&node_urls).await, NAME)
             .node_timeout(node_timeout)
             .build()

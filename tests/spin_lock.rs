@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{bounded, command_calls, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, DEFAULT_WATCHDOG_TIMEOUT};
+use fredlock::{Error, DEFAULT_SPIN_MAX_PAUSE, DEFAULT_WATCHDOG_TIMEOUT};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -125,15 +125,22 @@ async fn backoff_is_configurable_and_checked() {
             .unwrap();
         let holder = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
         let guard = holder.spin_lock("spin-fast").lock().await.unwrap();
+        // Attempts counted by the server: pauses capped at 5 ms make dozens in 300 ms, where
+        // pauses doubling from 1 ms without a cap make at most 9.
+        let raw = server.raw().await;
         let waiter = common::time_acquisition(fast);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        guard.unlock().await.unwrap();
-        let unlocked = Instant::now();
-        let latency = waiter.await.unwrap().duration_since(unlocked);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let before = command_calls(&raw).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let after = command_calls(&raw).await;
+        let attempts = after.get("evalsha").copied().unwrap_or(0)
+            - before.get("evalsha").copied().unwrap_or(0);
         assert!(
-            latency <= Duration::from_millis(5) + Duration::from_millis(60),
-            "acquired {latency:?} after the unlock with a 5 ms cap"
+            attempts >= 15,
+            "{attempts} attempts in 300 ms with pauses capped at 5 ms"
         );
+        guard.unlock().await.unwrap();
+        waiter.await.unwrap();
         // Reentrant, with the reentrant lock's layout.
         let lock = client.spin_lock("spin-fast");
         let outer = lock.lock().await.unwrap();
@@ -172,8 +179,10 @@ async fn cancelled_spin_acquisitions_leave_nothing() {
             .unwrap();
         assert!(none.is_none());
         let waited = started.elapsed();
+        // No pause runs past the wait: far less than another of its longest pauses after it.
         assert!(
-            waited >= Duration::from_millis(300) && waited < Duration::from_millis(600),
+            waited >= Duration::from_millis(300)
+                && waited < Duration::from_millis(300) + DEFAULT_SPIN_MAX_PAUSE * 4,
             "{waited:?}"
         );
         guard.unlock().await.unwrap();

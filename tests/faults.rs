@@ -113,7 +113,7 @@ async fn stall_past_the_command_timeout_takes_one_hold(kind: Kind) {
         })
         .await;
         let lock = kind.lock(&locks, "stalled");
-        let field = locks.owner_field(fredlock::OwnerId::current());
+        let field = kind.field(&locks, fredlock::OwnerId::current());
         // A warm script cache, as in a running service: the calls during the stall are EVALSHA
         // that run, not NOSCRIPT replies.
         lock.lock().await.unwrap().unlock().await.unwrap();
@@ -148,7 +148,7 @@ async fn latency_past_the_command_timeout_takes_one_hold(kind: Kind) {
         })
         .await;
         let lock = kind.lock(&locks, "slow");
-        let field = locks.owner_field(fredlock::OwnerId::current());
+        let field = kind.field(&locks, fredlock::OwnerId::current());
         lock.lock().await.unwrap().unlock().await.unwrap();
 
         proxy.set_latency(Duration::from_millis(120));
@@ -179,7 +179,7 @@ async fn lost_replies_take_effect_once(kind: Kind) {
         let proxy = StallingProxy::start(server.port());
         let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1))).await;
         let lock = kind.lock(&locks, "cut");
-        let field = locks.owner_field(fredlock::OwnerId::current());
+        let field = kind.field(&locks, fredlock::OwnerId::current());
         // The scripts cached first, so that the reply lost is the script's own, not a NOSCRIPT.
         lock.lock().await.unwrap().unlock().await.unwrap();
         quiet(&locks).await;

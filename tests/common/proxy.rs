@@ -1,0 +1,208 @@
+//! A TCP proxy on loopback in front of one server, which stalls, cuts and loses replies on cue.
+
+#![allow(unused_imports)]
+
+use super::*;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+
+/// A TCP proxy on loopback in front of one server: it forwards both ways until
+/// [`stall`](Self::stall) is called, then accepts and reads but never answers (what it holds is
+/// delivered if [`resume`](Self::resume) is called, and lost on a [`cut`](Self::cut)). A node
+/// that hangs without closing its connections, which a client notices only by timing out.
+///
+/// It can also [`cut`](Self::cut): close every connection and refuse new ones (accepted and
+/// closed at once) until [`heal`](Self::heal), as a network that drops the server would.
+pub struct StallingProxy {
+    port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    lose_reply: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Added to every chunk either way, in ms.
+    latency: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    /// Starts forwarding a free loopback port to `target_port` on loopback.
+    pub fn start(target_port: u16) -> StallingProxy {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let listener =
+            TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).expect("bind the proxy");
+        listener.set_nonblocking(true).expect("non-blocking accept");
+        let port = listener.local_addr().expect("proxy address").port();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let lose_reply = Arc::new(AtomicBool::new(false));
+        let latency = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (flags, cutting, done) = (stalled.clone(), cut.clone(), stop.clone());
+        let losing = lose_reply.clone();
+        let delay = latency.clone();
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) if cutting.load(std::sync::atomic::Ordering::SeqCst) => {
+                        drop(client);
+                    }
+                    Ok((client, _)) => {
+                        let Ok(server) =
+                            TcpStream::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, target_port))
+                        else {
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        for (from, to, replies) in [
+                            (client.try_clone(), server.try_clone(), None),
+                            (server.try_clone(), client.try_clone(), Some(losing.clone())),
+                        ] {
+                            if let (Ok(from), Ok(to)) = (from, to) {
+                                let (flags, cutting, done, delay) =
+                                    (flags.clone(), cutting.clone(), done.clone(), delay.clone());
+                                std::thread::spawn(move || {
+                                    let faults = Faults {
+                                        stalled: &flags,
+                                        cut: &cutting,
+                                        stop: &done,
+                                        lose_reply: replies.as_deref(),
+                                        latency: &delay,
+                                    };
+                                    pump(from, to, faults)
+                                });
+                            }
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        StallingProxy {
+            port,
+            stalled,
+            cut,
+            lose_reply,
+            latency,
+            stop,
+        }
+    }
+
+    /// The `redis://` URL clients should use.
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// From now on, nothing is forwarded either way; connections stay open.
+    pub fn stall(&self) {
+        self.stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Forwards again, including what was held.
+    pub fn resume(&self) {
+        self.stalled
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Closes every connection now and refuses new ones until [`heal`](Self::heal).
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Accepts and forwards new connections again.
+    pub fn heal(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The next reply the server sends is thrown away and its connection closed: the request
+    /// ran, its client never learns how. Requests sent meanwhile are forwarded as usual.
+    pub fn lose_next_reply(&self) {
+        self.lose_reply
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Holds every chunk, either way, `latency` before forwarding it (zero: none).
+    pub fn set_latency(&self, latency: Duration) {
+        self.latency.store(
+            latency.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+
+    /// Whether a reply armed by [`lose_next_reply`](Self::lose_next_reply) is still to come.
+    pub fn reply_pending_loss(&self) -> bool {
+        self.lose_reply.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for StallingProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// What a proxy's pump applies to the bytes it copies.
+struct Faults<'a> {
+    stalled: &'a std::sync::atomic::AtomicBool,
+    cut: &'a std::sync::atomic::AtomicBool,
+    stop: &'a std::sync::atomic::AtomicBool,
+    /// On the reply side only: when set, the next chunk is thrown away and the connection closed.
+    lose_reply: Option<&'a std::sync::atomic::AtomicBool>,
+    latency: &'a std::sync::atomic::AtomicU64,
+}
+
+/// Copies `from` to `to`, holding each chunk while stalled and for the latency, until either
+/// side closes, the proxy is cut, or stopped; on the reply side a lost reply closes both.
+fn pump(mut from: TcpStream, mut to: TcpStream, faults: Faults<'_>) {
+    use std::sync::atomic::Ordering;
+    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut buffer = [0u8; 16 * 1024];
+    while !faults.stop.load(Ordering::Relaxed) && !faults.cut.load(Ordering::SeqCst) {
+        let read = match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        };
+        let latency = faults.latency.load(Ordering::SeqCst);
+        if latency > 0 {
+            std::thread::sleep(Duration::from_millis(latency));
+        }
+        while faults.stalled.load(Ordering::SeqCst) && !faults.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // A cut drops what a stall held, as a network that went down loses what was in flight.
+        if faults.cut.load(Ordering::SeqCst) || faults.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if faults
+            .lose_reply
+            .is_some_and(|lose| lose.swap(false, Ordering::SeqCst))
+        {
+            break;
+        }
+        if to.write_all(&buffer[..read]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}

@@ -10,8 +10,7 @@ use fred::types::{Key, Value};
 use crate::client::LockClient;
 use crate::counter::read_counter;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name,
-    ReleaseArgs, Script, Wake,
+    self, keys_without_expiry, Call, Inspect, Inspection, Leak, Name, Primitive, Script, Wake,
 };
 use crate::error::{Error, Result};
 use crate::layout::{Counted, Layout};
@@ -215,7 +214,7 @@ impl CountDownLatch {
     }
 
     async fn wait_for(&self, wait: Option<Duration>) -> Result<bool> {
-        let kind: Arc<dyn Kind> = Arc::new(self.kind());
+        let kind = self.kind();
         engine::wait_until(
             self.client.engine(),
             &kind,
@@ -226,7 +225,7 @@ impl CountDownLatch {
     }
 
     fn check(&self) -> Result<()> {
-        engine::check_kind(&self.kind())
+        engine::check_primitive(&self.kind())
     }
 
     fn kind(&self) -> LatchKind {
@@ -296,7 +295,7 @@ impl LatchKind {
     }
 }
 
-impl Kind for LatchKind {
+impl Primitive for LatchKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
@@ -325,18 +324,6 @@ impl Kind for LatchKind {
     }
     fn wake(&self) -> Wake {
         Wake::AtZero(self.keys.text(1))
-    }
-    /// The look of a waiter: nil (done) when the count is zero. A latch is waited for
-    /// ([`engine::wait_until`]), never acquired.
-    fn acquire(&self, _args: &AcquireArgs<'_>) -> Call {
-        self.call(&CHECK, Vec::new())
-    }
-    /// Nothing is held, so nothing is released: the same look, which changes nothing.
-    fn release(&self, _args: &ReleaseArgs<'_>) -> Call {
-        self.call(&CHECK, Vec::new())
-    }
-    fn renewal(&self) -> Option<&'static Script> {
-        None
     }
 }
 

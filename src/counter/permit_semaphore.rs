@@ -14,7 +14,7 @@ use crate::counter::check_permits;
 use crate::counter::semaphore::{ADD, TRY_SET};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
-    Name, ReleaseArgs, Script, Wake, Win,
+    Name, Primitive, ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout, OwnKey};
@@ -426,7 +426,7 @@ impl PermitKind {
     }
 }
 
-impl Kind for PermitKind {
+impl Primitive for PermitKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
@@ -453,6 +453,9 @@ impl Kind for PermitKind {
     fn wake(&self) -> Wake {
         Wake::Counted(self.keys.text(2))
     }
+}
+
+impl Kind for PermitKind {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut argv = vec![args.lease.clone(), Value::String(args.field.clone())];
         args.request.append_to(&mut argv);

@@ -11,7 +11,7 @@ use crate::client::LockClient;
 use crate::counter::{check_permits, read_counter};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
-    Name, ReleaseArgs, Script, Wake, Win,
+    Name, Primitive, ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout};
@@ -420,7 +420,7 @@ impl LockClient {
     }
 }
 
-impl Kind for SemaphoreKind {
+impl Primitive for SemaphoreKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
@@ -436,6 +436,9 @@ impl Kind for SemaphoreKind {
     fn wake(&self) -> Wake {
         Wake::Counted(self.keys.text(1))
     }
+}
+
+impl Kind for SemaphoreKind {
     fn wants(&self) -> u32 {
         self.permits
     }

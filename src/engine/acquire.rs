@@ -18,7 +18,7 @@ use crate::engine::durations;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
-use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Reply, Wake};
+use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Primitive, Reply, Wake};
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
@@ -127,7 +127,7 @@ async fn acquire_loop(
     // Locals that only name what the pair or the engine hold are not kept: every one would
     // be room in every waiting task.
     engine.core().ensure_open()?;
-    check_kind(&*kind)?;
+    check_primitive(&*kind)?;
     lease.check(kind.name())?;
     let single_attempt = wait == Some(Duration::ZERO);
     // The deadline and the queue place are worked out where needed from what the future
@@ -157,7 +157,7 @@ async fn acquire_loop(
             quiet = engine
                 .core()
                 .pubsub
-                .quiet(|| channel(&kind, &pair.field).map(|(channel, _)| channel));
+                .quiet(|| channel(&*kind, &pair.field).map(|(channel, _)| channel));
         }
         // Armed while an attempt is on its way and after one whose reply was lost.
         settle.arm();
@@ -241,7 +241,7 @@ async fn acquire_loop(
             // has delivered nothing since: an unlock after the attempt then wakes it.
             let mut wait = true;
             if waiter.is_none() {
-                if let Some((channel, messages)) = channel(&kind, &pair.field) {
+                if let Some((channel, messages)) = channel(&*kind, &pair.field) {
                     tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
                     let joined =
                         boxed(|| join(engine.core(), channel, messages, kind.wants(), until))
@@ -286,13 +286,13 @@ async fn acquire_loop(
 /// Cancel safe: it only reads, and its place among the channel's waiters goes with it.
 pub(crate) async fn wait_until(
     engine: &Engine,
-    kind: &Arc<dyn Kind>,
+    kind: &dyn Primitive,
     check: impl Fn() -> Call,
     wait: Option<Duration>,
 ) -> Result<bool> {
     let core = engine.core();
     core.ensure_open()?;
-    check_kind(&**kind)?;
+    check_primitive(kind)?;
     let name = kind.name();
     let listens = channel(kind, &Field::from_static(""));
     let started = Instant::now();
@@ -385,7 +385,7 @@ fn error_pause(errors: u8) -> Duration {
 }
 
 /// The channel `field` waits on, and what its messages say, for a kind whose waiters listen.
-fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<(Channel, Messages)> {
+fn channel(kind: &dyn Primitive, field: &Field) -> Option<(Channel, Messages)> {
     match kind.wake() {
         Wake::Shared(channel) => Some((channel, Messages::Unlock)),
         Wake::PerWaiter(prefix) => Some((
@@ -398,9 +398,9 @@ fn channel(kind: &Arc<dyn Kind>, field: &Field) -> Option<(Channel, Messages)> {
     }
 }
 
-/// Fails with `InvalidArgument` for an empty name or one the kind cannot take, before anything
-/// is sent.
-pub(crate) fn check_kind(kind: &dyn Kind) -> Result<()> {
+/// Fails with `InvalidArgument` for an empty name or one the primitive cannot take, before
+/// anything is sent.
+pub(crate) fn check_primitive(kind: &dyn Primitive) -> Result<()> {
     check_name(kind.name())?;
     match kind.refuses_name() {
         Some(problem) => Err(Error::InvalidArgument(problem)),

@@ -13,18 +13,18 @@ use fred::types::scan::ScanType;
 use fred::types::Value;
 use uuid::Uuid;
 
-use crate::engine::kind::{Call, Kind, Wake};
+use crate::engine::kind::{Call, Primitive, Wake};
 use crate::engine::Engine;
 use crate::error::Result;
 
 /// A primitive, as an inspection sees it: beside [`Kind`] (what the acquire loop needs), how to
 /// read it and what of it is a leak.
-pub(crate) trait Inspect: Kind {
+pub(crate) trait Inspect: Primitive {
     /// The read-only call that reads the primitive for an inspection; it replies in the shape
     /// [`Inspection::parse`] reads.
     fn inspect(&self) -> Call;
 
-    /// What a primitive's inspections call its kind, when that is not [`Kind::label`]: both
+    /// What a primitive's inspections call its kind, when that is not [`Primitive::label`]: both
     /// sides of a read-write lock inspect as one `rw_lock`.
     fn family(&self) -> &'static str {
         self.label()
@@ -333,7 +333,7 @@ impl Engine {
     ) -> Result<Inspection> {
         let core = self.core();
         core.ensure_open()?;
-        crate::engine::check_kind(kind)?;
+        crate::engine::check_primitive(kind)?;
         let redis_error = |source| self.redis_error(kind.name(), None, source);
         let reply: Value = kind
             .inspect()

@@ -1,6 +1,8 @@
-//! What the engine needs to know of a primitive: its name, the script calls of its operations,
-//! how its waiters wake, and whether they queue. A primitive hands the engine one [`Kind`]; the
-//! engine runs the acquire loop, holds, renewals and undos on it without knowing which it is.
+//! What the engine needs to know of a primitive: what every primitive is ([`Primitive`]: its name,
+//! label, wake rule and name refusal) and, for one whose owners take holds, the script calls of
+//! its operations and how its holds and waiters differ ([`Kind`]). A primitive hands the engine
+//! these; the engine runs the acquire loop, holds, renewals and undos on them without knowing
+//! which it is.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -139,8 +141,10 @@ impl Reply {
     }
 }
 
-/// A primitive, as the engine sees it.
-pub(crate) trait Kind: Send + Sync + 'static {
+/// What every part of the engine knows of a primitive, whatever it does: its name and key, its
+/// kind in one word, how its waiters learn of a change, and whether it can take its name. A
+/// primitive nobody holds (a count-down latch) is only this and its `Inspect`.
+pub(crate) trait Primitive: Send + Sync + 'static {
     /// The primitive's name: its main key, which messages name it by.
     fn name(&self) -> &str;
 
@@ -148,33 +152,50 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// kept by.
     fn name_text(&self) -> Name;
 
+    /// The main key as sent to Redis (its name), shared rather than copied: the key a renewal
+    /// script takes for each hold.
+    fn key(&self) -> Key;
+
     /// The primitive's kind in one word (`lock`, `fair_lock`, ..): the `kind` label of its
     /// metrics, and of its inspections.
     fn label(&self) -> &'static str;
 
-    /// What an owner's field adds to `<client uuid>:<owner id>` (Redisson's writer of a
-    /// read-write lock has `:write`); empty for most.
-    fn field_suffix(&self) -> &'static str {
-        ""
-    }
+    /// How its waiters wake.
+    fn wake(&self) -> Wake;
 
     /// Why the primitive cannot take its name, if it cannot: reported as `InvalidArgument`
     /// before anything is sent.
     fn refuses_name(&self) -> Option<String> {
         None
     }
+}
 
-    /// The main key as sent to Redis (the renewal script takes it), shared rather than copied.
-    fn key(&self) -> Key;
-
-    /// How its waiters wake.
-    fn wake(&self) -> Wake;
+/// A primitive whose owners take holds, as the acquire loop, the releaser and the watchdog see
+/// it: three calls (acquire, release, leave) and how its holds and waiters differ from a lock's.
+pub(crate) trait Kind: Primitive {
+    /// What an owner's field adds to `<client uuid>:<owner id>` (Redisson's writer of a
+    /// read-write lock has `:write`); empty for most.
+    fn field_suffix(&self) -> &'static str {
+        ""
+    }
 
     /// How long a waiter's queue place lasts without another attempt, for a primitive whose
     /// waiters queue; `None` for one whose waiters do not.
     fn place(&self) -> Option<Duration> {
         None
     }
+
+    /// How much of what a [`Wake::Counted`] release announces one waiter needs (a semaphore
+    /// waiter's permits); 1 for every other.
+    fn wants(&self) -> u32 {
+        1
+    }
+
+    /// The script the watchdog renews (lease > 0) or checks (lease 0) holds with: KEYS are
+    /// the holds' primitives' [`key`](Primitive::key)s, ARGV the lease then one owner field per
+    /// key; one reply per key, 1 when held. `None` for a primitive whose holds have no lease to
+    /// renew or check (a semaphore's permits): the watchdog never visits them.
+    fn renewal(&self) -> Option<&'static Script>;
 
     /// The acquire script call.
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call;
@@ -186,17 +207,5 @@ pub(crate) trait Kind: Send + Sync + 'static {
     /// The call that gives up `field`'s queue place; it replies 1 when there was one.
     fn leave(&self, _field: &str, _request: &Request) -> Option<Call> {
         None
-    }
-
-    /// The script the watchdog renews (lease > 0) or checks (lease 0) holds with: KEYS are
-    /// the kinds' [`key`](Self::key)s, ARGV the lease then one owner field per key; one reply
-    /// per key, 1 when held. `None` for a primitive whose holds have no lease to renew or check
-    /// (a semaphore's permits): the watchdog never visits them.
-    fn renewal(&self) -> Option<&'static Script>;
-
-    /// How much of what a [`Wake::Counted`] release announces one waiter needs (a semaphore
-    /// waiter's permits); 1 for every other.
-    fn wants(&self) -> u32 {
-        1
     }
 }

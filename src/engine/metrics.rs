@@ -3,7 +3,7 @@
 //!
 //! Without the `metrics` feature every function is empty and inlined away. With it, each call
 //! goes to whatever recorder the application installed (none: nothing is recorded). Metrics are
-//! labelled by `kind` (the primitive's kind, as [`Kind::label`](super::Kind::label) says) and,
+//! labelled by `kind` (the primitive's kind, as `Primitive::label` says) and,
 //! only when the client was built with `metrics_lock_names(true)`, by `lock` (the name):
 //! names are unbounded, and a time series per name can outgrow a metrics backend.
 

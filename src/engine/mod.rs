@@ -42,12 +42,12 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
 
-pub(crate) use acquire::{acquire, check_kind, check_name, wait_until, Win};
+pub(crate) use acquire::{acquire, check_name, check_primitive, wait_until, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::{keys_without_expiry, Inspect};
 pub use inspect::{EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
-pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, ReleaseArgs, Wake};
+pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, Primitive, ReleaseArgs, Wake};
 pub(crate) use ledger::Request;
 pub(crate) use metrics::Metrics;
 pub(crate) use replicas::Writer;
@@ -403,12 +403,12 @@ impl Engine {
     /// names the primitive and the server.
     pub(crate) async fn send<R: fred::types::FromValue>(
         &self,
-        kind: &dyn Kind,
+        kind: &dyn Primitive,
         call: Call,
     ) -> Result<R> {
         let core = self.core();
         core.ensure_open()?;
-        check_kind(kind)?;
+        check_primitive(kind)?;
         call.run(&core.writer)
             .await
             .map_err(|source| self.redis_error(kind.name(), None, source))

@@ -8,8 +8,8 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name, ReleaseArgs,
-    Request, Script, Wake,
+    keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name, Primitive,
+    ReleaseArgs, Request, Script, Wake,
 };
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
@@ -202,7 +202,7 @@ impl Fair {
     }
 }
 
-impl Kind for Fair {
+impl Primitive for Fair {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
@@ -218,6 +218,9 @@ impl Kind for Fair {
     fn wake(&self) -> Wake {
         Wake::PerWaiter(self.keys.text(4))
     }
+}
+
+impl Kind for Fair {
     fn place(&self) -> Option<Duration> {
         Some(self.place)
     }

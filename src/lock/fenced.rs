@@ -12,7 +12,7 @@ use fred::types::{Key, Value};
 use crate::client::LockClient;
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Lease, Name,
-    ReleaseArgs, Script, Wake, Win,
+    Primitive, ReleaseArgs, Script, Wake, Win,
 };
 use crate::error::{waited, Error, Result};
 use crate::layout::Layout;
@@ -81,7 +81,7 @@ struct Fenced {
     counter: Key,
 }
 
-impl Kind for Fenced {
+impl Primitive for Fenced {
     fn name(&self) -> &str {
         self.lock.name()
     }
@@ -97,6 +97,9 @@ impl Kind for Fenced {
     fn wake(&self) -> Wake {
         self.lock.wake()
     }
+}
+
+impl Kind for Fenced {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut call = self.lock.acquire_call(&FENCED_ACQUIRE, args);
         call.keys.push(self.counter.clone());

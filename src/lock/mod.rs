@@ -67,7 +67,7 @@ pub struct Lock {
 
 /// A primitive of the reentrant lock's family: the hash of holds at its name, so the reads of
 /// [`Lock`] apply, plus a force unlock of its own.
-pub(crate) trait LockKind: Inspect {
+pub(crate) trait LockKind: Kind + Inspect {
     /// Deletes the lock whoever holds it, telling its waiters; replies 1 when it was held.
     fn force_unlock(&self) -> Call;
 
@@ -395,7 +395,7 @@ impl Lock {
     fn ready(&self) -> Result<&fred::clients::Client> {
         let core = self.client.engine().core();
         core.ensure_open()?;
-        engine::check_kind(&*self.kind)?;
+        engine::check_primitive(&*self.kind)?;
         Ok(core.redis())
     }
 

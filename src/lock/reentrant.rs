@@ -6,7 +6,9 @@ use std::sync::LazyLock;
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
-use crate::engine::{AcquireArgs, Backoff, Call, Inspect, Kind, Name, ReleaseArgs, Script, Wake};
+use crate::engine::{
+    AcquireArgs, Backoff, Call, Inspect, Kind, Name, Primitive, ReleaseArgs, Script, Wake,
+};
 use crate::layout::Layout;
 use crate::lock::{Lock, LockKind};
 use crate::lua;
@@ -113,7 +115,7 @@ impl Reentrant {
     }
 }
 
-impl Kind for Reentrant {
+impl Primitive for Reentrant {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
@@ -135,6 +137,9 @@ impl Kind for Reentrant {
             None => Wake::Shared(self.keys.text(1)),
         }
     }
+}
+
+impl Kind for Reentrant {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         self.acquire_call(&LOCK_ACQUIRE, args)
     }

@@ -9,7 +9,8 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Call, Inspect, Inspection, Kind, Name, ReleaseArgs, Request, Script, Wake,
+    AcquireArgs, Call, Inspect, Inspection, Kind, Name, Primitive, ReleaseArgs, Request, Script,
+    Wake,
 };
 use crate::error::Result;
 use crate::layout::{glob_escaped, Layout};
@@ -406,7 +407,7 @@ impl RwKind {
     }
 }
 
-impl Kind for RwKind {
+impl Primitive for RwKind {
     fn name(&self) -> &str {
         self.keys.str(0)
     }
@@ -418,12 +419,6 @@ impl Kind for RwKind {
             Side::Read => "read_lock",
             Side::Write => "write_lock",
             Side::Either => "rw_lock",
-        }
-    }
-    fn field_suffix(&self) -> &'static str {
-        match self.side {
-            Side::Read => "",
-            Side::Write | Side::Either => ":write",
         }
     }
     fn refuses_name(&self) -> Option<String> {
@@ -441,6 +436,15 @@ impl Kind for RwKind {
     }
     fn wake(&self) -> Wake {
         Wake::Shared(self.keys.text(1))
+    }
+}
+
+impl Kind for RwKind {
+    fn field_suffix(&self) -> &'static str {
+        match self.side {
+            Side::Read => "",
+            Side::Write | Side::Either => ":write",
+        }
     }
     fn place(&self) -> Option<Duration> {
         self.place.filter(|_| self.side != Side::Read)

@@ -4,10 +4,15 @@
 //! The benchmark runs itself as a child under `valgrind --tool=callgrind` twice per subject, for
 //! 200 and for 600 cycles after a warm-up, on a current-thread runtime; the difference divided by
 //! 400 is the marginal cost of one cycle, free of start-up and shutdown. Subjects: the reentrant,
-//! fenced and spin locks, and the floor, our acquire and release scripts as two raw EVALSHAs
-//! through fred.
+//! fenced and spin locks; our acquire and release scripts as two raw EVALSHAs through fred (with
+//! the arguments fredlock sends: a request id per call, the fence set's key); and the floor,
+//! Redisson's minimal acquire and release (our Lua of what its RLock scripts do) with constant
+//! arguments built once, through raw fred: the least any Redisson-compatible lock can send.
 
 use std::process::Command;
+
+use fred::prelude::*;
+use fred::types::Value;
 
 use crate::scenarios::{lock_cycle, raw_client, RawScripts};
 use crate::Row;
@@ -15,12 +20,28 @@ use crate::Row;
 /// The flag that makes the benchmark a child: `--instructions-child <subject> <cycles> <url>`.
 pub const CHILD_FLAG: &str = "--instructions-child";
 
-const SUBJECTS: [&str; 4] = [
+const SUBJECTS: [&str; 5] = [
     "fredlock",
     "fredlock fenced",
     "fredlock spin",
     "raw EVALSHA x2",
+    FLOOR,
 ];
+
+/// The floor subject.
+const FLOOR: &str = "floor: Redisson's minimal scripts";
+
+/// Redisson's RLock acquire as its script does it (our Lua): take or re-enter, else the TTL.
+const MINIMAL_ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 \
+    or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1) redis.call('pexpire', KEYS[1], ARGV[1]) \
+    return nil end return redis.call('pttl', KEYS[1])";
+/// Redisson's RLock release as its script does it (our Lua): one hold back, the last deletes
+/// and publishes.
+const MINIMAL_RELEASE: &str = "if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then \
+    return nil end local left = redis.call('hincrby', KEYS[1], ARGV[3], -1) \
+    if left > 0 then redis.call('pexpire', KEYS[1], ARGV[2]) return 0 end \
+    redis.call('del', KEYS[1]) redis.call('publish', KEYS[2], ARGV[1]) return 1";
 const FEW: u64 = 200;
 const MANY: u64 = 600;
 const WARM_UP: u64 = 50;
@@ -65,19 +86,25 @@ pub fn instructions(url: &str) -> Vec<Row> {
             _ => eprintln!("  callgrind gave no count for {subject}"),
         }
     }
-    let raw = per_cycle
-        .iter()
-        .find(|(subject, _)| *subject == "raw EVALSHA x2")
-        .map(|(_, marginal)| *marginal);
-    if let Some(raw) = raw {
+    let of = |wanted: &str| {
+        per_cycle
+            .iter()
+            .find(|(subject, _)| *subject == wanted)
+            .map(|(_, marginal)| *marginal)
+    };
+    for (base, name) in [("raw EVALSHA x2", "raw"), (FLOOR, "floor")] {
+        let Some(base) = of(base) else {
+            continue;
+        };
         for (subject, marginal) in &per_cycle {
-            if *subject != "raw EVALSHA x2" {
-                rows.push(Row::ratio(
-                    "8 instructions",
-                    &format!("{subject} / raw"),
-                    marginal / raw,
-                ));
+            if !subject.starts_with("fredlock") {
+                continue;
             }
+            rows.push(Row::ratio(
+                "8 instructions",
+                &format!("{subject} / {name}"),
+                marginal / base,
+            ));
         }
     }
     rows
@@ -109,6 +136,27 @@ pub async fn child(subject: &str, cycles: u64, url: &str) {
         Some(lock) => {
             for _ in 0..WARM_UP + cycles {
                 lock_cycle(&lock).await;
+            }
+        }
+        None if subject == FLOOR => {
+            let raw = raw_client(url).await;
+            let acquire: String = raw.script_load(MINIMAL_ACQUIRE).await.expect("load");
+            let release: String = raw.script_load(MINIMAL_RELEASE).await.expect("load");
+            let name = "bench:instructions:floor";
+            let keys = vec![name, "redisson_lock__channel:{bench:instructions:floor}"];
+            let field = Value::from("00000000-0000-0000-0000-000000000000:1");
+            let lease = Value::from("30000");
+            let acquire_args = vec![lease.clone(), field.clone()];
+            let release_args = vec![Value::from("0"), lease, field];
+            for _ in 0..WARM_UP + cycles {
+                let _: Option<i64> = raw
+                    .evalsha(&acquire, name, acquire_args.clone())
+                    .await
+                    .expect("floor acquire");
+                let _: Option<i64> = raw
+                    .evalsha(&release, keys.clone(), release_args.clone())
+                    .await
+                    .expect("floor release");
             }
         }
         None => {

@@ -155,29 +155,12 @@ pub async fn redlock(sizes: Sizes) -> Vec<Row> {
             }
         })
     };
-    ours(cycles / 10).await;
-    by_hand(cycles / 10).await;
-    one_node(cycles / 10).await;
-    let (mut ours_samples, mut raw_samples, mut single_samples) =
-        (Vec::new(), Vec::new(), Vec::new());
-    // Interleaved, so that drift of a shared machine hits all alike.
-    for _ in 0..sizes.rounds {
-        ours_samples.push(ours(cycles).await);
-        raw_samples.push(by_hand(cycles).await);
-        single_samples.push(one_node(cycles).await);
-    }
-
     let manager = Arc::new(rslock::LockManager::new(urls.clone()));
-    let mut rslock_samples = Vec::new();
+    // rslock is slower per cycle: fewer cycles make its blocks last about as long as the others'.
     let rslock_cycles = (cycles / 4).max(100);
-    for round in 0..=sizes.rounds {
+    let with_rslock = |n: usize| {
         let manager = manager.clone();
-        let n = if round == 0 {
-            rslock_cycles / 10
-        } else {
-            rslock_cycles
-        };
-        let sample = per_cycle(n, move || {
+        per_cycle(n, move || {
             let manager = manager.clone();
             async move {
                 let lock = manager
@@ -187,10 +170,19 @@ pub async fn redlock(sizes: Sizes) -> Vec<Row> {
                 manager.unlock(&lock).await;
             }
         })
-        .await;
-        if round > 0 {
-            rslock_samples.push(sample);
-        }
+    };
+    ours(cycles / 10).await;
+    by_hand(cycles / 10).await;
+    one_node(cycles / 10).await;
+    with_rslock(rslock_cycles / 10).await;
+    let (mut ours_samples, mut raw_samples, mut single_samples, mut rslock_samples) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, rslock included, so that drift of a shared machine hits all alike.
+    for _ in 0..sizes.rounds {
+        ours_samples.push(ours(cycles).await);
+        raw_samples.push(by_hand(cycles).await);
+        single_samples.push(one_node(cycles).await);
+        rslock_samples.push(with_rslock(rslock_cycles).await);
     }
 
     let (ours, raw, single, rslock) = (

@@ -22,16 +22,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_server, url) = redis_url()?;
 
     // Two service instances share the counter. A waiter whose process dies keeps its place for
-    // at most `fair_wait_timeout` (2 s here; 5 s by default).
+    // at most `queue_place` (2 s here; 5 s by default).
     let instances = [
         LockClient::builder()
             .url(&url)
-            .fair_wait_timeout(Duration::from_secs(2))
+            .queue_place(Duration::from_secs(2))
             .build()
             .await?,
         LockClient::builder()
             .url(&url)
-            .fair_wait_timeout(Duration::from_secs(2))
+            .queue_place(Duration::from_secs(2))
             .build()
             .await?,
     ];

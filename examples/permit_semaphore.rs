@@ -22,11 +22,11 @@ use throwaway::redis_url;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_server, url) = redis_url()?;
-    // A short watchdog timeout, so that the example shows a lease ending within seconds; the
+    // A short watchdog lease, so that the example shows a lease ending within seconds; the
     // default is 30 s.
     let client = LockClient::builder()
         .url(url)
-        .watchdog_timeout(Duration::from_secs(3))
+        .watchdog_lease(Duration::from_secs(3))
         .build()
         .await?;
     let api = client.permit_semaphore("example:api-slots");

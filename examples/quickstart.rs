@@ -19,10 +19,10 @@ use throwaway::redis_url;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (_server, url) = redis_url()?;
 
-    // A short watchdog timeout so that the lost-lock demo below is quick; the default is 30 s.
+    // A short watchdog lease so that the lost-lock demo below is quick; the default is 30 s.
     let client = LockClient::builder()
         .url(&url)
-        .watchdog_timeout(Duration::from_secs(3))
+        .watchdog_lease(Duration::from_secs(3))
         .build()
         .await?;
     println!("client {} connected", client.id());

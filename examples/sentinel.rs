@@ -54,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // only, the promoted master would have none until the old one rejoins, seconds later.)
     let client = LockClient::builder()
         .sentinel(service.as_str(), sentinels.iter().cloned())
-        .watchdog_timeout(Duration::from_secs(6))
+        .watchdog_lease(Duration::from_secs(6))
         .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_secs(1)))
         .build()
         .await?;
@@ -66,13 +66,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     if _setup.is_some() {
         fail_over(&sentinels[0], &service).await?;
-        // Two watchdog timeouts: without renewals on the new master the lock would be gone.
+        // Two watchdog leases: without renewals on the new master the lock would be gone.
         tokio::time::sleep(Duration::from_secs(12)).await;
         println!(
             "after the failover: lost = {}, still held = {}, TTL {:?}",
             guard.is_lost(),
             lock.is_held_by_current_task().await?,
-            lock.remaining_ttl().await?
+            lock.remaining_lease().await?
         );
     }
 

@@ -48,7 +48,7 @@ struct Shared {
     /// Prepended to every name to make its key; see `LockClientBuilder::key_prefix`.
     key_prefix: Box<str>,
     /// How long a fair lock's waiter keeps its place without trying again.
-    fair_wait_timeout: Duration,
+    queue_place: Duration,
 }
 
 impl LockClient {
@@ -73,7 +73,7 @@ impl LockClient {
             config: settings.redis_config()?,
             command_timeout: settings.command_timeout,
             reconnect_policy: settings.reconnect_policy.clone(),
-            watchdog_timeout: settings.watchdog_timeout,
+            watchdog_lease: settings.watchdog_lease,
             renew_deadline: settings.effective_renew_deadline(),
             replica_sync: settings.replica_sync,
             metrics: engine::Metrics::new(settings.metrics_lock_names),
@@ -83,7 +83,7 @@ impl LockClient {
             shared: Arc::new(Shared {
                 engine,
                 key_prefix: settings.key_prefix.as_str().into(),
-                fair_wait_timeout: settings.fair_wait_timeout,
+                queue_place: settings.queue_place,
             }),
         })
     }
@@ -151,8 +151,8 @@ impl LockClient {
     }
 
     /// How long a fair lock's waiter keeps its place without trying again.
-    pub(crate) fn fair_wait_timeout(&self) -> Duration {
-        self.shared.fair_wait_timeout
+    pub(crate) fn queue_place(&self) -> Duration {
+        self.shared.queue_place
     }
 }
 
@@ -160,10 +160,7 @@ impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
             .field("id", &self.id())
-            .field(
-                "watchdog_timeout",
-                &self.shared.engine.core().watchdog_timeout,
-            )
+            .field("watchdog_lease", &self.shared.engine.core().watchdog_lease)
             .finish_non_exhaustive()
     }
 }

@@ -10,11 +10,11 @@ use crate::engine::replicas::ReplicaSync;
 use crate::error::{Error, Result};
 
 /// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 
 /// How long a fair lock's waiter keeps its place in line without trying again. Redisson's
 /// default is 5 minutes, which is how long a crashed waiter at the head can stall its lock there.
-pub const DEFAULT_FAIR_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_QUEUE_PLACE: Duration = Duration::from_secs(5);
 
 /// How long one Redis command may take before it fails with [`Error::Redis`].
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,7 +27,7 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// let client = fredlock::LockClient::builder()
 ///     .url("redis://127.0.0.1:6379")
-///     .watchdog_timeout(Duration::from_secs(10))
+///     .watchdog_lease(Duration::from_secs(10))
 ///     .build()
 ///     .await?;
 /// # Ok(()) }
@@ -37,10 +37,10 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct LockClientBuilder {
     pub(crate) url: Option<String>,
     pub(crate) config: Option<Config>,
-    pub(crate) watchdog_timeout: Duration,
+    pub(crate) watchdog_lease: Duration,
     pub(crate) command_timeout: Duration,
-    pub(crate) fair_wait_timeout: Duration,
-    /// `None`: two thirds of the watchdog timeout, whatever that ends up being.
+    pub(crate) queue_place: Duration,
+    /// `None`: two thirds of the watchdog lease, whatever that ends up being.
     renew_deadline: Option<Duration>,
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) key_prefix: String,
@@ -78,9 +78,9 @@ impl Default for LockClientBuilder {
         LockClientBuilder {
             url: None,
             config: None,
-            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            watchdog_lease: DEFAULT_WATCHDOG_LEASE,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
-            fair_wait_timeout: DEFAULT_FAIR_WAIT_TIMEOUT,
+            queue_place: DEFAULT_QUEUE_PLACE,
             renew_deadline: None,
             // Forever, backing off from 100 ms to 2 s: a lock client that stops reconnecting
             // strands every waiter and every watchdog lock.
@@ -190,8 +190,8 @@ impl LockClientBuilder {
 
     /// How long a lock taken without a lease lives without renewal; the watchdog renews it every
     /// third of this. A crashed holder's lock frees itself after at most this long. Default 30 s.
-    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
-        self.watchdog_timeout = timeout;
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.watchdog_lease = lease;
         self
     }
 
@@ -201,8 +201,8 @@ impl LockClientBuilder {
     /// so work can stop while it is still protected. Counted from when that renewal was sent,
     /// which is before Redis set the TTL; a renewal confirmed later does not undo the report.
     ///
-    /// More than a renewal period (a third of the watchdog timeout) and at most the watchdog
-    /// timeout. Default: two thirds of the watchdog timeout (20 s of 30 s), which leaves a third
+    /// More than a renewal period (a third of the watchdog lease) and at most the watchdog
+    /// lease. Default: two thirds of the watchdog lease (20 s of 30 s), which leaves a third
     /// of it, 10 s by default, between the report and the earliest moment another owner could
     /// take the lock.
     pub fn renew_deadline(mut self, deadline: Duration) -> Self {
@@ -212,7 +212,7 @@ impl LockClientBuilder {
 
     /// The renew deadline in effect.
     pub(crate) fn effective_renew_deadline(&self) -> Duration {
-        self.renew_deadline.unwrap_or(self.watchdog_timeout / 3 * 2)
+        self.renew_deadline.unwrap_or(self.watchdog_lease / 3 * 2)
     }
 
     /// How long one Redis command may take before it fails. Default 5 s.
@@ -221,14 +221,14 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a [`FairLock`](crate::FairLock) waiter keeps its place in line
-    /// without trying again. Live waiters try again every third of this, so it bounds how long a
+    /// How long a [`FairLock`](crate::FairLock) waiter's place in line lasts without trying
+    /// again: its queue place. Live waiters try again every third of this, so it bounds how long a
     /// waiter whose process died can hold up the line. Default 5 s.
     ///
     /// The same holds for a waiting writer of an [`RwLock`](crate::RwLock), whose place keeps
     /// new readers out: a writer whose process died keeps them out for at most this long.
-    pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
-        self.fair_wait_timeout = timeout;
+    pub fn queue_place(mut self, place: Duration) -> Self {
+        self.queue_place = place;
         self
     }
 
@@ -268,9 +268,9 @@ impl LockClientBuilder {
     /// Connects and starts the client's background tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL, or a timeout out of
-    /// range (`watchdog_timeout` and `fair_wait_timeout` at least 3 ms, `command_timeout` at
+    /// range (`watchdog_lease` and `queue_place` at least 3 ms, `command_timeout` at
     /// least 1 ms, each at most [`MAX_DURATION`](crate::MAX_DURATION); `renew_deadline` between
-    /// a renewal period and `watchdog_timeout`), and with
+    /// a renewal period and `watchdog_lease`), and with
     /// [`Error::Redis`] when the server cannot be reached.
     ///
     /// # Cancel safety
@@ -280,20 +280,20 @@ impl LockClientBuilder {
         // A third of each must be a timer tick at least: the renewal period, the fair waiter's
         // retry.
         let three_ticks = Duration::from_millis(3);
-        durations::check("watchdog_timeout", self.watchdog_timeout, three_ticks)?;
-        durations::check("fair_wait_timeout", self.fair_wait_timeout, three_ticks)?;
+        durations::check("watchdog_lease", self.watchdog_lease, three_ticks)?;
+        durations::check("queue_place", self.queue_place, three_ticks)?;
         durations::check(
             "command_timeout",
             self.command_timeout,
             Duration::from_millis(1),
         )?;
         let deadline = self.effective_renew_deadline();
-        if deadline <= self.watchdog_timeout / 3 || deadline > self.watchdog_timeout {
+        if deadline <= self.watchdog_lease / 3 || deadline > self.watchdog_lease {
             return Err(Error::InvalidArgument(format!(
                 "renew_deadline {deadline:?} must be more than the renewal period ({:?}, a third of \
-                 watchdog_timeout) and at most watchdog_timeout ({:?})",
-                self.watchdog_timeout / 3,
-                self.watchdog_timeout
+                 watchdog_lease) and at most watchdog_lease ({:?})",
+                self.watchdog_lease / 3,
+                self.watchdog_lease
             )));
         }
         if let Some(sync) = &self.replica_sync {

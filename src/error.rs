@@ -24,7 +24,7 @@ pub enum Error {
     },
 
     /// An argument was rejected before anything was sent to Redis: an empty lock name, a zero
-    /// lease or watchdog timeout, an unparsable URL.
+    /// lease or watchdog lease, an unparsable URL.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 

@@ -24,7 +24,7 @@
 //!
 //! One [`LockClient`] per process owns a command connection, one subscriber connection shared
 //! by all waiters, a watchdog task that renews every watchdog-held lock every
-//! `watchdog_timeout / 3` (up to 100 locks per script call), and a task that releases dropped
+//! `watchdog_lease / 3` (up to 100 locks per script call), and a task that releases dropped
 //! guards. Locks are cheap handles: [`Lock`], [`FairLock`] for first-come-first-served order,
 //! [`FencedLock`] whose guards carry a fencing token, [`SpinLock`] whose waiters back off
 //! instead of subscribing, and [`RwLock`], whose [`ReadLock`] many owners hold at once and whose
@@ -139,7 +139,7 @@ mod redlock;
 
 pub use client::LockClient;
 pub use config::{
-    LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAIT_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+    LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_QUEUE_PLACE, DEFAULT_WATCHDOG_LEASE,
 };
 pub use counter::latch::CountDownLatch;
 pub use counter::permit_semaphore::{LeasedPermit, PermitSemaphore};

@@ -181,8 +181,8 @@ async fn list_and_inspect_show_every_kind_with_its_holders() {
             .as_str()
             .unwrap()
             .starts_with(&client.id().to_string()));
-        let left = place["remaining_ms"].as_u64().unwrap();
-        assert!(left > 0 && left <= fredlock::DEFAULT_FAIR_WAIT_TIMEOUT.as_millis() as u64);
+        let left = place["place_left_ms"].as_u64().unwrap();
+        assert!(left > 0 && left <= fredlock::DEFAULT_QUEUE_PLACE.as_millis() as u64);
         let keys: Vec<&str> = fair_seen["keys"]
             .as_array()
             .unwrap()
@@ -228,7 +228,7 @@ async fn a_leaked_lock_is_found_and_force_unlocked_waking_its_waiter() {
 
         leak(&raw, "cli:leaked", OWNER).await;
         // A waiter: the hash has no TTL, so only the unlock message can wake it early (without
-        // one it would sleep a third of the watchdog timeout, 10 s, before trying again).
+        // one it would sleep a third of the watchdog lease, 10 s, before trying again).
         let client = server.lock_client(Duration::from_secs(30)).await;
         let (waiting, acquired) = waiter(client.lock("cli:leaked"));
         assert!(

@@ -482,7 +482,7 @@ async fn semaphores_and_latches_work_on_every_master() {
             leased.try_set_permits(1).await.unwrap();
             leases.push(leased.acquire().await.unwrap());
         }
-        // Renewed on the short watchdog timeout, on every master.
+        // Renewed on the short watchdog lease, on every master.
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert!(leases.iter().all(|permit| !permit.is_lost()));
         let listed = holder.list("sem:*").await.unwrap();

@@ -90,7 +90,7 @@ async fn locks_let_go_on_a_full_server() {
         let error = without_flag.expect_err("a release without allow-oom is refused when full");
         assert!(error.details().contains("OOM"), "{error}");
 
-        // Renewals go on: alive after two watchdog timeouts.
+        // Renewals go on: alive after two watchdog leases.
         tokio::time::sleep(watchdog * 2).await;
         assert!(!outer.is_lost() && !fair.is_lost());
         assert!(raw.pttl::<i64, _>("full-reentrant").await.unwrap() > 0);

@@ -114,12 +114,8 @@ async fn waiters_acquire_in_arrival_order() {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let clients = [
-            server
-                .fair_client(fredlock::DEFAULT_FAIR_WAIT_TIMEOUT)
-                .await,
-            server
-                .fair_client(fredlock::DEFAULT_FAIR_WAIT_TIMEOUT)
-                .await,
+            server.fair_client(fredlock::DEFAULT_QUEUE_PLACE).await,
+            server.fair_client(fredlock::DEFAULT_QUEUE_PLACE).await,
         ];
         let holder = clients[0].fair_lock("line").lock().await.unwrap();
         let (tasks, order) = line_up(
@@ -192,7 +188,7 @@ async fn dead_waiter_child() {
     };
     let client = LockClient::builder()
         .url(url)
-        .fair_wait_timeout(Duration::from_millis(place.parse().unwrap()))
+        .queue_place(Duration::from_millis(place.parse().unwrap()))
         .build()
         .await
         .unwrap();
@@ -226,7 +222,7 @@ async fn queued_child(server: &RedisServer, name: &str, place: Duration) -> (Chi
 }
 
 /// 3. A waiter killed with SIGKILL at the head of the queue holds up a live waiter behind it by
-///    at most its wait timeout (`fair_wait_timeout`) after the unlock, plus a margin.
+///    at most its wait timeout (`queue_place`) after the unlock, plus a margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dead_waiter_at_the_head_stalls_at_most_one_slot() {
     bounded(async {
@@ -602,12 +598,8 @@ async fn contention_is_shared_evenly() {
     bounded(async {
         let server = RedisServer::start();
         let clients = [
-            server
-                .fair_client(fredlock::DEFAULT_FAIR_WAIT_TIMEOUT)
-                .await,
-            server
-                .fair_client(fredlock::DEFAULT_FAIR_WAIT_TIMEOUT)
-                .await,
+            server.fair_client(fredlock::DEFAULT_QUEUE_PLACE).await,
+            server.fair_client(fredlock::DEFAULT_QUEUE_PLACE).await,
         ];
         let started = Instant::now();
         let run_for = Duration::from_secs(5);

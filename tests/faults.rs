@@ -335,7 +335,7 @@ async fn partition_reports_loss_before_the_lease_ends() {
         let raw = server.raw().await;
         let proxy = StallingProxy::start(server.port());
         let locks = client(proxy.url(), |b| {
-            b.watchdog_timeout(Duration::from_millis(1500))
+            b.watchdog_lease(Duration::from_millis(1500))
                 .command_timeout(Duration::from_millis(300))
         })
         .await;
@@ -433,7 +433,7 @@ async fn paused_holder_child() {
     };
     let raw = common::raw_client(&url).await;
     let locks = client(url.clone(), |b| {
-        b.watchdog_timeout(Duration::from_millis(900))
+        b.watchdog_lease(Duration::from_millis(900))
     })
     .await;
     let guard = locks.lock("paused").lock().await.unwrap();
@@ -642,8 +642,8 @@ async fn cancelled_futures_under_chaos_leave_nothing() {
     bounded(async {
         let server = RedisServer::start_with_debug();
         let locks = client(server.url(), |b| {
-            b.watchdog_timeout(Duration::from_secs(2))
-                .fair_wait_timeout(Duration::from_secs(1))
+            b.watchdog_lease(Duration::from_secs(2))
+                .queue_place(Duration::from_secs(1))
                 .command_timeout(Duration::from_millis(500))
         })
         .await;
@@ -736,8 +736,8 @@ async fn chaos_worker() {
     let until = Instant::now() + Duration::from_millis(millis.parse().unwrap());
     let checker = common::raw_client(&check_url).await;
     let locks = client(url.clone(), |b| {
-        b.watchdog_timeout(Duration::from_millis(1500))
-            .fair_wait_timeout(Duration::from_secs(1))
+        b.watchdog_lease(Duration::from_millis(1500))
+            .queue_place(Duration::from_secs(1))
             .command_timeout(Duration::from_millis(500))
     })
     .await;

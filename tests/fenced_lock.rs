@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{bounded, PostgresServer, RedisCluster, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, LockClient, DEFAULT_WATCHDOG_TIMEOUT};
+use fredlock::{Error, LockClient, DEFAULT_WATCHDOG_LEASE};
 
 /// Guards and locks cross tasks.
 const _: () = {
@@ -46,7 +46,7 @@ async fn tokens_strictly_increase_across_clients_and_tasks() {
         let mut tasks = Vec::new();
         let mut clients = Vec::new();
         for _ in 0..3 {
-            let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+            let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
             for _ in 0..4 {
                 let lock = client.fenced_lock("fenced-order");
                 let raw = raw.clone();
@@ -84,7 +84,7 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let lock = client.fenced_lock("fenced-reentry");
         assert_eq!(lock.token().await.unwrap(), None);
 
@@ -144,7 +144,7 @@ async fn layout_is_redissons_and_a_bad_counter_changes_nothing() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let lock = client.fenced_lock("fenced-layout");
         let guard = lock.lock().await.unwrap();
 
@@ -254,7 +254,7 @@ async fn interoperates_with_redisson_replay() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let lock = client.fenced_lock("fenced-java");
         let java = "8c1a4d3e-0000-4000-8000-000000000001:77";
 
@@ -312,8 +312,8 @@ async fn a_paused_holders_writes_are_rejected() {
         let update = "UPDATE resources SET data = $1, last_fencing_token = $2 \
                       WHERE id = $3 AND last_fencing_token < $2";
 
-        let client_a = redis.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
-        let client_b = redis.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client_a = redis.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let client_b = redis.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let a = client_a
             .fenced_lock("fenced-pause")
             .lock_with_lease(Duration::from_millis(300))
@@ -381,7 +381,7 @@ async fn held_only_writes_are_checked_by_the_server() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let lock = client.lock("held-only");
         let guard = lock.lock().await.unwrap();
         let reply: String = guard

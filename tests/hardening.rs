@@ -76,9 +76,9 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
 
         for timeout in [Duration::MAX, Duration::ZERO, Duration::from_micros(1)] {
             let builder = || LockClient::builder().url(server.url());
-            let message = is_invalid(builder().watchdog_timeout(timeout).build().await);
-            assert!(message.contains("watchdog_timeout"), "{message}");
-            is_invalid(builder().fair_wait_timeout(timeout).build().await);
+            let message = is_invalid(builder().watchdog_lease(timeout).build().await);
+            assert!(message.contains("watchdog_lease"), "{message}");
+            is_invalid(builder().queue_place(timeout).build().await);
             is_invalid(builder().command_timeout(timeout).build().await);
         }
         // The renew deadline lies after a renewal period and no later than the lease.
@@ -91,7 +91,7 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
         ] {
             let builder = LockClient::builder().url(server.url());
             let built = builder
-                .watchdog_timeout(watchdog)
+                .watchdog_lease(watchdog)
                 .renew_deadline(deadline)
                 .build()
                 .await;
@@ -101,7 +101,7 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
         for deadline in [watchdog / 3 + Duration::from_millis(1), watchdog] {
             let accepted = LockClient::builder()
                 .url(server.url())
-                .watchdog_timeout(watchdog)
+                .watchdog_lease(watchdog)
                 .renew_deadline(deadline)
                 .build()
                 .await
@@ -112,8 +112,8 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
         // The longest accepted values work: the watchdog takes a 121-day period in its stride.
         let longest = LockClient::builder()
             .url(server.url())
-            .watchdog_timeout(MAX_DURATION)
-            .fair_wait_timeout(MAX_DURATION)
+            .watchdog_lease(MAX_DURATION)
+            .queue_place(MAX_DURATION)
             .command_timeout(MAX_DURATION)
             .build()
             .await
@@ -155,7 +155,7 @@ async fn names_with_stray_braces_work_on_a_cluster() {
         let cluster = RedisCluster::start();
         let client = LockClient::builder()
             .url(cluster.url())
-            .fair_wait_timeout(Duration::from_secs(2))
+            .queue_place(Duration::from_secs(2))
             .build()
             .await
             .unwrap();
@@ -613,7 +613,7 @@ async fn bad_input_sweep() {
                 let _ = ends(&what("is_locked"), limit, lock.is_locked()).await;
                 let _ = ends(&what("hold_count"), limit, lock.hold_count()).await;
                 let _ = ends(&what("held"), limit, lock.is_held_by_current_task()).await;
-                let _ = ends(&what("remaining_ttl"), limit, lock.remaining_ttl()).await;
+                let _ = ends(&what("remaining_lease"), limit, lock.remaining_lease()).await;
                 let _ = ends(&what("force_unlock"), limit, lock.force_unlock()).await;
                 let _ = ends(&what("with_lock"), limit, lock.with_lock(|_| async {})).await;
                 for duration in EDGE_DURATIONS {
@@ -715,8 +715,8 @@ async fn bad_input_sweep() {
         }
         for duration in EDGE_DURATIONS {
             for builder in [
-                LockClient::builder().watchdog_timeout(duration),
-                LockClient::builder().fair_wait_timeout(duration),
+                LockClient::builder().watchdog_lease(duration),
+                LockClient::builder().queue_place(duration),
                 LockClient::builder().command_timeout(duration),
             ] {
                 let built = ends("build", limit, builder.url(server.url()).build()).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, DEFAULT_WATCHDOG_TIMEOUT};
+use fredlock::{Error, DEFAULT_WATCHDOG_LEASE};
 use tokio::time::Instant;
 
 /// How soon waiters must be released after the count reaches zero.
@@ -19,8 +19,8 @@ const WAKE_LIMIT: Duration = Duration::from_millis(250);
 async fn every_waiter_is_released_when_the_count_reaches_zero() {
     bounded(async {
         let server = RedisServer::start();
-        let first = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
-        let second = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let first = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let second = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let latch = first.count_down_latch("phase-1");
         assert!(latch.try_set_count(2).await.unwrap());
         assert!(!second
@@ -78,13 +78,13 @@ async fn every_waiter_is_released_when_the_count_reaches_zero() {
 async fn waits_on_missing_and_deleted_latches() {
     bounded(async {
         let server = RedisServer::start();
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let latch = client.count_down_latch("missing");
         let started = Instant::now();
         latch.wait().await.unwrap();
         assert!(latch.wait_timeout(Duration::ZERO).await.unwrap());
-        // At once: a waiter would sleep up to a third of the watchdog timeout (10 s) between looks.
-        assert!(started.elapsed() < DEFAULT_WATCHDOG_TIMEOUT / 30);
+        // At once: a waiter would sleep up to a third of the watchdog lease (10 s) between looks.
+        assert!(started.elapsed() < DEFAULT_WATCHDOG_LEASE / 30);
         assert_eq!(client.stats().subscriptions, 0, "no subscription needed");
 
         latch.try_set_count(3).await.unwrap();
@@ -121,7 +121,7 @@ async fn bad_input_changes_nothing() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         assert!(matches!(
             client.count_down_latch("zero").try_set_count(0).await,
             Err(Error::InvalidArgument(_))
@@ -173,7 +173,7 @@ async fn wire_layout_matches_redisson() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let (_subscriber, mut messages) =
             common::listen(&server.url(), "redisson_countdownlatch__channel__{layout}").await;
         let latch = client.count_down_latch("layout");
@@ -199,7 +199,7 @@ async fn interoperates_with_redisson_replay() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         // Redisson's trySetCount(1).
         let _: () = raw.set("java", 1, None, None, false).await.unwrap();
         let _: i64 = raw
@@ -249,7 +249,7 @@ async fn interoperates_with_redisson_replay() {
 async fn inspections_show_the_count() {
     bounded(async {
         let server = RedisServer::start();
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let latch = client.count_down_latch("seen");
         latch.try_set_count(4).await.unwrap();
         latch.count_down().await.unwrap();

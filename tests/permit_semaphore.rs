@@ -11,7 +11,7 @@ use fred::prelude::*;
 use fredlock::{Error, LockClient};
 use tokio::time::Instant;
 
-/// The watchdog timeout of the tests' clients: the lease of a permit taken without one.
+/// The watchdog lease of the tests' clients: the lease of a permit taken without one.
 const WATCHDOG: Duration = Duration::from_secs(1);
 
 /// Helper process for `a_killed_holders_permits_return_within_the_lease`: takes both permits
@@ -24,7 +24,7 @@ async fn crash_child_holds_permits() {
     };
     let client = LockClient::builder()
         .url(url)
-        .watchdog_timeout(Duration::from_secs(2))
+        .watchdog_lease(Duration::from_secs(2))
         .build()
         .await
         .unwrap();

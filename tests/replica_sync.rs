@@ -236,7 +236,7 @@ async fn an_unconfirmed_renewal_loses_the_lock() {
         let replica = RedisServer::start_replica_of(&master).await;
         let client = LockClient::builder()
             .url(master.url())
-            .watchdog_timeout(Duration::from_millis(1500))
+            .watchdog_lease(Duration::from_millis(1500))
             .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_millis(200)))
             .build()
             .await

@@ -964,7 +964,7 @@ async fn inspections_show_modes_holders_and_orphans() {
             seen.queue[0].owner,
             client.owner_field(fredlock::OwnerId::from_raw(3)) + ":write"
         );
-        assert!(seen.queue[0].remaining.is_some());
+        assert!(seen.queue[0].place_left.is_some());
         assert_eq!(seen.keys.len(), 5, "{:?}", seen.keys); // hash, writers, three timeout keys
         assert_eq!(seen.orphans.len(), 1);
         assert_eq!(seen.orphans[0].key, orphan);

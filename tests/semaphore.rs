@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, DEFAULT_WATCHDOG_TIMEOUT};
+use fredlock::{Error, DEFAULT_WATCHDOG_LEASE};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -165,7 +165,7 @@ async fn releases_wake_as_many_waiters_as_they_free_permits_for() {
 async fn a_waiter_for_many_permits_waits_for_all_of_them() {
     bounded(async {
         let server = RedisServer::start();
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let semaphore = client.semaphore("many");
         semaphore.try_set_permits(1).await.unwrap();
         let (_subscriber, mut messages) = common::listen(&server.url(), "redisson_sc:{many}").await;
@@ -242,7 +242,7 @@ async fn cancelled_acquisitions_leave_the_counter_as_it_was() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let semaphore = client.semaphore("storm");
         semaphore.try_set_permits(2).await.unwrap();
         let got = cancellation_storm(|i| {
@@ -289,7 +289,7 @@ async fn bad_input_changes_nothing() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let semaphore = client.semaphore("bad");
         assert!(matches!(
             semaphore.acquire(0).await,
@@ -329,7 +329,7 @@ async fn set_drain_release_and_forget() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let semaphore = client.semaphore("ops");
         assert_eq!(semaphore.available_permits().await.unwrap(), 0);
         assert!(semaphore
@@ -368,7 +368,7 @@ async fn wire_layout_matches_redisson() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let (_subscriber, mut messages) =
             common::listen(&server.url(), "redisson_sc:{layout}").await;
         let semaphore = client.semaphore("layout");
@@ -409,7 +409,7 @@ async fn interoperates_with_redisson_replay() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let semaphore = client.semaphore("java");
         // Redisson's trySetPermits(2): SET if missing, publish the count.
         let _: () = raw.set("java", 2, None, None, false).await.unwrap();
@@ -456,7 +456,7 @@ async fn interoperates_with_redisson_replay() {
 async fn inspections_show_permits_and_grants() {
     bounded(async {
         let server = RedisServer::start();
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let semaphore = client.semaphore("seen");
         semaphore.try_set_permits(5).await.unwrap();
         let permit = semaphore.acquire(2).await.unwrap();

@@ -167,7 +167,7 @@ async fn survive_failover(fail: impl FnOnce(&mut RedisSentinel) -> u16) {
     );
     fresh.unlock().await.unwrap();
 
-    // Two watchdog timeouts after the promotion, the hold is either renewed on the new master or
+    // Two watchdog leases after the promotion, the hold is either renewed on the new master or
     // reported lost; never neither.
     tokio::time::sleep(watchdog * 2).await;
     let (fields, ttl) = holders(&setup, new_master, name).await;
@@ -251,7 +251,7 @@ async fn replica_sync_through_sentinel_keeps_a_confirmed_lock() {
         let watchdog = Duration::from_secs(6);
         let client = LockClient::builder()
             .url(setup.url())
-            .watchdog_timeout(watchdog)
+            .watchdog_lease(watchdog)
             .replica_sync(fredlock::ReplicaSync::replicas(2))
             .build()
             .await

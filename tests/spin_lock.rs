@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{bounded, command_calls, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, DEFAULT_SPIN_MAX_PAUSE, DEFAULT_WATCHDOG_TIMEOUT};
+use fredlock::{Error, DEFAULT_SPIN_MAX_PAUSE, DEFAULT_WATCHDOG_LEASE};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -21,7 +21,7 @@ async fn spin_lock_excludes_and_never_subscribes() {
         let mut tasks = Vec::new();
         let mut clients = Vec::new();
         for _ in 0..3 {
-            let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+            let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
             for _ in 0..4 {
                 let lock = client.spin_lock("spin-counter");
                 let raw = raw.clone();
@@ -74,8 +74,8 @@ async fn spin_lock_excludes_and_never_subscribes() {
 async fn a_waiter_acquires_within_the_backoff_cap_after_an_unlock() {
     bounded(async {
         let server = RedisServer::start();
-        let holder = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
-        let waiter_client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let holder = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let waiter_client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let cap = Duration::from_millis(128);
         let margin = Duration::from_millis(100);
         for round in 0..5 {
@@ -105,7 +105,7 @@ async fn a_waiter_acquires_within_the_backoff_cap_after_an_unlock() {
 async fn backoff_is_configurable_and_checked() {
     bounded(async {
         let server = RedisServer::start();
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         for (first, max) in [
             (Duration::ZERO, Duration::from_millis(10)),
             (Duration::from_millis(10), Duration::from_millis(5)),
@@ -123,7 +123,7 @@ async fn backoff_is_configurable_and_checked() {
             .spin_lock("spin-fast")
             .with_backoff(Duration::from_millis(1), Duration::from_millis(5))
             .unwrap();
-        let holder = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let holder = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let guard = holder.spin_lock("spin-fast").lock().await.unwrap();
         // Attempts counted by the server: pauses capped at 5 ms make dozens in 300 ms, where
         // pauses doubling from 1 ms without a cap make at most 9.
@@ -161,8 +161,8 @@ async fn cancelled_spin_acquisitions_leave_nothing() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let holder_client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let holder_client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         common::cancellation_storm(
             holder_client.spin_lock("spin-cancel").as_lock().clone(),
             client.spin_lock("spin-cancel").as_lock().clone(),
@@ -203,7 +203,7 @@ async fn cancelled_spin_acquisitions_leave_nothing() {
 async fn a_spin_lock_inspects_as_its_kind() {
     bounded(async {
         let server = RedisServer::start();
-        let client = server.lock_client(DEFAULT_WATCHDOG_TIMEOUT).await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let spin = client.spin_lock("spin:inspected");
         let empty = spin.inspect().await.unwrap();
         assert!(!empty.exists() && !empty.is_held());
@@ -217,7 +217,7 @@ async fn a_spin_lock_inspects_as_its_kind() {
         assert_eq!(seen.holders[0].count, 2);
         assert_eq!(seen.holders[0].client_id(), Some(client.id()));
         let lease = seen.holders[0].remaining_lease.unwrap();
-        assert!(lease > DEFAULT_WATCHDOG_TIMEOUT / 2 && lease <= DEFAULT_WATCHDOG_TIMEOUT);
+        assert!(lease > DEFAULT_WATCHDOG_LEASE / 2 && lease <= DEFAULT_WATCHDOG_LEASE);
         // Scanned by name, it has the plain lock's layout.
         let listed = client.list("spin:*").await.unwrap();
         assert_eq!(listed.len(), 1);

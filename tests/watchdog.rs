@@ -104,7 +104,7 @@ async fn loss_reaches_every_nested_guard(kind: Kind) {
 }
 
 /// With Redis gone, renewal is retried and the lock is reported lost at the renew deadline: two
-/// thirds of the watchdog timeout after the last confirmed renewal, a third before its lease ends.
+/// thirds of the watchdog lease after the last confirmed renewal, a third before its lease ends.
 async fn unreachable_redis_loses_lock_at_the_renew_deadline(kind: Kind) {
     let mut server = RedisServer::start();
     let watchdog = Duration::from_millis(1500);
@@ -140,7 +140,7 @@ async fn cluster_renews_across_slots_and_wakes_waiters() {
         let watchdog = Duration::from_millis(1200);
         let client = fredlock::LockClient::builder()
             .url(cluster.url())
-            .watchdog_timeout(watchdog)
+            .watchdog_lease(watchdog)
             .build()
             .await
             .unwrap();

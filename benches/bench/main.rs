@@ -8,7 +8,7 @@
 //! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes (the uncontended
 //!                                            # one goes beside it)
 //! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6, 9
-//! cargo bench --bench bench -- --watchdog S  # scenario 5's watchdog timeout in seconds
+//! cargo bench --bench bench -- --watchdog S  # scenario 5's watchdog lease in seconds
 //!                                            # (3 unless given; the default client's is 30)
 //! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
 //! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind

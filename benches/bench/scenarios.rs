@@ -23,7 +23,7 @@ pub struct Sizes {
     pub wakeups: usize,
     pub many: usize,
     pub watch_for: Duration,
-    /// The watchdog timeout of scenario 5, whose period is a third of it.
+    /// The watchdog lease of scenario 5, whose period is a third of it.
     pub watchdog: Duration,
 }
 
@@ -755,7 +755,7 @@ async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredl
     guards
 }
 
-/// The watchdog timeout of the scenarios that watch renewals: a period of 1 s, ten times the
+/// The watchdog lease of the scenarios that watch renewals: a period of 1 s, ten times the
 /// default rate (`--watchdog 30` measures scenario 5 at the default).
 pub const SHORT_WATCHDOG: Duration = Duration::from_secs(3);
 
@@ -766,7 +766,7 @@ async fn short_watchdog_client(url: &str) -> LockClient {
 async fn watchdog_client(url: &str, timeout: Duration) -> LockClient {
     LockClient::builder()
         .url(url)
-        .watchdog_timeout(timeout)
+        .watchdog_lease(timeout)
         .build()
         .await
         .expect("connect")

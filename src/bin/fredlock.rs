@@ -327,7 +327,7 @@ fn inspection_json(inspection: &Inspection) -> Value {
         })).collect::<Vec<_>>(),
         "queue": inspection.queue.iter().map(|waiter| json!({
             "owner": waiter.owner,
-            "remaining_ms": millis(waiter.remaining),
+            "place_left_ms": millis(waiter.place_left),
             "ended_ago_ms": millis(waiter.ended_ago),
         })).collect::<Vec<_>>(),
         "fencing_token": inspection.fencing_token,
@@ -508,7 +508,7 @@ fn print_inspection(inspection: &Inspection) {
         "queued"
     };
     for (place, waiter) in inspection.queue.iter().enumerate() {
-        match (waiter.remaining, waiter.ended_ago) {
+        match (waiter.place_left, waiter.ended_ago) {
             (Some(left), _) => println!(
                 "  {queued} #{} {}, place ends in {}",
                 place + 1,

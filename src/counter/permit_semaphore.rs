@@ -76,9 +76,9 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 /// most until the earliest lease would end, and takes it then.
 ///
 /// - [`acquire`](Self::acquire) (and `try_acquire` without a lease) takes a permit whose lease
-///   is the client's watchdog timeout (30 s by default), which the watchdog extends every third
+///   is the client's watchdog lease (30 s by default), which the watchdog extends every third
 ///   of it while the guard lives: a live holder never loses its permit, a dead one's returns
-///   within the watchdog timeout. If renewals stop getting through, the guard reports the loss
+///   within the watchdog lease. If renewals stop getting through, the guard reports the loss
 ///   ([`LeasedPermit::lost`]) at the renew deadline, as a lock's does.
 /// - With a fixed lease the permit ends by itself that long after it was taken, and is never
 ///   renewed.

@@ -90,7 +90,7 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 /// Every change publishes the permits now available on `redisson_sc:{name}` (Redisson's
 /// message). A message wakes, in each client, the waiters whose wants fit in it, in the order
 /// they came (a waiter for several permits is not passed over by later ones for fewer), and no
-/// more. A waiter that misses a message looks again after a third of the watchdog timeout at
+/// more. A waiter that misses a message looks again after a third of the watchdog lease at
 /// most.
 #[derive(Clone)]
 pub struct Semaphore {
@@ -218,7 +218,7 @@ impl Semaphore {
     /// Takes `permits` permits, waiting as long as it takes for them.
     ///
     /// Waiting costs no polling: the waiter sleeps until a change of the permits is published,
-    /// or at most a third of the watchdog timeout. While Redis is unreachable it keeps trying,
+    /// or at most a third of the watchdog lease. While Redis is unreachable it keeps trying,
     /// with backoff.
     ///
     /// # Errors

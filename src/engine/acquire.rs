@@ -22,7 +22,7 @@ use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Primitive, Reply, Wa
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
-use crate::engine::releaser::{ArmedUndo, Leave, SettleOnExit, Undo};
+use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
@@ -61,7 +61,7 @@ enum Outcome {
     /// Dropping the win's guard, if nobody claims it, gives the hold back.
     Won(Win),
     /// Held by another owner: the PTTL in ms, and for a queueing kind the place in its queue.
-    Busy(i64, Option<ArmedUndo>),
+    Busy(i64, Option<UndoOnDrop>),
 }
 
 /// Acquires `kind` for `owner`, waiting at most `wait` (`None`: as long as it takes): `Ok(None)`
@@ -69,7 +69,7 @@ enum Outcome {
 ///
 /// A queueing kind's waiter holds a place in the queue from its first attempt on. It keeps it by
 /// trying again at least every third of its place's length, and gives it up on every way out but
-/// success: at once when its wait times out, through the releaser when the future is dropped or
+/// success: at once when its wait times out, through the undo task when the future is dropped or
 /// fails.
 ///
 /// Not an `async fn`, which would keep its arguments twice (as given, and as its body's own):
@@ -149,7 +149,7 @@ async fn acquire_loop(
     let mut reached = false;
     // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
     let mut last_failure: Option<Box<Error>> = None;
-    let mut settle = SettleOnExit::new(engine.core(), &kind, &pair.field);
+    let mut settle = SettleOnDrop::new(engine.core(), &kind, &pair.field);
     // Counted among the waiting from the first busy reply on, until this future ends.
     let mut waiting: Option<Waiting> = None;
     loop {
@@ -188,7 +188,7 @@ async fn acquire_loop(
                     win.contended = busy > 0;
                     // The acquire script took the waiter out of the queue.
                     if let Some(queued) = queued {
-                        queued.claim();
+                        queued.keep();
                     }
                     tracing::debug!(
                         lock = %pair.name, owner = %pair.field,
@@ -315,7 +315,7 @@ pub(crate) async fn wait_until(
             Ok(Reply::Busy(ms)) => {
                 reached = true;
                 errors = 0;
-                retry_after(ms, core.watchdog_timeout)
+                retry_after(ms, core.watchdog_lease)
             }
             Err(error) if error.is_transient() && wait != Some(Duration::ZERO) => {
                 tracing::debug!(name, %error, "look failed; retrying");
@@ -561,10 +561,10 @@ async fn attempt(
         Ok(Outcome::Busy(pttl, queued)) => {
             // The waiter's own place (armed since before its first attempt) covers this one.
             if let Some(queued) = queued {
-                queued.claim();
+                queued.keep();
             }
             Ok(Attempt::Busy {
-                retry_after: retry_after(pttl, core.watchdog_timeout),
+                retry_after: retry_after(pttl, core.watchdog_lease),
             })
         }
         Err(error) => Err(engine.redis_error(kind.name(), Some(field), error)),
@@ -572,17 +572,17 @@ async fn attempt(
 }
 
 /// The undo that takes `field` out of the kind's queue.
-fn leave_undo(core: &Arc<Core>, kind: &Arc<dyn Kind>, field: &Field) -> ArmedUndo {
+fn leave_undo(core: &Arc<Core>, kind: &Arc<dyn Kind>, field: &Field) -> UndoOnDrop {
     let leave = Leave {
         kind: kind.clone(),
         field: field.clone(),
     };
-    ArmedUndo::new(Undo::Leave(leave), core.clone())
+    UndoOnDrop::new(Undo::Leave(leave), core.clone())
 }
 
 /// A waiter that gives up leaves its queue place before returning, so that the next one moves up
 /// at once and a later attempt of the same owner is not overtaken by its own departure.
-async fn leave_now(queued: Option<Box<ArmedUndo>>) {
+async fn leave_now(queued: Option<Box<UndoOnDrop>>) {
     if let Some(queued) = queued {
         queued.now().await;
     }
@@ -590,10 +590,10 @@ async fn leave_now(queued: Option<Box<ArmedUndo>>) {
 
 /// How long to sleep at most before trying again, given the holder's PTTL: until the lock would
 /// expire, or, for a key without expiry (not ours to judge), a watchdog period.
-fn retry_after(pttl: i64, watchdog_timeout: Duration) -> Duration {
+fn retry_after(pttl: i64, watchdog_lease: Duration) -> Duration {
     match u64::try_from(pttl) {
         Ok(ms) => Duration::from_millis(ms.max(1)),
-        Err(_) if pttl == -1 => watchdog_timeout / 3,
+        Err(_) if pttl == -1 => watchdog_lease / 3,
         Err(_) => Duration::from_millis(1),
     }
 }

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// The longest lease or timeout fredlock accepts (365 days): leases, the watchdog timeout,
-/// the fair wait timeout, the command timeout, Redlock leases, node timeouts, retry delays and hold
+/// The longest lease or timeout fredlock accepts (365 days): leases, the watchdog lease,
+/// the queue place, the command timeout, Redlock leases, node timeouts, retry delays and hold
 /// limits. Longer values are refused with [`Error::InvalidArgument`] before anything is sent.
 ///
 /// Redis refuses an expiry that overflows its clock, and a value that does not fit its signed

@@ -1,5 +1,5 @@
 //! [`Guard`]: one hold as the engine keeps it, which every primitive's guard wraps. Unlocking
-//! gives the hold back; dropping it queues the same release for the releaser.
+//! gives the hold back; dropping it queues the same release for the undo task.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use tracing::Instrument;
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::inflight::InFlight;
 use crate::engine::kind::Kind;
-use crate::engine::releaser::{Release, Undo};
+use crate::engine::undo::{Release, Undo};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
@@ -139,9 +139,9 @@ impl Drop for Guard {
             return;
         }
         let core = self.engine.core();
-        // The releaser detaches the guard when it sends the release: until then it still counts
+        // the undo task detaches the guard when it sends the release: until then it still counts
         // among the owner's holds, which the release's own count depends on.
-        if let Err(unsent) = core.releaser.send(Undo::Release(self.release())) {
+        if let Err(unsent) = core.undos.send(Undo::Release(self.release())) {
             // The client is gone; the lease ends the hold.
             if let Undo::Release(release) = unsent.0 {
                 release.detach(core);

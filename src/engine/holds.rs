@@ -26,7 +26,7 @@ use crate::error::Result;
 /// How long a hold lasts without being renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Lease {
-    /// Renewed by the watchdog every `watchdog_timeout / 3` until released.
+    /// Renewed by the watchdog every `watchdog_lease / 3` until released.
     Watchdog,
     /// Expires this long after it was taken; never renewed.
     Fixed(Duration),
@@ -37,8 +37,8 @@ pub(crate) enum Lease {
 
 impl Lease {
     /// The lease in whole milliseconds; see [`durations::millis`].
-    pub(crate) fn millis(self, watchdog_timeout: Duration) -> u64 {
-        durations::millis(self.duration(watchdog_timeout))
+    pub(crate) fn millis(self, watchdog_lease: Duration) -> u64 {
+        durations::millis(self.duration(watchdog_lease))
     }
 
     /// Fails with [`Error::InvalidArgument`] for a fixed lease Redis cannot take (under a
@@ -54,9 +54,9 @@ impl Lease {
         }
     }
 
-    fn duration(self, watchdog_timeout: Duration) -> Duration {
+    fn duration(self, watchdog_lease: Duration) -> Duration {
         match self {
-            Lease::Watchdog => watchdog_timeout,
+            Lease::Watchdog => watchdog_lease,
             Lease::Fixed(lease) => lease,
             // As far as any estimate of its end goes.
             Lease::Unbounded => durations::MAX_DURATION,
@@ -330,14 +330,14 @@ impl Eq for Registered {}
 /// The registry of holds, keyed by (name, owner field).
 pub(crate) struct Holds {
     map: DashMap<Registered, (), HashState>,
-    watchdog_timeout: Duration,
+    watchdog_lease: Duration,
     renew_deadline: Duration,
     metrics: Metrics,
 }
 
 impl Holds {
     pub(crate) fn new(
-        watchdog_timeout: Duration,
+        watchdog_lease: Duration,
         renew_deadline: Duration,
         metrics: Metrics,
     ) -> Holds {
@@ -345,7 +345,7 @@ impl Holds {
         LazyLock::force(&EPOCH);
         Holds {
             map: DashMap::with_hasher(HashState::default()),
-            watchdog_timeout,
+            watchdog_lease,
             renew_deadline,
             metrics,
         }
@@ -362,7 +362,7 @@ impl Holds {
         kind: &Arc<dyn Kind>,
         value: Option<Value>,
     ) -> (Arc<Hold>, Option<Value>) {
-        let lease_len = lease.duration(self.watchdog_timeout);
+        let lease_len = lease.duration(self.watchdog_lease);
         // A first hold (or one after a loss: a lost hold's guards keep their own hold, a new
         // acquire starts afresh) registers a new one; a re-entry finds its hold, and drops the
         // one made for the look-up. Made first, so that a first hold, the common case, costs
@@ -433,7 +433,7 @@ impl Holds {
         }
         if let Some(released_at) = released_at.filter(|_| removed.is_none() && registered) {
             if hold.guards() > 0 {
-                hold.leased(released_at, lease.duration(self.watchdog_timeout));
+                hold.leased(released_at, lease.duration(self.watchdog_lease));
             }
         }
     }

@@ -128,7 +128,7 @@ pub struct QueuedWaiter {
     pub owner: String,
     /// How long its place lasts unless it tries again; `None` once its place has ended (a live
     /// waiter renews it every third of the place's length).
-    pub remaining: Option<Duration>,
+    pub place_left: Option<Duration>,
     /// How long ago its place ended, for a place that has.
     pub ended_ago: Option<Duration>,
 }
@@ -257,7 +257,7 @@ impl Inspection {
                     let left = number(&waiter[1]).saturating_sub(now);
                     QueuedWaiter {
                         owner: text(&waiter[0]),
-                        remaining: (left > 0).then(|| Duration::from_millis(left as u64)),
+                        place_left: (left > 0).then(|| Duration::from_millis(left as u64)),
                         ended_ago: (left <= 0).then(|| Duration::from_millis(left.unsigned_abs())),
                     }
                 })

@@ -170,7 +170,7 @@ pub(crate) trait Primitive: Send + Sync + 'static {
     }
 }
 
-/// A primitive whose owners take holds, as the acquire loop, the releaser and the watchdog see
+/// A primitive whose owners take holds, as the acquire loop, the undo task and the watchdog see
 /// it: three calls (acquire, release, leave) and how its holds and waiters differ from a lock's.
 pub(crate) trait Kind: Primitive {
     /// What an owner's field adds to `<client uuid>:<owner id>` (Redisson's writer of a

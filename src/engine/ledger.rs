@@ -28,7 +28,7 @@
 //! acquire is sent again by the waiting loop, a release or a leave at once (within a command
 //! timeout; `Turn::send_again_while_lost`). A lost reply that no later call carries (the caller
 //! gave up, or Redis did not answer in time) is followed up by a settle, queued for the
-//! releaser: it sets the owner's count to what the client knows (deleting a hold nobody has a
+//! undo task: it sets the owner's count to what the client knows (deleting a hold nobody has a
 //! guard for) and fences the ids, retrying with backoff.
 //!
 //! Redisson's layout is unchanged: the hash still maps owners to hold counts; the fence set is a
@@ -170,7 +170,7 @@ impl Turn {
     }
 
     /// Gives up on the ids to fence: no call can carry them (the key is not a lock any more).
-    pub(crate) fn forget(&mut self) {
+    pub(crate) fn drop_fences(&mut self) {
         self.unsettled.ids.clear();
     }
 
@@ -303,7 +303,7 @@ mod tests {
         );
         drop(held);
         let mut turn = ledger.turn(&pair).await;
-        turn.forget();
+        turn.drop_fences();
         drop(turn);
         assert_eq!(ledger.len(), 0);
     }

@@ -2,7 +2,7 @@
 //!
 //! It owns what a [`LockClient`](crate::LockClient) shares between all its primitives: the
 //! connections, the registry of holds and the watchdog that renews them, the ledger that makes
-//! every change take effect once, pub/sub wake-ups, the releaser that sends undos in the
+//! every change take effect once, pub/sub wake-ups, the undo task that sends undos in the
 //! background, and the one acquire loop ([`acquire`]). A primitive describes itself as a
 //! [`Kind`] (keys, Lua operations, how its waiters wake) and gets back a [`Win`], whose
 //! [`Guard`] it wraps in its own guard type. See `docs/ARCHITECTURE.md`.
@@ -19,10 +19,10 @@ mod ledger;
 pub(crate) mod metrics;
 mod pubsub;
 mod refusal;
-mod releaser;
 pub(crate) mod replicas;
 mod script;
 mod sentinel;
+mod undo;
 mod watchdog;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -74,7 +74,7 @@ pub(crate) struct Settings {
     pub(crate) config: Config,
     pub(crate) command_timeout: Duration,
     pub(crate) reconnect_policy: ReconnectPolicy,
-    pub(crate) watchdog_timeout: Duration,
+    pub(crate) watchdog_lease: Duration,
     pub(crate) renew_deadline: Duration,
     pub(crate) replica_sync: Option<replicas::ReplicaSync>,
     pub(crate) metrics: metrics::Metrics,
@@ -92,16 +92,16 @@ pub(crate) struct Core {
     /// The configured server address(es), `host:port[,host:port..]`, for messages naming a node.
     pub(crate) address: Arc<str>,
     subscriber: SubscriberClient,
-    pub(crate) watchdog_timeout: Duration,
+    pub(crate) watchdog_lease: Duration,
     /// Where acquisitions, holds and renewals are counted.
     pub(crate) metrics: metrics::Metrics,
     /// The watchdog lease in ms, encoded once as the scripts take it: most calls carry it.
-    watchdog_lease: Value,
+    watchdog_lease_arg: Value,
     holds: holds::Holds,
     /// One state-changing call at a time per (name, owner), and the lost replies to fence.
     ledger: ledger::Ledger,
     pubsub: pubsub::PubSub,
-    releaser: UnboundedSender<releaser::Undo>,
+    undos: UnboundedSender<undo::Undo>,
     shutdown: CancellationToken,
 }
 
@@ -148,9 +148,9 @@ impl Core {
     /// `lease` in ms, as a script argument.
     pub(crate) fn lease_arg(&self, lease: Lease) -> Value {
         match lease {
-            Lease::Watchdog => self.watchdog_lease.clone(),
+            Lease::Watchdog => self.watchdog_lease_arg.clone(),
             Lease::Fixed(_) | Lease::Unbounded => {
-                Value::from(lease.millis(self.watchdog_timeout) as i64)
+                Value::from(lease.millis(self.watchdog_lease) as i64)
             }
         }
     }
@@ -190,7 +190,7 @@ impl Drop for Handle {
     }
 }
 
-/// Waits for the background tasks to end (the releaser first sends the undos queued by dropped
+/// Waits for the background tasks to end (the undo task first sends the undos queued by dropped
 /// guards), marks every remaining hold lost, and closes the connections.
 async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
     for task in tasks {
@@ -249,7 +249,7 @@ pub struct ClientStats {
 }
 
 impl Engine {
-    /// Connects and starts the background tasks: pub/sub, the watchdog, the releaser.
+    /// Connects and starts the background tasks: pub/sub, the watchdog, the undo task.
     pub(crate) async fn start(settings: Settings) -> Result<Engine> {
         let hosts = settings
             .config
@@ -325,7 +325,7 @@ impl Engine {
         let (pubsub, pubsub_tasks) =
             pubsub::PubSub::start(subscriber.clone(), sharded, shutdown.clone());
         tasks.extend(pubsub_tasks);
-        let (releaser_tx, releaser_rx) = mpsc::unbounded_channel();
+        let (undo_tx, undo_rx) = mpsc::unbounded_channel();
         let id = Uuid::new_v4();
         let core = Arc::new(Core {
             id,
@@ -333,31 +333,25 @@ impl Engine {
             writer,
             address: address.as_str().into(),
             subscriber,
-            watchdog_timeout: settings.watchdog_timeout,
+            watchdog_lease: settings.watchdog_lease,
             metrics: settings.metrics.clone(),
-            watchdog_lease: Value::from(
-                Lease::Watchdog
-                    .millis(settings.watchdog_timeout)
-                    .to_string(),
+            watchdog_lease_arg: Value::from(
+                Lease::Watchdog.millis(settings.watchdog_lease).to_string(),
             ),
             holds: holds::Holds::new(
-                settings.watchdog_timeout,
+                settings.watchdog_lease,
                 settings.renew_deadline,
                 settings.metrics,
             ),
             ledger: ledger::Ledger::new(),
             pubsub,
-            releaser: releaser_tx,
+            undos: undo_tx,
             shutdown: shutdown.clone(),
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),
         ));
-        tasks.push(tokio::spawn(releaser::run(
-            core.clone(),
-            releaser_rx,
-            shutdown,
-        )));
+        tasks.push(tokio::spawn(undo::run(core.clone(), undo_rx, shutdown)));
         tracing::debug!(client = %id, "lock client started");
         Ok(Engine {
             handle: Arc::new(Handle {

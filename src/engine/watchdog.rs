@@ -1,6 +1,6 @@
 //! The watchdog: one task per client that keeps watchdog-mode holds alive and notices lost ones.
 //!
-//! Once a period (`watchdog_timeout / 3`), and at once after fred reconnects, it scans the
+//! Once a period (`watchdog_lease / 3`), and at once after fred reconnects, it scans the
 //! client's registry of holds and renews every hold with a watchdog guard, in script calls of up
 //! to 100 keys, one cluster hash slot (and one primitive's renewal script) per call: a period
 //! costs `holds / 100` calls per hash slot. Holds
@@ -75,7 +75,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     pub(crate) fn new(core: Arc<Core>) -> Watchdog {
-        let timeout = core.watchdog_timeout;
+        let timeout = core.watchdog_lease;
         let period = timeout / 3;
         Watchdog {
             core,

@@ -61,7 +61,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 /// - An unlock tells only the first waiter, on its own channel
 ///   (`redisson_lock__channel:{name}:<owner field>`), so a release wakes one task, not all.
 /// - A waiter keeps its place by trying again at least every third of its *place's lifetime*
-///   ([`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout), 5 s by default). A
+///   ([`queue_place`](crate::LockClientBuilder::queue_place), 5 s by default). A
 ///   waiter whose process died stops doing that, and is dropped from the line wherever it
 ///   stands once its place expires. A dead waiter at the head therefore delays a free lock by
 ///   at most one place's lifetime. Places are timed by the Redis server's clock, never by a client's.
@@ -99,7 +99,7 @@ impl LockClient {
     /// A fair lock named `name`: reentrant like [`lock`](Self::lock), and granted to waiters in
     /// the order they arrived. Creating it costs nothing and sends nothing.
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        let fair = Fair::new(self.key(name.into()), self.fair_wait_timeout());
+        let fair = Fair::new(self.key(name.into()), self.queue_place());
         FairLock {
             lock: Lock::of_kind(self.clone(), fair),
         }
@@ -116,7 +116,7 @@ pub(crate) const LAYOUT: Layout = Layout {
     at_key: |client, key| {
         Box::new(Lock::of_kind(
             client.clone(),
-            Fair::new(key, client.fair_wait_timeout()),
+            Fair::new(key, client.queue_place()),
         ))
     },
 };

@@ -99,7 +99,7 @@ impl LockGuard {
     /// Completes when the lock is known lost: its owner's field vanished from Redis (deleted,
     /// expired, or taken over after a failover), no renewal got through within the client's
     /// [`renew_deadline`](crate::LockClientBuilder::renew_deadline) (which passes while Redis still
-    /// has the lock for a third of the watchdog timeout, by default), a fixed lease ended, or the
+    /// has the lock for a third of the watchdog lease, by default), a fixed lease ended, or the
     /// client shut down. A renewal that gets through after that does not undo the report. Never
     /// completes while the hold is safe.
     ///

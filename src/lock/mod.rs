@@ -31,7 +31,7 @@ use crate::owner::OwnerId;
 /// acquisition returns a [`LockGuard`]; unlocking or dropping it gives back that one hold.
 ///
 /// A lock taken without a lease is kept alive by the client's watchdog for as long as its guard
-/// lives; if the process dies, the lock frees itself within the client's watchdog timeout (30 s
+/// lives; if the process dies, the lock frees itself within the client's watchdog lease (30 s
 /// by default). A lock taken with a lease ends when the lease does, held or not.
 ///
 /// ```no_run
@@ -317,7 +317,7 @@ impl Lock {
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
-    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         let redis = self.ready()?;
         let ttl = redis
             .pttl::<i64, _>(self.kind.key())
@@ -330,7 +330,7 @@ impl Lock {
     /// line, which keeps its place); `true` if it was held.
     ///
     /// The holder is not told directly; its watchdog finds the lock gone within a third of the
-    /// watchdog timeout and marks its guards lost.
+    /// watchdog lease and marks its guards lost.
     ///
     /// # Errors
     ///
@@ -596,13 +596,13 @@ macro_rules! lock_reads {
         ///
         /// # Errors
         ///
-        /// As [`Lock::remaining_ttl`](crate::Lock::remaining_ttl).
+        /// As [`Lock::remaining_lease`](crate::Lock::remaining_lease).
         ///
         /// # Cancel safety
         ///
         /// Cancel safe: it only reads.
-        pub async fn remaining_ttl(&self) -> $crate::Result<Option<std::time::Duration>> {
-            self.lock.remaining_ttl().await
+        pub async fn remaining_lease(&self) -> $crate::Result<Option<std::time::Duration>> {
+            self.lock.remaining_lease().await
         }
 
         /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. See

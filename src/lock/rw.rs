@@ -112,7 +112,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 /// read holds) are never kept out, which would deadlock. The price: under a steady stream of
 /// writers, readers wait. A waiting writer keeps its place (in fredlock's own zset
 /// `fredlock_rwlock_writers:{name}`, which Redisson never reads) by trying again at least every
-/// third of [`fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout); a writer whose
+/// third of [`queue_place`](crate::LockClientBuilder::queue_place); a writer whose
 /// process died is forgotten once its place ends, by the Redis server's clock. A writer that
 /// gives up leaves at once.
 ///
@@ -373,7 +373,7 @@ impl RwKind {
                 &prefix,
             ]),
             side,
-            place: prefer_writers.then(|| client.fair_wait_timeout()),
+            place: prefer_writers.then(|| client.queue_place()),
         }
     }
 

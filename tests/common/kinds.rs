@@ -135,30 +135,16 @@ impl Kind {
 macro_rules! for_each_kind {
     ($($test:ident),* $(,)?) => {$(
         mod $test {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn reentrant() {
-                $crate::common::bounded(super::$test($crate::common::Kind::Reentrant)).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn fair() {
-                $crate::common::bounded(super::$test($crate::common::Kind::Fair)).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn fenced() {
-                $crate::common::bounded(super::$test($crate::common::Kind::Fenced)).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn spin() {
-                $crate::common::bounded(super::$test($crate::common::Kind::Spin)).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn write() {
-                $crate::common::bounded(super::$test($crate::common::Kind::Write)).await
-            }
+            $crate::for_each_kind!(
+                @kinds $test:
+                reentrant Reentrant, fair Fair, fenced Fenced, spin Spin, write Write
+            );
+        }
+    )*};
+    (@kinds $test:ident: $($name:ident $kind:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            $crate::common::bounded(super::$test($crate::common::Kind::$kind)).await
         }
     )*};
 }

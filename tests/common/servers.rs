@@ -139,23 +139,23 @@ impl RedisServer {
     pub async fn fair_client(&self, fair_wait: Duration) -> fredlock::LockClient {
         fredlock::LockClient::builder()
             .url(self.url())
-            .fair_wait_timeout(fair_wait)
+            .queue_place(fair_wait)
             .build()
             .await
             .unwrap()
     }
 
-    /// A fredlock client with the given watchdog timeout.
+    /// A fredlock client with the given watchdog lease.
     pub async fn lock_client(&self, watchdog: Duration) -> fredlock::LockClient {
         lock_client_at(&self.url(), watchdog).await
     }
 }
 
-/// A fredlock client on `url` (any deployment) with the given watchdog timeout.
+/// A fredlock client on `url` (any deployment) with the given watchdog lease.
 pub async fn lock_client_at(url: &str, watchdog: Duration) -> fredlock::LockClient {
     fredlock::LockClient::builder()
         .url(url)
-        .watchdog_timeout(watchdog)
+        .watchdog_lease(watchdog)
         .build()
         .await
         .unwrap()

@@ -1,6 +1,7 @@
-//! Undos in the background: releases for guards dropped without an unlock, for acquires whose
-//! caller went away, queue places given up, and settles of lost replies. `Drop` only queues the
-//! undo, so it stays synchronous, cheap and safe outside a runtime; this task sends the scripts.
+//! Every undo (Release, Leave, Settle) and the background task that sends them: releases for
+//! guards dropped without an unlock and for acquires whose caller went away, queue places given
+//! up, and settles of lost replies. `Drop` only queues the undo, so it stays synchronous, cheap
+//! and safe outside a runtime; this task sends the scripts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,36 +44,36 @@ impl Undo {
     }
 }
 
-/// An undo armed to run unless somebody takes its effect over: for a queue place whose waiter
-/// may go away. Dropping it unclaimed queues the undo.
-pub(crate) struct ArmedUndo {
+/// An undo that runs when dropped unless its effect is kept: for a queue place whose waiter
+/// may go away. Dropping it without `keep` queues the undo.
+pub(crate) struct UndoOnDrop {
     undo: Option<Undo>,
     core: Arc<Core>,
 }
 
-impl ArmedUndo {
-    pub(crate) fn new(undo: Undo, core: Arc<Core>) -> ArmedUndo {
-        ArmedUndo {
+impl UndoOnDrop {
+    pub(crate) fn new(undo: Undo, core: Arc<Core>) -> UndoOnDrop {
+        UndoOnDrop {
             undo: Some(undo),
             core,
         }
     }
 
-    /// The caller takes the effect over; nothing is undone.
-    pub(crate) fn claim(mut self) {
+    /// The caller keeps the effect; nothing is undone.
+    pub(crate) fn keep(mut self) {
         self.undo = None;
     }
 
     /// Undoes it now, reporting only to tracing; while the client is disconnected, hands it to
-    /// the releaser instead, which sends it once fred has reconnected: waiting for that would
+    /// the undo task instead, which sends it once fred has reconnected: waiting for that would
     /// only hold the caller up to the command timeout.
     ///
     /// Cancel safe: dropped before its first poll, the undo is still armed and goes to the
-    /// releaser; dropped later, the call finishes in a task of its own ([`InFlight`], which
+    /// undo task; dropped later, the call finishes in a task of its own ([`InFlight`], which
     /// also keeps the 5 KiB script-call future off the caller's, i.e. every waiter's, stack).
     pub(crate) async fn now(mut self) {
         if !self.core.redis().is_connected() {
-            return; // dropped armed: queued for the releaser
+            return; // dropped armed: queued for the undo task
         }
         if let Some(undo) = self.undo.take() {
             InFlight::new(|| undo.run(self.core.clone())).await;
@@ -80,11 +81,11 @@ impl ArmedUndo {
     }
 }
 
-impl Drop for ArmedUndo {
+impl Drop for UndoOnDrop {
     fn drop(&mut self) {
         if let Some(undo) = self.undo.take() {
             // Fails only once the client is gone; leases and queue places then end the effect.
-            let _ = self.core.releaser.send(undo);
+            let _ = self.core.undos.send(undo);
         }
     }
 }
@@ -181,23 +182,23 @@ pub(crate) fn settle_later(core: &Core, kind: &Arc<dyn Kind>, turn: Turn) {
         };
         drop(turn);
         // Fails only once the client is gone; leases and queue places then end the effect.
-        let _ = core.releaser.send(Undo::Settle(settle));
+        let _ = core.undos.send(Undo::Settle(settle));
     }
 }
 
 /// A settle queued when dropped armed: for an acquire that saw a reply lost (or may have, being
 /// dropped while a call was on its way) and then gave up, since no later call of it carries the
 /// fences. Arming costs nothing; only an armed drop sends.
-pub(crate) struct SettleOnExit<'a> {
+pub(crate) struct SettleOnDrop<'a> {
     core: &'a Core,
     kind: &'a Arc<dyn Kind>,
     field: &'a Field,
     armed: bool,
 }
 
-impl<'a> SettleOnExit<'a> {
+impl<'a> SettleOnDrop<'a> {
     pub(crate) fn new(core: &'a Core, kind: &'a Arc<dyn Kind>, field: &'a Field) -> Self {
-        SettleOnExit {
+        SettleOnDrop {
             core,
             kind,
             field,
@@ -214,14 +215,14 @@ impl<'a> SettleOnExit<'a> {
     }
 }
 
-impl Drop for SettleOnExit<'_> {
+impl Drop for SettleOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
             let settle = Settle {
                 kind: self.kind.clone(),
                 field: self.field.clone(),
             };
-            let _ = self.core.releaser.send(Undo::Settle(settle));
+            let _ = self.core.undos.send(Undo::Settle(settle));
         }
     }
 }
@@ -255,7 +256,7 @@ impl Settle {
                 }
                 Ok(_) => return,
                 Err(error) if !is_transient(&error) => {
-                    turn.forget();
+                    turn.drop_fences();
                     tracing::warn!(lock = %name, owner = %self.field, %error, "cannot settle a lost reply; leases and queue places end its effect");
                     return;
                 }
@@ -263,7 +264,7 @@ impl Settle {
                     tracing::debug!(lock = %name, owner = %self.field, %error, "settling a lost reply failed; retrying");
                 }
                 Err(error) => {
-                    turn.forget();
+                    turn.drop_fences();
                     tracing::warn!(lock = %name, owner = %self.field, %error, "gave up settling a lost reply; leases and queue places end its effect");
                     return;
                 }

@@ -17,6 +17,11 @@ use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 
+/// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
+/// with `Keys::first`): named, so that an index means one key.
+const NAME: usize = 0;
+const CHANNEL: usize = 1;
+
 /// Every script of the latch, as sections of one file.
 const SCRIPTS: &str = include_str!("../../lua/latch.lua");
 
@@ -94,7 +99,7 @@ impl CountDownLatch {
 
     /// The latch's Redis key.
     pub fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
 
     /// Sets the count to `count` if the latch has none (its key does not exist: never set, or
@@ -297,10 +302,10 @@ impl LatchKind {
 
 impl Primitive for LatchKind {
     fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
     fn name_text(&self) -> Name {
-        self.keys.text(0)
+        self.keys.text(NAME)
     }
     fn label(&self) -> &'static str {
         if self.counter {
@@ -320,10 +325,10 @@ impl Primitive for LatchKind {
         })
     }
     fn key(&self) -> Key {
-        self.keys.get(0)
+        self.keys.get(NAME)
     }
     fn wake(&self) -> Wake {
-        Wake::AtZero(self.keys.text(1))
+        Wake::AtZero(self.keys.text(CHANNEL))
     }
 }
 
@@ -333,6 +338,6 @@ impl Inspect for LatchKind {
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The count lasts until it reaches zero, by design (Redisson's).
-        keys_without_expiry(inspection, &[self.keys.str(0)])
+        keys_without_expiry(inspection, &[self.keys.str(NAME)])
     }
 }

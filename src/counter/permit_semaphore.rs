@@ -22,6 +22,12 @@ use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 
+/// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
+/// with `Keys::first`): named, so that an index means one key.
+const NAME: usize = 0;
+const LEASES: usize = 1;
+const CHANNEL: usize = 2;
+
 /// Every script of the permit semaphore, as sections of one file.
 const SCRIPTS: &str = include_str!("../../lua/permit_semaphore.lua");
 
@@ -158,7 +164,7 @@ impl PermitSemaphore {
 
     /// The semaphore's Redis key.
     pub fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
 
     /// Sets the permits to `permits` if the semaphore has none set yet (its key does not
@@ -412,7 +418,7 @@ impl PermitKind {
     fn counter_call(&self, script: &'static Script, permits: u32) -> Call {
         Call {
             script,
-            keys: vec![self.keys.get(0), self.keys.get(2)],
+            keys: vec![self.keys.get(NAME), self.keys.get(CHANNEL)],
             args: vec![Value::from(permits)],
         }
     }
@@ -428,16 +434,16 @@ impl PermitKind {
 
 impl Primitive for PermitKind {
     fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
     fn name_text(&self) -> Name {
-        self.keys.text(0)
+        self.keys.text(NAME)
     }
     fn label(&self) -> &'static str {
         "permit_semaphore"
     }
     fn refuses_name(&self) -> Option<String> {
-        self.keys.str(1).is_empty().then(|| {
+        self.keys.str(LEASES).is_empty().then(|| {
             format!(
                 "permit semaphore name {:?} has a brace but no hash tag, so its leases \
                  ({{name}}:timeout) would land in another cluster slot: use a name without \
@@ -448,10 +454,10 @@ impl Primitive for PermitKind {
     }
     /// The leases: what the renewal script extends.
     fn key(&self) -> Key {
-        self.keys.get(1)
+        self.keys.get(LEASES)
     }
     fn wake(&self) -> Wake {
-        Wake::Counted(self.keys.text(2))
+        Wake::Counted(self.keys.text(CHANNEL))
     }
 }
 
@@ -481,13 +487,14 @@ impl Inspect for PermitKind {
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         // The counter lasts by design, and the leases while permits are out; what does not
         // end is a permit without lease (Redisson's), and an ended lease nobody gave back.
-        let mut leaks = keys_without_expiry(inspection, &[self.keys.str(0), self.keys.str(1)]);
+        let mut leaks =
+            keys_without_expiry(inspection, &[self.keys.str(NAME), self.keys.str(LEASES)]);
         for holder in &inspection.holders {
             if holder.remaining_lease.is_none() {
                 leaks.push(Leak {
                     name: inspection.name.clone(),
                     kind: inspection.kind,
-                    key: self.keys.str(1).to_owned(),
+                    key: self.keys.str(LEASES).to_owned(),
                     rule: "no_expiry",
                     detail: format!(
                         "permit {} has no lease: it never returns if its holder dies",
@@ -501,7 +508,7 @@ impl Inspect for PermitKind {
                 leaks.push(Leak {
                     name: inspection.name.clone(),
                     kind: inspection.kind,
-                    key: self.keys.str(1).to_owned(),
+                    key: self.keys.str(LEASES).to_owned(),
                     rule: "ended_lease",
                     detail: format!(
                         "the lease of permit {} ended {} ms ago and nothing gave it back (the \

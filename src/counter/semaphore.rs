@@ -19,6 +19,12 @@ use crate::lua::{counter_script, inspect_script};
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 
+/// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
+/// with `Keys::first`): named, so that an index means one key.
+const NAME: usize = 0;
+const CHANNEL: usize = 1;
+const GRANTS: usize = 3;
+
 /// Every script of the semaphore, as sections of one file.
 const SCRIPTS: &str = include_str!("../../lua/semaphore.lua");
 
@@ -120,7 +126,7 @@ impl LockClient {
 impl Semaphore {
     /// The semaphore's Redis key.
     pub fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
 
     /// Sets the permits to `permits` if the semaphore has none set yet (its key does not
@@ -422,19 +428,19 @@ impl LockClient {
 
 impl Primitive for SemaphoreKind {
     fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
     fn name_text(&self) -> Name {
-        self.keys.text(0)
+        self.keys.text(NAME)
     }
     fn label(&self) -> &'static str {
         "semaphore"
     }
     fn key(&self) -> Key {
-        self.keys.get(0)
+        self.keys.get(NAME)
     }
     fn wake(&self) -> Wake {
-        Wake::Counted(self.keys.text(1))
+        Wake::Counted(self.keys.text(CHANNEL))
     }
 }
 
@@ -466,6 +472,6 @@ impl Inspect for SemaphoreKind {
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The counter lasts by design (Redisson's), and so do the grants while permits are out.
-        keys_without_expiry(inspection, &[self.keys.str(0), self.keys.str(3)])
+        keys_without_expiry(inspection, &[self.keys.str(NAME), self.keys.str(GRANTS)])
     }
 }

@@ -18,6 +18,14 @@ use crate::lua;
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 
+/// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
+/// with `Keys::first`): named, so that an index means one key.
+const NAME: usize = 0;
+const QUEUE: usize = 1;
+const TIMEOUTS: usize = 2;
+const FENCES: usize = 3;
+const CHANNEL: usize = 4;
+
 /// Every script of the fair lock: its queue's head, then sections.
 const SCRIPTS: &str = include_str!("../../lua/fair_lock.lua");
 
@@ -183,7 +191,7 @@ impl Fair {
     /// and the channel prefix and unlock message (to tell the next waiter) before `args`.
     fn call(&self, script: &'static Script, args: &[Value], request: Option<&Request>) -> Call {
         let mut argv = Vec::with_capacity(args.len() + 4);
-        argv.push(Value::String(self.keys.text(4)));
+        argv.push(Value::String(self.keys.text(CHANNEL)));
         argv.push(Value::from_static_str(UNLOCK_MESSAGE));
         argv.extend_from_slice(args);
         if let Some(request) = request {
@@ -192,10 +200,10 @@ impl Fair {
         Call {
             script,
             keys: vec![
-                self.keys.get(0),
-                self.keys.get(1),
-                self.keys.get(2),
-                self.keys.get(3),
+                self.keys.get(NAME),
+                self.keys.get(QUEUE),
+                self.keys.get(TIMEOUTS),
+                self.keys.get(FENCES),
             ],
             args: argv,
         }
@@ -204,19 +212,19 @@ impl Fair {
 
 impl Primitive for Fair {
     fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
     fn name_text(&self) -> Name {
-        self.keys.text(0)
+        self.keys.text(NAME)
     }
     fn label(&self) -> &'static str {
         "fair_lock"
     }
     fn key(&self) -> Key {
-        self.keys.get(0)
+        self.keys.get(NAME)
     }
     fn wake(&self) -> Wake {
-        Wake::PerWaiter(self.keys.text(4))
+        Wake::PerWaiter(self.keys.text(CHANNEL))
     }
 }
 
@@ -268,14 +276,14 @@ impl Inspect for Fair {
             .queue
             .iter()
             .any(|waiter| waiter.ended_ago.is_none_or(|ago| ago <= grace));
-        let line = [self.keys.str(1), self.keys.str(2)];
+        let line = [self.keys.str(QUEUE), self.keys.str(TIMEOUTS)];
         let mut leaks = keys_without_expiry(inspection, if alive { &line } else { &[] });
         for waiter in &inspection.queue {
             if let Some(ago) = waiter.ended_ago.filter(|ago| *ago > grace) {
                 leaks.push(Leak {
                     name: inspection.name.clone(),
                     kind: inspection.kind,
-                    key: self.keys.str(1).to_owned(),
+                    key: self.keys.str(QUEUE).to_owned(),
                     rule: "stale_waiter",
                     detail: format!(
                         "waiter {} is still queued {ago:?} after its place ended",

@@ -14,6 +14,12 @@ use crate::lock::{Lock, LockKind};
 use crate::lua;
 use crate::names::{self, Keys, UNLOCK_MESSAGE};
 
+/// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
+/// with `Keys::first`): named, so that an index means one key.
+const NAME: usize = 0;
+const CHANNEL: usize = 1;
+const FENCES: usize = 2;
+
 /// Every script of the reentrant lock: sections of one file.
 const SCRIPTS: &str = include_str!("../../lua/lock.lua");
 
@@ -80,15 +86,15 @@ impl Reentrant {
     }
 
     fn hash(&self) -> Key {
-        self.keys.get(0)
+        self.keys.get(NAME)
     }
 
     fn channel(&self) -> Key {
-        self.keys.get(1)
+        self.keys.get(CHANNEL)
     }
 
     fn fences(&self) -> Key {
-        self.keys.get(2)
+        self.keys.get(FENCES)
     }
 
     /// The acquire script's keys and arguments (see `lua/lock_acquire.lua`), after which a
@@ -117,10 +123,10 @@ impl Reentrant {
 
 impl Primitive for Reentrant {
     fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
     fn name_text(&self) -> Name {
-        self.keys.text(0)
+        self.keys.text(NAME)
     }
     fn label(&self) -> &'static str {
         match self.backoff {
@@ -134,7 +140,7 @@ impl Primitive for Reentrant {
     fn wake(&self) -> Wake {
         match &self.backoff {
             Some(backoff) => Wake::Backoff(**backoff),
-            None => Wake::Shared(self.keys.text(1)),
+            None => Wake::Shared(self.keys.text(CHANNEL)),
         }
     }
 }

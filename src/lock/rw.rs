@@ -19,6 +19,12 @@ use crate::lua;
 use crate::names::{self, Keys};
 use crate::owner::OwnerId;
 
+/// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
+/// with `Keys::first`): named, so that an index means one key.
+const NAME: usize = 0;
+const CHANNEL: usize = 1;
+const PREFIX: usize = 4;
+
 /// Every script of the read-write lock: a head, then one section per script.
 const SCRIPTS: &str = include_str!("../../lua/rw_lock.lua");
 
@@ -378,7 +384,7 @@ impl RwKind {
     }
 
     fn prefix(&self) -> Value {
-        Value::String(self.keys.text(4))
+        Value::String(self.keys.text(PREFIX))
     }
 
     /// A call of one of the lock's scripts: every one takes the four keys, and the timeout
@@ -409,10 +415,10 @@ impl RwKind {
 
 impl Primitive for RwKind {
     fn name(&self) -> &str {
-        self.keys.str(0)
+        self.keys.str(NAME)
     }
     fn name_text(&self) -> Name {
-        self.keys.text(0)
+        self.keys.text(NAME)
     }
     fn label(&self) -> &'static str {
         match self.side {
@@ -422,7 +428,7 @@ impl Primitive for RwKind {
         }
     }
     fn refuses_name(&self) -> Option<String> {
-        self.keys.str(4).is_empty().then(|| {
+        self.keys.str(PREFIX).is_empty().then(|| {
             format!(
                 "read-write lock name {:?} has a brace but no hash tag, so the timeout keys of \
                  its read holds would land in another cluster slot: use a name without braces, \
@@ -432,10 +438,10 @@ impl Primitive for RwKind {
         })
     }
     fn key(&self) -> Key {
-        self.keys.get(0)
+        self.keys.get(NAME)
     }
     fn wake(&self) -> Wake {
-        Wake::Shared(self.keys.text(1))
+        Wake::Shared(self.keys.text(CHANNEL))
     }
 }
 
@@ -493,7 +499,7 @@ impl Inspect for RwKind {
     fn strays(&self) -> Option<String> {
         Some(format!(
             "{}:*:rwlock_timeout:*",
-            glob_escaped(self.keys.str(4))
+            glob_escaped(self.keys.str(PREFIX))
         ))
     }
     fn inspect(&self) -> Call {

@@ -40,10 +40,10 @@ use crate::owner::OwnerId;
 #[derive(Clone)]
 pub struct LockClient {
     /// One pointer: every lock handle keeps its client, and every waiting task its handle.
-    shared: Arc<Shared>,
+    shared: Arc<ClientState>,
 }
 
-struct Shared {
+struct ClientState {
     engine: Engine,
     /// Prepended to every name to make its key; see `LockClientBuilder::key_prefix`.
     key_prefix: Box<str>,
@@ -80,7 +80,7 @@ impl LockClient {
         })
         .await?;
         Ok(LockClient {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ClientState {
                 engine,
                 key_prefix: settings.key_prefix.as_str().into(),
                 queue_place: settings.queue_place,

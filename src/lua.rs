@@ -20,7 +20,7 @@ pub(crate) const HOLDS: &str = concat!(
 /// Deleting a lock whoever holds it, which the force-unlock scripts start with, after the others.
 pub(crate) const DELETE_LOCK: &str = include_str!("../lua/delete_lock.lua");
 /// The reads every inspect script starts with.
-pub(crate) const INSPECT: &str = include_str!("../lua/inspect.lua");
+pub(crate) const INSPECT_HEAD: &str = include_str!("../lua/inspect.lua");
 /// Redisson's counters (a semaphore's permits, a latch's count): the integer check and the
 /// server clock their scripts start with.
 pub(crate) const COUNTER: &str = include_str!("../lua/counter.lua");
@@ -63,12 +63,12 @@ pub(crate) fn holds_script(file: &'static str, name: &str, freeing: bool) -> Scr
     compose(&[HOLDS, head, body], freeing)
 }
 
-/// A read-only inspect script of `file`: [`INSPECT`], then its section `inspect`, with its head
+/// A read-only inspect script of `file`: [`INSPECT_HEAD`], then its section `inspect`, with its head
 /// when `with_head`.
 pub(crate) fn inspect_script(file: &'static str, with_head: bool) -> Script {
     let [head, body] = sections(file, "inspect");
     let head = if with_head { head } else { "" };
-    Script::new(&[INSPECT, head, body])
+    Script::new(&[INSPECT_HEAD, head, body])
 }
 
 /// A script of a counter primitive's `file`, section `name`: [`FENCES`] (for one whose calls

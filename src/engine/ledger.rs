@@ -96,10 +96,10 @@ impl Hash for Pair {
 
 /// Every (lock, owner) with a call on its way or ids to fence.
 pub(crate) struct Ledger {
-    shared: Arc<Shared>,
+    shared: Arc<LedgerEntries>,
 }
 
-struct Shared {
+struct LedgerEntries {
     entries: DashMap<Pair, Arc<Mutex<Unsettled>>, HashState>,
     next: AtomicU64,
 }
@@ -108,7 +108,7 @@ struct Shared {
 /// it needs, so that a call can take its turn before it is handed to a task of its own: a call
 /// cancelled while it waits for its turn is never sent.
 pub(crate) struct Turn {
-    ledger: Arc<Shared>,
+    ledger: Arc<LedgerEntries>,
     key: Pair,
     unsettled: OwnedMutexGuard<Unsettled>,
 }
@@ -123,7 +123,7 @@ pub(crate) struct Request {
 impl Ledger {
     pub(crate) fn new() -> Ledger {
         Ledger {
-            shared: Arc::new(Shared {
+            shared: Arc::new(LedgerEntries {
                 entries: DashMap::with_hasher(HashState::default()),
                 next: AtomicU64::new(1),
             }),

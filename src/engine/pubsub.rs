@@ -168,7 +168,7 @@ pub(crate) struct Quiet {
     delivered: u32,
 }
 
-struct Shared {
+struct WaitEntries {
     /// Entries of channels with waiters, and of lingering ones.
     entries: DashMap<Channel, Arc<WaitEntry>, HashState>,
     /// How many entries there are, counted where they are made and removed: with none, the
@@ -183,7 +183,7 @@ struct Shared {
 /// The client's subscriptions and wait entries.
 #[derive(Clone)]
 pub(crate) struct PubSub {
-    shared: Arc<Shared>,
+    shared: Arc<WaitEntries>,
 }
 
 impl PubSub {
@@ -194,7 +194,7 @@ impl PubSub {
         shutdown: CancellationToken,
     ) -> (PubSub, Vec<tokio::task::JoinHandle<()>>) {
         let (changed, changes) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WaitEntries {
             entries: DashMap::with_hasher(HashState::default()),
             live: AtomicUsize::new(0),
             changed,
@@ -285,7 +285,7 @@ impl PubSub {
 
 /// One waiter's membership of a channel's wait entry; leaving (drop) unsubscribes with the last.
 pub(crate) struct Waiter {
-    shared: Arc<Shared>,
+    shared: Arc<WaitEntries>,
     entry: Arc<WaitEntry>,
     /// Wake-ups it takes at a time.
     want: u32,
@@ -359,7 +359,7 @@ impl Drop for Waiter {
     }
 }
 
-impl Shared {
+impl WaitEntries {
     /// Removes the channel's entry if nobody waits on it; true when it is gone (or was).
     fn remove_if_unused(&self, channel: &Channel) -> bool {
         let removed = self.entries.remove_if(channel, |_, entry| {
@@ -377,7 +377,7 @@ impl Shared {
 async fn manage(
     subscriber: SubscriberClient,
     sharded: bool,
-    shared: Arc<Shared>,
+    shared: Arc<WaitEntries>,
     mut changes: UnboundedReceiver<Channel>,
     shutdown: CancellationToken,
 ) {
@@ -532,7 +532,7 @@ async fn manage(
 
 /// Drops from fred's tracked set (through UNSUBSCRIBE, a no-op on a new connection) the
 /// channels without a wait entry, so that it never grows with channels nobody waits on.
-async fn forget_stale(subscriber: &SubscriberClient, shared: &Shared) {
+async fn forget_stale(subscriber: &SubscriberClient, shared: &WaitEntries) {
     let stale: Vec<String> = subscriber
         .tracked_channels()
         .into_iter()
@@ -651,10 +651,14 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-async fn dispatch(subscriber: SubscriberClient, shared: Arc<Shared>, shutdown: CancellationToken) {
+async fn dispatch(
+    subscriber: SubscriberClient,
+    shared: Arc<WaitEntries>,
+    shutdown: CancellationToken,
+) {
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
-    let wake_everyone = |shared: &Shared| {
+    let wake_everyone = |shared: &WaitEntries| {
         for entry in shared.entries.iter() {
             entry.wake_all();
         }

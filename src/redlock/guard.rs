@@ -10,21 +10,21 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::nodes::{Tally, Token, Until};
-use super::Shared;
+use super::RedLockState;
 use crate::engine::durations::millis;
 use crate::error::{Error, NodeFailureReason, Result};
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also
 /// when the attempt is dropped half-way.
 pub(super) struct Written {
-    shared: Arc<Shared>,
+    shared: Arc<RedLockState>,
     token: Token,
     lease: Duration,
     armed: bool,
 }
 
 impl Written {
-    pub(super) fn new(shared: Arc<Shared>, token: Token, lease: Duration) -> Written {
+    pub(super) fn new(shared: Arc<RedLockState>, token: Token, lease: Duration) -> Written {
         Written {
             shared,
             token,
@@ -109,7 +109,7 @@ impl State {
 ///   acquisition's token; dropping the guard does the same in the background.
 #[must_use = "dropping a guard releases the lock at once"]
 pub struct RedLockGuard {
-    shared: Arc<Shared>,
+    shared: Arc<RedLockState>,
     token: Token,
     state: Arc<State>,
     lease: Duration,
@@ -122,7 +122,7 @@ pub struct RedLockGuard {
 
 impl RedLockGuard {
     fn start(
-        shared: Arc<Shared>,
+        shared: Arc<RedLockState>,
         token: Token,
         lease: Duration,
         fixed: bool,
@@ -261,7 +261,7 @@ impl RedLockGuard {
 /// Deletes the key wherever it carries `token`, reading replies `until` (each node answers
 /// within the node timeout). Cancel safe: the requests finish without the caller.
 async fn release_everywhere(
-    shared: &Shared,
+    shared: &RedLockState,
     token: &Token,
     lease: Duration,
     until: Until<'_>,
@@ -271,7 +271,7 @@ async fn release_everywhere(
     replies.tally(&shared.nodes, until).await
 }
 
-fn log_released(shared: &Shared, tally: &Tally, acquired_at: Instant) {
+fn log_released(shared: &RedLockState, tally: &Tally, acquired_at: Instant) {
     let unconfirmed = tally.failures.len() - tally.held_elsewhere();
     if unconfirmed > 0 {
         tracing::warn!(
@@ -317,7 +317,7 @@ impl fmt::Debug for RedLockGuard {
 /// The task behind a guard: extends a watchdog-mode lock every third of its lease, and declares
 /// the guard lost when its validity runs out unextended.
 struct Keeper {
-    shared: Arc<Shared>,
+    shared: Arc<RedLockState>,
     token: Token,
     state: Arc<State>,
     lease: Duration,

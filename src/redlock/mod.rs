@@ -97,19 +97,19 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 ///   cannot be told apart).
 #[derive(Clone)]
 pub struct RedLock {
-    shared: Arc<Shared>,
+    shared: Arc<RedLockState>,
 }
 
 /// What every handle and guard of one Redlock shares.
-pub(crate) struct Shared {
+pub(crate) struct RedLockState {
     pub(crate) name: Arc<str>,
     pub(crate) nodes: Nodes,
-    pub(crate) settings: Settings,
+    pub(crate) settings: RedLockSettings,
 }
 
 /// The tunables of one Redlock; see [`RedLockBuilder`].
 #[derive(Clone, Debug)]
-pub(crate) struct Settings {
+pub(crate) struct RedLockSettings {
     pub(crate) lease: Duration,
     pub(crate) node_timeout: Option<Duration>,
     pub(crate) drift_factor: f64,
@@ -117,7 +117,7 @@ pub(crate) struct Settings {
     pub(crate) max_hold: Option<Duration>,
 }
 
-impl Settings {
+impl RedLockSettings {
     /// The per-node timeout for requests about a key of this lease.
     pub(crate) fn node_timeout(&self, lease: Duration) -> Duration {
         self.node_timeout
@@ -158,7 +158,7 @@ impl Settings {
 pub struct RedLockBuilder {
     nodes: Vec<LockClient>,
     name: String,
-    settings: Settings,
+    settings: RedLockSettings,
 }
 
 impl RedLockBuilder {
@@ -270,7 +270,7 @@ impl RedLockBuilder {
             clients: self.nodes,
         };
         Ok(RedLock {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RedLockState {
                 name: name.into(),
                 nodes,
                 settings,
@@ -280,7 +280,7 @@ impl RedLockBuilder {
 }
 
 /// A lease must leave a validity once the drift allowance is taken off, and be one Redis takes.
-fn check_lease(name: &str, settings: &Settings, lease: Duration) -> Result<()> {
+fn check_lease(name: &str, settings: &RedLockSettings, lease: Duration) -> Result<()> {
     durations::check(
         format_args!("Redlock {name:?}: the lease"),
         lease,
@@ -296,7 +296,7 @@ fn check_lease(name: &str, settings: &Settings, lease: Duration) -> Result<()> {
 }
 
 /// What one attempt came to.
-enum Attempt {
+enum RoundOutcome {
     Won(RedLockGuard),
     /// Not acquired; its partial grants are released.
     Failed {
@@ -321,7 +321,7 @@ impl RedLock {
         RedLockBuilder {
             nodes,
             name: name.into(),
-            settings: Settings {
+            settings: RedLockSettings {
                 lease: DEFAULT_REDLOCK_LEASE,
                 node_timeout: None,
                 drift_factor: DEFAULT_DRIFT_FACTOR,
@@ -418,7 +418,7 @@ impl RedLock {
         let mut warned = false;
         loop {
             let (tally, elapsed) = match self.attempt(lease, fixed_lease.is_some()).await {
-                Attempt::Won(guard) => {
+                RoundOutcome::Won(guard) => {
                     tracing::debug!(
                         lock = %shared.name,
                         waited_ms = started.elapsed().as_millis() as u64,
@@ -427,7 +427,7 @@ impl RedLock {
                     );
                     return Ok(Some(guard));
                 }
-                Attempt::Failed { tally, elapsed } => (tally, elapsed),
+                RoundOutcome::Failed { tally, elapsed } => (tally, elapsed),
             };
             let nodes = &shared.nodes;
             let contended = tally.held_elsewhere() > nodes.tolerated();
@@ -469,7 +469,7 @@ impl RedLock {
 
     /// One round of the algorithm: `SET NX PX` on every node at once; won if a majority said OK
     /// while time was left, else released on every node.
-    async fn attempt(&self, lease: Duration, fixed: bool) -> Attempt {
+    async fn attempt(&self, lease: Duration, fixed: bool) -> RoundOutcome {
         let shared = &self.shared;
         let token = Token::new();
         let timeout = shared.settings.node_timeout(lease);
@@ -484,12 +484,12 @@ impl RedLock {
         let valid_until = started + (lease - shared.settings.drift(lease));
         if tally.done.len() >= shared.nodes.quorum() && tally.decided_at < valid_until {
             let guard = written.into_guard(started, valid_until, fixed);
-            return Attempt::Won(guard);
+            return RoundOutcome::Won(guard);
         }
         // Wait only for the nodes that granted it: they just answered, and others must not find
         // them taken after this returns. The rest get the release without anyone waiting.
         written.release(&tally.done).await;
-        Attempt::Failed { tally, elapsed }
+        RoundOutcome::Failed { tally, elapsed }
     }
 
     fn no_quorum(&self, tally: &Tally, elapsed: Duration) -> Error {

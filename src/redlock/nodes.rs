@@ -82,7 +82,7 @@ impl fmt::Display for Token {
 }
 
 /// What one node answered.
-pub(crate) enum Reply {
+pub(crate) enum NodeReply {
     /// Set, extended or deleted.
     Done,
     /// No such key (extend, release).
@@ -129,9 +129,9 @@ impl Nodes {
             })
             .await?;
             Ok(if reply.is_some() {
-                Reply::Done
+                NodeReply::Done
             } else {
-                Reply::Other
+                NodeReply::Other
             })
         })
     }
@@ -172,7 +172,7 @@ impl Nodes {
     fn on_every_node<F, Fut>(&self, token: &Token, timeout: Duration, request: F) -> Replies
     where
         F: Fn(Writer, Key, Token) -> Fut,
-        Fut: Future<Output = Result<Reply, fred::error::Error>> + Send + 'static,
+        Fut: Future<Output = Result<NodeReply, fred::error::Error>> + Send + 'static,
     {
         let calls = self
             .clients
@@ -180,20 +180,22 @@ impl Nodes {
             .map(|client| {
                 let core = client.engine().core();
                 if core.ensure_open().is_err() {
-                    return Call::Done(Reply::Failed(NodeFailureReason::Shutdown));
+                    return NodeRequest::Done(NodeReply::Failed(NodeFailureReason::Shutdown));
                 }
                 if !core.redis().is_connected() {
-                    return Call::Done(Reply::Failed(NodeFailureReason::Unreachable(None)));
+                    return NodeRequest::Done(NodeReply::Failed(NodeFailureReason::Unreachable(
+                        None,
+                    )));
                 }
                 let call = request(core.writer.clone(), self.key.clone(), token.clone());
-                Call::Pending(Box::pin(async move {
+                NodeRequest::Pending(Box::pin(async move {
                     match tokio::time::timeout(timeout, call).await {
-                        Err(_) => Reply::Failed(NodeFailureReason::TimedOut(timeout)),
+                        Err(_) => NodeReply::Failed(NodeFailureReason::TimedOut(timeout)),
                         Ok(Ok(reply)) => reply,
                         Ok(Err(error)) if is_transient(&error) => {
-                            Reply::Failed(NodeFailureReason::Unreachable(Some(error)))
+                            NodeReply::Failed(NodeFailureReason::Unreachable(Some(error)))
                         }
-                        Ok(Err(error)) => Reply::Failed(NodeFailureReason::Rejected(error)),
+                        Ok(Err(error)) => NodeReply::Failed(NodeFailureReason::Rejected(error)),
                     }
                 }))
             })
@@ -214,11 +216,11 @@ impl Nodes {
     }
 }
 
-fn script_reply(reply: i64) -> Reply {
+fn script_reply(reply: i64) -> NodeReply {
     match reply {
-        1 => Reply::Done,
-        0 => Reply::Missing,
-        _ => Reply::Other,
+        1 => NodeReply::Done,
+        0 => NodeReply::Missing,
+        _ => NodeReply::Other,
     }
 }
 
@@ -233,47 +235,47 @@ pub(crate) enum Until<'a> {
     Answered(&'a [usize]),
 }
 
-type NodeCall = Pin<Box<dyn Future<Output = Reply> + Send>>;
+type PendingReply = Pin<Box<dyn Future<Output = NodeReply> + Send>>;
 
 /// One node's request.
-enum Call {
-    Pending(NodeCall),
+enum NodeRequest {
+    Pending(PendingReply),
     /// Decided without a request (not connected, shut down), not yet read.
-    Done(Reply),
+    Done(NodeReply),
     Read,
 }
 
 /// Replies of one request to every node, in the order they arrive. Requests still out when it
 /// is dropped finish in a task of their own.
 pub(crate) struct Replies {
-    calls: Vec<Call>,
+    calls: Vec<NodeRequest>,
     /// When the requests were made: the base of a validity, earlier than any node saw them.
     pub(crate) started: Instant,
 }
 
 impl Replies {
     /// The next reply to arrive, polling every pending request; `None` once all are read.
-    async fn next(&mut self) -> Option<(usize, Reply)> {
+    async fn next(&mut self) -> Option<(usize, NodeReply)> {
         poll_fn(|cx| {
             let mut pending = false;
             let mut ready = None;
             for (index, call) in self.calls.iter_mut().enumerate() {
                 match call {
-                    Call::Pending(request) => {
+                    NodeRequest::Pending(request) => {
                         // Every pending request is polled, even after one is ready: the first
                         // poll is what sends it.
                         if let Poll::Ready(reply) = request.as_mut().poll(cx) {
-                            *call = Call::Done(reply);
+                            *call = NodeRequest::Done(reply);
                         } else {
                             pending = true;
                             continue;
                         }
                     }
-                    Call::Done(_) => {}
-                    Call::Read => continue,
+                    NodeRequest::Done(_) => {}
+                    NodeRequest::Read => continue,
                 }
                 if ready.is_none() {
-                    if let Call::Done(reply) = std::mem::replace(call, Call::Read) {
+                    if let NodeRequest::Done(reply) = std::mem::replace(call, NodeRequest::Read) {
                         ready = Some((index, reply));
                     }
                 }
@@ -312,12 +314,12 @@ impl Replies {
             };
             answered[index] = true;
             match reply {
-                Reply::Done => tally.done.push(index),
-                Reply::Missing => tally.missing += 1,
-                Reply::Other => tally
+                NodeReply::Done => tally.done.push(index),
+                NodeReply::Missing => tally.missing += 1,
+                NodeReply::Other => tally
                     .failures
                     .push(nodes.failure(index, NodeFailureReason::HeldByOther)),
-                Reply::Failed(reason) => tally.failures.push(nodes.failure(index, reason)),
+                NodeReply::Failed(reason) => tally.failures.push(nodes.failure(index, reason)),
             }
         }
         tally.decided_at = Instant::now();
@@ -331,7 +333,7 @@ impl Drop for Replies {
         if !self
             .calls
             .iter()
-            .any(|call| matches!(call, Call::Pending(_)))
+            .any(|call| matches!(call, NodeRequest::Pending(_)))
         {
             return;
         }
@@ -344,12 +346,12 @@ impl Drop for Replies {
 
 /// Polls the pending requests among `calls` to their ends, dropping the replies. Not a
 /// [`Replies`], whose drop would hand them on again (and again, on a runtime shutting down).
-async fn finish(calls: Vec<Call>) {
+async fn finish(calls: Vec<NodeRequest>) {
     let pending = calls
         .into_iter()
         .filter_map(|call| match call {
-            Call::Pending(request) => Some(request),
-            Call::Done(_) | Call::Read => None,
+            NodeRequest::Pending(request) => Some(request),
+            NodeRequest::Done(_) | NodeRequest::Read => None,
         })
         .collect();
     join_all(pending).await;

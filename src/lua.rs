@@ -56,6 +56,11 @@ pub(crate) fn compose(parts: &[&str], freeing: bool) -> Script {
     }
 }
 
+/// A script of `file`'s head and its section `name` alone, with no shared preamble.
+pub(crate) fn section_script(file: &'static str, name: &str, freeing: bool) -> Script {
+    compose(&sections(file, name), freeing)
+}
+
 /// A script of a lock of the hash-of-holds family: [`HOLDS`], then `file`'s head and its
 /// section `name`.
 pub(crate) fn holds_script(file: &'static str, name: &str, freeing: bool) -> Script {

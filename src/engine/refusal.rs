@@ -26,11 +26,12 @@ pub(crate) fn decode(
     owner: Option<&str>,
 ) -> Option<Error> {
     let details = source.details();
-    // fred may put its own words before the server's reply; the code starts the reply.
-    let reply = [WRONG_TYPE, DEADLOCK]
+    // fred may put its own words before the server's reply; the first code starts the reply.
+    let at = [WRONG_TYPE, DEADLOCK]
         .iter()
-        .filter_map(|code| details.find(code).map(|at| &details[at..]))
-        .min_by_key(|reply| details.len() - reply.len())?;
+        .filter_map(|code| details.find(code))
+        .min()?;
+    let reply = &details[at..];
     if reply.starts_with(DEADLOCK) {
         return Some(Error::WouldDeadlock {
             lock: lock.to_owned(),

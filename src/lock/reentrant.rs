@@ -31,10 +31,8 @@ pub(crate) static LOCK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| lua::holds_script(SCRIPTS, "release", true));
 /// Extends many watchdog-held locks in one call (of every kind of the family but the
 /// read-write lock).
-pub(crate) static LOCK_RENEW: LazyLock<Script> = LazyLock::new(|| {
-    let [head, body] = lua::sections(SCRIPTS, "renew");
-    Script::freeing(&[head, body])
-});
+pub(crate) static LOCK_RENEW: LazyLock<Script> =
+    LazyLock::new(|| lua::section_script(SCRIPTS, "renew", true));
 /// Deletes a lock whoever holds it.
 pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = lua::sections(SCRIPTS, "force_unlock");

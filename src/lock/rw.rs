@@ -28,32 +28,28 @@ const PREFIX: usize = 4;
 /// Every script of the read-write lock: a head, then one section per script.
 const SCRIPTS: &str = include_str!("../../lua/rw_lock.lua");
 
-/// A read-write lock script that changes holds: [`lua::HOLDS`], then the head and the section.
-fn rw_script(name: &str, freeing: bool) -> Script {
-    lua::holds_script(SCRIPTS, name, freeing)
-}
-
-/// A read-write lock script without the rules of holds: the head and the section.
-fn rw_bare(name: &str, freeing: bool) -> Script {
-    lua::compose(&lua::sections(SCRIPTS, name), freeing)
-}
-
 /// Takes or re-enters a read hold of a read-write lock.
-static RW_READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| rw_script("read_acquire", false));
+static RW_READ_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "read_acquire", false));
 /// Takes or re-enters the write hold of a read-write lock, or waits for it.
-static RW_WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| rw_script("write_acquire", false));
+static RW_WRITE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "write_acquire", false));
 /// Gives back read holds.
-static RW_READ_RELEASE: LazyLock<Script> = LazyLock::new(|| rw_script("read_release", true));
+static RW_READ_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "read_release", true));
 /// Gives back write holds.
-static RW_WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| rw_script("write_release", true));
+static RW_WRITE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| lua::holds_script(SCRIPTS, "write_release", true));
 /// Takes a waiting writer's place away.
-static RW_LEAVE: LazyLock<Script> = LazyLock::new(|| rw_script("leave", true));
+static RW_LEAVE: LazyLock<Script> = LazyLock::new(|| lua::holds_script(SCRIPTS, "leave", true));
 /// Extends many read and write holds in one call.
-static RW_RENEW: LazyLock<Script> = LazyLock::new(|| rw_bare("renew", true));
+static RW_RENEW: LazyLock<Script> = LazyLock::new(|| lua::section_script(SCRIPTS, "renew", true));
 /// Deletes a read-write lock whoever holds it.
-static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| rw_bare("force_unlock", true));
+static RW_FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| lua::section_script(SCRIPTS, "force_unlock", true));
 /// Counts an owner's live holds of a read-write lock.
-static RW_HOLD_COUNT: LazyLock<Script> = LazyLock::new(|| rw_bare("hold_count", false));
+static RW_HOLD_COUNT: LazyLock<Script> =
+    LazyLock::new(|| lua::section_script(SCRIPTS, "hold_count", false));
 /// Reads a read-write lock for an inspection.
 static RW_INSPECT: LazyLock<Script> = LazyLock::new(|| lua::inspect_script(SCRIPTS, true));
 

@@ -34,10 +34,10 @@ const SCRIPTS: &str = include_str!("../../lua/redlock.lua");
 
 /// Deletes a Redlock node's key if it carries the given token.
 static REDLOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| lua::compose(&lua::sections(SCRIPTS, "release"), true));
+    LazyLock::new(|| lua::section_script(SCRIPTS, "release", true));
 /// Sets a new lease on a Redlock node's key if it carries the given token.
 static REDLOCK_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| lua::compose(&lua::sections(SCRIPTS, "extend"), true));
+    LazyLock::new(|| lua::section_script(SCRIPTS, "extend", true));
 
 /// The composed text of a Redlock node's script `name`, for tests and the benchmark.
 pub(crate) fn script(name: &str) -> Option<&'static Script> {

@@ -76,56 +76,32 @@ impl Kind {
     pub async fn raw_release(self, raw: &Client, name: &str, field: &str) -> Option<i64> {
         let channel = format!("redisson_lock__channel:{{{name}}}");
         let fences = format!("fredlock_fences:{{{name}}}");
-        match self {
-            Kind::Reentrant | Kind::Fenced | Kind::Spin => raw
-                .eval(
-                    script("lock_release"),
-                    vec![name.to_string(), channel, fences],
-                    vec![
-                        "0".to_string(),
-                        "30000".to_string(),
-                        field.to_string(),
-                        "0".to_string(),
-                        "1".to_string(),
-                    ],
-                )
-                .await
-                .unwrap(),
-            Kind::Fair => raw
-                .eval(
-                    script("fair_release"),
-                    vec![name.to_string(), queue_key(name), timeout_key(name), fences],
-                    vec![
-                        channel,
-                        "0".to_string(),
-                        "30000".to_string(),
-                        field.to_string(),
-                        "0".to_string(),
-                        "1".to_string(),
-                    ],
-                )
-                .await
-                .unwrap(),
-            Kind::Write => raw
-                .eval(
-                    script("rw_write_release"),
-                    vec![
-                        name.to_string(),
-                        format!("redisson_rwlock:{{{name}}}"),
-                        fences,
-                        format!("fredlock_rwlock_writers:{{{name}}}"),
-                    ],
-                    vec![
-                        format!("{{{name}}}"),
-                        "30000".to_string(),
-                        field.to_string(),
-                        "0".to_string(),
-                        "1".to_string(),
-                    ],
-                )
-                .await
-                .unwrap(),
-        }
+        // Each script's keys and the arguments before the lease; then every one takes the lease,
+        // the field, the holds to keep (none) and a request id.
+        let (script_name, keys, mut args) = match self {
+            Kind::Reentrant | Kind::Fenced | Kind::Spin => (
+                "lock_release",
+                vec![name.to_string(), channel, fences],
+                vec!["0".to_string()],
+            ),
+            Kind::Fair => (
+                "fair_release",
+                vec![name.to_string(), queue_key(name), timeout_key(name), fences],
+                vec![channel, "0".to_string()],
+            ),
+            Kind::Write => (
+                "rw_write_release",
+                vec![
+                    name.to_string(),
+                    format!("redisson_rwlock:{{{name}}}"),
+                    fences,
+                    format!("fredlock_rwlock_writers:{{{name}}}"),
+                ],
+                vec![format!("{{{name}}}")],
+            ),
+        };
+        args.extend(["30000", field, "0", "1"].map(str::to_string));
+        raw.eval(script(script_name), keys, args).await.unwrap()
     }
 }
 

@@ -51,12 +51,20 @@ pub(crate) struct OwnKey {
 /// A primitive found by its keys: what the client's inspections, listings, leak search and
 /// force unlock by name do with it.
 pub(crate) trait Found: Send + Sync {
+    /// The client it was found with, and how it reads and judges itself.
+    fn parts(&self) -> (&LockClient, &dyn Inspect);
+
     /// Reads it, with the keys a scan already found among which its strays are (`None`: it
     /// scans for its own).
-    fn inspect_among<'a>(&'a self, scanned: Option<&'a [String]>) -> Pending<'a, Inspection>;
+    fn inspect_among<'a>(&'a self, scanned: Option<&'a [String]>) -> Pending<'a, Inspection> {
+        let (client, kind) = self.parts();
+        Box::pin(client.engine().inspect(kind, scanned))
+    }
 
     /// What in `inspection` (of this primitive) nothing will clean up, by its own rules.
-    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak>;
+    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        self.parts().1.leaks(inspection, grace)
+    }
 
     /// Deletes it whoever holds it, waking its waiters; `true` if it was held.
     fn force_unlock(&self) -> Pending<'_, bool>;
@@ -76,12 +84,8 @@ pub(crate) struct Counted {
 }
 
 impl Found for Counted {
-    fn inspect_among<'a>(&'a self, scanned: Option<&'a [String]>) -> Pending<'a, Inspection> {
-        Box::pin(self.client.engine().inspect(&*self.kind, scanned))
-    }
-
-    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
-        self.kind.leaks(inspection, grace)
+    fn parts(&self) -> (&LockClient, &dyn Inspect) {
+        (&self.client, &*self.kind)
     }
 
     fn force_unlock(&self) -> Pending<'_, bool> {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use fred::interfaces::{HashesInterface, KeysInterface};
 
 use crate::client::LockClient;
-use crate::engine::{self, Call, Inspect, Inspection, Kind, Leak, Lease, Win};
+use crate::engine::{self, Call, Inspect, Inspection, Kind, Lease, Win};
 use crate::error::{waited, Error, Result};
 use crate::layout::{Found, Pending};
 use crate::lock::guard::LockGuard;
@@ -438,12 +438,8 @@ fn lock_guard(win: Result<Option<Win>>) -> Result<Option<LockGuard>> {
 }
 
 impl Found for Lock {
-    fn inspect_among<'a>(&'a self, scanned: Option<&'a [String]>) -> Pending<'a, Inspection> {
-        Box::pin(self.client.engine().inspect(&*self.kind, scanned))
-    }
-
-    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
-        self.kind.leaks(inspection, grace)
+    fn parts(&self) -> (&LockClient, &dyn Inspect) {
+        (&self.client, &*self.kind)
     }
 
     fn force_unlock(&self) -> Pending<'_, bool> {

@@ -92,7 +92,7 @@ impl Found for Counted {
         let refusal = Error::InvalidArgument(format!(
             "{:?} is a {}, not a lock: nothing to force-unlock (give permits back with \
              release_by_id or add_permits; release a latch's waiters with delete)",
-            self.kind.name(),
+            self.kind.profile().name(),
             self.kind.family()
         ));
         Box::pin(async move { Err(refusal) })

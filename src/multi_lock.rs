@@ -105,7 +105,9 @@ impl MultiLock {
     /// Cancel safe: if the future is dropped, every member it acquired is released in the
     /// background, and member attempts in flight undo themselves as [`Lock::lock`] does.
     pub async fn lock(&self) -> Result<MultiLockGuard> {
-        self.acquire(None, Lease::Watchdog).await.and_then(waited)
+        self.lock_within(None, Lease::Watchdog)
+            .await
+            .and_then(waited)
     }
 
     /// Acquires every member, waiting as long as it takes, each for a fixed `lease`.
@@ -118,7 +120,7 @@ impl MultiLock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
-        self.acquire(None, Lease::Fixed(lease))
+        self.lock_within(None, Lease::Fixed(lease))
             .await
             .and_then(waited)
     }
@@ -141,11 +143,11 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiLockGuard>> {
-        self.acquire(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
+        self.lock_within(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
             .await
     }
 
-    async fn acquire(
+    async fn lock_within(
         &self,
         wait: Option<Duration>,
         lease: Lease,
@@ -168,7 +170,7 @@ impl MultiLock {
             if let Some(index) = awaited {
                 let remaining =
                     deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
-                match self.locks[index].acquire(remaining, lease).await? {
+                match self.locks[index].lock_within(remaining, lease).await? {
                     Some(guard) => held[index] = Some(guard),
                     None => return Ok(None),
                 }
@@ -212,7 +214,7 @@ impl MultiLock {
         let indices: Vec<usize> = (0..held.len()).filter(|&i| held[i].is_none()).collect();
         let attempts = indices
             .iter()
-            .map(|&index| self.locks[index].acquire(Some(Duration::ZERO), lease));
+            .map(|&index| self.locks[index].lock_within(Some(Duration::ZERO), lease));
         let outcomes = join_all(attempts.collect()).await;
         let mut round = Round {
             busy: None,

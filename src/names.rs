@@ -4,9 +4,6 @@
 use std::fmt::Write;
 use std::sync::OnceLock;
 
-use fred::bytes_utils::Str;
-use fred::types::Key;
-
 /// The part of `key` Redis hashes to choose its cluster slot, when it has one: what lies between
 /// the first `{` and the first `}` after it, if that is not empty. Otherwise Redis hashes the
 /// whole key.
@@ -142,61 +139,6 @@ pub(crate) fn fencing_token(name: &str) -> String {
     suffixed(FENCING_TOKEN, name)
 }
 
-/// The keys of one primitive, one after another in one buffer: a handle made per task (for a
-/// waiter per request, say) then costs one allocation and a few offsets instead of a buffer and
-/// a `Key` per key. A key taken out shares the buffer.
-pub(crate) struct Keys<const N: usize> {
-    /// Text, checked once to be UTF-8 when made: the keys taken out of it are not checked again.
-    joined: Str,
-    /// Where each key ends in `joined`. As `u32`, to keep the handle small: a key never comes
-    /// near that, as Redis refuses arguments over 512 MB (the ends saturate beyond it, and a
-    /// command carrying such a name is refused whole).
-    ends: [u32; N],
-}
-
-impl<const N: usize> Keys<N> {
-    pub(crate) fn new(texts: [&str; N]) -> Keys<N> {
-        let mut end = 0usize;
-        let ends = texts.map(|text| {
-            end += text.len();
-            u32::try_from(end).unwrap_or(u32::MAX)
-        });
-        Keys {
-            joined: Str::from(texts.concat()),
-            ends,
-        }
-    }
-
-    /// The `i`-th key given to [`Keys::new`].
-    pub(crate) fn get(&self, i: usize) -> Key {
-        Key::from(self.joined.inner().slice(self.range(i)))
-    }
-
-    /// The first `n` keys given to [`Keys::new`], as a script call sends them (a primitive whose
-    /// last entry is no key, such as a prefix, sends fewer than it keeps).
-    pub(crate) fn first(&self, n: usize) -> Vec<Key> {
-        (0..n.min(N)).map(|i| self.get(i)).collect()
-    }
-
-    /// The `i`-th key given to [`Keys::new`], as text: a channel's name, say.
-    pub(crate) fn text(&self, i: usize) -> Str {
-        self.joined.slice_ref(self.str(i))
-    }
-
-    /// The `i`-th key given to [`Keys::new`], borrowed: a lock's name, say, which its handle
-    /// therefore keeps no copy of.
-    pub(crate) fn str(&self, i: usize) -> &str {
-        // Each key was a whole `&str`, so its ends fall between characters.
-        self.joined.get(self.range(i)).unwrap_or_default()
-    }
-
-    fn range(&self, i: usize) -> std::ops::Range<usize> {
-        let end = |at: usize| (self.ends[at] as usize).min(self.joined.len());
-        let start = i.checked_sub(1).map_or(0, end);
-        start..end(i).max(start)
-    }
-}
-
 /// The channel on which a semaphore announces its permits available (Redisson's).
 pub(crate) fn semaphore_channel(name: &str) -> String {
     suffixed("redisson_sc", name)
@@ -285,17 +227,6 @@ mod tests {
         assert_eq!(fair_timeouts("t"), "redisson_lock_timeout:{t}");
         // Each waiter's channel, `<lock channel>:<waiter field>`, is checked on the wire by
         // tests/fair_lock.rs (the engine's `Wake::PerWaiter`).
-    }
-
-    #[test]
-    fn keys_made_together_are_the_texts_given() {
-        let texts = ["orders:1", "", "redisson_lock__channel:{orders:1}", "é{ü"];
-        let keys = Keys::new(texts);
-        for (i, text) in texts.iter().enumerate() {
-            assert_eq!(keys.get(i), Key::from(*text));
-            assert_eq!(&*keys.text(i), *text);
-            assert_eq!(keys.str(i), *text);
-        }
     }
 
     #[test]

@@ -25,10 +25,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// In the hash field `<client uuid>:<owner id>`, a task's id is its number, as Redisson writes
 /// a thread's; the letters keep the other kinds apart from task ids and from each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OwnerId(Kind);
+pub struct OwnerId(Origin);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-enum Kind {
+/// Where an owner id comes from: each is written with its own letter.
+enum Origin {
     /// A tokio task's id, or a number chosen by the caller.
     Number(u64),
     /// A thread outside any task.
@@ -52,22 +53,22 @@ impl OwnerId {
         if let Some(id) = tokio::task::try_id() {
             if let Some((last, raw)) = LAST_TASK.get() {
                 if last == id {
-                    return OwnerId(Kind::Number(raw));
+                    return OwnerId(Origin::Number(raw));
                 }
             }
             // tokio exposes the task id only through Display, which prints the integer.
             if let Ok(raw) = id.to_string().parse::<u64>() {
                 LAST_TASK.set(Some((id, raw)));
-                return OwnerId(Kind::Number(raw));
+                return OwnerId(Origin::Number(raw));
             }
         }
-        OwnerId(Kind::Thread(THREAD_OWNER.with(|id| *id)))
+        OwnerId(Origin::Thread(THREAD_OWNER.with(|id| *id)))
     }
 
     /// A fresh id, distinct from every task id, every thread's id and every other id this
     /// process hands out.
     pub fn unique() -> OwnerId {
-        OwnerId(Kind::Unique(NEXT_UNIQUE.fetch_add(1, Ordering::Relaxed)))
+        OwnerId(Origin::Unique(NEXT_UNIQUE.fetch_add(1, Ordering::Relaxed)))
     }
 
     /// An id chosen by the caller, for example to resume ownership recorded elsewhere; it is
@@ -76,7 +77,7 @@ impl OwnerId {
     /// The caller must keep it distinct from the ids of other owners using the same client: a
     /// number may equal a tokio task id.
     pub const fn from_raw(raw: u64) -> OwnerId {
-        OwnerId(Kind::Number(raw))
+        OwnerId(Origin::Number(raw))
     }
 }
 
@@ -90,9 +91,9 @@ impl OwnerId {
     /// allocated once, at its size.
     pub(crate) fn encode(self, buf: &mut [u8; OwnerId::MAX_LEN]) -> &str {
         let (letter, mut rest) = match self.0 {
-            Kind::Number(n) => (None, n),
-            Kind::Thread(n) => (Some(b't'), n),
-            Kind::Unique(n) => (Some(b'u'), n),
+            Origin::Number(n) => (None, n),
+            Origin::Thread(n) => (Some(b't'), n),
+            Origin::Unique(n) => (Some(b'u'), n),
         };
         let mut start = buf.len();
         loop {
@@ -146,9 +147,9 @@ mod tests {
             (OwnerId::from_raw(0), "0"),
             (OwnerId::from_raw(10), "10"),
             (OwnerId::from_raw(u64::MAX), "18446744073709551615"),
-            (OwnerId(Kind::Thread(0)), "t0"),
-            (OwnerId(Kind::Thread(1234567890)), "t1234567890"),
-            (OwnerId(Kind::Unique(u64::MAX)), "u18446744073709551615"),
+            (OwnerId(Origin::Thread(0)), "t0"),
+            (OwnerId(Origin::Thread(1234567890)), "t1234567890"),
+            (OwnerId(Origin::Unique(u64::MAX)), "u18446744073709551615"),
         ];
         for (id, text) in ids {
             assert_eq!(id.to_string(), text);

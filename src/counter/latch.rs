@@ -5,17 +5,18 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::counter::read_counter;
 use crate::engine::{
-    self, keys_without_expiry, Call, Inspect, Inspection, Leak, Name, Primitive, Script, Wake,
+    self, keys_without_expiry, Call, Class, Inspect, Inspection, Keys, Leak, Primitive, Profile,
+    Refusal, Script, WakeRule,
 };
 use crate::error::{Error, Result};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
-use crate::names::{self, Keys};
+use crate::names;
 
 /// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
 /// with `Keys::first`): named, so that an index means one key.
@@ -74,8 +75,8 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 #[derive(Clone)]
 pub struct CountDownLatch {
     client: LockClient,
-    /// The count (the name) and the channel.
-    keys: Arc<Keys<2>>,
+    /// Its keys: the count (the name) and the channel.
+    profile: Profile,
 }
 
 impl LockClient {
@@ -93,13 +94,13 @@ impl CountDownLatch {
     pub(crate) fn at(client: &LockClient, key: String) -> CountDownLatch {
         CountDownLatch {
             client: client.clone(),
-            keys: Arc::new(Keys::new([&key, &names::latch_channel(&key)])),
+            profile: Profile::new(&LATCH, Keys::new([&key, &names::latch_channel(&key)])),
         }
     }
 
     /// The latch's Redis key.
     pub fn name(&self) -> &str {
-        self.keys.str(NAME)
+        self.profile.name()
     }
 
     /// Sets the count to `count` if the latch has none (its key does not exist: never set, or
@@ -235,8 +236,7 @@ impl CountDownLatch {
 
     fn kind(&self) -> LatchKind {
         LatchKind {
-            keys: self.keys.clone(),
-            counter: false,
+            profile: self.profile.clone(),
         }
     }
 
@@ -271,9 +271,9 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
     of_type: Some("string"),
     strays: None,
     at_key: |client, key| {
+        let latch = CountDownLatch::at(client, key);
         let kind = LatchKind {
-            counter: true,
-            ..CountDownLatch::at(client, key).kind()
+            profile: Profile::new(&COUNTER, latch.profile.keys().clone()),
         };
         Box::new(Counted {
             client: client.clone(),
@@ -284,51 +284,37 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
 
 /// A latch, as the engine's inspections and name checks see it; nobody acquires it.
 pub(crate) struct LatchKind {
-    keys: Arc<Keys<2>>,
-    /// Found by name as an integer string, which may as well be a semaphore's: inspected as a
-    /// `counter`.
-    counter: bool,
+    profile: Profile,
 }
+
+/// The latch's class: reaching zero wakes every waiter.
+static LATCH: Class = Class {
+    refusal: Some(Refusal {
+        what: "count-down latch",
+        refuses: |keys| keys.str(NAME).contains(['{', '}']),
+        why: "has braces, so Redisson's channel for it (redisson_countdownlatch__channel__{name}) \
+              would land in another cluster slot than its count: use a name without braces",
+    }),
+    ..Class::new("count_down_latch", WakeRule::AtZero(CHANNEL))
+};
+
+/// An integer string found by name, which may as well be a semaphore's: inspected as a
+/// `counter`, whatever its name.
+static COUNTER: Class = Class::new("counter", WakeRule::AtZero(CHANNEL));
 
 impl LatchKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,
-            keys: self.keys.first(2),
+            keys: self.profile.keys().first(2),
             args,
         }
     }
 }
 
 impl Primitive for LatchKind {
-    fn name(&self) -> &str {
-        self.keys.str(NAME)
-    }
-    fn name_text(&self) -> Name {
-        self.keys.text(NAME)
-    }
-    fn label(&self) -> &'static str {
-        if self.counter {
-            "counter"
-        } else {
-            "count_down_latch"
-        }
-    }
-    fn refuses_name(&self) -> Option<String> {
-        (!self.counter && self.name().contains(['{', '}'])).then(|| {
-            format!(
-                "count-down latch name {:?} has braces, so Redisson's channel for it \
-                 (redisson_countdownlatch__channel__{{name}}) would land in another cluster \
-                 slot than its count: use a name without braces",
-                self.name()
-            )
-        })
-    }
-    fn key(&self) -> Key {
-        self.keys.get(NAME)
-    }
-    fn wake(&self) -> Wake {
-        Wake::AtZero(self.keys.text(CHANNEL))
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
@@ -338,6 +324,6 @@ impl Inspect for LatchKind {
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The count lasts until it reaches zero, by design (Redisson's).
-        keys_without_expiry(inspection, &[self.keys.str(NAME)])
+        keys_without_expiry(inspection, &[self.profile.name()])
     }
 }

@@ -6,20 +6,20 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use fred::types::scan::ScanType;
-use fred::types::{Key, Value};
+use fred::types::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
 use crate::counter::check_permits;
 use crate::counter::semaphore::{ADD, TRY_SET};
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
-    Name, Primitive, ReleaseArgs, Script, Wake, Win,
+    self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
+    Leak, Lease, Primitive, Profile, Refusal, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout, OwnKey};
 use crate::lua::{counter_script, inspect_script};
-use crate::names::{self, Keys};
+use crate::names;
 use crate::owner::OwnerId;
 
 /// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
@@ -105,9 +105,9 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 #[derive(Clone)]
 pub struct PermitSemaphore {
     client: LockClient,
-    /// The counter (the name), the leases, the channel, the fences of lost replies; the leases
-    /// are empty for a name it refuses.
-    keys: Arc<Keys<4>>,
+    /// Its keys: the counter (the name), the leases, the channel, the fences of lost replies;
+    /// the leases are empty for a name it refuses.
+    profile: Profile,
 }
 
 /// One permit of a [`PermitSemaphore`]: given back by [`release`](Self::release) or by dropping
@@ -153,18 +153,21 @@ impl PermitSemaphore {
         let leases = names::permit_leases(&key).unwrap_or_default();
         PermitSemaphore {
             client: client.clone(),
-            keys: Arc::new(Keys::new([
-                &key,
-                &leases,
-                &names::semaphore_channel(&key),
-                &names::fences(&key),
-            ])),
+            profile: Profile::new(
+                &PERMIT_SEMAPHORE,
+                Keys::new([
+                    &key,
+                    &leases,
+                    &names::semaphore_channel(&key),
+                    &names::fences(&key),
+                ]),
+            ),
         }
     }
 
     /// The semaphore's Redis key.
     pub fn name(&self) -> &str {
-        self.keys.str(NAME)
+        self.profile.name()
     }
 
     /// Sets the permits to `permits` if the semaphore has none set yet (its key does not
@@ -320,7 +323,7 @@ impl PermitSemaphore {
 
     pub(crate) fn kind(&self) -> PermitKind {
         PermitKind {
-            keys: self.keys.clone(),
+            profile: self.profile.clone(),
         }
     }
 
@@ -409,16 +412,34 @@ impl fmt::Debug for LeasedPermit {
 
 /// A permit semaphore, as the engine sees it.
 pub(crate) struct PermitKind {
-    keys: Arc<Keys<4>>,
+    profile: Profile,
 }
 
+/// The permit semaphore's class: a release announces the permits available; the watchdog
+/// extends leases.
+static PERMIT_SEMAPHORE: Class = Class {
+    renewal: Some(&RENEW),
+    renewal_key: LEASES,
+    refusal: Some(Refusal {
+        what: "permit semaphore",
+        refuses: |keys| keys.str(LEASES).is_empty(),
+        why: "has a brace but no hash tag, so its leases ({name}:timeout) would land in \
+              another cluster slot: use a name without braces, or with a hash tag (`{tag}`)",
+    }),
+    ..Class::new("permit_semaphore", WakeRule::Counted(CHANNEL))
+};
+
 impl PermitKind {
+    fn keys(&self) -> &Keys {
+        self.profile.keys()
+    }
+
     /// A call of one of the plain semaphore's scripts on the same counter and channel (setting
     /// and adding permits are the same for both kinds).
     fn counter_call(&self, script: &'static Script, permits: u32) -> Call {
         Call {
             script,
-            keys: vec![self.keys.get(NAME), self.keys.get(CHANNEL)],
+            keys: vec![self.keys().get(NAME), self.keys().get(CHANNEL)],
             args: vec![Value::from(permits)],
         }
     }
@@ -426,38 +447,15 @@ impl PermitKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,
-            keys: self.keys.first(4),
+            keys: self.keys().first(4),
             args,
         }
     }
 }
 
 impl Primitive for PermitKind {
-    fn name(&self) -> &str {
-        self.keys.str(NAME)
-    }
-    fn name_text(&self) -> Name {
-        self.keys.text(NAME)
-    }
-    fn label(&self) -> &'static str {
-        "permit_semaphore"
-    }
-    fn refuses_name(&self) -> Option<String> {
-        self.keys.str(LEASES).is_empty().then(|| {
-            format!(
-                "permit semaphore name {:?} has a brace but no hash tag, so its leases \
-                 ({{name}}:timeout) would land in another cluster slot: use a name without \
-                 braces, or with a hash tag (`{{tag}}`)",
-                self.name()
-            )
-        })
-    }
-    /// The leases: what the renewal script extends.
-    fn key(&self) -> Key {
-        self.keys.get(LEASES)
-    }
-    fn wake(&self) -> Wake {
-        Wake::Counted(self.keys.text(CHANNEL))
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
@@ -475,9 +473,6 @@ impl Kind for PermitKind {
         args.request.append_to(&mut argv);
         self.call(&RELEASE, argv)
     }
-    fn renewal(&self) -> Option<&'static Script> {
-        Some(&RENEW)
-    }
 }
 
 impl Inspect for PermitKind {
@@ -487,14 +482,16 @@ impl Inspect for PermitKind {
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         // The counter lasts by design, and the leases while permits are out; what does not
         // end is a permit without lease (Redisson's), and an ended lease nobody gave back.
-        let mut leaks =
-            keys_without_expiry(inspection, &[self.keys.str(NAME), self.keys.str(LEASES)]);
+        let mut leaks = keys_without_expiry(
+            inspection,
+            &[self.keys().str(NAME), self.keys().str(LEASES)],
+        );
         for holder in &inspection.holders {
             if holder.remaining_lease.is_none() {
                 leaks.push(Leak {
                     name: inspection.name.clone(),
                     kind: inspection.kind,
-                    key: self.keys.str(LEASES).to_owned(),
+                    key: self.keys().str(LEASES).to_owned(),
                     rule: "no_expiry",
                     detail: format!(
                         "permit {} has no lease: it never returns if its holder dies",
@@ -508,7 +505,7 @@ impl Inspect for PermitKind {
                 leaks.push(Leak {
                     name: inspection.name.clone(),
                     kind: inspection.kind,
-                    key: self.keys.str(LEASES).to_owned(),
+                    key: self.keys().str(LEASES).to_owned(),
                     rule: "ended_lease",
                     detail: format!(
                         "the lease of permit {} ended {} ms ago and nothing gave it back (the \

@@ -5,18 +5,18 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::counter::{check_permits, read_counter};
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Guard, Inspect, Inspection, Kind, Leak, Lease,
-    Name, Primitive, ReleaseArgs, Script, Wake, Win,
+    self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
+    Leak, Lease, Primitive, Profile, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
-use crate::names::{self, Keys};
+use crate::names;
 use crate::owner::OwnerId;
 
 /// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
@@ -101,8 +101,8 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 #[derive(Clone)]
 pub struct Semaphore {
     client: LockClient,
-    /// The counter (the name), the channel, the fences of lost replies, the grants.
-    keys: Arc<Keys<4>>,
+    /// Its keys: the counter (the name), the channel, the fences of lost replies, the grants.
+    profile: Profile,
 }
 
 /// Permits taken from a [`Semaphore`], given back by [`release`](Self::release) or by dropping
@@ -126,7 +126,7 @@ impl LockClient {
 impl Semaphore {
     /// The semaphore's Redis key.
     pub fn name(&self) -> &str {
-        self.keys.str(NAME)
+        self.profile.name()
     }
 
     /// Sets the permits to `permits` if the semaphore has none set yet (its key does not
@@ -294,8 +294,7 @@ impl Semaphore {
 
     fn kind(&self, permits: u32) -> SemaphoreKind {
         SemaphoreKind {
-            keys: self.keys.clone(),
-            permits,
+            profile: self.profile.clone().with_wants(permits),
         }
     }
 
@@ -314,7 +313,7 @@ impl Semaphore {
 impl SemaphorePermit {
     /// How many permits this holds.
     pub fn permits(&self) -> u32 {
-        self.kind.permits
+        self.kind.profile.wants()
     }
 
     /// The semaphore's name.
@@ -382,9 +381,12 @@ impl fmt::Debug for SemaphorePermit {
 
 /// One acquisition of a semaphore, as the engine sees it: its keys and the permits it wants.
 pub(crate) struct SemaphoreKind {
-    keys: Arc<Keys<4>>,
-    permits: u32,
+    profile: Profile,
 }
+
+/// The semaphore's class: a release announces the permits available, which wake the waiters
+/// whose wants fit; permits have no lease to renew.
+static SEMAPHORE: Class = Class::new("semaphore", WakeRule::Counted(CHANNEL));
 
 /// A semaphore is known by fredlock's grants, while any permit of fredlock's is out.
 pub(crate) const LAYOUT: Layout = Layout {
@@ -405,7 +407,7 @@ impl SemaphoreKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
         Call {
             script,
-            keys: self.keys.first(4),
+            keys: self.profile.keys().first(4),
             args,
         }
     }
@@ -416,40 +418,31 @@ impl LockClient {
     fn semaphore_at(&self, key: String) -> Semaphore {
         Semaphore {
             client: self.clone(),
-            keys: Arc::new(Keys::new([
-                &key,
-                &names::semaphore_channel(&key),
-                &names::fences(&key),
-                &names::semaphore_grants(&key),
-            ])),
+            profile: Profile::new(
+                &SEMAPHORE,
+                Keys::new([
+                    &key,
+                    &names::semaphore_channel(&key),
+                    &names::fences(&key),
+                    &names::semaphore_grants(&key),
+                ]),
+            ),
         }
     }
 }
 
 impl Primitive for SemaphoreKind {
-    fn name(&self) -> &str {
-        self.keys.str(NAME)
-    }
-    fn name_text(&self) -> Name {
-        self.keys.text(NAME)
-    }
-    fn label(&self) -> &'static str {
-        "semaphore"
-    }
-    fn key(&self) -> Key {
-        self.keys.get(NAME)
-    }
-    fn wake(&self) -> Wake {
-        Wake::Counted(self.keys.text(CHANNEL))
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
 impl Kind for SemaphoreKind {
-    fn wants(&self) -> u32 {
-        self.permits
-    }
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
-        let mut argv = vec![Value::from(self.permits), Value::String(args.field.clone())];
+        let mut argv = vec![
+            Value::from(self.profile.wants()),
+            Value::String(args.field.clone()),
+        ];
         args.request.append_to(&mut argv);
         self.call(&ACQUIRE, argv)
     }
@@ -461,9 +454,6 @@ impl Kind for SemaphoreKind {
         args.request.append_to(&mut argv);
         self.call(&RELEASE, argv)
     }
-    fn renewal(&self) -> Option<&'static Script> {
-        None
-    }
 }
 
 impl Inspect for SemaphoreKind {
@@ -472,6 +462,7 @@ impl Inspect for SemaphoreKind {
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The counter lasts by design (Redisson's), and so do the grants while permits are out.
-        keys_without_expiry(inspection, &[self.keys.str(NAME), self.keys.str(GRANTS)])
+        let keys = self.profile.keys();
+        keys_without_expiry(inspection, &[keys.str(NAME), keys.str(GRANTS)])
     }
 }

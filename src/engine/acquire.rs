@@ -18,9 +18,10 @@ use crate::engine::durations;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
-use crate::engine::kind::{AcquireArgs, Backoff, Call, Kind, Primitive, Reply, Wake};
+use crate::engine::kind::{AcquireArgs, Call, Kind, Primitive, Reply};
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
+use crate::engine::profile::{Backoff, Wake};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
@@ -83,10 +84,12 @@ pub(crate) fn acquire(
 ) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
     // Made now, so that the future keeps the pair instead of the owner it is made from.
     let pair = Pair::new(
-        kind.name_text(),
-        engine.core().field_with(owner, kind.field_suffix()),
+        kind.profile().name_text(),
+        engine
+            .core()
+            .field_with(owner, kind.profile().field_suffix()),
     );
-    let label = kind.label();
+    let label = kind.profile().label();
     let span = tracing::debug_span!(
         "acquire",
         lock = %pair.name, kind = label, owner = %pair.field,
@@ -128,7 +131,7 @@ async fn acquire_loop(
     // be room in every waiting task.
     engine.core().ensure_open()?;
     check_primitive(&*kind)?;
-    lease.check(kind.name())?;
+    lease.check(kind.profile().name())?;
     let single_attempt = wait == Some(Duration::ZERO);
     // The deadline and the queue place are worked out where needed from what the future
     // keeps anyway, rather than kept (closures would keep their references).
@@ -200,13 +203,18 @@ async fn acquire_loop(
                 Ok(Attempt::Busy { retry_after }) => {
                     reached = true;
                     errors = 0;
-                    let pause = match kind.wake() {
+                    let pause = match kind.profile().wake() {
                         Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
                         _ => retry_after,
                     };
                     busy = busy.saturating_add(1);
                     if waiting.is_none() && !single_attempt {
-                        waiting = Some(engine.core().metrics.waiting(kind.label(), &pair.name));
+                        waiting = Some(
+                            engine
+                                .core()
+                                .metrics
+                                .waiting(kind.profile().label(), &pair.name),
+                        );
                     }
                     // Trying again is what keeps a queued waiter's place.
                     place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
@@ -243,9 +251,16 @@ async fn acquire_loop(
             if waiter.is_none() {
                 if let Some((channel, messages)) = channel(&*kind, &pair.field) {
                     tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
-                    let joined =
-                        boxed(|| join(engine.core(), channel, messages, kind.wants(), until))
-                            .await?;
+                    let joined = boxed(|| {
+                        join(
+                            engine.core(),
+                            channel,
+                            messages,
+                            kind.profile().wants(),
+                            until,
+                        )
+                    })
+                    .await?;
                     wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
                     waiter = Some(joined);
                 }
@@ -293,7 +308,7 @@ pub(crate) async fn wait_until(
     let core = engine.core();
     core.ensure_open()?;
     check_primitive(kind)?;
-    let name = kind.name();
+    let name = kind.profile().name();
     let listens = channel(kind, &Field::from_static(""));
     let started = Instant::now();
     let mut waiter: Option<Waiter> = None;
@@ -363,7 +378,9 @@ fn deadline(started: Instant, wait: Option<Duration>) -> Option<Instant> {
 /// How long a waiter's queue place lasts, for a queueing kind: only a waiter queues (a single
 /// attempt leaves no trace in a queue).
 fn place(kind: &Arc<dyn Kind>, wait: Option<Duration>) -> Option<Duration> {
-    kind.place().filter(|_| wait != Some(Duration::ZERO))
+    kind.profile()
+        .place()
+        .filter(|_| wait != Some(Duration::ZERO))
 }
 
 /// Waits, while fred reconnects, for the connection or until `until`.
@@ -386,7 +403,7 @@ fn error_pause(errors: u8) -> Duration {
 
 /// The channel `field` waits on, and what its messages say, for a kind whose waiters listen.
 fn channel(kind: &dyn Primitive, field: &Field) -> Option<(Channel, Messages)> {
-    match kind.wake() {
+    match kind.profile().wake() {
         Wake::Shared(channel) => Some((channel, Messages::Unlock)),
         Wake::PerWaiter(prefix) => Some((
             Channel::from(format!("{}:{field}", &*prefix)),
@@ -401,8 +418,8 @@ fn channel(kind: &dyn Primitive, field: &Field) -> Option<(Channel, Messages)> {
 /// Fails with `InvalidArgument` for an empty name or one the primitive cannot take, before
 /// anything is sent.
 pub(crate) fn check_primitive(kind: &dyn Primitive) -> Result<()> {
-    check_name(kind.name())?;
-    match kind.refuses_name() {
+    check_name(kind.profile().name())?;
+    match kind.profile().refusal() {
         Some(problem) => Err(Error::InvalidArgument(problem)),
         None => Ok(()),
     }
@@ -480,7 +497,11 @@ async fn attempt(
     let core = engine.core();
     if !core.redis().is_connected() {
         // fred would queue the script until it reconnects, or until the command timeout.
-        return Err(unavailable(engine, kind.name(), Some(not_connected())));
+        return Err(unavailable(
+            engine,
+            kind.profile().name(),
+            Some(not_connected()),
+        ));
     }
     let lease_arg = core.lease_arg(lease);
     let place_ms = place.map(durations::millis);
@@ -567,7 +588,7 @@ async fn attempt(
                 retry_after: retry_after(pttl, core.watchdog_lease),
             })
         }
-        Err(error) => Err(engine.redis_error(kind.name(), Some(field), error)),
+        Err(error) => Err(engine.redis_error(kind.profile().name(), Some(field), error)),
     }
 }
 

@@ -50,7 +50,7 @@ impl Guard {
         let release = self.release();
         let span = tracing::debug_span!(
             "release",
-            lock = %self.hold.pair.name, kind = self.kind.label(), owner = %self.hold.pair.field,
+            lock = %self.hold.pair.name, kind = self.kind.profile().label(), owner = %self.hold.pair.field,
         );
         let outcome = InFlight::new(|| async move { release.run(&core).await })
             .instrument(span)
@@ -73,7 +73,7 @@ impl Guard {
         };
         if let Err(error) = &result {
             let metrics = &self.engine.core().metrics;
-            metrics.failed(self.kind.label(), &self.hold.pair.name, error);
+            metrics.failed(self.kind.profile().label(), &self.hold.pair.name, error);
         }
         result
     }

@@ -208,7 +208,8 @@ impl Hold {
     /// before any guard can learn of it.
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::SeqCst) {
-            self.metrics.lost(self.kind.label(), &self.pair.name);
+            self.metrics
+                .lost(self.kind.profile().label(), &self.pair.name);
         }
         self.tell_lost();
     }
@@ -376,7 +377,7 @@ impl Holds {
             }
             Entry::Vacant(entry) => {
                 entry.insert(());
-                self.metrics.held(kind.label(), &pair.name, 1.0);
+                self.metrics.held(kind.profile().label(), &pair.name, 1.0);
                 fresh.0
             }
         };
@@ -421,7 +422,8 @@ impl Holds {
             registered && forget(hold)
         });
         if removed.is_some() {
-            self.metrics.held(hold.kind.label(), &hold.pair.name, -1.0);
+            self.metrics
+                .held(hold.kind.profile().label(), &hold.pair.name, -1.0);
         }
         if !registered {
             // Not the registered hold (it was lost and replaced): only its own counts change.

@@ -13,7 +13,8 @@ use fred::types::scan::ScanType;
 use fred::types::Value;
 use uuid::Uuid;
 
-use crate::engine::kind::{Call, Primitive, Wake};
+use crate::engine::kind::{Call, Primitive};
+use crate::engine::profile::Wake;
 use crate::engine::Engine;
 use crate::error::Result;
 
@@ -24,10 +25,10 @@ pub(crate) trait Inspect: Primitive {
     /// [`Inspection::parse`] reads.
     fn inspect(&self) -> Call;
 
-    /// What a primitive's inspections call its kind, when that is not [`Primitive::label`]: both
+    /// What a primitive's inspections call its kind, when that is not its profile's label: both
     /// sides of a read-write lock inspect as one `rw_lock`.
     fn family(&self) -> &'static str {
-        self.label()
+        self.profile().label()
     }
 
     /// A glob of keys of the primitive that its state does not name, so that an inspection
@@ -230,7 +231,7 @@ impl Inspection {
                 ttl: millis(number(&pair[1])),
             })
             .collect();
-        let name = kind.name();
+        let name = kind.profile().name();
         let main_ttl = keys
             .iter()
             .find(|key| key.key == name)
@@ -334,7 +335,7 @@ impl Engine {
         let core = self.core();
         core.ensure_open()?;
         crate::engine::check_primitive(kind)?;
-        let redis_error = |source| self.redis_error(kind.name(), None, source);
+        let redis_error = |source| self.redis_error(kind.profile().name(), None, source);
         let reply: Value = kind
             .inspect()
             .run(&core.reads())
@@ -346,7 +347,8 @@ impl Engine {
                 format!("unexpected reply from an inspect script: {problem}"),
             ))
         })?;
-        if let Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) = kind.wake()
+        if let Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) =
+            kind.profile().wake()
         {
             let counts: Vec<Value> = if core.writer.sharded {
                 core.redis().pubsub_shardnumsub(&*channel).await

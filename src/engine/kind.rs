@@ -1,19 +1,18 @@
-//! What the engine needs to know of a primitive: what every primitive is ([`Primitive`]: its name,
-//! label, wake rule and name refusal) and, for one whose owners take holds, the script calls of
-//! its operations and how its holds and waiters differ ([`Kind`]). A primitive hands the engine
-//! these; the engine runs the acquire loop, holds, renewals and undos on them without knowing
-//! which it is.
+//! What the engine needs of a primitive: its [`Profile`] (fixed data: keys, label, wake rule,
+//! ..), and, for one whose owners take holds, the script calls of its three operations
+//! ([`Kind`]). A primitive hands the engine these; the engine runs the acquire loop, holds,
+//! renewals and undos on them without knowing which it is.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
 use fred::types::{Key, Value};
 
+use crate::engine::profile::Profile;
+
 use crate::engine::ledger::Request;
-use crate::engine::pubsub::Channel;
 use crate::engine::replicas::Writer;
 use crate::engine::script::Script;
-use crate::engine::{Field, Name};
+use crate::engine::Field;
 
 /// The reply of an acquire script that granted a first hold although the owner's client counted
 /// more: those holds were gone.
@@ -56,32 +55,6 @@ impl Call {
     }
 }
 
-/// How a waiter learns that it may try again.
-#[derive(Clone, Debug)]
-pub(crate) enum Wake {
-    /// An unlock is published on this channel, shared by every waiter of the primitive.
-    Shared(Channel),
-    /// Each waiter has its own channel, `<prefix>:<owner field>`, and is told alone.
-    PerWaiter(Channel),
-    /// Releases publish on this shared channel how many units are free now (a semaphore's
-    /// permits): a message wakes the waiters whose wants ([`Kind::wants`]) fit in it, in the
-    /// order they came, and no more.
-    Counted(Channel),
-    /// A count reaching zero publishes `0` on this shared channel, which wakes every waiter;
-    /// any other message (a new count) wakes none.
-    AtZero(Channel),
-    /// Nothing is published: waiters sleep and try again, never subscribing.
-    Backoff(Backoff),
-}
-
-/// Exponential backoff with jitter: the n-th pause is random in the upper half of
-/// `first * 2^n`, capped at `cap`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Backoff {
-    pub(crate) first: Duration,
-    pub(crate) cap: Duration,
-}
-
 /// The arguments of one acquire attempt.
 pub(crate) struct AcquireArgs<'a> {
     pub(crate) field: &'a Field,
@@ -90,7 +63,7 @@ pub(crate) struct AcquireArgs<'a> {
     /// The owner's holds by its client's count.
     pub(crate) holds: usize,
     /// How long the waiter's queue place lasts without another attempt (ms); `None` makes a
-    /// single attempt that leaves no trace. Only for a kind with a [`Kind::place`].
+    /// single attempt that leaves no trace. Only for a kind with a [`Profile::place`].
     pub(crate) place_ms: Option<u64>,
     pub(crate) request: &'a Request,
 }
@@ -141,62 +114,17 @@ impl Reply {
     }
 }
 
-/// What every part of the engine knows of a primitive, whatever it does: its name and key, its
-/// kind in one word, how its waiters learn of a change, and whether it can take its name. A
-/// primitive nobody holds (a count-down latch) is only this and its `Inspect`.
+/// What every part of the engine knows of a primitive, whatever it does: its [`Profile`], fixed
+/// when its handle was made. A primitive nobody holds (a count-down latch) is only this and its
+/// `Inspect`.
 pub(crate) trait Primitive: Send + Sync + 'static {
-    /// The primitive's name: its main key, which messages name it by.
-    fn name(&self) -> &str;
-
-    /// The name as shared text (a slice of the primitive's keys, not a copy), which holds are
-    /// kept by.
-    fn name_text(&self) -> Name;
-
-    /// The main key as sent to Redis (its name), shared rather than copied: the key a renewal
-    /// script takes for each hold.
-    fn key(&self) -> Key;
-
-    /// The primitive's kind in one word (`lock`, `fair_lock`, ..): the `kind` label of its
-    /// metrics, and of its inspections.
-    fn label(&self) -> &'static str;
-
-    /// How its waiters wake.
-    fn wake(&self) -> Wake;
-
-    /// Why the primitive cannot take its name, if it cannot: reported as `InvalidArgument`
-    /// before anything is sent.
-    fn refuses_name(&self) -> Option<String> {
-        None
-    }
+    /// What the engine reads of it: keys, class and the handle's settings.
+    fn profile(&self) -> &Profile;
 }
 
 /// A primitive whose owners take holds, as the acquire loop, the undo task and the watchdog see
-/// it: three calls (acquire, release, leave) and how its holds and waiters differ from a lock's.
+/// it: its profile and three calls.
 pub(crate) trait Kind: Primitive {
-    /// What an owner's field adds to `<client uuid>:<owner id>` (Redisson's writer of a
-    /// read-write lock has `:write`); empty for most.
-    fn field_suffix(&self) -> &'static str {
-        ""
-    }
-
-    /// How long a waiter's queue place lasts without another attempt, for a primitive whose
-    /// waiters queue; `None` for one whose waiters do not.
-    fn place(&self) -> Option<Duration> {
-        None
-    }
-
-    /// How much of what a [`Wake::Counted`] release announces one waiter needs (a semaphore
-    /// waiter's permits); 1 for every other.
-    fn wants(&self) -> u32 {
-        1
-    }
-
-    /// The script the watchdog renews (lease > 0) or checks (lease 0) holds with: KEYS are
-    /// the holds' primitives' [`key`](Primitive::key)s, ARGV the lease then one owner field per
-    /// key; one reply per key, 1 when held. `None` for a primitive whose holds have no lease to
-    /// renew or check (a semaphore's permits): the watchdog never visits them.
-    fn renewal(&self) -> Option<&'static Script>;
-
     /// The acquire script call.
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call;
 
@@ -204,7 +132,8 @@ pub(crate) trait Kind: Primitive {
     /// 1 when it released the last.
     fn release(&self, args: &ReleaseArgs<'_>) -> Call;
 
-    /// The call that gives up `field`'s queue place; it replies 1 when there was one.
+    /// The call that gives up `field`'s queue place, for a kind whose waiters queue; it replies
+    /// 1 when there was one.
     fn leave(&self, _field: &str, _request: &Request) -> Option<Call> {
         None
     }

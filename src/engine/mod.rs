@@ -3,9 +3,10 @@
 //! It owns what a [`LockClient`](crate::LockClient) shares between all its primitives: the
 //! connections, the registry of holds and the watchdog that renews them, the ledger that makes
 //! every change take effect once, pub/sub wake-ups, the undo task that sends undos in the
-//! background, and the one acquire loop ([`acquire`]). A primitive describes itself as a
-//! [`Kind`] (keys, Lua operations, how its waiters wake) and gets back a [`Win`], whose
-//! [`Guard`] it wraps in its own guard type. See `docs/ARCHITECTURE.md`.
+//! background, and the one acquire loop ([`acquire`]). A primitive hands it a [`Profile`]
+//! (fixed data: keys, label, how its waiters wake, ..) and, as a [`Kind`], its acquire, release
+//! and leave script calls, and gets back a [`Win`], whose [`Guard`] it wraps in its own guard
+//! type. See `docs/ARCHITECTURE.md`.
 
 mod acquire;
 pub(crate) mod durations;
@@ -17,6 +18,7 @@ pub(crate) mod join;
 mod kind;
 mod ledger;
 pub(crate) mod metrics;
+mod profile;
 mod pubsub;
 mod refusal;
 pub(crate) mod replicas;
@@ -47,9 +49,10 @@ pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::{keys_without_expiry, Inspect};
 pub use inspect::{EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
-pub(crate) use kind::{AcquireArgs, Backoff, Call, Kind, Primitive, ReleaseArgs, Wake};
+pub(crate) use kind::{AcquireArgs, Call, Kind, Primitive, ReleaseArgs};
 pub(crate) use ledger::Request;
 pub(crate) use metrics::Metrics;
+pub(crate) use profile::{Backoff, Class, Keys, Profile, Refusal, WakeRule};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
 
@@ -405,7 +408,7 @@ impl Engine {
         check_primitive(kind)?;
         call.run(&core.writer)
             .await
-            .map_err(|source| self.redis_error(kind.name(), None, source))
+            .map_err(|source| self.redis_error(kind.profile().name(), None, source))
     }
 
     /// Converts a fred error about `name`, naming the server and, where there is one, the owner.

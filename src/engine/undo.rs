@@ -100,7 +100,7 @@ impl Leave {
     /// Leaves in the owner's turn, for a waiter that gave up or went away, reporting only to
     /// tracing: a place that could not be given up ends when it expires.
     async fn run(self, core: Arc<Core>) {
-        let name = self.kind.name_text();
+        let name = self.kind.profile().name_text();
         let mut turn = core
             .ledger
             .turn(&Pair::new(name.clone(), self.field.clone()))
@@ -231,7 +231,7 @@ impl Settle {
     async fn run(self, core: Arc<Core>) {
         let until = Instant::now() + SETTLE_LIMIT;
         let mut pause = MIN_SETTLE_PAUSE;
-        let pair = Pair::new(self.kind.name_text(), self.field.clone());
+        let pair = Pair::new(self.kind.profile().name_text(), self.field.clone());
         let name = &pair.name;
         loop {
             let mut turn = core.ledger.turn(&pair).await;

@@ -143,7 +143,7 @@ impl Watchdog {
         // By cluster hash slot, visit and renewal script (each primitive's own).
         let mut groups: Groups = BTreeMap::new();
         for hold in holds {
-            let Some(renewal) = hold.kind.renewal() else {
+            let Some(renewal) = hold.kind.profile().renewal() else {
                 continue; // nothing to renew or check: it has no lease
             };
             if hold.guards() == 0 || hold.is_lost() {
@@ -203,7 +203,7 @@ impl Watchdog {
                 let mut args = Vec::with_capacity(holds.len() + 1);
                 args.push(lease.clone());
                 for hold in &holds {
-                    keys.push(hold.kind.key());
+                    keys.push(hold.kind.profile().renewal_key());
                     args.push(Value::String(hold.pair.field.clone()));
                 }
                 (keys, args)
@@ -243,7 +243,7 @@ impl Watchdog {
                 // A field found gone counts as a loss, not as a failed renewal.
                 if renewed || result.is_err() {
                     let metrics = &self.core.metrics;
-                    metrics.renewed(hold.kind.label(), &hold.pair.name, renewed);
+                    metrics.renewed(hold.kind.profile().label(), &hold.pair.name, renewed);
                 }
             }
             match &result {

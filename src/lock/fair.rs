@@ -4,18 +4,18 @@ use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Name, Primitive,
-    ReleaseArgs, Request, Script, Wake,
+    keys_without_expiry, AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Leak,
+    Primitive, Profile, ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::lua;
-use crate::names::{self, Keys, UNLOCK_MESSAGE};
+use crate::names::{self, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
 
 /// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
@@ -164,34 +164,43 @@ impl fmt::Debug for FairLock {
 /// The fair lock's kind: the reentrant lock's hash plus Redisson's waiting line, each waiter
 /// told on its own channel.
 struct Fair {
-    /// The hash of holds (the name); the list of waiter fields in arrival order; the zset of
-    /// waiter field -> when its place expires (server clock, ms); the ids of calls whose
+    /// Its keys: the hash of holds (the name); the list of waiter fields in arrival order; the
+    /// zset of waiter field -> when its place expires (server clock, ms); the ids of calls whose
     /// replies were lost (see `engine::ledger`); and, not a key, the prefix of each waiter's
-    /// own channel, `<prefix>:<waiter field>`, which every call passes as an argument.
-    keys: Keys<5>,
-    /// How long a waiter keeps its place without trying again.
-    place: Duration,
+    /// own channel, `<prefix>:<waiter field>`, which every call passes as an argument. And how
+    /// long a waiter keeps its place without trying again.
+    profile: Profile,
 }
+
+/// The fair lock's class: each waiter is told on its own channel.
+static FAIR_LOCK: Class = Class {
+    renewal: Some(&LOCK_RENEW),
+    ..Class::new("fair_lock", WakeRule::PerWaiter(CHANNEL))
+};
 
 impl Fair {
     fn new(name: String, place: Duration) -> Fair {
+        let keys = Keys::new([
+            &name,
+            &names::fair_queue(&name),
+            &names::fair_timeouts(&name),
+            &names::fences(&name),
+            &names::lock_channel(&name),
+        ]);
         Fair {
-            keys: Keys::new([
-                &name,
-                &names::fair_queue(&name),
-                &names::fair_timeouts(&name),
-                &names::fences(&name),
-                &names::lock_channel(&name),
-            ]),
-            place,
+            profile: Profile::new(&FAIR_LOCK, keys).with_place(Some(place)),
         }
+    }
+
+    fn keys(&self) -> &Keys {
+        self.profile.keys()
     }
 
     /// A fair-lock script call: every one takes the hash, queue, timeouts and fences as KEYS,
     /// and the channel prefix and unlock message (to tell the next waiter) before `args`.
     fn call(&self, script: &'static Script, args: &[Value], request: Option<&Request>) -> Call {
         let mut argv = Vec::with_capacity(args.len() + 4);
-        argv.push(Value::String(self.keys.text(CHANNEL)));
+        argv.push(Value::String(self.keys().text(CHANNEL)));
         argv.push(Value::from_static_str(UNLOCK_MESSAGE));
         argv.extend_from_slice(args);
         if let Some(request) = request {
@@ -200,10 +209,10 @@ impl Fair {
         Call {
             script,
             keys: vec![
-                self.keys.get(NAME),
-                self.keys.get(QUEUE),
-                self.keys.get(TIMEOUTS),
-                self.keys.get(FENCES),
+                self.keys().get(NAME),
+                self.keys().get(QUEUE),
+                self.keys().get(TIMEOUTS),
+                self.keys().get(FENCES),
             ],
             args: argv,
         }
@@ -211,27 +220,12 @@ impl Fair {
 }
 
 impl Primitive for Fair {
-    fn name(&self) -> &str {
-        self.keys.str(NAME)
-    }
-    fn name_text(&self) -> Name {
-        self.keys.text(NAME)
-    }
-    fn label(&self) -> &'static str {
-        "fair_lock"
-    }
-    fn key(&self) -> Key {
-        self.keys.get(NAME)
-    }
-    fn wake(&self) -> Wake {
-        Wake::PerWaiter(self.keys.text(CHANNEL))
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
 impl Kind for Fair {
-    fn place(&self) -> Option<Duration> {
-        Some(self.place)
-    }
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let own = [
             args.lease.clone(),
@@ -252,16 +246,13 @@ impl Kind for Fair {
     fn leave(&self, field: &str, request: &Request) -> Option<Call> {
         Some(self.call(&FAIR_LEAVE, &[Value::from(field)], Some(request)))
     }
-    fn renewal(&self) -> Option<&'static Script> {
-        Some(&LOCK_RENEW)
-    }
 }
 
 impl Inspect for Fair {
     fn inspect(&self) -> Call {
         Call {
             script: &FAIR_INSPECT,
-            keys: self.keys.first(4),
+            keys: self.keys().first(4),
             args: Vec::new(),
         }
     }
@@ -276,14 +267,14 @@ impl Inspect for Fair {
             .queue
             .iter()
             .any(|waiter| waiter.ended_ago.is_none_or(|ago| ago <= grace));
-        let line = [self.keys.str(QUEUE), self.keys.str(TIMEOUTS)];
+        let line = [self.keys().str(QUEUE), self.keys().str(TIMEOUTS)];
         let mut leaks = keys_without_expiry(inspection, if alive { &line } else { &[] });
         for waiter in &inspection.queue {
             if let Some(ago) = waiter.ended_ago.filter(|ago| *ago > grace) {
                 leaks.push(Leak {
                     name: inspection.name.clone(),
                     kind: inspection.kind,
-                    key: self.keys.str(QUEUE).to_owned(),
+                    key: self.keys().str(QUEUE).to_owned(),
                     rule: "stale_waiter",
                     detail: format!(
                         "waiter {} is still queued {ago:?} after its place ended",

@@ -11,13 +11,13 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Lease, Name,
-    Primitive, ReleaseArgs, Script, Wake, Win,
+    self, keys_without_expiry, AcquireArgs, Call, Class, Inspect, Inspection, Kind, Leak, Lease,
+    Primitive, Profile, ReleaseArgs, Script, Win,
 };
 use crate::error::{waited, Error, Result};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
-use crate::lock::reentrant::Reentrant;
+use crate::lock::reentrant::{self, Reentrant, MORE};
 use crate::lock::{lock_reads, Lock, LockKind};
 use crate::lua;
 use crate::names;
@@ -77,51 +77,45 @@ pub struct FencedLock {
 /// The fenced lock's kind: the reentrant lock with its own acquire script, which takes the
 /// counter's key too.
 struct Fenced {
+    /// The reentrant lock's keys, and the counter's.
     lock: Reentrant,
-    counter: Key,
+}
+
+/// The fenced lock's class.
+static FENCED_LOCK: Class = reentrant::listening("fenced_lock");
+
+impl Fenced {
+    fn counter(&self) -> Key {
+        self.lock.profile().keys().get(MORE)
+    }
 }
 
 impl Primitive for Fenced {
-    fn name(&self) -> &str {
-        self.lock.name()
-    }
-    fn name_text(&self) -> Name {
-        self.lock.name_text()
-    }
-    fn label(&self) -> &'static str {
-        "fenced_lock"
-    }
-    fn key(&self) -> Key {
-        self.lock.key()
-    }
-    fn wake(&self) -> Wake {
-        self.lock.wake()
+    fn profile(&self) -> &Profile {
+        self.lock.profile()
     }
 }
 
 impl Kind for Fenced {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut call = self.lock.acquire_call(&FENCED_ACQUIRE, args);
-        call.keys.push(self.counter.clone());
+        call.keys.push(self.counter());
         call
     }
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         self.lock.release(args)
-    }
-    fn renewal(&self) -> Option<&'static Script> {
-        self.lock.renewal()
     }
 }
 
 impl Inspect for Fenced {
     fn inspect(&self) -> Call {
         let mut call = self.lock.inspect();
-        call.keys.push(self.counter.clone());
+        call.keys.push(self.counter());
         call
     }
     /// The token counter never expires by design: tokens must never go backwards.
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
-        keys_without_expiry(inspection, &[self.counter.as_str().unwrap_or_default()])
+        keys_without_expiry(inspection, &[self.profile().keys().str(MORE)])
     }
 }
 
@@ -144,8 +138,7 @@ impl LockClient {
 /// The fenced lock at `key` (the name with the client's prefix on it).
 fn fenced_at(client: &LockClient, key: String) -> Lock {
     let fenced = Fenced {
-        counter: Key::from(names::fencing_token(&key)),
-        lock: Reentrant::new(key),
+        lock: Reentrant::with_key(&FENCED_LOCK, &key, &names::fencing_token(&key)),
     };
     Lock::of_kind(client.clone(), fenced)
 }
@@ -182,7 +175,9 @@ impl FencedLock {
     /// dropped is never handed to anyone (the hold is given back); the next acquisition gets a
     /// greater one.
     pub async fn lock(&self) -> Result<FencedGuard> {
-        self.acquire(None, Lease::Watchdog).await.and_then(waited)
+        self.lock_within(None, Lease::Watchdog)
+            .await
+            .and_then(waited)
     }
 
     /// Acquires the lock, waiting as long as it takes, for a fixed `lease`. See
@@ -196,7 +191,7 @@ impl FencedLock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<FencedGuard> {
-        self.acquire(None, Lease::Fixed(lease))
+        self.lock_within(None, Lease::Fixed(lease))
             .await
             .and_then(waited)
     }
@@ -216,7 +211,7 @@ impl FencedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<FencedGuard>> {
-        self.acquire(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
+        self.lock_within(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
             .await
     }
 
@@ -280,7 +275,11 @@ impl FencedLock {
         }
     }
 
-    async fn acquire(&self, wait: Option<Duration>, lease: Lease) -> Result<Option<FencedGuard>> {
+    async fn lock_within(
+        &self,
+        wait: Option<Duration>,
+        lease: Lease,
+    ) -> Result<Option<FencedGuard>> {
         let Some(Win { guard, value, .. }) = self.lock.win(wait, lease).await? else {
             return Ok(None);
         };

@@ -102,7 +102,7 @@ impl Lock {
     /// The lock's Redis key: the name it was made with, after the client's
     /// [`key_prefix`](crate::LockClientBuilder::key_prefix) if it has one.
     pub fn name(&self) -> &str {
-        self.kind.name()
+        self.kind.profile().name()
     }
 
     /// Whether waiters are served in arrival order (a lock made by
@@ -113,7 +113,7 @@ impl Lock {
 
     /// How long a waiter keeps its place, for a kind whose waiters have one.
     pub(crate) fn kind_place(&self) -> Option<Duration> {
-        self.kind.place()
+        self.kind.profile().place()
     }
 
     /// The same lock, owned by `owner` instead of the current task: for work that acquires in
@@ -240,13 +240,13 @@ impl Lock {
         let redis = self.ready()?;
         if let Some(locked) = self.kind.locked_mode() {
             let mode: Option<String> = redis
-                .hget(self.kind.key(), "mode")
+                .hget(self.kind.profile().name_key(), "mode")
                 .await
                 .map_err(self.redis_error(None))?;
             return Ok(mode.as_deref() == Some(locked));
         }
         let kind: String = redis
-            .r#type(self.kind.key())
+            .r#type(self.kind.profile().name_key())
             .await
             .map_err(self.redis_error(None))?;
         match kind.as_str() {
@@ -290,7 +290,7 @@ impl Lock {
             .client
             .engine()
             .core()
-            .field_with(self.owner(), self.kind.field_suffix());
+            .field_with(self.owner(), self.kind.profile().field_suffix());
         let count = match self.kind.hold_count(&field) {
             Some(call) => {
                 call.run::<Option<u32>>(&self.client.engine().core().reads())
@@ -298,7 +298,7 @@ impl Lock {
             }
             None => {
                 redis
-                    .hget::<Option<u32>, _, _>(self.kind.key(), &*field)
+                    .hget::<Option<u32>, _, _>(self.kind.profile().name_key(), &*field)
                     .await
             }
         };
@@ -320,7 +320,7 @@ impl Lock {
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
         let redis = self.ready()?;
         let ttl = redis
-            .pttl::<i64, _>(self.kind.key())
+            .pttl::<i64, _>(self.kind.profile().name_key())
             .await
             .map_err(self.redis_error(None))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
@@ -414,7 +414,7 @@ impl Lock {
     }
 
     /// Acquires the lock as [`win`](Self::win) does, as a [`LockGuard`].
-    pub(crate) async fn acquire(
+    pub(crate) async fn lock_within(
         &self,
         wait: Option<Duration>,
         lease: Lease,

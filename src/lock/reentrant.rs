@@ -2,23 +2,27 @@
 //! fenced and spin locks build on; [`Lock`] is its handle.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Backoff, Call, Inspect, Kind, Name, Primitive, ReleaseArgs, Script, Wake,
+    AcquireArgs, Backoff, Call, Class, Inspect, Keys, Kind, Primitive, Profile, ReleaseArgs,
+    Script, WakeRule,
 };
 use crate::layout::Layout;
 use crate::lock::{Lock, LockKind};
 use crate::lua;
-use crate::names::{self, Keys, UNLOCK_MESSAGE};
+use crate::names::{self, UNLOCK_MESSAGE};
 
 /// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
 /// with `Keys::first`): named, so that an index means one key.
 const NAME: usize = 0;
 const CHANNEL: usize = 1;
 const FENCES: usize = 2;
+/// A key of a kind of the family that keeps one more (the fenced lock's token counter).
+pub(crate) const MORE: usize = 3;
 
 /// Every script of the reentrant lock: sections of one file.
 const SCRIPTS: &str = include_str!("../../lua/lock.lua");
@@ -54,49 +58,82 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
     })
 }
 
+/// A spin lock waiter's pauses unless its handle has its own (Redisson's): 1 ms, doubling up
+/// to 128 ms.
+pub(crate) const DEFAULT_BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(1),
+    cap: Duration::from_millis(128),
+};
+
+/// The class of a lock of the family labelled `label`, whose waiters listen on its unlock
+/// channel.
+pub(crate) const fn listening(label: &'static str) -> Class {
+    Class {
+        renewal: Some(&LOCK_RENEW),
+        ..Class::new(label, WakeRule::Shared(CHANNEL))
+    }
+}
+
+/// The reentrant lock's class.
+static LOCK: Class = listening("lock");
+
+/// The spin lock's: the same holds, with waiters that back off instead of listening.
+static SPIN_LOCK: Class = Class {
+    renewal: Some(&LOCK_RENEW),
+    ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT_BACKOFF))
+};
+
 /// The reentrant lock's kind (Redisson's `RLock`); the spin lock is the same with waiters that
 /// back off instead of listening, and its releases announce nothing.
 pub(crate) struct Reentrant {
-    /// The hash of holds (the name), the channel every final unlock is published on, and the
-    /// ids of calls whose replies were lost, which never take effect (see `engine::ledger`).
-    keys: Keys<3>,
-    /// How a spin lock's waiters back off; `None` for waiters that listen on the channel.
-    /// Boxed: a held lock keeps its kind, and most are not spin locks.
-    backoff: Option<Box<Backoff>>,
+    /// Its keys: the hash of holds (the name), the channel every final unlock is published on,
+    /// and the ids of calls whose replies were lost, which never take effect (see
+    /// `engine::ledger`).
+    profile: Profile,
 }
 
 impl Reentrant {
+    fn keys(name: &str) -> Keys {
+        Keys::new([name, &names::lock_channel(name), &names::fences(name)])
+    }
+
     /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
     pub(crate) fn new(name: String) -> Reentrant {
-        let keys = Keys::new([&name, &names::lock_channel(&name), &names::fences(&name)]);
         Reentrant {
-            keys,
-            backoff: None,
+            profile: Profile::new(&LOCK, Reentrant::keys(&name)),
+        }
+    }
+
+    /// A lock of the family of class `class` at key `name`, which keeps one key more, at
+    /// [`MORE`].
+    pub(crate) fn with_key(class: &'static Class, name: &str, more: &str) -> Reentrant {
+        let keys = Keys::new([name, &names::lock_channel(name), &names::fences(name), more]);
+        Reentrant {
+            profile: Profile::new(class, keys),
         }
     }
 
     /// The same lock, whose waiters back off instead (and whose releases announce nothing).
     pub(crate) fn spinning(name: String, backoff: Backoff) -> Reentrant {
         Reentrant {
-            backoff: Some(Box::new(backoff)),
-            ..Reentrant::new(name)
+            profile: Profile::new(&SPIN_LOCK, Reentrant::keys(&name)).with_backoff(backoff),
         }
     }
 
     fn hash(&self) -> Key {
-        self.keys.get(NAME)
+        self.profile.keys().get(NAME)
     }
 
     fn channel(&self) -> Key {
-        self.keys.get(CHANNEL)
+        self.profile.keys().get(CHANNEL)
     }
 
     fn fences(&self) -> Key {
-        self.keys.get(FENCES)
+        self.profile.keys().get(FENCES)
     }
 
-    /// The acquire script's keys and arguments (see `lua/lock_acquire.lua`), after which a
-    /// script of the family may take keys of its own.
+    /// The acquire script's keys and arguments (see the `acquire` section of `lua/lock.lua`),
+    /// after which a script of the family may take keys of its own.
     pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
         let mut argv = Vec::with_capacity(4);
         argv.push(args.lease.clone());
@@ -112,34 +149,16 @@ impl Reentrant {
 
     /// The message a final unlock publishes: none when nobody listens.
     fn unlock_message(&self) -> Value {
-        match self.backoff {
-            Some(_) => Value::from_static_str(""),
-            None => Value::from_static_str(UNLOCK_MESSAGE),
+        match self.profile.class().wake {
+            WakeRule::Backoff(_) => Value::from_static_str(""),
+            _ => Value::from_static_str(UNLOCK_MESSAGE),
         }
     }
 }
 
 impl Primitive for Reentrant {
-    fn name(&self) -> &str {
-        self.keys.str(NAME)
-    }
-    fn name_text(&self) -> Name {
-        self.keys.text(NAME)
-    }
-    fn label(&self) -> &'static str {
-        match self.backoff {
-            Some(_) => "spin_lock",
-            None => "lock",
-        }
-    }
-    fn key(&self) -> Key {
-        self.hash()
-    }
-    fn wake(&self) -> Wake {
-        match &self.backoff {
-            Some(backoff) => Wake::Backoff(**backoff),
-            None => Wake::Shared(self.keys.text(CHANNEL)),
-        }
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
@@ -159,9 +178,6 @@ impl Kind for Reentrant {
             keys: vec![self.hash(), self.channel(), self.fences()],
             args: argv,
         }
-    }
-    fn renewal(&self) -> Option<&'static Script> {
-        Some(&LOCK_RENEW)
     }
 }
 

@@ -3,25 +3,23 @@
 
 use std::fmt;
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use fred::types::{Key, Value};
+use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Call, Inspect, Inspection, Kind, Name, Primitive, ReleaseArgs, Request, Script,
-    Wake,
+    AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Primitive, Profile, Refusal,
+    ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::error::Result;
 use crate::layout::{glob_escaped, Layout};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::lua;
-use crate::names::{self, Keys};
+use crate::names;
 use crate::owner::OwnerId;
 
 /// Where the keys this file reads one by one stand in its `Keys` (scripts take them in order,
 /// with `Keys::first`): named, so that an index means one key.
-const NAME: usize = 0;
 const CHANNEL: usize = 1;
 const PREFIX: usize = 4;
 
@@ -80,8 +78,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-/// use std::time::Duration;
-///
+/// ///
 /// let config = client.rw_lock("config:tenant-7");
 /// let read = config.read_lock().lock().await?;          // many readers at once
 /// // ... read the configuration ...
@@ -354,33 +351,68 @@ enum Side {
 
 /// One side of a read-write lock, as the engine sees it.
 struct RwKind {
-    /// The hash (the name), the channel, the fences of lost replies, the waiting writers, and,
-    /// not a key, the prefix of read-hold timeout keys (empty for a name it refuses).
-    keys: Keys<5>,
+    /// Its keys: the hash (the name), the channel, the fences of lost replies, the waiting
+    /// writers, and, not a key, the prefix of read-hold timeout keys (empty for a name it
+    /// refuses). On the write side, how long a waiting writer keeps new readers out without
+    /// trying again (none with reader preference).
+    profile: Profile,
     side: Side,
-    /// How long a waiting writer keeps new readers out without trying again; `None` with
-    /// reader preference.
-    place: Option<Duration>,
+    /// Whether waiting writers keep new readers out.
+    prefer_writers: bool,
 }
+
+/// What no side of a read-write lock can be named: with a brace but no hash tag.
+const REFUSAL: Refusal = Refusal {
+    what: "read-write lock",
+    refuses: |keys| keys.str(PREFIX).is_empty(),
+    why: "has a brace but no hash tag, so the timeout keys of its read holds would land in \
+          another cluster slot: use a name without braces, or with a hash tag (`{tag}`)",
+};
+
+/// The class of one side of the lock labelled `label`, whose owner fields end in `suffix`.
+const fn side(label: &'static str, field_suffix: &'static str) -> Class {
+    Class {
+        field_suffix,
+        renewal: Some(&RW_RENEW),
+        refusal: Some(REFUSAL),
+        ..Class::new(label, WakeRule::Shared(CHANNEL))
+    }
+}
+
+static READ_LOCK: Class = side("read_lock", "");
+static WRITE_LOCK: Class = side("write_lock", ":write");
+static RW_LOCK: Class = side("rw_lock", ":write");
 
 impl RwKind {
     fn new(client: &LockClient, name: String, side: Side, prefer_writers: bool) -> RwKind {
         let prefix = names::rw_timeout_prefix(&name).unwrap_or_default();
+        let keys = Keys::new([
+            &name,
+            &names::rw_channel(&name),
+            &names::fences(&name),
+            &names::rw_writers(&name),
+            &prefix,
+        ]);
+        let class = match side {
+            Side::Read => &READ_LOCK,
+            Side::Write => &WRITE_LOCK,
+            Side::Either => &RW_LOCK,
+        };
+        // Only a writer waits in the line of writers.
+        let place = (prefer_writers && side != Side::Read).then(|| client.queue_place());
         RwKind {
-            keys: Keys::new([
-                &name,
-                &names::rw_channel(&name),
-                &names::fences(&name),
-                &names::rw_writers(&name),
-                &prefix,
-            ]),
+            profile: Profile::new(class, keys).with_place(place),
             side,
-            place: prefer_writers.then(|| client.queue_place()),
+            prefer_writers,
         }
     }
 
+    fn keys(&self) -> &Keys {
+        self.profile.keys()
+    }
+
     fn prefix(&self) -> Value {
-        Value::String(self.keys.text(PREFIX))
+        Value::String(self.keys().text(PREFIX))
     }
 
     /// A call of one of the lock's scripts: every one takes the four keys, and the timeout
@@ -394,7 +426,7 @@ impl RwKind {
         }
         Call {
             script,
-            keys: self.keys.first(4),
+            keys: self.keys().first(4),
             args: argv,
         }
     }
@@ -410,50 +442,15 @@ impl RwKind {
 }
 
 impl Primitive for RwKind {
-    fn name(&self) -> &str {
-        self.keys.str(NAME)
-    }
-    fn name_text(&self) -> Name {
-        self.keys.text(NAME)
-    }
-    fn label(&self) -> &'static str {
-        match self.side {
-            Side::Read => "read_lock",
-            Side::Write => "write_lock",
-            Side::Either => "rw_lock",
-        }
-    }
-    fn refuses_name(&self) -> Option<String> {
-        self.keys.str(PREFIX).is_empty().then(|| {
-            format!(
-                "read-write lock name {:?} has a brace but no hash tag, so the timeout keys of \
-                 its read holds would land in another cluster slot: use a name without braces, \
-                 or with a hash tag (`{{tag}}`)",
-                self.name()
-            )
-        })
-    }
-    fn key(&self) -> Key {
-        self.keys.get(NAME)
-    }
-    fn wake(&self) -> Wake {
-        Wake::Shared(self.keys.text(CHANNEL))
+    fn profile(&self) -> &Profile {
+        &self.profile
     }
 }
 
 impl Kind for RwKind {
-    fn field_suffix(&self) -> &'static str {
-        match self.side {
-            Side::Read => "",
-            Side::Write | Side::Either => ":write",
-        }
-    }
-    fn place(&self) -> Option<Duration> {
-        self.place.filter(|_| self.side != Side::Read)
-    }
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let (script, last) = match self.side {
-            Side::Read => (&RW_READ_ACQUIRE, Value::from(self.place.is_some() as i64)),
+            Side::Read => (&RW_READ_ACQUIRE, Value::from(self.prefer_writers as i64)),
             Side::Write | Side::Either => (
                 &RW_WRITE_ACQUIRE,
                 Value::from(args.place_ms.unwrap_or_default() as i64),
@@ -483,9 +480,6 @@ impl Kind for RwKind {
         (self.side != Side::Read)
             .then(|| self.call(&RW_LEAVE, &[Value::from(field)], Some(request)))
     }
-    fn renewal(&self) -> Option<&'static Script> {
-        Some(&RW_RENEW)
-    }
 }
 
 impl Inspect for RwKind {
@@ -495,7 +489,7 @@ impl Inspect for RwKind {
     fn strays(&self) -> Option<String> {
         Some(format!(
             "{}:*:rwlock_timeout:*",
-            glob_escaped(self.keys.str(PREFIX))
+            glob_escaped(self.keys().str(PREFIX))
         ))
     }
     fn inspect(&self) -> Call {

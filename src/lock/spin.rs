@@ -7,14 +7,14 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::engine::{durations, Backoff};
 use crate::error::{Error, Result};
-use crate::lock::reentrant::Reentrant;
+use crate::lock::reentrant::{Reentrant, DEFAULT_BACKOFF};
 use crate::lock::{lock_acquires, lock_reads, Lock};
 use crate::owner::OwnerId;
 
 /// The first pause of a spin lock's waiter (Redisson's default).
-pub const DEFAULT_SPIN_FIRST_PAUSE: Duration = Duration::from_millis(1);
+pub const DEFAULT_SPIN_FIRST_PAUSE: Duration = DEFAULT_BACKOFF.first;
 /// The longest pause of a spin lock's waiter (Redisson's default).
-pub const DEFAULT_SPIN_MAX_PAUSE: Duration = Duration::from_millis(128);
+pub const DEFAULT_SPIN_MAX_PAUSE: Duration = DEFAULT_BACKOFF.cap;
 
 /// A reentrant distributed lock whose waiters never subscribe: Redisson's `RSpinLock`, with the
 /// reentrant lock's keys, guards, watchdog and cancel safety.
@@ -49,10 +49,7 @@ impl LockClient {
     /// A spin lock named `name`: reentrant like [`lock`](Self::lock), with waiters that back off
     /// instead of subscribing. Creating it costs nothing and sends nothing.
     pub fn spin_lock(&self, name: impl Into<String>) -> SpinLock {
-        let backoff = Backoff {
-            first: DEFAULT_SPIN_FIRST_PAUSE,
-            cap: DEFAULT_SPIN_MAX_PAUSE,
-        };
+        let backoff = DEFAULT_BACKOFF;
         SpinLock {
             lock: Lock::of_kind(
                 self.clone(),

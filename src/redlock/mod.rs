@@ -358,7 +358,7 @@ impl RedLock {
     /// Cancel safe: if the future is dropped, whatever an attempt in flight wrote is deleted on
     /// every node in the background.
     pub async fn lock(&self) -> Result<RedLockGuard> {
-        match self.acquire(None, None).await? {
+        match self.lock_within(None, None).await? {
             Some(guard) => Ok(guard),
             None => unreachable_without_deadline(&self.shared.name),
         }
@@ -375,7 +375,7 @@ impl RedLock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
-        match self.acquire(None, Some(lease)).await? {
+        match self.lock_within(None, Some(lease)).await? {
             Some(guard) => Ok(guard),
             None => unreachable_without_deadline(&self.shared.name),
         }
@@ -402,10 +402,10 @@ impl RedLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<RedLockGuard>> {
-        self.acquire(Some(wait), lease).await
+        self.lock_within(Some(wait), lease).await
     }
 
-    async fn acquire(
+    async fn lock_within(
         &self,
         wait: Option<Duration>,
         fixed_lease: Option<Duration>,
@@ -477,7 +477,7 @@ impl RedLock {
         // Whatever the requests wrote is deleted everywhere unless the guard takes it over, even
         // if this future is dropped half-way.
         let written = guard::Written::new(shared.clone(), token.clone(), lease);
-        let replies = shared.nodes.acquire(&token, lease_ms, timeout);
+        let replies = shared.nodes.set_everywhere(&token, lease_ms, timeout);
         let started = replies.started;
         let tally = replies.tally(&shared.nodes, Until::Quorum).await;
         let elapsed = tally.decided_at - started;

@@ -114,7 +114,12 @@ impl Nodes {
     }
 
     /// `SET key token NX PX lease` on every node.
-    pub(crate) fn acquire(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
+    pub(crate) fn set_everywhere(
+        &self,
+        token: &Token,
+        lease_ms: u64,
+        timeout: Duration,
+    ) -> Replies {
         self.on_every_node(token, timeout, move |writer, key, token| async move {
             // Sent once: the release that may follow must come after it on the wire.
             let slot = || Some(fred::util::redis_keyslot(key.as_bytes()));

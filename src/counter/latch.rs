@@ -11,7 +11,7 @@ use crate::client::LockClient;
 use crate::counter::read_counter;
 use crate::engine::{
     self, keys_without_expiry, Call, Class, Inspect, Inspection, Keys, Leak, Primitive, Profile,
-    Refusal, Script, WakeRule,
+    ProfileOf, Refusal, Script, WakeRule,
 };
 use crate::error::{Error, Result};
 use crate::layout::{Counted, Layout};
@@ -76,7 +76,7 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 pub struct CountDownLatch {
     client: LockClient,
     /// Its keys: the count (the name) and the channel.
-    profile: Profile,
+    profile: ProfileOf<[u32; 0]>,
 }
 
 impl LockClient {
@@ -94,7 +94,7 @@ impl CountDownLatch {
     pub(crate) fn at(client: &LockClient, key: String) -> CountDownLatch {
         CountDownLatch {
             client: client.clone(),
-            profile: Profile::new(&LATCH, Keys::new([&key, &names::latch_channel(&key)])),
+            profile: ProfileOf::new(&LATCH, Keys::new([&key, &names::latch_channel(&key)])),
         }
     }
 
@@ -273,7 +273,7 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
     at_key: |client, key| {
         let latch = CountDownLatch::at(client, key);
         let kind = LatchKind {
-            profile: Profile::new(&COUNTER, latch.profile.keys().clone()),
+            profile: ProfileOf::new(&COUNTER, latch.profile.keys().clone()),
         };
         Box::new(Counted {
             client: client.clone(),
@@ -284,7 +284,7 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
 
 /// A latch, as the engine's inspections and name checks see it; nobody acquires it.
 pub(crate) struct LatchKind {
-    profile: Profile,
+    profile: ProfileOf<[u32; 0]>,
 }
 
 /// The latch's class: reaching zero wakes every waiter.

@@ -14,7 +14,7 @@ use crate::counter::check_permits;
 use crate::counter::semaphore::{ADD, TRY_SET};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
-    Leak, Lease, Primitive, Profile, Refusal, ReleaseArgs, Script, WakeRule, Win,
+    Leak, Lease, Primitive, Profile, ProfileOf, Refusal, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout, OwnKey};
@@ -107,7 +107,7 @@ pub struct PermitSemaphore {
     client: LockClient,
     /// Its keys: the counter (the name), the leases, the channel, the fences of lost replies;
     /// the leases are empty for a name it refuses.
-    profile: Profile,
+    profile: ProfileOf<[u32; 0]>,
 }
 
 /// One permit of a [`PermitSemaphore`]: given back by [`release`](Self::release) or by dropping
@@ -153,7 +153,7 @@ impl PermitSemaphore {
         let leases = names::permit_leases(&key).unwrap_or_default();
         PermitSemaphore {
             client: client.clone(),
-            profile: Profile::new(
+            profile: ProfileOf::new(
                 &PERMIT_SEMAPHORE,
                 Keys::new([
                     &key,
@@ -412,7 +412,7 @@ impl fmt::Debug for LeasedPermit {
 
 /// A permit semaphore, as the engine sees it.
 pub(crate) struct PermitKind {
-    profile: Profile,
+    profile: ProfileOf<[u32; 0]>,
 }
 
 /// The permit semaphore's class: a release announces the permits available; the watchdog

@@ -11,7 +11,7 @@ use crate::client::LockClient;
 use crate::counter::{check_permits, read_counter};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
-    Leak, Lease, Primitive, Profile, ReleaseArgs, Script, WakeRule, Win,
+    Leak, Lease, Own, Primitive, Profile, ProfileOf, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
 use crate::layout::{Counted, Layout};
@@ -102,7 +102,7 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true
 pub struct Semaphore {
     client: LockClient,
     /// Its keys: the counter (the name), the channel, the fences of lost replies, the grants.
-    profile: Profile,
+    profile: ProfileOf<[u32; 0]>,
 }
 
 /// Permits taken from a [`Semaphore`], given back by [`release`](Self::release) or by dropping
@@ -294,7 +294,7 @@ impl Semaphore {
 
     fn kind(&self, permits: u32) -> SemaphoreKind {
         SemaphoreKind {
-            profile: self.profile.clone().with_wants(permits),
+            profile: self.profile.wanting(permits),
         }
     }
 
@@ -381,12 +381,15 @@ impl fmt::Debug for SemaphorePermit {
 
 /// One acquisition of a semaphore, as the engine sees it: its keys and the permits it wants.
 pub(crate) struct SemaphoreKind {
-    profile: Profile,
+    profile: ProfileOf<[u32; 1]>,
 }
 
 /// The semaphore's class: a release announces the permits available, which wake the waiters
 /// whose wants fit; permits have no lease to renew.
-static SEMAPHORE: Class = Class::new("semaphore", WakeRule::Counted(CHANNEL));
+static SEMAPHORE: Class = Class {
+    own: Own::Wants,
+    ..Class::new("semaphore", WakeRule::Counted(CHANNEL))
+};
 
 /// A semaphore is known by fredlock's grants, while any permit of fredlock's is out.
 pub(crate) const LAYOUT: Layout = Layout {
@@ -418,7 +421,7 @@ impl LockClient {
     fn semaphore_at(&self, key: String) -> Semaphore {
         Semaphore {
             client: self.clone(),
-            profile: Profile::new(
+            profile: ProfileOf::new(
                 &SEMAPHORE,
                 Keys::new([
                     &key,

@@ -89,10 +89,11 @@ pub(crate) fn acquire(
             .core()
             .field_with(owner, kind.profile().field_suffix()),
     );
-    let label = kind.profile().label();
+    // The class, not its label: a pointer is half a `&str` in every waiting task.
+    let class = kind.profile().class();
     let span = tracing::debug_span!(
         "acquire",
-        lock = %pair.name, kind = label, owner = %pair.field,
+        lock = %pair.name, kind = class.label, owner = %pair.field,
         waited_ms = tracing::field::Empty, outcome = tracing::field::Empty,
     );
     async move {
@@ -109,7 +110,7 @@ pub(crate) fn acquire(
         engine
             .core()
             .metrics
-            .acquire_ended(label, &pair.name, waited, &ended);
+            .acquire_ended(class.label, &pair.name, waited, &ended);
         let span = tracing::Span::current();
         span.record("waited_ms", waited.as_millis() as u64);
         span.record("outcome", ended.outcome());

@@ -82,11 +82,12 @@ static EPOCH: LazyLock<Instant> = LazyLock::new(|| {
     now.checked_sub(Duration::from_secs(1 << 20)).unwrap_or(now)
 });
 
-fn since_epoch(at: Instant) -> u64 {
+/// `at` in ns since [`EPOCH`]: an instant in 8 bytes instead of 16.
+pub(crate) fn since_epoch(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(*EPOCH).as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn from_epoch(nanos: u64) -> Instant {
+pub(crate) fn from_epoch(nanos: u64) -> Instant {
     *EPOCH + Duration::from_nanos(nanos)
 }
 

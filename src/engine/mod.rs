@@ -52,7 +52,7 @@ pub use inspect::{EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub(crate) use kind::{AcquireArgs, Call, Kind, Primitive, ReleaseArgs};
 pub(crate) use ledger::Request;
 pub(crate) use metrics::Metrics;
-pub(crate) use profile::{Backoff, Class, Keys, Profile, Refusal, WakeRule};
+pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
 

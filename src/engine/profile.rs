@@ -152,7 +152,9 @@ pub(crate) struct Class {
     pub(crate) renewal_key: usize,
     /// How its waiters wake.
     pub(crate) wake: WakeRule,
-    /// The names it cannot take, if there are any.
+    /// What its handles keep of their own.
+    pub(crate) own: Own,
+    /// The names it cannot take, if there are any: a rule on a handle's keys.
     pub(crate) refusal: Option<Refusal>,
 }
 
@@ -166,72 +168,99 @@ impl Class {
             renewal: None,
             renewal_key: 0,
             wake,
+            own: Own::Nothing,
             refusal: None,
         }
     }
 }
 
-/// The engine's view of one primitive, worked out once when its handle is made: its keys (the
-/// name first), its class, and the handle's own settings.
-#[derive(Clone)]
-pub(crate) struct Profile {
-    keys: Keys,
-    class: &'static Class,
-    /// How long a waiter's queue place lasts without another attempt, in ms, for a kind whose
-    /// waiters queue; 0 for one whose waiters do not. Kept in 32 bits so that the profile of a
-    /// plain lock stays small: a place is capped at about 49 days.
-    place_ms: u32,
-    /// How much of what a [`Wake::Counted`] release announces one waiter needs.
-    wants: u32,
-    /// A waiter's pauses, for a class whose waiters back off and a handle that does not keep
-    /// the class's: boxed, as most do not.
-    backoff: Option<Box<Backoff>>,
-    /// Whether the class's refusal applies to these keys: worked out when made.
-    refused: bool,
+/// What a class's handles keep of their own, in the slots of their profile: each costs a
+/// handle 4 bytes, and a kind with none pays nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Own {
+    /// Nothing.
+    Nothing,
+    /// How long a waiter's queue place lasts without another attempt, in ms (capped at about
+    /// 49 days), in the first slot; none when 0 or absent.
+    Place,
+    /// How many units of a counted release one waiter needs, in the first slot; 1 when absent.
+    Wants,
+    /// A waiter's backoff, first pause and cap in µs (a cap over about 71 minutes counts as
+    /// that; every pause is bounded by the holder's lease as well), in the first two slots; the
+    /// class's when absent.
+    Backoff,
 }
 
-impl Profile {
-    /// A primitive of class `class` at `keys` (its name first), whose waiters want one unit and
-    /// do not queue.
-    pub(crate) fn new(class: &'static Class, keys: Keys) -> Profile {
-        let refused = class
-            .refusal
-            .as_ref()
-            .is_some_and(|refusal| (refusal.refuses)(&keys));
-        Profile {
+/// The engine's view of one primitive, worked out once when its handle is made: its keys (the
+/// name first), its class, and the handle's own settings in `own` slots whose meaning the
+/// class gives ([`Class::own`]). The engine sees every kind's as a [`Profile`], whatever the
+/// number of slots.
+#[derive(Clone)]
+pub(crate) struct ProfileOf<Slots: ?Sized> {
+    keys: Keys,
+    class: &'static Class,
+    own: Slots,
+}
+
+/// A profile as the engine reads it, with however many slots its kind keeps.
+pub(crate) type Profile = ProfileOf<[u32]>;
+
+/// `duration` in whole units of `unit`, at least 1 and at most `u32::MAX`.
+fn units(duration: Duration, unit: Duration) -> u32 {
+    u32::try_from((duration.as_nanos() / unit.as_nanos()).max(1)).unwrap_or(u32::MAX)
+}
+
+impl ProfileOf<[u32; 0]> {
+    /// A primitive of class `class` at `keys` (its name first), keeping nothing of its own.
+    pub(crate) fn new(class: &'static Class, keys: Keys) -> ProfileOf<[u32; 0]> {
+        ProfileOf {
             keys,
             class,
-            place_ms: 0,
-            wants: 1,
-            backoff: None,
-            refused,
+            own: [],
         }
     }
 
-    /// The same, whose waiters keep a queue place of `place` (none for `None` or zero).
-    pub(crate) fn with_place(self, place: Option<Duration>) -> Profile {
-        let place_ms = place.map_or(0, |place| {
-            u32::try_from(place.as_millis().max(1)).unwrap_or(u32::MAX)
-        });
-        Profile { place_ms, ..self }
+    /// The same, whose waiters keep a queue place of `place` (none for `None`), for a class
+    /// of [`Own::Place`].
+    pub(crate) fn with_place(self, place: Option<Duration>) -> ProfileOf<[u32; 1]> {
+        let ms = place.map_or(0, |place| units(place, Duration::from_millis(1)));
+        self.with_own([ms])
     }
 
-    /// The same, whose waiters each want `wants` units of a counted release.
-    pub(crate) fn with_wants(self, wants: u32) -> Profile {
-        Profile { wants, ..self }
+    /// The same, whose waiters pause by `backoff` instead of the class's, for a class of
+    /// [`Own::Backoff`].
+    pub(crate) fn with_backoff(self, backoff: Backoff) -> ProfileOf<[u32; 2]> {
+        let us = Duration::from_micros(1);
+        self.with_own([units(backoff.first, us), units(backoff.cap, us)])
     }
 
-    /// The same, whose waiters pause by `backoff` (for a class that backs off) instead of the
-    /// class's.
-    pub(crate) fn with_backoff(self, backoff: Backoff) -> Profile {
-        let own = match self.class.wake {
-            WakeRule::Backoff(default) => backoff != default,
-            _ => false,
-        };
-        Profile {
-            backoff: own.then(|| Box::new(backoff)),
-            ..self
+    fn with_own<const N: usize>(self, own: [u32; N]) -> ProfileOf<[u32; N]> {
+        ProfileOf {
+            keys: self.keys,
+            class: self.class,
+            own,
         }
+    }
+}
+
+impl<const N: usize> ProfileOf<[u32; N]> {
+    /// The same profile, wanting `wants` (a semaphore's acquisition): for a class of
+    /// [`Own::Wants`].
+    pub(crate) fn wanting(&self, wants: u32) -> ProfileOf<[u32; 1]> {
+        ProfileOf {
+            keys: self.keys.clone(),
+            class: self.class,
+            own: [wants],
+        }
+    }
+}
+
+impl<Slots: AsRef<[u32]> + ?Sized> ProfileOf<Slots> {
+    /// The handle's `i`-th slot, if its class keeps `what` there.
+    fn slot(&self, what: Own, i: usize) -> Option<u32> {
+        (self.class.own == what)
+            .then(|| self.own.as_ref().get(i).copied())
+            .flatten()
     }
 
     /// The primitive's keys, as given when made.
@@ -287,27 +316,35 @@ impl Profile {
             WakeRule::PerWaiter(at) => Wake::PerWaiter(self.keys.text(at)),
             WakeRule::Counted(at) => Wake::Counted(self.keys.text(at)),
             WakeRule::AtZero(at) => Wake::AtZero(self.keys.text(at)),
-            WakeRule::Backoff(default) => {
-                Wake::Backoff(self.backoff.as_deref().copied().unwrap_or(default))
-            }
+            WakeRule::Backoff(default) => Wake::Backoff(
+                match (self.slot(Own::Backoff, 0), self.slot(Own::Backoff, 1)) {
+                    (Some(first_us), Some(cap_us)) => Backoff {
+                        first: Duration::from_micros(first_us.into()),
+                        cap: Duration::from_micros(cap_us.into()),
+                    },
+                    _ => default,
+                },
+            ),
         }
     }
 
     /// How long a waiter's queue place lasts without another attempt, for a primitive whose
     /// waiters queue; `None` for one whose waiters do not.
     pub(crate) fn place(&self) -> Option<Duration> {
-        (self.place_ms > 0).then(|| Duration::from_millis(self.place_ms.into()))
+        let ms = self.slot(Own::Place, 0).filter(|ms| *ms > 0)?;
+        Some(Duration::from_millis(ms.into()))
     }
 
     /// How much of what a [`Wake::Counted`] release announces one waiter needs (a semaphore
     /// waiter's permits); 1 for every other.
     pub(crate) fn wants(&self) -> u32 {
-        self.wants
+        self.slot(Own::Wants, 0).unwrap_or(1)
     }
 
-    /// Why the primitive cannot take its name, if it cannot.
+    /// Why the primitive cannot take its name, if it cannot: its class's rule on its keys.
     pub(crate) fn refusal(&self) -> Option<String> {
-        let refusal = self.class.refusal.as_ref().filter(|_| self.refused)?;
+        let refusal =
+            (self.class.refusal.as_ref()).filter(|refusal| (refusal.refuses)(&self.keys))?;
         Some(format!(
             "{} name {:?} {}",
             refusal.what,
@@ -340,15 +377,62 @@ mod tests {
 
     #[test]
     fn a_place_is_kept_in_ms_and_none_is_none() {
-        static CLASS: Class = Class::new("lock", WakeRule::Shared(1));
-        let profile = Profile::new(&CLASS, Keys::new(["a", "b"]));
+        static QUEUE: Class = Class {
+            own: Own::Place,
+            ..Class::new("fair_lock", WakeRule::PerWaiter(1))
+        };
+        let profile = ProfileOf::new(&QUEUE, Keys::new(["a", "b"]));
         assert_eq!(profile.place(), None);
         let placed = profile
             .clone()
             .with_place(Some(Duration::from_millis(1500)));
         assert_eq!(placed.place(), Some(Duration::from_millis(1500)));
+        assert_eq!(placed.wants(), 1);
         let tiny = profile.clone().with_place(Some(Duration::from_micros(10)));
         assert_eq!(tiny.place(), Some(Duration::from_millis(1)));
         assert_eq!(profile.with_place(None).place(), None);
+    }
+
+    #[test]
+    fn slots_mean_what_the_class_says() {
+        static COUNTED: Class = Class {
+            own: Own::Wants,
+            ..Class::new("semaphore", WakeRule::Counted(1))
+        };
+        let profile = ProfileOf::new(&COUNTED, Keys::new(["a", "b"]));
+        assert_eq!(profile.wants(), 1);
+        assert_eq!(profile.wanting(7).wants(), 7);
+        assert_eq!(profile.wanting(7).place(), None);
+    }
+
+    #[test]
+    fn a_backoff_of_its_own_is_kept_and_the_class_default_otherwise() {
+        const DEFAULT: Backoff = Backoff {
+            first: Duration::from_millis(1),
+            cap: Duration::from_millis(128),
+        };
+        static SPIN: Class = Class {
+            own: Own::Backoff,
+            ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT))
+        };
+        let profile = ProfileOf::new(&SPIN, Keys::new(["a"]));
+        assert!(matches!(profile.wake(), Wake::Backoff(backoff) if backoff == DEFAULT));
+        let own = Backoff {
+            first: Duration::from_micros(2500),
+            cap: Duration::from_secs(3),
+        };
+        let profile = profile.with_backoff(own);
+        assert!(matches!(profile.wake(), Wake::Backoff(backoff) if backoff == own));
+        assert_eq!(profile.wants(), 1);
+        assert_eq!(profile.place(), None);
+    }
+
+    /// A plain lock's handle keeps its profile and nothing else: what every held lock and
+    /// waiting task pays. Each slot adds 4 bytes.
+    #[test]
+    fn a_profile_stays_small() {
+        assert_eq!(std::mem::size_of::<ProfileOf<[u32; 0]>>(), 56);
+        assert_eq!(std::mem::size_of::<ProfileOf<[u32; 1]>>(), 64);
+        assert_eq!(std::mem::size_of::<ProfileOf<[u32; 2]>>(), 64);
     }
 }

@@ -8,8 +8,8 @@ use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    keys_without_expiry, AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Leak,
-    Primitive, Profile, ReleaseArgs, Request, Script, WakeRule,
+    keys_without_expiry, AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Leak, Own,
+    Primitive, Profile, ProfileOf, ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
@@ -169,12 +169,13 @@ struct Fair {
     /// replies were lost (see `engine::ledger`); and, not a key, the prefix of each waiter's
     /// own channel, `<prefix>:<waiter field>`, which every call passes as an argument. And how
     /// long a waiter keeps its place without trying again.
-    profile: Profile,
+    profile: ProfileOf<[u32; 1]>,
 }
 
 /// The fair lock's class: each waiter is told on its own channel.
 static FAIR_LOCK: Class = Class {
     renewal: Some(&LOCK_RENEW),
+    own: Own::Place,
     ..Class::new("fair_lock", WakeRule::PerWaiter(CHANNEL))
 };
 
@@ -188,7 +189,7 @@ impl Fair {
             &names::lock_channel(&name),
         ]);
         Fair {
-            profile: Profile::new(&FAIR_LOCK, keys).with_place(Some(place)),
+            profile: ProfileOf::new(&FAIR_LOCK, keys).with_place(Some(place)),
         }
     }
 

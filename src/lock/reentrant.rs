@@ -8,8 +8,8 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Backoff, Call, Class, Inspect, Keys, Kind, Primitive, Profile, ReleaseArgs,
-    Script, WakeRule,
+    AcquireArgs, Backoff, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf,
+    ReleaseArgs, Script, WakeRule,
 };
 use crate::layout::Layout;
 use crate::lock::{Lock, LockKind};
@@ -80,16 +80,17 @@ static LOCK: Class = listening("lock");
 /// The spin lock's: the same holds, with waiters that back off instead of listening.
 static SPIN_LOCK: Class = Class {
     renewal: Some(&LOCK_RENEW),
+    own: Own::Backoff,
     ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT_BACKOFF))
 };
 
 /// The reentrant lock's kind (Redisson's `RLock`); the spin lock is the same with waiters that
 /// back off instead of listening, and its releases announce nothing.
-pub(crate) struct Reentrant {
+pub(crate) struct Reentrant<const SLOTS: usize = 0> {
     /// Its keys: the hash of holds (the name), the channel every final unlock is published on,
     /// and the ids of calls whose replies were lost, which never take effect (see
     /// `engine::ledger`).
-    profile: Profile,
+    profile: ProfileOf<[u32; SLOTS]>,
 }
 
 impl Reentrant {
@@ -100,7 +101,7 @@ impl Reentrant {
     /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
     pub(crate) fn new(name: String) -> Reentrant {
         Reentrant {
-            profile: Profile::new(&LOCK, Reentrant::keys(&name)),
+            profile: ProfileOf::new(&LOCK, Reentrant::keys(&name)),
         }
     }
 
@@ -109,17 +110,20 @@ impl Reentrant {
     pub(crate) fn with_key(class: &'static Class, name: &str, more: &str) -> Reentrant {
         let keys = Keys::new([name, &names::lock_channel(name), &names::fences(name), more]);
         Reentrant {
-            profile: Profile::new(class, keys),
+            profile: ProfileOf::new(class, keys),
         }
     }
 
-    /// The same lock, whose waiters back off instead (and whose releases announce nothing).
-    pub(crate) fn spinning(name: String, backoff: Backoff) -> Reentrant {
+    /// The same lock, whose waiters back off by `backoff` instead (and whose releases
+    /// announce nothing).
+    pub(crate) fn spinning(name: String, backoff: Backoff) -> Reentrant<2> {
         Reentrant {
-            profile: Profile::new(&SPIN_LOCK, Reentrant::keys(&name)).with_backoff(backoff),
+            profile: ProfileOf::new(&SPIN_LOCK, Reentrant::keys(&name)).with_backoff(backoff),
         }
     }
+}
 
+impl<const SLOTS: usize> Reentrant<SLOTS> {
     fn hash(&self) -> Key {
         self.profile.keys().get(NAME)
     }
@@ -156,13 +160,13 @@ impl Reentrant {
     }
 }
 
-impl Primitive for Reentrant {
+impl<const SLOTS: usize> Primitive for Reentrant<SLOTS> {
     fn profile(&self) -> &Profile {
         &self.profile
     }
 }
 
-impl Kind for Reentrant {
+impl<const SLOTS: usize> Kind for Reentrant<SLOTS> {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         self.acquire_call(&LOCK_ACQUIRE, args)
     }
@@ -181,7 +185,7 @@ impl Kind for Reentrant {
     }
 }
 
-impl Inspect for Reentrant {
+impl<const SLOTS: usize> Inspect for Reentrant<SLOTS> {
     fn inspect(&self) -> Call {
         Call {
             script: &LOCK_INSPECT,
@@ -191,7 +195,7 @@ impl Inspect for Reentrant {
     }
 }
 
-impl LockKind for Reentrant {
+impl<const SLOTS: usize> LockKind for Reentrant<SLOTS> {
     fn force_unlock(&self) -> Call {
         Call {
             script: &LOCK_FORCE_UNLOCK,

@@ -8,8 +8,8 @@ use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Primitive, Profile, Refusal,
-    ReleaseArgs, Request, Script, WakeRule,
+    AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Own, Primitive, Profile, ProfileOf,
+    Refusal, ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::error::Result;
 use crate::layout::{glob_escaped, Layout};
@@ -355,7 +355,7 @@ struct RwKind {
     /// writers, and, not a key, the prefix of read-hold timeout keys (empty for a name it
     /// refuses). On the write side, how long a waiting writer keeps new readers out without
     /// trying again (none with reader preference).
-    profile: Profile,
+    profile: ProfileOf<[u32; 1]>,
     side: Side,
     /// Whether waiting writers keep new readers out.
     prefer_writers: bool,
@@ -374,6 +374,7 @@ const fn side(label: &'static str, field_suffix: &'static str) -> Class {
     Class {
         field_suffix,
         renewal: Some(&RW_RENEW),
+        own: Own::Place,
         refusal: Some(REFUSAL),
         ..Class::new(label, WakeRule::Shared(CHANNEL))
     }
@@ -401,7 +402,7 @@ impl RwKind {
         // Only a writer waits in the line of writers.
         let place = (prefer_writers && side != Side::Read).then(|| client.queue_place());
         RwKind {
-            profile: Profile::new(class, keys).with_place(place),
+            profile: ProfileOf::new(class, keys).with_place(place),
             side,
             prefer_writers,
         }

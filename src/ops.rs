@@ -285,19 +285,19 @@ fn is_own_key(key: &str) -> bool {
 pub fn source(name: &str) -> Option<&'static str> {
     let script: &'static Script = if let Some(rest) = name.strip_prefix("permit_semaphore_") {
         match rest {
-            "acquire" => &crate::counter::permit_semaphore::ACQUIRE,
-            "release" => &crate::counter::permit_semaphore::RELEASE,
+            "acquire" => &crate::counter::permit_semaphore::PERMIT_ACQUIRE,
+            "release" => &crate::counter::permit_semaphore::PERMIT_RELEASE,
             _ => return None,
         }
     } else if let Some(rest) = name.strip_prefix("semaphore_") {
         match rest {
-            "acquire" => &crate::counter::semaphore::ACQUIRE,
-            "release" => &crate::counter::semaphore::RELEASE,
-            "add" => &crate::counter::semaphore::ADD,
+            "acquire" => &crate::counter::semaphore::SEMAPHORE_ACQUIRE,
+            "release" => &crate::counter::semaphore::SEMAPHORE_RELEASE,
+            "add" => &crate::counter::semaphore::SEMAPHORE_ADD,
             _ => return None,
         }
     } else if name == "latch_count_down" {
-        &crate::counter::latch::COUNT_DOWN
+        &crate::counter::latch::LATCH_COUNT_DOWN
     } else if name == "fenced_acquire" {
         &crate::lock::fenced::FENCED_ACQUIRE
     } else if let Some(rest) = name.strip_prefix("lock_") {

@@ -27,17 +27,19 @@ const CHANNEL: usize = 1;
 const SCRIPTS: &str = include_str!("../../lua/latch.lua");
 
 /// Sets the count of a latch that has none.
-static TRY_SET_COUNT: LazyLock<Script> =
+static LATCH_TRY_SET_COUNT: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "try_set_count", false, false));
 /// Counts down by one, announcing zero.
-pub(crate) static COUNT_DOWN: LazyLock<Script> =
+pub(crate) static LATCH_COUNT_DOWN: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "count_down", false, true));
 /// Deletes the latch, releasing its waiters.
-static DELETE: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "delete", false, true));
+static LATCH_DELETE: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "delete", false, true));
 /// Whether the count is zero, for a waiter.
-static CHECK: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "check", false, false));
+static LATCH_CHECK: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "check", false, false));
 /// Reads the latch for an inspection.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
+static LATCH_INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
 
 /// A distributed count-down latch, Redisson's `RCountDownLatch`: instances wait until a set of
 /// others has finished (counted down), across every client on the same Redis, Java Redisson
@@ -127,7 +129,9 @@ impl CountDownLatch {
                     i64::MAX
                 ))
             })?;
-        let set: i64 = self.run(&TRY_SET_COUNT, vec![Value::from(count)]).await?;
+        let set: i64 = self
+            .run(&LATCH_TRY_SET_COUNT, vec![Value::from(count)])
+            .await?;
         Ok(set == 1)
     }
 
@@ -144,7 +148,7 @@ impl CountDownLatch {
     /// Not cancel safe in the sense that the count may go down although the future was dropped
     /// before reporting it.
     pub async fn count_down(&self) -> Result<u64> {
-        let left: i64 = self.run(&COUNT_DOWN, Vec::new()).await?;
+        let left: i64 = self.run(&LATCH_COUNT_DOWN, Vec::new()).await?;
         Ok(u64::try_from(left).unwrap_or(0))
     }
 
@@ -202,7 +206,7 @@ impl CountDownLatch {
     /// Not cancel safe in the sense that the latch may be deleted although the future was
     /// dropped before reporting it.
     pub async fn delete(&self) -> Result<bool> {
-        let deleted: i64 = self.run(&DELETE, Vec::new()).await?;
+        let deleted: i64 = self.run(&LATCH_DELETE, Vec::new()).await?;
         Ok(deleted == 1)
     }
 
@@ -224,7 +228,7 @@ impl CountDownLatch {
         engine::wait_until(
             self.client.engine(),
             &kind,
-            || self.call(&CHECK, Vec::new()),
+            || self.call(&LATCH_CHECK, Vec::new()),
             wait,
         )
         .await
@@ -320,7 +324,7 @@ impl Primitive for LatchKind {
 
 impl Inspect for LatchKind {
     fn inspect(&self) -> Call {
-        self.call(&INSPECT, Vec::new())
+        self.call(&LATCH_INSPECT, Vec::new())
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The count lasts until it reaches zero, by design (Redisson's).

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
 use crate::counter::check_permits;
-use crate::counter::semaphore::{ADD, TRY_SET};
+use crate::counter::semaphore::{SEMAPHORE_ADD, SEMAPHORE_TRY_SET};
 use crate::engine::{
     self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
     Leak, Lease, Primitive, Profile, ProfileOf, Refusal, ReleaseArgs, Script, WakeRule, Win,
@@ -32,21 +32,22 @@ const CHANNEL: usize = 2;
 const SCRIPTS: &str = include_str!("../../lua/permit_semaphore.lua");
 
 /// Takes one permit for a lease.
-pub(crate) static ACQUIRE: LazyLock<Script> =
+pub(crate) static PERMIT_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "acquire", true, false));
 /// Gives back one permit of a guard.
-pub(crate) static RELEASE: LazyLock<Script> =
+pub(crate) static PERMIT_RELEASE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "release", true, true));
 /// Gives back a permit by its id, whoever took it.
-static RELEASE_BY_ID: LazyLock<Script> =
+static PERMIT_RELEASE_BY_ID: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "release_by_id", false, true));
 /// Reads the permits available, giving back those whose leases ended.
-static AVAILABLE: LazyLock<Script> =
+static PERMIT_AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "available", false, true));
 /// Extends (or checks) many leases in one call.
-static RENEW: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "renew", false, true));
+static PERMIT_RENEW: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "renew", false, true));
 /// Reads the semaphore for an inspection.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
+static PERMIT_INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
 
 /// A distributed semaphore whose permits are **leases**: Redisson's
 /// `RPermitExpirableSemaphore`, with the same keys, so Java and Rust clients share its permits,
@@ -184,7 +185,7 @@ impl PermitSemaphore {
     /// before reporting it.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
         let set: i64 = self
-            .send(self.kind().counter_call(&TRY_SET, permits))
+            .send(self.kind().counter_call(&SEMAPHORE_TRY_SET, permits))
             .await?;
         Ok(set == 1)
     }
@@ -202,7 +203,9 @@ impl PermitSemaphore {
     /// As [`try_set_permits`](Self::try_set_permits).
     pub async fn add_permits(&self, permits: u32) -> Result<()> {
         check_permits(self.name(), permits)?;
-        let _: i64 = self.send(self.kind().counter_call(&ADD, permits)).await?;
+        let _: i64 = self
+            .send(self.kind().counter_call(&SEMAPHORE_ADD, permits))
+            .await?;
         Ok(())
     }
 
@@ -217,7 +220,7 @@ impl PermitSemaphore {
     ///
     /// Cancel safe: what it changes, the next call would have.
     pub async fn available_permits(&self) -> Result<i64> {
-        self.send(self.call(&AVAILABLE, Vec::new())).await
+        self.send(self.call(&PERMIT_AVAILABLE, Vec::new())).await
     }
 
     /// Gives back the permit `id` (a [`LeasedPermit::id`], from any client), whoever holds it:
@@ -232,7 +235,7 @@ impl PermitSemaphore {
     /// Not cancel safe in the sense that the permit may be given back although the future was
     /// dropped before reporting it.
     pub async fn release_by_id(&self, id: &str) -> Result<bool> {
-        let call = self.call(&RELEASE_BY_ID, vec![Value::from(id)]);
+        let call = self.call(&PERMIT_RELEASE_BY_ID, vec![Value::from(id)]);
         let released: i64 = self.send(call).await?;
         Ok(released == 1)
     }
@@ -418,7 +421,7 @@ pub(crate) struct PermitKind {
 /// The permit semaphore's class: a release announces the permits available; the watchdog
 /// extends leases.
 static PERMIT_SEMAPHORE: Class = Class {
-    renewal: Some(&RENEW),
+    renewal: Some(&PERMIT_RENEW),
     renewal_key: LEASES,
     refusal: Some(Refusal {
         what: "permit semaphore",
@@ -463,7 +466,7 @@ impl Kind for PermitKind {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
         let mut argv = vec![args.lease.clone(), Value::String(args.field.clone())];
         args.request.append_to(&mut argv);
-        self.call(&ACQUIRE, argv)
+        self.call(&PERMIT_ACQUIRE, argv)
     }
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = vec![
@@ -471,13 +474,13 @@ impl Kind for PermitKind {
             Value::from(args.left as i64),
         ];
         args.request.append_to(&mut argv);
-        self.call(&RELEASE, argv)
+        self.call(&PERMIT_RELEASE, argv)
     }
 }
 
 impl Inspect for PermitKind {
     fn inspect(&self) -> Call {
-        self.call(&INSPECT, Vec::new())
+        self.call(&PERMIT_INSPECT, Vec::new())
     }
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         // The counter lasts by design, and the leases while permits are out; what does not

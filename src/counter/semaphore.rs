@@ -29,26 +29,29 @@ const GRANTS: usize = 3;
 const SCRIPTS: &str = include_str!("../../lua/semaphore.lua");
 
 /// Takes permits for one acquisition, recording its grant.
-pub(crate) static ACQUIRE: LazyLock<Script> =
+pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "acquire", true, false));
 /// Gives back a grant's permits.
-pub(crate) static RELEASE: LazyLock<Script> =
+pub(crate) static SEMAPHORE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "release", true, true));
 /// Drops a grant's record, its permits staying taken.
-static FORGET: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "forget", false, true));
+static SEMAPHORE_FORGET: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "forget", false, true));
 /// Sets the permits of a semaphore that has none set (a permit semaphore's too: KEYS are the
 /// counter and the channel).
-pub(crate) static TRY_SET: LazyLock<Script> =
+pub(crate) static SEMAPHORE_TRY_SET: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "try_set", false, false));
 /// Sets the permits available.
-static SET: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "set", false, false));
+static SEMAPHORE_SET: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "set", false, false));
 /// Adds permits, nobody's in particular (to a permit semaphore's counter too).
-pub(crate) static ADD: LazyLock<Script> =
+pub(crate) static SEMAPHORE_ADD: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "add", false, true));
 /// Takes every permit available.
-static DRAIN: LazyLock<Script> = LazyLock::new(|| counter_script(SCRIPTS, "drain", false, false));
+static SEMAPHORE_DRAIN: LazyLock<Script> =
+    LazyLock::new(|| counter_script(SCRIPTS, "drain", false, false));
 /// Reads the semaphore for an inspection.
-static INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
+static SEMAPHORE_INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));
 
 /// A distributed counting semaphore, Redisson's `RSemaphore`: at most so many permits out at
 /// once across every client on the same Redis, Java Redisson clients included.
@@ -143,7 +146,7 @@ impl Semaphore {
     /// Not cancel safe in the sense that the permits may be set although the future was dropped
     /// before reporting it.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool> {
-        let set: i64 = self.run(&TRY_SET, Some(permits)).await?;
+        let set: i64 = self.run(&SEMAPHORE_TRY_SET, Some(permits)).await?;
         Ok(set == 1)
     }
 
@@ -159,7 +162,9 @@ impl Semaphore {
     ///
     /// As [`try_set_permits`](Self::try_set_permits).
     pub async fn set_permits(&self, permits: u32) -> Result<()> {
-        self.run::<i64>(&SET, Some(permits)).await.map(drop)
+        self.run::<i64>(&SEMAPHORE_SET, Some(permits))
+            .await
+            .map(drop)
     }
 
     /// Adds `permits` to those available (Redisson's `addPermits`), and wakes waiters that fit.
@@ -173,7 +178,9 @@ impl Semaphore {
     /// As [`try_set_permits`](Self::try_set_permits).
     pub async fn add_permits(&self, permits: u32) -> Result<()> {
         check_permits(self.name(), permits)?;
-        self.run::<i64>(&ADD, Some(permits)).await.map(drop)
+        self.run::<i64>(&SEMAPHORE_ADD, Some(permits))
+            .await
+            .map(drop)
     }
 
     /// Gives back `permits` that nobody's guard holds (Redisson's `release(n)`, which has no
@@ -217,7 +224,7 @@ impl Semaphore {
     ///
     /// As [`try_set_permits`](Self::try_set_permits).
     pub async fn drain_permits(&self) -> Result<u64> {
-        let drained: i64 = self.run(&DRAIN, None).await?;
+        let drained: i64 = self.run(&SEMAPHORE_DRAIN, None).await?;
         Ok(u64::try_from(drained).unwrap_or(0))
     }
 
@@ -348,7 +355,9 @@ impl SemaphorePermit {
     /// background.
     pub fn forget(self) {
         let engine = self.guard.engine().clone();
-        let call = self.kind.call(&FORGET, vec![Value::from(self.grant())]);
+        let call = self
+            .kind
+            .call(&SEMAPHORE_FORGET, vec![Value::from(self.grant())]);
         let grant = self.grant().to_owned();
         self.guard.forget();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -447,7 +456,7 @@ impl Kind for SemaphoreKind {
             Value::String(args.field.clone()),
         ];
         args.request.append_to(&mut argv);
-        self.call(&ACQUIRE, argv)
+        self.call(&SEMAPHORE_ACQUIRE, argv)
     }
     fn release(&self, args: &ReleaseArgs<'_>) -> Call {
         let mut argv = vec![
@@ -455,13 +464,13 @@ impl Kind for SemaphoreKind {
             Value::from(args.left as i64),
         ];
         args.request.append_to(&mut argv);
-        self.call(&RELEASE, argv)
+        self.call(&SEMAPHORE_RELEASE, argv)
     }
 }
 
 impl Inspect for SemaphoreKind {
     fn inspect(&self) -> Call {
-        self.call(&INSPECT, Vec::new())
+        self.call(&SEMAPHORE_INSPECT, Vec::new())
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The counter lasts by design (Redisson's), and so do the grants while permits are out.

@@ -59,7 +59,7 @@ enum Attempt {
 /// What an acquire call did in Redis, carried out of [`InFlight`] with its undo armed, so that
 /// an abandoned call undoes itself.
 enum Outcome {
-    /// Dropping the win's guard, if nobody claims it, gives the hold back.
+    /// Dropping the win's guard, unless the caller keeps it, gives the hold back.
     Won(Win),
     /// Held by another owner: the PTTL in ms, and for a queueing kind the place in its queue.
     Busy(i64, Option<UndoOnDrop>),
@@ -485,7 +485,7 @@ fn unavailable(engine: &Engine, name: &str, source: Option<fred::error::Error>) 
 
 /// Runs the acquire script once. The outcome is always observed: if the caller stops waiting,
 /// the call finishes in a task of its own ([`InFlight`]), and what it did arrives armed (the won
-/// hold is released, the queue place left) unless the caller claims it.
+/// hold is released, the queue place left) unless the caller keeps it.
 async fn attempt(
     engine: &Engine,
     kind: &Arc<dyn Kind>,

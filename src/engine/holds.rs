@@ -411,7 +411,8 @@ impl Holds {
     /// one was (it set the remaining holds' TTL again). The watchdog no longer renews a hold
     /// without watchdog guards.
     pub(crate) fn detach(&self, hold: &Arc<Hold>, lease: Lease, released_at: Option<Instant>) {
-        let forget = |hold: &Hold| {
+        // One guard fewer; whether it was the last.
+        let one_less = |hold: &Hold| {
             if lease == Lease::Watchdog {
                 hold.watchdog_guards.fetch_sub(1, Ordering::AcqRel);
             }
@@ -420,7 +421,7 @@ impl Holds {
         let mut registered = false;
         let removed = self.map.remove_if(&hold.pair, |current, _| {
             registered = Arc::ptr_eq(&current.0, hold);
-            registered && forget(hold)
+            registered && one_less(hold)
         });
         if removed.is_some() {
             self.metrics
@@ -428,7 +429,7 @@ impl Holds {
         }
         if !registered {
             // Not the registered hold (it was lost and replaced): only its own counts change.
-            forget(hold);
+            one_less(hold);
         }
         if hold.guards() == 0 {
             // Token watchers end with the last guard.

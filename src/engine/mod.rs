@@ -214,11 +214,13 @@ async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
     tracing::debug!(client = %core.id, "lock client shut down");
 }
 
-/// Closes a half-built engine's connections unless disarmed.
+/// The undo of connecting: closes a half-built engine's connections when dropped, unless the
+/// engine keeps them (it was built).
 struct CloseOnDrop(Option<(Client, SubscriberClient)>);
 
 impl CloseOnDrop {
-    fn disarm(mut self) {
+    /// The engine keeps the connections; nothing is closed.
+    fn keep(mut self) {
         self.0 = None;
     }
 }
@@ -313,7 +315,7 @@ impl Engine {
                     ))
                 })?,
         };
-        connecting.disarm();
+        connecting.keep();
 
         let shutdown = CancellationToken::new();
         let mut tasks = Vec::new();

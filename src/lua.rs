@@ -17,6 +17,9 @@ pub(crate) const HOLDS: &str = concat!(
     include_str!("../lua/fences.lua"),
     include_str!("../lua/holds.lua")
 );
+/// Fencing tokens (a fenced lock's, a leader election's epochs), which their acquire scripts
+/// take after [`HOLDS`].
+pub(crate) const TOKENS: &str = include_str!("../lua/tokens.lua");
 /// Deleting a lock whoever holds it, which the force-unlock scripts start with, after the others.
 pub(crate) const DELETE_LOCK: &str = include_str!("../lua/delete_lock.lua");
 /// The reads every inspect script starts with.
@@ -66,6 +69,13 @@ pub(crate) fn section_script(file: &'static str, name: &str, freeing: bool) -> S
 pub(crate) fn holds_script(file: &'static str, name: &str, freeing: bool) -> Script {
     let [head, body] = sections(file, name);
     compose(&[HOLDS, head, body], freeing)
+}
+
+/// An acquire script that issues fencing tokens: [`HOLDS`], [`TOKENS`], then `file`'s head and
+/// its section `name`.
+pub(crate) fn tokens_script(file: &'static str, name: &str) -> Script {
+    let [head, body] = sections(file, name);
+    compose(&[HOLDS, TOKENS, head, body], false)
 }
 
 /// A read-only inspect script of `file`: [`INSPECT_HEAD`], then its section `inspect`, with its head

@@ -25,7 +25,8 @@ use crate::names;
 /// was deleted) looks like a plain lock too, and reads and force-unlocks as one correctly. A
 /// semaphore whose permits are all in, a permit semaphore without leases and a count-down latch
 /// are all one integer string: they are found by name only, as a `counter`.
-const LAYOUTS: [&Layout; 7] = [
+const LAYOUTS: [&Layout; 8] = [
+    &crate::leader::LAYOUT,
     &crate::lock::rw::LAYOUT,
     &crate::lock::fair::LAYOUT,
     &crate::lock::fenced::LAYOUT,
@@ -306,6 +307,8 @@ pub fn source(name: &str) -> Option<&'static str> {
         crate::lock::fair::script(rest)?
     } else if let Some(rest) = name.strip_prefix("rw_") {
         crate::lock::rw::script(rest)?
+    } else if let Some(rest) = name.strip_prefix("leader_") {
+        crate::leader::script(rest)?
     } else if let Some(rest) = name.strip_prefix("redlock_") {
         crate::redlock::script(rest)?
     } else {

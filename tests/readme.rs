@@ -33,6 +33,12 @@ mod counters {
         counters(client).await
     }
 }
+mod leader {
+    include!("readme/leader.rs");
+    pub(super) async fn run(client: &LockClient) -> fredlock::Result<u64> {
+        leader(client).await
+    }
+}
 mod composites {
     include!("readme/composites.rs");
     pub(super) async fn run(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
@@ -49,11 +55,12 @@ mod replica_sync {
 }
 
 /// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 7] = [
+const SNIPPETS: [(&str, &str); 8] = [
     ("first_look", include_str!("readme/first_look.rs")),
     ("fencing", include_str!("readme/fencing.rs")),
     ("read_write", include_str!("readme/read_write.rs")),
     ("counters", include_str!("readme/counters.rs")),
+    ("leader", include_str!("readme/leader.rs")),
     ("composites", include_str!("readme/composites.rs")),
     ("sentinel", include_str!("readme/sentinel.rs")),
     ("replica_sync", include_str!("readme/replica_sync.rs")),
@@ -112,6 +119,7 @@ async fn the_snippets_run_as_written() {
         assert_eq!(written, "OK");
         read_write::run(&client).await.unwrap();
         counters::run(&client).await.unwrap();
+        assert!(leader::run(&client).await.unwrap() > 0);
 
         let masters = start_servers(5);
         composites::run(clients(&urls(&masters)).await, &client)

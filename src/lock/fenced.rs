@@ -24,9 +24,8 @@ use crate::names;
 use crate::owner::OwnerId;
 
 /// Takes or re-enters a fenced lock, issuing a token for every first hold.
-pub(crate) static FENCED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    lua::holds_script(include_str!("../../lua/fenced_lock.lua"), "acquire", false)
-});
+pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| lua::tokens_script(include_str!("../../lua/fenced_lock.lua"), "acquire"));
 
 /// A reentrant distributed lock that hands out a **fencing token** with every acquisition:
 /// Redisson's `RFencedLock`, with the same keys, so Java and Rust clients exclude each other and

@@ -1,0 +1,394 @@
+//! Acceptance tests of the leader election against real `redis-server` processes: one leader
+//! at a time with epochs that increase, hand-over at once, observers that see every term,
+//! cancelled campaigns that leave nothing, and a crashed leader replaced within its lease.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{bounded, eventually, spawn_test_child, RedisServer};
+use fred::prelude::*;
+use fredlock::{Leader, LockClient};
+use rand::Rng;
+use tokio::time::Instant;
+
+/// Elections, terms and leaders cross tasks.
+const _: () = {
+    const fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<fredlock::LeaderElection>();
+    shareable::<fredlock::Term>();
+    shareable::<fredlock::Leader>();
+};
+
+/// A short watchdog lease, so that a leader that dies is replaced within the test.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Appends `<what> <epoch> <identity> <server µs>` to the list `log`, only while the term
+/// stands.
+const LOG: &str = "local now = redis.call('time') \
+    redis.call('rpush', KEYS[1], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. now[1] .. string.format('%06d', tonumber(now[2]))) \
+    return 1";
+
+/// When each epoch (or `None`, no leader) was seen or began, in order.
+type Timeline<T> = Arc<Mutex<Vec<(T, Instant)>>>;
+
+/// 1 and 4. Three clients `run` for 10 s; each term writes its start and end through guarded
+/// writes and resigns after 50-300 ms. The log alternates start/end of one epoch at a time,
+/// epochs strictly increase, every client leads, and an observer sees every term in epoch
+/// order within 250 ms of its start, then `None` once the runs stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terms_never_overlap_and_epochs_increase() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let observer_client = server.lock_client(LEASE).await;
+        let observer = observer_client.leader_election("{sched}");
+        let mut changes = observer.observe().await.unwrap();
+        assert_eq!(*changes.borrow(), None);
+        let seen: Timeline<Option<u64>> = Arc::default();
+        let watching = {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                while changes.changed().await.is_ok() {
+                    let epoch = changes
+                        .borrow_and_update()
+                        .as_ref()
+                        .map(|leader| leader.epoch);
+                    seen.lock().unwrap().push((epoch, Instant::now()));
+                }
+            })
+        };
+
+        let started: Timeline<u64> = Arc::default();
+        let mut runs = Vec::new();
+        for i in 0..3 {
+            let client = server.lock_client(LEASE).await;
+            let election = client
+                .leader_election("{sched}")
+                .identity(format!("node-{i}"));
+            let started = started.clone();
+            runs.push(tokio::spawn(async move {
+                election
+                    .run(|term| {
+                        let started = started.clone();
+                        async move {
+                            started.lock().unwrap().push((term.epoch(), Instant::now()));
+                            let args = |what: &str| {
+                                vec![
+                                    what.to_owned(),
+                                    term.epoch().to_string(),
+                                    term.identity().to_owned(),
+                                ]
+                            };
+                            let _: i64 = term
+                                .eval_while_held(LOG, ["{sched}:log"], args("start"))
+                                .await
+                                .unwrap();
+                            let pause = rand::thread_rng().gen_range(50..=300);
+                            tokio::time::sleep(Duration::from_millis(pause)).await;
+                            let _: i64 = term
+                                .eval_while_held(LOG, ["{sched}:log"], args("end"))
+                                .await
+                                .unwrap();
+                        }
+                    })
+                    .await
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for run in &runs {
+            run.abort();
+        }
+        for run in runs {
+            let _ = run.await;
+        }
+        // The aborted runs dropped their terms: the last one is resigned in the background.
+        let ended = eventually(Duration::from_secs(2), || async {
+            observer.leader().await.unwrap().is_none()
+        })
+        .await;
+        assert!(
+            ended,
+            "a term outlived its run: {:?}",
+            observer.leader().await
+        );
+
+        let log: Vec<String> = raw.lrange("{sched}:log", 0, -1).await.unwrap();
+        let entries: Vec<(String, u64, String)> = log
+            .iter()
+            .map(|entry| {
+                let parts: Vec<&str> = entry.split(' ').collect();
+                (
+                    parts[0].to_owned(),
+                    parts[1].parse().unwrap(),
+                    parts[2].to_owned(),
+                )
+            })
+            .collect();
+        assert!(
+            entries.len() >= 20,
+            "only {} entries in 10 s",
+            entries.len()
+        );
+        let mut last_epoch = 0;
+        let mut open: Option<u64> = None;
+        let mut leaders = std::collections::HashSet::new();
+        for (what, epoch, identity) in &entries {
+            match (what.as_str(), open) {
+                ("start", None) => {
+                    assert!(*epoch > last_epoch, "epoch {epoch} after {last_epoch}");
+                    last_epoch = *epoch;
+                    open = Some(*epoch);
+                    leaders.insert(identity.clone());
+                }
+                ("end", Some(current)) if current == *epoch => open = None,
+                _ => panic!("terms overlap at {what} {epoch} {identity}: {log:?}"),
+            }
+        }
+        assert_eq!(leaders.len(), 3, "not every client led: {leaders:?}");
+
+        // Every term started was observed, in epoch order, within 250 ms of its start.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = seen.lock().unwrap().clone();
+        let started = started.lock().unwrap().clone();
+        let observed: Vec<u64> = seen.iter().filter_map(|(epoch, _)| *epoch).collect();
+        assert!(
+            observed.windows(2).all(|pair| pair[0] < pair[1]),
+            "{observed:?}"
+        );
+        for (epoch, at) in &started {
+            let (_, heard) = seen
+                .iter()
+                .find(|(seen, _)| *seen == Some(*epoch))
+                .unwrap_or_else(|| panic!("epoch {epoch} was never observed: {observed:?}"));
+            let late = heard.saturating_duration_since(*at);
+            assert!(
+                late < Duration::from_millis(250),
+                "epoch {epoch} observed {late:?} late"
+            );
+        }
+        assert_eq!(
+            seen.last().map(|(epoch, _)| *epoch),
+            Some(None),
+            "no None at the end"
+        );
+        watching.abort();
+    })
+    .await;
+}
+
+/// 5. `resign()` and a dropped term hand over at once: a waiting candidate leads within
+///    250 ms of either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resigning_and_dropping_hand_over_at_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let first = server.lock_client(LEASE).await.leader_election("handover");
+        let second = server.lock_client(LEASE).await.leader_election("handover");
+        for resign in [true, false] {
+            let term = first.campaign().await.unwrap();
+            let candidate = {
+                let second = second.clone();
+                tokio::spawn(async move {
+                    let term = second.campaign().await.unwrap();
+                    (Instant::now(), term)
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(
+                !candidate.is_finished(),
+                "the candidate led beside the leader"
+            );
+            let epoch = term.epoch();
+            let handed = Instant::now();
+            if resign {
+                term.resign().await.unwrap();
+            } else {
+                drop(term);
+            }
+            let (led, next) = candidate.await.unwrap();
+            let took = led.saturating_duration_since(handed);
+            assert!(
+                took < Duration::from_millis(250),
+                "resign {resign}: took {took:?}"
+            );
+            assert!(next.epoch() > epoch);
+            next.resign().await.unwrap();
+        }
+    })
+    .await;
+}
+
+/// 6. 200 campaigns cancelled at random points leave no term, subscription or wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_campaigns_leave_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let leader = server.lock_client(LEASE).await.leader_election("cancel");
+        let client = server.lock_client(LEASE).await;
+        let candidate = client.leader_election("cancel");
+        let term = leader.campaign().await.unwrap();
+        let mut won = 0;
+        for _ in 0..200 {
+            let cancel_after = Duration::from_micros(rand::thread_rng().gen_range(0..3000));
+            if let Ok(Ok(term)) = tokio::time::timeout(cancel_after, candidate.campaign()).await {
+                won += 1;
+                drop(term);
+            }
+        }
+        term.resign().await.unwrap();
+        let clean = eventually(Duration::from_secs(5), || async {
+            let exists: bool = raw.exists("cancel").await.unwrap();
+            let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+            let stats = client.stats();
+            !exists && channels.is_empty() && stats.wait_entries == 0 && stats.held == 0
+        })
+        .await;
+        assert!(clean, "left behind: stats {:?}", client.stats());
+        assert_eq!(won, 0, "a campaign won while the leader stood");
+    })
+    .await;
+}
+
+/// `leader()` names the leader's identity, epoch, start (by the server's clock) and owner,
+/// and an inspection shows the election with its leader and epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_and_inspection_name_the_leader() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(LEASE).await;
+        let election = client.leader_election("who").identity("pod-7:8080");
+        assert_eq!(election.leader().await.unwrap(), None);
+        let before = common::server_millis(&raw).await;
+        let term = election.campaign().await.unwrap();
+        let Some(Leader {
+            identity,
+            epoch,
+            since,
+            owner,
+            ..
+        }) = election.leader().await.unwrap()
+        else {
+            panic!("no leader while a term stands");
+        };
+        assert_eq!(identity, "pod-7:8080");
+        assert_eq!(epoch, term.epoch());
+        assert_eq!(owner, term.owner_field());
+        let since_ms = since
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert!(
+            since_ms >= before && since_ms <= before + 1000,
+            "{since_ms} vs {before}"
+        );
+
+        let inspection = client.inspect("who").await.unwrap().expect("found");
+        assert_eq!(inspection.kind, "leader_election");
+        assert_eq!(inspection.holders.len(), 1);
+        assert_eq!(inspection.holders[0].owner, term.owner_field());
+        assert_eq!(inspection.holders[0].fencing_token, Some(term.epoch()));
+        assert_eq!(inspection.fencing_token, Some(term.epoch()));
+        let listed = client.list("*").await.unwrap();
+        assert!(listed
+            .iter()
+            .any(|found| found.name == "who" && found.kind == "leader_election"));
+
+        assert!(election.force_unlock().await.unwrap());
+        assert_eq!(election.leader().await.unwrap(), None);
+        drop(term);
+    })
+    .await;
+}
+
+/// The default identity is readable: this host and process.
+#[test]
+fn the_default_identity_is_host_and_pid() {
+    let identity = fredlock::default_identity();
+    assert!(
+        identity.ends_with(&format!(":{}", std::process::id())),
+        "{identity}"
+    );
+    assert!(identity.len() > 2);
+}
+
+/// 2. A leader in a child process killed with SIGKILL is replaced within its lease + 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_within_its_lease() {
+    bounded(async {
+        let server = RedisServer::start();
+        let election = server.lock_client(LEASE).await.leader_election("crash");
+        let child = spawn_test_child(
+            "crashed_leader_child",
+            &[("FREDLOCK_LEADER_URL", server.url())],
+        );
+        let leading = eventually(Duration::from_secs(10), || async {
+            election.leader().await.unwrap().is_some()
+        })
+        .await;
+        assert!(leading, "the child never led");
+        common::sigkill(child);
+        let killed = Instant::now();
+        let term = election
+            .try_campaign(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("the killed leader's term ends");
+        let took = killed.elapsed();
+        println!("a killed leader was replaced after {took:?} (lease {LEASE:?})");
+        assert!(took <= LEASE + Duration::from_secs(1), "took {took:?}");
+        term.resign().await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by a_killed_leader_is_replaced_within_its_lease as a child process"]
+async fn crashed_leader_child() {
+    let Ok(url) = std::env::var("FREDLOCK_LEADER_URL") else {
+        return;
+    };
+    let client = LockClient::builder()
+        .url(url)
+        .watchdog_lease(LEASE)
+        .build()
+        .await
+        .unwrap();
+    let _term = client.leader_election("crash").campaign().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+}
+
+/// `run` drops the work when the term is lost (here: forced to end and, with it, the
+/// renewal), resigns when it returns, and hands a panic on after resigning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_resigns_when_the_work_panics() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(LEASE).await;
+        let election = client.leader_election("panics");
+        let watcher = server.lock_client(LEASE).await.leader_election("panics");
+        let run = {
+            let election = election.clone();
+            tokio::spawn(async move {
+                election
+                    .run(|_term| async move {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        panic!("the work failed");
+                    })
+                    .await
+            })
+        };
+        let outcome = run.await;
+        let error = outcome.expect_err("the panic reaches the caller");
+        assert!(error.is_panic());
+        assert_eq!(
+            watcher.leader().await.unwrap(),
+            None,
+            "the term was left standing"
+        );
+    })
+    .await;
+}

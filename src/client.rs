@@ -128,10 +128,13 @@ impl LockClient {
 
     /// Stops the watchdog and the background tasks and closes the connections.
     ///
-    /// Guards still alive are marked lost (their [`lost`](crate::LockGuard::lost) futures
-    /// complete): nothing renews them any more, so their locks end with their lease. Guards
-    /// dropped before the call are released first. Waiters and later operations fail with
-    /// [`Error::Shutdown`](crate::Error::Shutdown). Calling it again does nothing.
+    /// Every hold still alive is handed over at once: its lock, permits or term are given back
+    /// (all at once, within 2 s; one not confirmed by then ends with its lease), so that a
+    /// rolling deploy does not stall the other instances for a lease. Then its guards are marked
+    /// lost (their [`lost`](crate::LockGuard::lost) futures complete) and a later `unlock`
+    /// says [`Error::Shutdown`](crate::Error::Shutdown). Guards dropped before the call are
+    /// released too, and waiters give up their queue places. Waiters and later operations fail
+    /// with `Error::Shutdown`. Calling it again does nothing.
     ///
     /// # Cancel safety
     ///

@@ -662,11 +662,11 @@ async fn queries_force_unlock_and_shutdown() {
         assert!(at.duration_since(forced) < Duration::from_millis(250));
         drop(taken);
 
-        // Shutdown marks live guards lost and refuses later work.
+        // Shutdown marks live guards lost, refuses later work, and tells a later unlock why.
         client.shutdown().await;
         assert!(guard.is_lost());
         assert!(matches!(lock.lock().await, Err(Error::Shutdown)));
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        assert!(matches!(guard.unlock().await, Err(Error::Shutdown)));
         client.shutdown().await; // again: nothing happens
     })
     .await;
@@ -1279,4 +1279,83 @@ mod spans {
         })
         .await;
     }
+}
+
+/// A shutdown hands over every hold at once, whatever the primitive: a waiter in another client
+/// gets each lock, permit and term within 250 ms, and the holder's unlock says `Shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_hands_every_hold_over_at_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+        let waiter = server.lock_client(DEFAULT_WATCHDOG).await;
+        holder.semaphore("s").try_set_permits(1).await.unwrap();
+        holder
+            .permit_semaphore("p")
+            .try_set_permits(1)
+            .await
+            .unwrap();
+
+        let lock = holder.lock("l").lock().await.unwrap();
+        let fair = holder.fair_lock("f").lock().await.unwrap();
+        let write = holder.rw_lock("rw").write_lock().lock().await.unwrap();
+        let permit = holder.semaphore("s").acquire(1).await.unwrap();
+        let leased = holder.permit_semaphore("p").acquire().await.unwrap();
+        let term = holder.leader_election("e").campaign().await.unwrap();
+
+        let mut waits: Vec<(&str, tokio::task::JoinHandle<Instant>)> = Vec::new();
+        macro_rules! wait_for {
+            ($what:expr, $acquire:expr) => {{
+                let waiter = waiter.clone();
+                waits.push((
+                    $what,
+                    tokio::spawn(async move {
+                        let _held = $acquire(waiter).await.unwrap();
+                        Instant::now()
+                    }),
+                ));
+            }};
+        }
+        wait_for!(
+            "lock",
+            |c: LockClient| async move { c.lock("l").lock().await }
+        );
+        wait_for!("fair lock", |c: LockClient| async move {
+            c.fair_lock("f").lock().await
+        });
+        wait_for!("write lock", |c: LockClient| async move {
+            c.rw_lock("rw").write_lock().lock().await
+        });
+        wait_for!("semaphore", |c: LockClient| async move {
+            c.semaphore("s").acquire(1).await
+        });
+        wait_for!("permit semaphore", |c: LockClient| async move {
+            c.permit_semaphore("p").acquire().await
+        });
+        wait_for!("leader election", |c: LockClient| async move {
+            c.leader_election("e").campaign().await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for (what, wait) in &waits {
+            assert!(!wait.is_finished(), "{what} was taken while held");
+        }
+
+        let shutdown = Instant::now();
+        holder.shutdown().await;
+        for (what, wait) in waits {
+            let got = wait.await.unwrap();
+            let after = got.saturating_duration_since(shutdown);
+            assert!(
+                after < Duration::from_millis(250),
+                "{what} handed over after {after:?}"
+            );
+        }
+        assert!(matches!(lock.unlock().await, Err(Error::Shutdown)));
+        assert!(matches!(fair.unlock().await, Err(Error::Shutdown)));
+        assert!(matches!(write.unlock().await, Err(Error::Shutdown)));
+        assert!(matches!(permit.release().await, Err(Error::Shutdown)));
+        assert!(matches!(leased.release().await, Err(Error::Shutdown)));
+        assert!(matches!(term.resign().await, Err(Error::Shutdown)));
+    })
+    .await;
 }

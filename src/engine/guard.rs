@@ -43,10 +43,9 @@ impl Guard {
         self.released = true;
         let core = self.engine.core().clone();
         if let Err(error) = core.ensure_open() {
-            // Shutting down marked every hold lost.
-            let lost = self.hold.is_lost();
+            // The shutdown gave the hold back (or its lease ends it): say so, not `NotHeld`.
             core.holds.detach(&self.hold, self.lease, None);
-            return Err(if lost { self.not_held() } else { error });
+            return Err(error);
         }
         let release = self.release();
         let span = tracing::debug_span!(

@@ -193,9 +193,11 @@ impl Drop for Handle {
     }
 }
 
-/// Waits for the background tasks to end (the undo task first sends the undos queued by dropped
-/// guards), marks every remaining hold lost, and closes the connections.
+/// Hands every hold over (gives it back at once), waits for the background tasks to end (the
+/// undo task first sends the undos queued by dropped guards and waiters), marks every remaining
+/// hold lost, and closes the connections.
 async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
+    undo::hand_over(&core).await;
     for task in tasks {
         let abort = task.abort_handle();
         if tokio::time::timeout(Duration::from_secs(3), task)

@@ -1,6 +1,6 @@
 //! Every undo (Release, Leave, Settle) and the background task that sends them: releases for
 //! guards dropped without an unlock and for acquires whose caller went away, queue places given
-//! up, and settles of lost replies. `Drop` only queues the undo, so it stays synchronous, cheap
+//! up, and settles of lost replies; and the hand-over of every hold at shutdown. `Drop` only queues the undo, so it stays synchronous, cheap
 //! and safe outside a runtime; this task sends the scripts.
 
 use std::sync::Arc;
@@ -23,6 +23,68 @@ use crate::error::is_transient;
 /// How long shutdown waits for queued requests before giving up on them (leases and queue
 /// places still end what they would have undone).
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// How long a shutdown waits for the hand-over of its holds before it closes anyway: a hold not
+/// given back by then ends with its lease.
+const HAND_OVER_LIMIT: Duration = Duration::from_secs(2);
+
+/// Gives back every live hold of the client at once, each keeping none: a shutdown hands its
+/// locks, permits and terms over to whoever waits instead of leaving them for their leases.
+pub(crate) async fn hand_over(core: &Arc<Core>) {
+    let mut holds = Vec::new();
+    core.holds.each(|hold| {
+        if !hold.is_lost() {
+            holds.push(hold.clone());
+        }
+    });
+    if holds.is_empty() || !core.redis().is_connected() {
+        return;
+    }
+    let mut running = JoinSet::new();
+    for hold in holds {
+        let core = core.clone();
+        running.spawn(async move { give_back(&core, &hold).await });
+    }
+    let timed_out = tokio::time::timeout(HAND_OVER_LIMIT, async {
+        while running.join_next().await.is_some() {}
+    })
+    .await
+    .is_err();
+    if timed_out {
+        tracing::warn!(
+            pending = running.len(),
+            "shutdown could not hand over every hold in time; those end with their lease"
+        );
+    }
+}
+
+/// Gives back all of `hold`, in its owner's turn.
+async fn give_back(core: &Arc<Core>, hold: &Arc<Hold>) {
+    let mut turn = core.ledger.turn(&hold.pair).await;
+    let none = Value::from(0);
+    let (reply, _) = turn
+        .send_again_while_lost(core.redis(), |request| async {
+            let args = ReleaseArgs {
+                field: &hold.pair.field,
+                left: 0,
+                lease: &none,
+                request: &request,
+            };
+            let reply = Call::run_made::<Value>(&core.writer, || hold.kind.release(&args)).await;
+            (request, reply)
+        })
+        .await;
+    match reply {
+        Ok(_) => tracing::debug!(
+            lock = %hold.pair.name, owner = %hold.pair.field, "handed over at shutdown"
+        ),
+        Err(error) => tracing::warn!(
+            lock = %hold.pair.name, owner = %hold.pair.field, %error,
+            "could not hand over a hold at shutdown; it ends with its lease"
+        ),
+    }
+    settle_later(core, &hold.kind, turn);
+}
 
 /// Something to undo in Redis, whatever the primitive.
 pub(crate) enum Undo {

@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{bounded, eventually, spawn_test_child, RedisServer};
+use common::{bounded, eventually, spawn_test_child, RedisServer, StallingProxy};
 use fred::prelude::*;
 use fredlock::{Leader, LockClient};
 use rand::Rng;
@@ -389,6 +389,112 @@ async fn run_resigns_when_the_work_panics() {
             None,
             "the term was left standing"
         );
+    })
+    .await;
+}
+
+/// Records when the future that owns it was dropped.
+struct DroppedAt(Arc<Mutex<Option<Instant>>>);
+
+impl Drop for DroppedAt {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(Instant::now());
+    }
+}
+
+/// 3. A leader whose connection stalls past its lease: its work is dropped before the
+///    successor's term starts, and its guarded write that lands after the stall is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_leader_stops_before_its_successor_starts() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let stalled_client = LockClient::builder()
+            .url(proxy.url())
+            .watchdog_lease(Duration::from_millis(1500))
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let successor = server.lock_client(LEASE).await.leader_election("{stall}");
+        let leader = stalled_client.leader_election("{stall}");
+
+        let dropped: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let (led, mut leading) = tokio::sync::watch::channel(None);
+        let run = {
+            let dropped = dropped.clone();
+            tokio::spawn(async move {
+                leader
+                    .run(|term| {
+                        let dropped = DroppedAt(dropped.clone());
+                        let led = led.clone();
+                        async move {
+                            let _dropped = dropped;
+                            led.send_replace(Some(term.epoch()));
+                            loop {
+                                // Fails with `NotHeld` once refused; keeps trying until dropped.
+                                let _: fredlock::Result<i64> = term
+                                    .eval_while_held(
+                                        "return redis.call('rpush', KEYS[1], ARGV[1])",
+                                        ["{stall}:log"],
+                                        [term.epoch().to_string()],
+                                    )
+                                    .await;
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        }
+                    })
+                    .await
+            })
+        };
+        leading.wait_for(Option::is_some).await.unwrap();
+        let first_epoch = leading.borrow().unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+
+        proxy.stall();
+        let term = successor
+            .try_campaign(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("the successor leads once the stalled term ends");
+        let started = Instant::now();
+        let dropped_at = dropped
+            .lock()
+            .unwrap()
+            .expect("the stalled leader's work was dropped");
+        assert!(
+            dropped_at < started,
+            "the work was dropped after the successor started"
+        );
+        println!(
+            "stalled leader's work dropped {:?} before the successor's term",
+            started - dropped_at
+        );
+        let _: i64 = term
+            .eval_while_held(
+                "return redis.call('rpush', KEYS[1], ARGV[1])",
+                ["{stall}:log"],
+                [term.epoch().to_string()],
+            )
+            .await
+            .unwrap();
+
+        // What the stalled leader sent during the stall lands now, and is refused.
+        proxy.resume();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let log: Vec<u64> = raw.lrange("{stall}:log", 0, -1).await.unwrap();
+        let first_new = log
+            .iter()
+            .position(|epoch| *epoch == term.epoch())
+            .expect("the successor wrote");
+        assert!(first_new > 0, "the stalled leader never wrote");
+        assert!(
+            log[first_new..].iter().all(|epoch| *epoch == term.epoch()),
+            "a write of epoch {first_epoch} landed after the successor's: {log:?}"
+        );
+        term.resign().await.unwrap();
+        run.abort();
     })
     .await;
 }

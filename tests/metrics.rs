@@ -315,6 +315,27 @@ async fn every_metric_counts_what_happened() {
             ),
             1
         );
+        // A leader election: the held gauge says who leads, acquisitions count terms and
+        // hand-offs count leadership changes from one candidate to a waiting one.
+        let leader_labels = [("kind", "leader_election"), ("lock", "m:leader")];
+        let election = client.leader_election("m:leader");
+        let term = election.campaign().await.unwrap();
+        assert_eq!(gauge(metrics::HELD, &leader_labels), 1.0);
+        let candidate = {
+            let election = election.clone();
+            tokio::spawn(async move { election.campaign().await.unwrap() })
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                gauge(metrics::WAITING, &leader_labels) == 1.0
+            })
+            .await
+        );
+        term.resign().await.unwrap();
+        candidate.await.unwrap().resign().await.unwrap();
+        assert_eq!(counter(metrics::ACQUISITIONS, &leader_labels), 2);
+        assert_eq!(counter(metrics::HANDOFFS, &leader_labels), 1);
+        assert_eq!(gauge(metrics::HELD, &leader_labels), 0.0);
         // Each metric the crate names was recorded.
         for metric in metrics::ALL {
             assert!(

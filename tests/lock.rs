@@ -1359,3 +1359,78 @@ async fn shutdown_hands_every_hold_over_at_once() {
     })
     .await;
 }
+
+/// 9 of issue 31. A process holding a lock, a fair lock, a write lock, a permit and a term gets
+/// SIGTERM and calls `shutdown()`: waiters in this process get each within 250 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_and_shutdown_hand_over_to_another_process() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let waiter = server.lock_client(DEFAULT_WATCHDOG).await;
+        waiter.permit_semaphore("sig-p").try_set_permits(1).await.unwrap();
+        let mut child = common::spawn_test_child(
+            "sigterm_child_holds_everything",
+            &[("FREDLOCK_SIGTERM_URL", server.url())],
+        );
+        // The child took everything once its term stands (taken last).
+        let ready = eventually(Duration::from_secs(10), || async {
+            raw.exists::<bool, _>("sig-e").await.unwrap()
+        })
+        .await;
+        assert!(ready, "the child never took everything");
+
+        let mut waits = Vec::new();
+        for what in ["lock", "fair", "write", "permit", "term"] {
+            let waiter = waiter.clone();
+            waits.push((
+                what,
+                tokio::spawn(async move {
+                    match what {
+                        "lock" => drop(waiter.lock("sig-l").lock().await.unwrap()),
+                        "fair" => drop(waiter.fair_lock("sig-f").lock().await.unwrap()),
+                        "write" => drop(waiter.rw_lock("sig-rw").write_lock().lock().await.unwrap()),
+                        "permit" => drop(waiter.permit_semaphore("sig-p").acquire().await.unwrap()),
+                        _ => drop(waiter.leader_election("sig-e").campaign().await.unwrap()),
+                    }
+                    Instant::now()
+                }),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for (what, wait) in &waits {
+            assert!(!wait.is_finished(), "{what} was taken while the child held it");
+        }
+        let signalled = Instant::now();
+        common::signal(child.id(), "TERM");
+        for (what, wait) in waits {
+            let after = wait.await.unwrap().saturating_duration_since(signalled);
+            assert!(after < Duration::from_millis(250), "{what} handed over after {after:?}");
+        }
+        let status = child.wait().expect("reap the child");
+        assert!(status.success(), "the child failed: {status}");
+    })
+    .await;
+}
+
+/// Helper process for `sigterm_and_shutdown_hand_over_to_another_process`: takes everything,
+/// then shuts down on SIGTERM, as a service does in a rolling deploy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by sigterm_and_shutdown_hand_over_to_another_process as a child process"]
+async fn sigterm_child_holds_everything() {
+    let Ok(url) = std::env::var("FREDLOCK_SIGTERM_URL") else {
+        return;
+    };
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+    let client = LockClient::builder().url(url).build().await.unwrap();
+    let _lock = client.lock("sig-l").lock().await.unwrap();
+    let _fair = client.fair_lock("sig-f").lock().await.unwrap();
+    let _write = client.rw_lock("sig-rw").write_lock().lock().await.unwrap();
+    let _permit = client.permit_semaphore("sig-p").acquire().await.unwrap();
+    let _term = client.leader_election("sig-e").campaign().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(60), terminate.recv())
+        .await
+        .expect("SIGTERM within a minute");
+    client.shutdown().await;
+}

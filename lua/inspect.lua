@@ -3,7 +3,12 @@
 --
 --   {now, {key, pttl, ..}, {owner field, hold count, fencing token or '',
 --    remaining lease or '', ..}, {waiter field, place deadline, ..},
---    last fencing token or '', mode or ''}
+--    last fencing token or '', mode or '', count or '', {ended lease, ..},
+--    {owner field, identity, since, ..}}
+--
+-- where the parts after the mode are for the primitives that have them (a
+-- counter's count, a permit semaphore's ended leases, what a holder calls
+-- itself and since when, by the server clock in ms).
 --
 -- now and deadlines are the server clock in ms; pttl is -1 for a key without
 -- expiry, and only keys that exist are listed. A holder's remaining lease is

@@ -173,19 +173,21 @@ local fields = redis.pcall('hgetall', KEYS[1])
 if fields['err'] then
     return redis.error_reply('WRONGTYPE not a leader election (a hash of holds): ' .. KEYS[1])
 end
-local epoch = ''
+local record = {}
 for i = 1, #fields, 2 do
-    if fields[i] == EPOCH then
-        epoch = fields[i + 1]
-    end
+    record[fields[i]] = fields[i + 1]
 end
 local holders = {}
+local told = {}
 for i = 1, #fields, 2 do
     if string.sub(fields[i], 1, 7) ~= 'leader:' then
         holders[#holders + 1] = fields[i]
         holders[#holders + 1] = fields[i + 1]
-        holders[#holders + 1] = epoch
+        holders[#holders + 1] = record[EPOCH] or ''
         holders[#holders + 1] = ''
+        told[#told + 1] = fields[i]
+        told[#told + 1] = record[IDENTITY] or ''
+        told[#told + 1] = tonumber(record[SINCE] or 0)
     end
 end
-return {clock_ms(), existing(KEYS), holders, {}, counter_of(KEYS[3])}
+return {clock_ms(), existing(KEYS), holders, {}, counter_of(KEYS[3]), '', '', {}, told}

@@ -107,6 +107,67 @@ async fn queue_waiter(raw: &Client, name: &str, deadline: f64, ttl: Option<i64>)
 
 const OWNER: &str = "0b9e7a0e-5f6c-4b43-9d1c-7f2a4c1e8a11:42";
 
+/// A leader election shows its leader's identity, epoch, start and lease, and the candidates
+/// waiting (connections subscribed to its channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inspect_shows_a_leader_election() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let other = server.lock_client(Duration::from_secs(30)).await;
+        let term = client
+            .leader_election("cli:leader")
+            .identity("pod-7:8080")
+            .campaign()
+            .await
+            .unwrap();
+        let candidate = tokio::spawn({
+            let election = other.leader_election("cli:leader");
+            async move { election.campaign().await.unwrap().resign().await.unwrap() }
+        });
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                other.stats().subscriptions == 1
+            })
+            .await
+        );
+
+        let (status, seen) = run_json(&url, &["inspect", "cli:leader"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(seen["kind"], "leader_election");
+        let holder = &seen["holders"][0];
+        assert_eq!(holder["owner"], term.owner_field());
+        assert_eq!(holder["identity"], "pod-7:8080");
+        assert_eq!(holder["fencing_token"], term.epoch());
+        assert!(holder["since_ms"].as_u64().unwrap() > 0);
+        let lease = holder["remaining_lease_ms"].as_u64().unwrap();
+        assert!(lease > 20_000 && lease <= 30_000, "{lease}");
+        assert_eq!(
+            seen["listeners"], 1,
+            "the waiting candidate's connection: {seen}"
+        );
+
+        let (output, text) = run(&url, &["inspect", "cli:leader"]).await;
+        assert!(output.status.success());
+        assert!(text.starts_with("cli:leader (leader_election)"), "{text}");
+        assert!(text.contains("identity pod-7:8080"), "{text}");
+        assert!(
+            text.contains(&format!("fencing token {}", term.epoch())),
+            "{text}"
+        );
+
+        let (_, listed) = run_json(&url, &["list", "--pattern", "cli:leader"]).await;
+        assert_eq!(listed[0]["kind"], "leader_election", "{listed}");
+
+        term.resign().await.unwrap();
+        candidate.await.unwrap();
+        client.shutdown().await;
+        other.shutdown().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn list_and_inspect_show_every_kind_with_its_holders() {
     let server = RedisServer::start();

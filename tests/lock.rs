@@ -1368,7 +1368,11 @@ async fn sigterm_and_shutdown_hand_over_to_another_process() {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let waiter = server.lock_client(DEFAULT_WATCHDOG).await;
-        waiter.permit_semaphore("sig-p").try_set_permits(1).await.unwrap();
+        waiter
+            .permit_semaphore("sig-p")
+            .try_set_permits(1)
+            .await
+            .unwrap();
         let mut child = common::spawn_test_child(
             "sigterm_child_holds_everything",
             &[("FREDLOCK_SIGTERM_URL", server.url())],
@@ -1389,7 +1393,9 @@ async fn sigterm_and_shutdown_hand_over_to_another_process() {
                     match what {
                         "lock" => drop(waiter.lock("sig-l").lock().await.unwrap()),
                         "fair" => drop(waiter.fair_lock("sig-f").lock().await.unwrap()),
-                        "write" => drop(waiter.rw_lock("sig-rw").write_lock().lock().await.unwrap()),
+                        "write" => {
+                            drop(waiter.rw_lock("sig-rw").write_lock().lock().await.unwrap())
+                        }
                         "permit" => drop(waiter.permit_semaphore("sig-p").acquire().await.unwrap()),
                         _ => drop(waiter.leader_election("sig-e").campaign().await.unwrap()),
                     }
@@ -1399,13 +1405,19 @@ async fn sigterm_and_shutdown_hand_over_to_another_process() {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         for (what, wait) in &waits {
-            assert!(!wait.is_finished(), "{what} was taken while the child held it");
+            assert!(
+                !wait.is_finished(),
+                "{what} was taken while the child held it"
+            );
         }
         let signalled = Instant::now();
         common::signal(child.id(), "TERM");
         for (what, wait) in waits {
             let after = wait.await.unwrap().saturating_duration_since(signalled);
-            assert!(after < Duration::from_millis(250), "{what} handed over after {after:?}");
+            assert!(
+                after < Duration::from_millis(250),
+                "{what} handed over after {after:?}"
+            );
         }
         let status = child.wait().expect("reap the child");
         assert!(status.success(), "the child failed: {status}");

@@ -324,6 +324,8 @@ fn inspection_json(inspection: &Inspection) -> Value {
             "count": holder.count,
             "remaining_lease_ms": millis(holder.remaining_lease),
             "fencing_token": holder.fencing_token,
+            "identity": holder.identity,
+            "since_ms": holder.since.and_then(|since| since.duration_since(std::time::UNIX_EPOCH).ok()).map(|since| since.as_millis() as u64),
         })).collect::<Vec<_>>(),
         "queue": inspection.queue.iter().map(|waiter| json!({
             "owner": waiter.owner,
@@ -478,8 +480,14 @@ fn print_inspection(inspection: &Inspection) {
             holder.count,
             shown(holder.remaining_lease)
         );
-        match holder.fencing_token {
-            Some(token) => println!(", fencing token {token}"),
+        if let Some(token) = holder.fencing_token {
+            print!(", fencing token {token}");
+        }
+        if let Some(identity) = &holder.identity {
+            print!(", identity {identity}");
+        }
+        match holder.since.and_then(|since| since.elapsed().ok()) {
+            Some(ago) => println!(", since {} ago", shown(Some(ago))),
             None => println!(),
         }
     }

@@ -6,7 +6,7 @@
 //! `lua/inspect.lua`), so this module knows no primitive.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 use fred::types::scan::ScanType;
@@ -107,8 +107,14 @@ pub struct Holder {
     /// reader's is its longest read hold's, zero once all ended (its field lingers until the
     /// next release or the lock's expiry).
     pub remaining_lease: Option<Duration>,
-    /// Its fencing token, for a fenced lock.
+    /// Its fencing token, for a fenced lock (a leader election's epoch).
     pub fencing_token: Option<u64>,
+    /// What the holder calls itself, where the primitive records it (a leader election's
+    /// identity, `<host>:<pid>` by default).
+    pub identity: Option<String>,
+    /// When its hold began, by the server's clock, where the primitive records it (a leader
+    /// election's term).
+    pub since: Option<SystemTime>,
 }
 
 impl Holder {
@@ -222,6 +228,11 @@ impl Inspection {
             Some(Value::Null) | None => Vec::new(),
             other => return Err(format!("ended leases: {other:?}")),
         };
+        // Who holders say they are: {owner field, identity, since ms, ..}.
+        let identities = match parts.next() {
+            Some(Value::Array(items)) if items.len() % 3 == 0 => items,
+            _ => Vec::new(),
+        };
         let text = |value: &Value| value.as_string().unwrap_or_default();
         let number = |value: &Value| value.as_i64().unwrap_or(-1);
         let keys: Vec<KeyState> = keys
@@ -242,14 +253,22 @@ impl Inspection {
             mode,
             holders: holders
                 .chunks(4)
-                .map(|holder| Holder {
-                    owner: text(&holder[0]),
-                    count: holder[1].as_u64().unwrap_or(0),
-                    remaining_lease: match &holder[3] {
-                        Value::Integer(ms) => millis(*ms),
-                        _ => main_ttl,
-                    },
-                    fencing_token: holder[2].as_u64(),
+                .map(|holder| {
+                    let owner = text(&holder[0]);
+                    let told = identities.chunks(3).find(|told| text(&told[0]) == owner);
+                    Holder {
+                        count: holder[1].as_u64().unwrap_or(0),
+                        remaining_lease: match &holder[3] {
+                            Value::Integer(ms) => millis(*ms),
+                            _ => main_ttl,
+                        },
+                        fencing_token: holder[2].as_u64(),
+                        identity: told.map(|told| text(&told[1])),
+                        since: told
+                            .and_then(|told| told[2].as_u64())
+                            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+                        owner,
+                    }
                 })
                 .collect(),
             queue: queue

@@ -23,6 +23,7 @@ mod harness;
 
 mod chart;
 mod instructions;
+mod leader;
 mod libs;
 mod measure;
 mod recording;
@@ -377,7 +378,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/11 uncontended latency");
+        eprintln!("1/12 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -403,11 +404,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/11 throughput");
+        eprintln!("2/12 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/11 wake-up latency");
+        eprintln!("3/12 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -424,36 +425,40 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/11 contention");
+        eprintln!("4/12 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/11 watchdog at scale");
+        eprintln!("5/12 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/11 memory");
+        eprintln!("6/12 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/11 instructions per cycle (callgrind)");
+        eprintln!("8/12 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/11 waiters at scale");
+        eprintln!("9/12 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     if wanted(10) {
-        eprintln!("10/11 read-write lock");
+        eprintln!("10/12 read-write lock");
         rows.extend(rw::rw_lock(&url, sizes).await);
     }
     if wanted(11) {
-        eprintln!("11/11 semaphores");
+        eprintln!("11/12 semaphores");
         rows.extend(semaphore::semaphores(&url, sizes).await);
+    }
+    if wanted(12) {
+        eprintln!("12/12 leader election");
+        rows.extend(leader::leader_election(&url, sizes).await);
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/11 Redlock over five servers");
+        eprintln!("7/12 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

@@ -503,3 +503,53 @@ async fn a_stalled_leader_stops_before_its_successor_starts() {
     })
     .await;
 }
+
+/// `run` campaigns through an outage: with Redis out of reach for 1.5 s it waits, and leads
+/// once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn run_campaigns_through_an_outage() {
+    bounded(async {
+        let server = RedisServer::start();
+        let proxy = StallingProxy::start(server.port());
+        let client = LockClient::builder()
+            .url(proxy.url())
+            .watchdog_lease(LEASE)
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let election = client.leader_election("outage");
+        proxy.stall();
+        let (led, mut leading) = tokio::sync::watch::channel(None);
+        let run = tokio::spawn(async move {
+            election
+                .run(|term| {
+                    let led = led.clone();
+                    async move {
+                        led.send_replace(Some(term.epoch()));
+                        std::future::pending::<()>().await;
+                    }
+                })
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            leading.borrow().is_none(),
+            "led while Redis was out of reach"
+        );
+        assert!(!run.is_finished(), "run gave up during the outage");
+        proxy.resume();
+        let back = Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), leading.wait_for(Option::is_some))
+            .await
+            .expect("leads once Redis is back")
+            .unwrap();
+        println!("led {:?} after the outage ended", back.elapsed());
+        client.shutdown().await;
+        assert!(
+            matches!(run.await.unwrap(), Ok(())),
+            "run returns Ok at shutdown"
+        );
+    })
+    .await;
+}

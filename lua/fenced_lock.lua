@@ -26,22 +26,5 @@ if fenced(KEYS[2], 3, ARGV[2]) then
     return stale()
 end
 
-local wrong = bad_counter(KEYS[3], 'fencing token counter of a fenced lock')
-if wrong then
-    return wrong
-end
-
-local holds = tonumber(ARGV[3])
-local taken = take_hold(KEYS[1], ARGV[2], holds, ARGV[1])
-if taken ~= nil and taken ~= -3 then
-    return taken
-end
-if taken == nil and holds > 0 then
-    return nil
-end
-
-local afresh = 0
-if taken == -3 then
-    afresh = 1
-end
-return {next_token(KEYS[3]), afresh}
+return take_with_token(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1], KEYS[3],
+    'fencing token counter of a fenced lock')

@@ -40,28 +40,15 @@ local SINCE = 'leader:since'
 if fenced(KEYS[2], 4, ARGV[2]) then
     return stale()
 end
-local wrong = bad_counter(KEYS[3], 'epoch counter of a leader election')
-if wrong then
-    return wrong
+local reply, first = take_with_token(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1], KEYS[3],
+    'epoch counter of a leader election')
+if first then
+    local now = redis.call('time')
+    local since = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    redis.call('hset', KEYS[1], IDENTITY, ARGV[4], EPOCH, reply[1], SINCE, since)
+    redis.call(PUBLISH, KEYS[4], 0)
 end
-local holds = tonumber(ARGV[3])
-local taken = take_hold(KEYS[1], ARGV[2], holds, ARGV[1])
-if taken ~= nil and taken ~= -3 then
-    return taken
-end
-if taken == nil and holds > 0 then
-    return nil
-end
-local epoch = next_token(KEYS[3])
-local now = redis.call('time')
-local since = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-redis.call('hset', KEYS[1], IDENTITY, ARGV[4], EPOCH, epoch, SINCE, since)
-redis.call(PUBLISH, KEYS[4], 0)
-local afresh = 0
-if taken == -3 then
-    afresh = 1
-end
-return {epoch, afresh}
+return reply
 
 --- script: release
 -- Resign: give back holds of a term; when none remain the term ends, its record

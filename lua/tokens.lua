@@ -32,3 +32,28 @@ local function next_token(counter)
     end
     return redis.call('incr', counter)
 end
+
+-- Take, or take again, a hold (see take_hold in holds.lua) whose first hold
+-- issues a token from `counter` (a `what`, named by the error when it holds
+-- anything else). Replies as a token script does: {token, afresh} for a first
+-- hold (afresh 1 when its client counted holds that were gone), nil for a
+-- re-entry its client counts, otherwise the PTTL; the second value is true for
+-- a first hold.
+local function take_with_token(name, owner, holds, lease, counter, what)
+    local wrong = bad_counter(counter, what)
+    if wrong then
+        return wrong, false
+    end
+    local taken = take_hold(name, owner, holds, lease)
+    if taken ~= nil and taken ~= -3 then
+        return taken, false
+    end
+    if taken == nil and holds > 0 then
+        return nil, false
+    end
+    local afresh = 0
+    if taken == -3 then
+        afresh = 1
+    end
+    return {next_token(counter), afresh}, true
+end

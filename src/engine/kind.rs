@@ -3,7 +3,8 @@
 //! ([`Kind`]). A primitive hands the engine these; the engine runs the acquire loop, holds,
 //! renewals and undos on them without knowing which it is.
 
-use std::sync::{Mutex, PoisonError};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use fred::types::{Key, Value};
 
@@ -42,16 +43,46 @@ impl Call {
     ) -> Result<R, fred::error::Error> {
         let first = make();
         let script = first.script;
-        let first = Mutex::new(Some((first.keys, first.args)));
+        let first = TakeOnce::new((first.keys, first.args));
         script
             .run(writer, || {
-                let taken = first.lock().unwrap_or_else(PoisonError::into_inner).take();
-                taken.unwrap_or_else(|| {
+                first.take().unwrap_or_else(|| {
                     let again = make();
                     (again.keys, again.args)
                 })
             })
             .await
+    }
+}
+
+/// A value the first of its callers takes, and nobody after: a call's prebuilt arguments, which
+/// the first send uses and a resend makes again. An atomic flag instead of a mutex, as it is on
+/// every lock and unlock.
+struct TakeOnce<T> {
+    taken: AtomicBool,
+    value: UnsafeCell<Option<T>>,
+}
+
+// SAFETY: the value is reached only by the one caller that flipped `taken`, and moved out to
+// it, so it is never shared: sending it across threads is all `Sync` asks of `T`.
+unsafe impl<T: Send> Sync for TakeOnce<T> {}
+
+impl<T> TakeOnce<T> {
+    fn new(value: T) -> TakeOnce<T> {
+        TakeOnce {
+            taken: AtomicBool::new(false),
+            value: UnsafeCell::new(Some(value)),
+        }
+    }
+
+    /// The value for the first caller; `None` for every later one.
+    fn take(&self) -> Option<T> {
+        if self.taken.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        // SAFETY: only the caller that found `taken` false gets here, once; no other reference
+        // to the value exists or will.
+        unsafe { (*self.value.get()).take() }
     }
 }
 
@@ -136,5 +167,25 @@ pub(crate) trait Kind: Primitive {
     /// 1 when there was one.
     fn leave(&self, _field: &str, _request: &Request) -> Option<Call> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Of many threads asking at once, exactly one gets the value.
+    #[test]
+    fn one_caller_takes_the_value() {
+        let once = TakeOnce::new(String::from("first"));
+        let taken: Vec<Option<String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8).map(|_| scope.spawn(|| once.take())).collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().unwrap())
+                .collect()
+        });
+        assert_eq!(taken.iter().filter(|value| value.is_some()).count(), 1);
+        assert_eq!(once.take(), None);
     }
 }

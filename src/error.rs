@@ -114,7 +114,9 @@ pub enum Error {
         needed: u32,
     },
 
-    /// The client was shut down with [`LockClient::shutdown`](crate::LockClient::shutdown).
+    /// The client was shut down with [`LockClient::shutdown`](crate::LockClient::shutdown):
+    /// every later operation says so, and so does a guard's `unlock` after it (the shutdown
+    /// gave its hold back, or its lease ends it).
     #[error("the lock client has been shut down")]
     Shutdown,
 

@@ -78,7 +78,8 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-/// ///
+/// use std::time::Duration;
+///
 /// let config = client.rw_lock("config:tenant-7");
 /// let read = config.read_lock().lock().await?;          // many readers at once
 /// // ... read the configuration ...

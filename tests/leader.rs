@@ -61,6 +61,9 @@ async fn terms_never_overlap_and_epochs_increase() {
         };
 
         let started: Timeline<u64> = Arc::default();
+        // Asks every term to end (writing its end) and later ones to write nothing, so that
+        // aborting the runs afterwards cuts no term short.
+        let stop = tokio_util::sync::CancellationToken::new();
         let mut runs = Vec::new();
         for i in 0..3 {
             let client = server.lock_client(LEASE).await;
@@ -68,11 +71,16 @@ async fn terms_never_overlap_and_epochs_increase() {
                 .leader_election("{sched}")
                 .identity(format!("node-{i}"));
             let started = started.clone();
+            let stop = stop.clone();
             runs.push(tokio::spawn(async move {
                 election
                     .run(|term| {
                         let started = started.clone();
+                        let stop = stop.clone();
                         async move {
+                            if stop.is_cancelled() {
+                                return;
+                            }
                             started.lock().unwrap().push((term.epoch(), Instant::now()));
                             let args = |what: &str| {
                                 vec![
@@ -86,7 +94,10 @@ async fn terms_never_overlap_and_epochs_increase() {
                                 .await
                                 .unwrap();
                             let pause = rand::thread_rng().gen_range(50..=300);
-                            tokio::time::sleep(Duration::from_millis(pause)).await;
+                            tokio::select! {
+                                _ = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                                _ = stop.cancelled() => {}
+                            }
                             let _: i64 = term
                                 .eval_while_held(LOG, ["{sched}:log"], args("end"))
                                 .await
@@ -97,6 +108,8 @@ async fn terms_never_overlap_and_epochs_increase() {
             }));
         }
         tokio::time::sleep(Duration::from_secs(10)).await;
+        stop.cancel();
+        tokio::time::sleep(Duration::from_millis(500)).await;
         for run in &runs {
             run.abort();
         }

@@ -22,9 +22,24 @@ local function is_lock(name)
     return true
 end
 
--- Deletes the lock whoever holds it: 1 when it was deleted, 0 when there was
--- none, and a WRONGTYPE error reply, leaving it alone, for a key that is not a
--- lock (another type, or a hash without the lock layout).
+-- Tells each holder of the hash `name` that its hold is being taken by force:
+-- fredlock's client listens on "fredlock_client:<client uuid>" (classic pub/sub,
+-- on a sharded cluster too: the channel is in no lock's slot) and looks at its
+-- holds at once instead of at its next renewal. Redisson's clients hear nothing.
+local function tell_holders(name)
+    local fields = redis.call('hkeys', name)
+    for _, field in ipairs(fields) do
+        local client = string.match(field, '^(%x+%-%x+%-%x+%-%x+%-%x+):')
+        if client then
+            redis.call('publish', 'fredlock_client:' .. client, name)
+        end
+    end
+end
+
+-- Deletes the lock whoever holds it, telling its holders: 1 when it was
+-- deleted, 0 when there was none, and a WRONGTYPE error reply, leaving it
+-- alone, for a key that is not a lock (another type, or a hash without the lock
+-- layout).
 local function delete_lock(name)
     local kind = redis.call('type', name).ok
     if kind == 'none' then
@@ -33,6 +48,7 @@ local function delete_lock(name)
     if kind ~= 'hash' or not is_lock(name) then
         return redis.error_reply('WRONGTYPE the key is not a lock: only a hash of owner fields and hold counts is one')
     end
+    tell_holders(name)
     redis.call('del', name)
     return 1
 end

@@ -128,7 +128,8 @@ end
 return pttl
 
 --- script: force_unlock
--- End the current term whoever leads, and tell the candidates and observers.
+-- End the current term whoever leads, and tell the leader (see delete_lock.lua's
+-- tell_holders), the candidates and the observers.
 -- A key that is no election (a hash without a term's record, or another type)
 -- is left alone and reported as WRONGTYPE.
 --
@@ -144,6 +145,7 @@ end
 if found ~= 'hash' or redis.call('hexists', KEYS[1], EPOCH) == 0 then
     return redis.error_reply('WRONGTYPE not a leader election (a hash of holds with a term): ' .. KEYS[1])
 end
+tell_holders(KEYS[1])
 redis.call('del', KEYS[1])
 redis.call(PUBLISH, KEYS[2], 0)
 redis.call(PUBLISH, KEYS[3], 0)

@@ -444,6 +444,7 @@ for i = 1, #fields, 2 do
         end
     end
 end
+tell_holders(name)
 redis.call('del', name)
 redis.call(PUBLISH, channel, '1')
 return 1

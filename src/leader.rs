@@ -56,8 +56,10 @@ static LEADER_READ: LazyLock<Script> =
 static LEADER_CHANGED: LazyLock<Script> =
     LazyLock::new(|| lua::section_script(SCRIPTS, "changed", false));
 /// Ends the current term whoever leads.
-static LEADER_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| lua::section_script(SCRIPTS, "force_unlock", true));
+static LEADER_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = lua::sections(SCRIPTS, "force_unlock");
+    Script::freeing(&[lua::DELETE_LOCK, head, body])
+});
 /// Reads an election for an inspection.
 static LEADER_INSPECT: LazyLock<Script> = LazyLock::new(|| lua::inspect_script(SCRIPTS, true));
 
@@ -363,7 +365,8 @@ impl LeaderElection {
     }
 
     /// Ends the current term whoever leads, and wakes the candidates and observers. For
-    /// operators: the leader learns of it at its next renewal.
+    /// operators: the leader's client is told at once, and its term is lost (its `run` drops the
+    /// work) within a round trip or two.
     ///
     /// # Errors
     ///

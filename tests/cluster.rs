@@ -68,7 +68,7 @@ async fn hand_over(guard: LockGuard, waiter: JoinHandle<(LockGuard, Instant)>) -
 }
 
 /// On a Redis 7 cluster a waiter subscribes with SSUBSCRIBE on the node of its lock's slot, and
-/// the unlock's SPUBLISH wakes it; no classic channel exists anywhere.
+/// the unlock's SPUBLISH wakes it; no classic channel exists anywhere but the holder's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_use_sharded_pubsub_on_a_cluster() {
     bounded(async {
@@ -86,9 +86,16 @@ async fn waiters_use_sharded_pubsub_on_a_cluster() {
             .await,
             "PUBSUB SHARDCHANNELS on the slot's master shows the lock's channel"
         );
+        // The holder's own channel, on which a force unlock tells it, is classic by design
+        // (it is in no lock's slot); no other classic channel may exist.
+        let own = format!("fredlock_client:{}", holder.id());
         for node in &cluster.nodes {
             let classic = redis_cli(node.port(), &["pubsub", "channels"]);
-            assert!(classic.trim().is_empty(), "PUBSUB CHANNELS: {classic}");
+            let others: Vec<&str> = classic
+                .split_whitespace()
+                .filter(|channel| *channel != own)
+                .collect();
+            assert!(others.is_empty(), "PUBSUB CHANNELS: {classic}");
         }
         hand_over_promptly(guard, waiting, "sharded wake-up").await;
         holder.shutdown().await;
@@ -491,6 +498,42 @@ async fn semaphores_and_latches_work_on_every_master() {
         for permit in leases {
             permit.release().await.unwrap();
         }
+    })
+    .await;
+}
+
+/// A force unlock tells the holder's client at once on a cluster too: the script's classic
+/// PUBLISH reaches the holder's own channel whichever node it subscribed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_tells_the_holder_on_a_cluster() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_secs(30)).await;
+        let other = client(&cluster, Duration::from_secs(30)).await;
+        let guard = holder.lock("forced-on-cluster").lock().await.unwrap();
+        let own = format!("fredlock_client:{}", holder.id());
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                cluster
+                    .nodes
+                    .iter()
+                    .any(|node| redis_cli(node.port(), &["pubsub", "channels"]).contains(&own))
+            })
+            .await,
+            "the holder never listened on {own}"
+        );
+        let forced = Instant::now();
+        assert!(other
+            .lock("forced-on-cluster")
+            .force_unlock()
+            .await
+            .unwrap());
+        tokio::time::timeout(Duration::from_millis(250), guard.lost())
+            .await
+            .expect("the holder is told at once");
+        println!("told after {:?}", forced.elapsed());
+        holder.shutdown().await;
+        other.shutdown().await;
     })
     .await;
 }

@@ -254,7 +254,7 @@ async fn cancelled_campaigns_leave_nothing() {
         term.resign().await.unwrap();
         let clean = eventually(Duration::from_secs(5), || async {
             let exists: bool = raw.exists("cancel").await.unwrap();
-            let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+            let channels: Vec<String> = common::pubsub_channels(&raw).await;
             let stats = client.stats();
             !exists && channels.is_empty() && stats.wait_entries == 0 && stats.held == 0
         })
@@ -315,8 +315,17 @@ async fn leader_and_inspection_name_the_leader() {
             .iter()
             .any(|found| found.name == "who" && found.kind == "leader_election"));
 
+        // A force unlock ends the term for everyone, its leader first.
+        let forced = Instant::now();
         assert!(election.force_unlock().await.unwrap());
         assert_eq!(election.leader().await.unwrap(), None);
+        tokio::time::timeout(Duration::from_millis(250), term.lost())
+            .await
+            .expect("the leader is told of the force unlock at once");
+        println!(
+            "the leader learned of the force unlock after {:?}",
+            forced.elapsed()
+        );
         drop(term);
     })
     .await;

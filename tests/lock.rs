@@ -41,6 +41,7 @@ for_each_kind!(
     a_waiter_on_a_subscribed_channel_waits_after_one_attempt,
     unlock_racing_a_waiter_on_a_subscribed_channel_is_not_missed,
     waiters_end_with_their_clients_shutdown,
+    a_force_unlock_tells_the_holder_at_once,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -372,7 +373,7 @@ async fn cancelled_acquisitions_leave_nothing(kind: Kind) {
             .await
             .unwrap();
         let exists = exists > 0;
-        let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+        let channels: Vec<String> = common::pubsub_channels(&raw).await;
         let stats = client.stats();
         !exists && channels.is_empty() && stats.wait_entries == 0 && stats.held == 0
     })
@@ -528,7 +529,7 @@ async fn subscriptions_do_not_leak() {
             task.await.unwrap();
         }
         let clean = eventually(Duration::from_secs(5), || async {
-            let channels: Vec<String> = raw.pubsub_channels("*").await.unwrap();
+            let channels: Vec<String> = common::pubsub_channels(&raw).await;
             channels.is_empty()
                 && clients
                     .iter()
@@ -680,8 +681,10 @@ async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
         let raw = server.raw().await;
         let client = server.lock_client(DEFAULT_WATCHDOG).await;
         let lock = client.lock("cost");
-        // Warm the script cache (the first call of each script may need EVAL).
+        // Warm the script cache (the first call of each script may need EVAL); the first hold
+        // also subscribes the client's own channel, once.
         lock.lock().await.unwrap().unlock().await.unwrap();
+        common::listening_for_force_unlocks(&raw, &client).await;
         let before = common::command_calls(&raw).await;
         for _ in 0..10 {
             lock.lock().await.unwrap().unlock().await.unwrap();
@@ -963,6 +966,18 @@ async fn repeated_waits_reuse_the_subscription() {
         let raw = server.raw().await;
         let holder = server.lock_client(DEFAULT_WATCHDOG).await;
         let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        // Each client's first hold subscribes its own channel, once: not counted below.
+        for warmed in [&holder, &client] {
+            warmed
+                .lock("warm")
+                .lock()
+                .await
+                .unwrap()
+                .unlock()
+                .await
+                .unwrap();
+            common::listening_for_force_unlocks(&raw, warmed).await;
+        }
         let before = common::command_calls(&raw).await;
         let lock = client.lock("again");
         for _ in 0..3 {
@@ -1445,4 +1460,32 @@ async fn sigterm_child_holds_everything() {
         .await
         .expect("SIGTERM within a minute");
     client.shutdown().await;
+}
+
+/// 9 of issue 31, its second half. A force unlock from another client tells the holder's
+/// client at once: its guard's `lost()` fires within 250 ms, not at its next renewal. A spin
+/// lock, whose clients never subscribe, learns at its next renewal, within a third of the lease.
+async fn a_force_unlock_tells_the_holder_at_once(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let other = server.lock_client(DEFAULT_WATCHDOG).await;
+    let guard = kind.lock(&holder, "forced").lock().await.unwrap();
+    if kind.listens() {
+        common::listening_for_force_unlocks(&raw, &holder).await;
+    }
+    let forced = Instant::now();
+    assert!(kind.lock(&other, "forced").force_unlock().await.unwrap());
+    let told = tokio::time::timeout(DEFAULT_WATCHDOG, guard.lost()).await;
+    let after = forced.elapsed();
+    assert!(told.is_ok(), "the holder never learned of the force unlock");
+    if kind.listens() {
+        assert!(after < Duration::from_millis(250), "told after {after:?}");
+    } else {
+        assert!(
+            after <= DEFAULT_WATCHDOG / 3 + Duration::from_secs(1),
+            "told after {after:?}"
+        );
+    }
+    assert!(guard.is_lost());
 }

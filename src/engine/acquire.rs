@@ -21,7 +21,7 @@ use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Call, Kind, Primitive, Reply};
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
-use crate::engine::profile::{Backoff, Wake};
+use crate::engine::profile::{Backoff, Wake, WakeRule};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
@@ -553,6 +553,13 @@ async fn attempt(
                 let (hold, value) = core
                     .holds
                     .attach(&task_pair, lease, sent_at, &task_kind, value);
+                // The holder of a lock (whose waiters listen) hears of a force unlock at once.
+                if matches!(
+                    task_kind.profile().class().wake,
+                    WakeRule::Shared(_) | WakeRule::PerWaiter(_)
+                ) {
+                    core.pubsub.listen_own();
+                }
                 let guard = Guard::new(engine.clone(), hold, task_kind.clone(), lease);
                 Ok(Outcome::Won(Win {
                     guard,

@@ -329,11 +329,13 @@ impl Engine {
             subscriber.clone(),
             shutdown.clone(),
         ));
+        let id = Uuid::new_v4();
+        // Where force unlocks of this client's holds are announced (see `pubsub`).
+        let own = pubsub::Channel::from(format!("fredlock_client:{}", id.hyphenated()));
         let (pubsub, pubsub_tasks) =
-            pubsub::PubSub::start(subscriber.clone(), sharded, shutdown.clone());
+            pubsub::PubSub::start(subscriber.clone(), sharded, own, shutdown.clone());
         tasks.extend(pubsub_tasks);
         let (undo_tx, undo_rx) = mpsc::unbounded_channel();
-        let id = Uuid::new_v4();
         let core = Arc::new(Core {
             id,
             id_text: id.hyphenated().to_string(),

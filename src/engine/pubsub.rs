@@ -11,6 +11,12 @@
 //!   channel. A reader that fell behind, or a reconnect, may have lost messages: then every
 //!   waiter is woken to try again.
 //!
+//! Beside the waiters' channels, a client that holds a lock its waiters listen for also listens
+//! on a channel of its own, `fredlock_client:<client uuid>` ([`OwnChannel`]): a force unlock
+//! publishes the lock's name there, and the watchdog looks at every hold at once. It is
+//! subscribed once, with the client's first such hold, and kept: a client of spin locks only
+//! never subscribes. It counts in no statistic of waits.
+//!
 //! An entry outlives its last waiter while its channel lingers subscribed, counting what is
 //! delivered to it. A waiter that saw the channel subscribed before its attempt was sent, and
 //! finds nothing delivered since when it joins, cannot have missed an unlock: it waits at once,
@@ -178,6 +184,16 @@ struct WaitEntries {
     changed: UnboundedSender<Channel>,
     /// Channels the manager is subscribed to, for [`PubSub::subscriptions`].
     subscriptions: AtomicUsize,
+    own: OwnChannel,
+}
+
+/// The client's own channel, on which force unlocks of its holds are announced.
+struct OwnChannel {
+    name: Channel,
+    /// Set with the client's first hold that listens: from then on it stays subscribed.
+    wanted: AtomicBool,
+    /// Told of every message on it.
+    heard: Notify,
 }
 
 /// The client's subscriptions and wait entries.
@@ -191,6 +207,7 @@ impl PubSub {
     pub(crate) fn start(
         subscriber: SubscriberClient,
         sharded: bool,
+        own: Channel,
         shutdown: CancellationToken,
     ) -> (PubSub, Vec<tokio::task::JoinHandle<()>>) {
         let (changed, changes) = mpsc::unbounded_channel();
@@ -199,6 +216,11 @@ impl PubSub {
             live: AtomicUsize::new(0),
             changed,
             subscriptions: AtomicUsize::new(0),
+            own: OwnChannel {
+                name: own,
+                wanted: AtomicBool::new(false),
+                heard: Notify::new(),
+            },
         });
         let manager = tokio::spawn(manage(
             subscriber.clone(),
@@ -280,6 +302,20 @@ impl PubSub {
     /// Channels this client is subscribed to.
     pub(crate) fn subscriptions(&self) -> usize {
         self.shared.subscriptions.load(Ordering::Acquire)
+    }
+
+    /// Listens on the client's own channel from now on (its first hold of a lock whose waiters
+    /// listen): one load on every later hold.
+    pub(crate) fn listen_own(&self) {
+        let own = &self.shared.own;
+        if !own.wanted.load(Ordering::Relaxed) && !own.wanted.swap(true, Ordering::AcqRel) {
+            let _ = self.shared.changed.send(own.name.clone());
+        }
+    }
+
+    /// Notified whenever a force unlock names one of this client's holds.
+    pub(crate) fn own_heard(&self) -> &Notify {
+        &self.shared.own.heard
     }
 }
 
@@ -392,6 +428,8 @@ async fn manage(
     let mut reconnects = subscriber.reconnect_rx();
     // Subscribed channels without waiters, with when they left: unsubscribed after LINGER.
     let mut idle: HashMap<Channel, Instant> = HashMap::new();
+    // Whether the client's own channel is subscribed (on the connection as it is now).
+    let mut own_subscribed = false;
     loop {
         let mut pending: HashSet<Channel> = std::mem::take(&mut retry);
         let next_expiry = idle.values().min().map(|left| *left + LINGER);
@@ -428,6 +466,10 @@ async fn manage(
                 // The new connection has no subscriptions: every channel with waiters is
                 // subscribed again, and the rest forgotten.
                 tracing::debug!(channels = subscribed.len(), "subscriber reconnected; subscribing again");
+                own_subscribed = false;
+                if shared.own.wanted.load(Ordering::Acquire) {
+                    pending.insert(shared.own.name.clone());
+                }
                 subscribed.clear();
                 homes.clear();
                 idle.clear();
@@ -447,6 +489,16 @@ async fn manage(
         // Fold everything queued meanwhile into one SUBSCRIBE and one UNSUBSCRIBE.
         while let Ok(channel) = changes.try_recv() {
             pending.insert(channel);
+        }
+        // The client's own channel: classic pub/sub (even sharded), subscribed for good.
+        if pending.remove(&shared.own.name) && !own_subscribed {
+            match subscriber.subscribe(shared.own.name.to_string()).await {
+                Ok(()) => own_subscribed = true,
+                Err(error) => {
+                    tracing::debug!(%error, "could not listen for force unlocks; retrying");
+                    retry.insert(shared.own.name.clone());
+                }
+            }
         }
         let now = Instant::now();
         let mut subscribe = Vec::new();
@@ -536,7 +588,7 @@ async fn forget_stale(subscriber: &SubscriberClient, shared: &WaitEntries) {
     let stale: Vec<String> = subscriber
         .tracked_channels()
         .into_iter()
-        .filter(|channel| !shared.entries.contains_key(&**channel))
+        .filter(|channel| !shared.entries.contains_key(&**channel) && **channel != *shared.own.name)
         .map(|channel| channel.to_string())
         .collect();
     if !stale.is_empty() {
@@ -668,7 +720,9 @@ async fn dispatch(
             _ = shutdown.cancelled() => break,
             message = messages.recv() => match message {
                 Ok(message) => {
-                    if let Some(entry) = shared.entries.get(&*message.channel) {
+                    if *message.channel == *shared.own.name {
+                        shared.own.heard.notify_one();
+                    } else if let Some(entry) = shared.entries.get(&*message.channel) {
                         entry.deliver(&message.value);
                     }
                 }

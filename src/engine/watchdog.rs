@@ -1,6 +1,7 @@
 //! The watchdog: one task per client that keeps watchdog-mode holds alive and notices lost ones.
 //!
-//! Once a period (`watchdog_lease / 3`), and at once after fred reconnects, it scans the
+//! Once a period (`watchdog_lease / 3`), and at once after fred reconnects or a force unlock
+//! names one of the client's holds (see `pubsub`'s own channel), it scans the
 //! client's registry of holds and renews every hold with a watchdog guard, in script calls of up
 //! to 100 keys, one cluster hash slot (and one primitive's renewal script) per call: a period
 //! costs `holds / 100` calls per hash slot. Holds
@@ -99,6 +100,11 @@ impl Watchdog {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                _ = self.core.pubsub.own_heard().notified() => {
+                    // A force unlock named one of this client's holds: find which, now.
+                    tracing::debug!("told of a force unlock; checking every hold");
+                    self.renew_all();
+                }
                 reconnected = reconnects.recv() => match reconnected {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         tracing::debug!("reconnected; checking every hold");

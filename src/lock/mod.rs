@@ -329,8 +329,10 @@ impl Lock {
     /// Deletes the lock whoever holds it and wakes its waiters (of a fair lock, the first in
     /// line, which keeps its place); `true` if it was held.
     ///
-    /// The holder is not told directly; its watchdog finds the lock gone within a third of the
-    /// watchdog lease and marks its guards lost.
+    /// The holder's client is told at once (on its own channel, `fredlock_client:<client id>`,
+    /// which a client listens on from its first hold of a lock): its guards' `lost()` fire
+    /// within a round trip or two. A spin lock's client, which never subscribes, and a Java
+    /// client find the lock gone at their next renewal, within a third of the watchdog lease.
     ///
     /// # Errors
     ///

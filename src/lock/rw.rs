@@ -43,8 +43,10 @@ static RW_LEAVE: LazyLock<Script> = LazyLock::new(|| lua::holds_script(SCRIPTS, 
 /// Extends many read and write holds in one call.
 static RW_RENEW: LazyLock<Script> = LazyLock::new(|| lua::section_script(SCRIPTS, "renew", true));
 /// Deletes a read-write lock whoever holds it.
-static RW_FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| lua::section_script(SCRIPTS, "force_unlock", true));
+static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    let [head, body] = lua::sections(SCRIPTS, "force_unlock");
+    Script::freeing(&[lua::DELETE_LOCK, head, body])
+});
 /// Counts an owner's live holds of a read-write lock.
 static RW_HOLD_COUNT: LazyLock<Script> =
     LazyLock::new(|| lua::section_script(SCRIPTS, "hold_count", false));

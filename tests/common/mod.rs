@@ -195,9 +195,27 @@ pub async fn client_kill(raw: &Client, kind: &str) -> Result<i64, fred::error::E
 
 /// The channels the server has subscribers for (`PUBSUB CHANNELS`).
 pub async fn pubsub_channels(raw: &Client) -> Vec<String> {
-    raw.custom(fred::cmd!("PUBSUB"), vec!["CHANNELS".to_string()])
+    let channels: Vec<String> = raw
+        .custom(fred::cmd!("PUBSUB"), vec!["CHANNELS".to_string()])
         .await
-        .unwrap()
+        .unwrap();
+    // A client's own channel (force unlocks of its holds) stays for the client's life.
+    channels
+        .into_iter()
+        .filter(|channel| !channel.starts_with("fredlock_client:"))
+        .collect()
+}
+
+/// Waits until `client` listens on its own channel for force unlocks, which it subscribes with
+/// its first hold of a lock: for tests that count the commands sent after that.
+pub async fn listening_for_force_unlocks(raw: &Client, client: &fredlock::LockClient) {
+    let own = format!("fredlock_client:{}", client.id());
+    let listening = eventually(Duration::from_secs(5), || async {
+        let channels: Vec<String> = raw.pubsub_channels(own.as_str()).await.unwrap();
+        channels.contains(&own)
+    })
+    .await;
+    assert!(listening, "{own} was never subscribed");
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to process `pid`.

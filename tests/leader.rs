@@ -575,3 +575,72 @@ async fn run_campaigns_through_an_outage() {
     })
     .await;
 }
+
+/// 4, the rest. An observer that missed the message of a new term (its pub/sub connection
+/// killed and kept down while the term started) sees it once back, and a term that ends by
+/// expiry (its leader cut off, so nobody publishes) is seen ended within the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn observers_catch_up_after_a_missed_message_and_an_expiry() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let observer_proxy = StallingProxy::start(server.port());
+        let observer = LockClient::builder()
+            .url(observer_proxy.url())
+            .watchdog_lease(LEASE)
+            .build()
+            .await
+            .unwrap()
+            .leader_election("{missed}");
+        let mut changes = observer.observe().await.unwrap();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                !raw.pubsub_channels::<Vec<String>, _>("fredlock_leader__channel*")
+                    .await
+                    .unwrap()
+                    .is_empty()
+            })
+            .await
+        );
+        // The observer's pub/sub connection goes, and cannot come back while the term starts.
+        observer_proxy.cut();
+        common::client_kill(&raw, "pubsub").await.unwrap();
+        let leader_proxy = StallingProxy::start(server.port());
+        let leader_client = LockClient::builder()
+            .url(leader_proxy.url())
+            .watchdog_lease(LEASE)
+            .command_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let term = leader_client
+            .leader_election("{missed}")
+            .campaign()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(changes.borrow().is_none(), "seen while the observer was cut off");
+        observer_proxy.heal();
+        let healed = Instant::now();
+        tokio::time::timeout(LEASE, changes.wait_for(|now| now.is_some()))
+            .await
+            .expect("the missed term is seen within the lease")
+            .unwrap();
+        let seen = healed.elapsed();
+        assert_eq!(changes.borrow().as_ref().map(|leader| leader.epoch), Some(term.epoch()));
+
+        // The leader is cut off: nobody publishes the end; its lease ends it.
+        leader_proxy.stall();
+        let cut = Instant::now();
+        tokio::time::timeout(LEASE + Duration::from_secs(1), changes.wait_for(Option::is_none))
+            .await
+            .expect("the expired term is seen ended")
+            .unwrap();
+        let ended = cut.elapsed();
+        println!("missed term seen {seen:?} after the observer was back; expiry seen {ended:?} after the cut");
+        let pttl: i64 = raw.pttl("{missed}").await.unwrap();
+        assert_eq!(pttl, -2, "seen ended while the term stood");
+        drop(term);
+    })
+    .await;
+}

@@ -81,8 +81,8 @@ return released
 --
 -- KEYS[1]  election name
 --
--- Reply: {identity, epoch, since, pttl, owner field} while a term stands;
--- otherwise nil.
+-- Reply: {identity, epoch, since, owner field} while a term stands; otherwise
+-- nil.
 local record = redis.pcall('hgetall', KEYS[1])
 if record['err'] then
     return redis.error_reply('WRONGTYPE not a leader election (a hash of holds): ' .. KEYS[1])
@@ -103,7 +103,7 @@ end
 if not owner or not epoch then
     return nil
 end
-return {identity or '', tonumber(epoch), tonumber(since or 0), redis.call('pttl', KEYS[1]), owner}
+return {identity or '', tonumber(epoch), tonumber(since or 0), owner}
 
 --- script: changed
 -- Whether the term is another than the one an observer saw, read-only.

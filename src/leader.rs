@@ -123,6 +123,8 @@ const MAX_PAUSE: Duration = Duration::from_millis(200);
 #[derive(Clone)]
 pub struct LeaderElection {
     lock: Lock,
+    /// The same keys, as its observers and readers wait on and read them.
+    watch: Arc<LeaderWatch>,
     identity: Arc<str>,
 }
 
@@ -132,13 +134,12 @@ impl LockClient {
     /// shows as [`default_identity`] unless given another with
     /// [`identity`](LeaderElection::identity). Creating it costs nothing and sends nothing.
     pub fn leader_election(&self, name: impl Into<String>) -> LeaderElection {
-        let identity: Arc<str> = Arc::from(default_identity());
-        LeaderElection {
-            lock: election_lock(self, self.key(name.into()), identity.clone()),
-            identity,
-        }
+        LeaderElection::at(self, &self.key(name.into()), DEFAULT_IDENTITY.clone())
     }
 }
+
+/// [`default_identity`], worked out once per process: it reads the host's name.
+static DEFAULT_IDENTITY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(default_identity()));
 
 /// The identity a candidate shows by default: this host's name and this process's id,
 /// `<host>:<pid>`.
@@ -152,19 +153,31 @@ pub fn default_identity() -> String {
     format!("{host}:{}", std::process::id())
 }
 
-/// The lock of terms of the election at `key`, whose candidates show `identity`.
-fn election_lock(client: &LockClient, key: String, identity: Arc<str>) -> Lock {
-    Lock::of_kind(client.clone(), LeaderKind::new(&key, identity))
-}
-
 impl LeaderElection {
+    /// The election at `key` (the client's prefix on it), whose candidates show `identity`:
+    /// its terms' kind and its watch share one set of keys.
+    fn at(client: &LockClient, key: &str, identity: Arc<str>) -> LeaderElection {
+        let keys = election_keys(key);
+        LeaderElection {
+            watch: Arc::new(LeaderWatch {
+                profile: ProfileOf::new(&LEADER_WATCH, keys.clone()),
+            }),
+            lock: Lock::of_kind(
+                client.clone(),
+                LeaderKind {
+                    profile: ProfileOf::new(&LEADER_ELECTION, keys),
+                    identity: identity.clone(),
+                },
+            ),
+            identity,
+        }
+    }
+
     /// The same election, whose terms show `identity` to observers, inspections and the
     /// `fredlock` command (its host and port, a pod name: whatever tells an operator which
     /// instance leads).
     pub fn identity(self, identity: impl Into<String>) -> LeaderElection {
-        let identity: Arc<str> = Arc::from(identity.into());
-        let lock = election_lock(self.lock.client(), self.name().to_owned(), identity.clone());
-        LeaderElection { lock, identity }
+        LeaderElection::at(self.lock.client(), self.name(), Arc::from(identity.into()))
     }
 
     /// The election's Redis key: the name it was made with, after the client's key prefix.
@@ -312,7 +325,7 @@ impl LeaderElection {
     ///
     /// Cancel safe: it only reads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
-        read_leader(&self.lock).await
+        self.watch.leader(self.lock.client().engine()).await
     }
 
     /// The current leader now and after every change (a new term, a resignation, an expiry):
@@ -330,15 +343,14 @@ impl LeaderElection {
     pub async fn observe(&self) -> Result<watch::Receiver<Option<Leader>>> {
         let now = self.leader().await?;
         let (sender, receiver) = watch::channel(now);
-        let lock = self.lock.clone();
-        let watch = LeaderWatch::new(lock.name());
+        let engine = self.lock.client().engine().clone();
+        let watch = self.watch.clone();
         tokio::spawn(async move {
-            let engine = lock.client().engine().clone();
             loop {
                 let seen = sender.borrow().as_ref().map_or(0, |leader| leader.epoch);
                 let changed = tokio::select! {
                     _ = sender.closed() => return,
-                    changed = engine::wait_until(&engine, &watch, || watch.changed(seen), None) => changed,
+                    changed = engine::wait_until(&engine, &*watch, || watch.changed(seen), None) => changed,
                 };
                 if let Err(error) = changed {
                     if !error.is_transient() {
@@ -347,7 +359,7 @@ impl LeaderElection {
                     tokio::time::sleep(jittered(MAX_PAUSE)).await;
                     continue;
                 }
-                match read_leader(&lock).await {
+                match watch.leader(&engine).await {
                     Ok(now) => {
                         sender.send_if_modified(|then| {
                             let changed = *then != now;
@@ -400,19 +412,6 @@ fn jittered(max: Duration) -> Duration {
     max.mul_f64(rand::random::<f64>())
 }
 
-/// The current leader of the election `lock` stands for.
-async fn read_leader(lock: &Lock) -> Result<Option<Leader>> {
-    let engine = lock.client().engine();
-    let watch = LeaderWatch::new(lock.name());
-    let call = Call {
-        script: &LEADER_READ,
-        keys: vec![Key::from(lock.name())],
-        args: Vec::new(),
-    };
-    let reply: Value = engine.send(&watch, call).await?;
-    Ok(Leader::from_reply(reply))
-}
-
 /// Who leads an election, as [`LeaderElection::leader`] and [`LeaderElection::observe`] tell.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -436,7 +435,6 @@ impl Leader {
         let identity = parts.next()?.as_string()?;
         let epoch = parts.next()?.as_u64()?;
         let since_ms = parts.next()?.as_u64()?;
-        let _pttl = parts.next();
         let owner = parts.next()?.as_string()?;
         Some(Leader {
             identity,
@@ -643,13 +641,6 @@ struct LeaderKind {
 }
 
 impl LeaderKind {
-    fn new(key: &str, identity: Arc<str>) -> LeaderKind {
-        LeaderKind {
-            profile: ProfileOf::new(&LEADER_ELECTION, election_keys(key)),
-            identity,
-        }
-    }
-
     fn keys(&self) -> &Keys {
         self.profile.keys()
     }
@@ -735,10 +726,15 @@ struct LeaderWatch {
 }
 
 impl LeaderWatch {
-    fn new(key: &str) -> LeaderWatch {
-        LeaderWatch {
-            profile: ProfileOf::new(&LEADER_WATCH, election_keys(key)),
-        }
+    /// The current leader, read on the command connection.
+    async fn leader(&self, engine: &engine::Engine) -> Result<Option<Leader>> {
+        let call = Call {
+            script: &LEADER_READ,
+            keys: vec![self.profile.keys().get(NAME)],
+            args: Vec::new(),
+        };
+        let reply: Value = engine.read(self, call).await?;
+        Ok(Leader::from_reply(reply))
     }
 
     /// Whether the term is another than epoch `seen` (0: none).
@@ -764,5 +760,5 @@ pub(crate) const LAYOUT: Layout = Layout {
     strays: None,
     own_key: None,
     of_type: None,
-    at_key: |client, key| Box::new(election_lock(client, key, Arc::from(default_identity()))),
+    at_key: |client, key| Box::new(LeaderElection::at(client, &key, DEFAULT_IDENTITY.clone()).lock),
 };

@@ -409,10 +409,29 @@ impl Engine {
         kind: &dyn Primitive,
         call: Call,
     ) -> Result<R> {
+        self.call_on(&self.core().writer, kind, call).await
+    }
+
+    /// Runs one of `kind`'s read-only calls as [`send`](Self::send) does, on the command
+    /// connection: never waiting for replicas, which replica sync would make a write do.
+    pub(crate) async fn read<R: fred::types::FromValue>(
+        &self,
+        kind: &dyn Primitive,
+        call: Call,
+    ) -> Result<R> {
+        self.call_on(&self.core().reads(), kind, call).await
+    }
+
+    async fn call_on<R: fred::types::FromValue>(
+        &self,
+        writer: &Writer,
+        kind: &dyn Primitive,
+        call: Call,
+    ) -> Result<R> {
         let core = self.core();
         core.ensure_open()?;
         check_primitive(kind)?;
-        call.run(&core.writer)
+        call.run(writer)
             .await
             .map_err(|source| self.redis_error(kind.profile().name(), None, source))
     }

@@ -192,6 +192,8 @@ struct OwnChannel {
     name: Channel,
     /// Set with the client's first hold that listens: from then on it stays subscribed.
     wanted: AtomicBool,
+    /// The names its messages carried since the watchdog last took them.
+    forced: std::sync::Mutex<Vec<String>>,
     /// Told of every message on it.
     heard: Notify,
 }
@@ -219,6 +221,7 @@ impl PubSub {
             own: OwnChannel {
                 name: own,
                 wanted: AtomicBool::new(false),
+                forced: std::sync::Mutex::new(Vec::new()),
                 heard: Notify::new(),
             },
         });
@@ -313,9 +316,24 @@ impl PubSub {
         }
     }
 
-    /// Notified whenever a force unlock names one of this client's holds.
-    pub(crate) fn own_heard(&self) -> &Notify {
-        &self.shared.own.heard
+    /// Completes when a force unlock named one of this client's holds, with the names told
+    /// since the last call.
+    pub(crate) async fn forced(&self) -> Vec<String> {
+        loop {
+            let heard = self.shared.own.heard.notified();
+            let names = std::mem::take(
+                &mut *self
+                    .shared
+                    .own
+                    .forced
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            if !names.is_empty() {
+                return names;
+            }
+            heard.await;
+        }
     }
 }
 
@@ -721,7 +739,15 @@ async fn dispatch(
             message = messages.recv() => match message {
                 Ok(message) => {
                     if *message.channel == *shared.own.name {
-                        shared.own.heard.notify_one();
+                        if let Some(name) = message.value.as_string() {
+                            shared
+                                .own
+                                .forced
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .push(name);
+                            shared.own.heard.notify_one();
+                        }
                     } else if let Some(entry) = shared.entries.get(&*message.channel) {
                         entry.deliver(&message.value);
                     }

@@ -1,7 +1,6 @@
 //! The watchdog: one task per client that keeps watchdog-mode holds alive and notices lost ones.
 //!
-//! Once a period (`watchdog_lease / 3`), and at once after fred reconnects or a force unlock
-//! names one of the client's holds (see `pubsub`'s own channel), it scans the
+//! Once a period (`watchdog_lease / 3`), and at once after fred reconnects, it scans the
 //! client's registry of holds and renews every hold with a watchdog guard, in script calls of up
 //! to 100 keys, one cluster hash slot (and one primitive's renewal script) per call: a period
 //! costs `holds / 100` calls per hash slot. Holds
@@ -9,7 +8,8 @@
 //! of a loss (a deleted key, a restarted server) within a period too, not at the end of their
 //! lease. A hold taken between two scans is renewed at the next one, at most a period after it
 //! was taken, while its lease lasts three. Acquiring and releasing therefore never involve this
-//! task.
+//! task. A force unlock that names holds of this client (on its own channel, see `pubsub`)
+//! has those looked at at once.
 //!
 //! Its timer wheel, a [`DelayQueue`], holds the period's tick and, after a failed renewal, a
 //! retry tick. A failed renewal is retried until the hold's renew deadline (`Hold::deadline`,
@@ -100,10 +100,16 @@ impl Watchdog {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = self.core.pubsub.own_heard().notified() => {
-                    // A force unlock named one of this client's holds: find which, now.
-                    tracing::debug!("told of a force unlock; checking every hold");
-                    self.renew_all();
+                names = self.core.pubsub.forced() => {
+                    // A force unlock named holds of this client: look at those now.
+                    tracing::debug!(locks = ?names, "told of a force unlock; checking its holds");
+                    let mut due = Vec::new();
+                    self.core.holds.each(|hold| {
+                        if names.iter().any(|name| **name == *hold.pair.name) {
+                            due.push(hold.clone());
+                        }
+                    });
+                    self.renew(due);
                 }
                 reconnected = reconnects.recv() => match reconnected {
                     Ok(_) | Err(RecvError::Lagged(_)) => {

@@ -61,19 +61,15 @@ pub(crate) async fn hand_over(core: &Arc<Core>) {
 /// Gives back all of `hold`, in its owner's turn.
 async fn give_back(core: &Arc<Core>, hold: &Arc<Hold>) {
     let mut turn = core.ledger.turn(&hold.pair).await;
-    let none = Value::from(0);
-    let (reply, _) = turn
-        .send_again_while_lost(core.redis(), |request| async {
-            let args = ReleaseArgs {
-                field: &hold.pair.field,
-                left: 0,
-                lease: &none,
-                request: &request,
-            };
-            let reply = Call::run_made::<Value>(&core.writer, || hold.kind.release(&args)).await;
-            (request, reply)
-        })
-        .await;
+    let (reply, _) = send_release(
+        core,
+        &mut turn,
+        &hold.kind,
+        &hold.pair.field,
+        0,
+        &Value::from(0),
+    )
+    .await;
     match reply {
         Ok(_) => tracing::debug!(
             lock = %hold.pair.name, owner = %hold.pair.field, "handed over at shutdown"
@@ -84,6 +80,31 @@ async fn give_back(core: &Arc<Core>, hold: &Arc<Hold>) {
         ),
     }
     settle_later(core, &hold.kind, turn);
+}
+
+/// Sends `kind`'s release of `field`'s holds, keeping `left` (with `lease` set again while some
+/// remain), in `turn`. A release is safe to send again, so a lost reply gets an answer here when
+/// one comes within a command timeout; only then is the outcome left to the settle. Also
+/// whether it was sent again.
+async fn send_release(
+    core: &Core,
+    turn: &mut Turn,
+    kind: &Arc<dyn Kind>,
+    field: &Field,
+    left: usize,
+    lease: &Value,
+) -> (Result<Option<i64>, fred::error::Error>, bool) {
+    turn.send_again_while_lost(core.redis(), |request| async {
+        let args = ReleaseArgs {
+            field,
+            left,
+            lease,
+            request: &request,
+        };
+        let reply = Call::run_made(&core.writer, || kind.release(&args)).await;
+        (request, reply)
+    })
+    .await
 }
 
 /// Something to undo in Redis, whatever the primitive.
@@ -388,20 +409,8 @@ impl Release {
             (hold.guards().saturating_sub(1), core.lease_arg(self.lease))
         };
         let sent_at = Instant::now();
-        // A release is safe to send again, so a lost reply gets an answer here when one comes
-        // within a command timeout; only then is the outcome left to the settle.
-        let (reply, resent) = turn
-            .send_again_while_lost(core.redis(), |request| async {
-                let args = ReleaseArgs {
-                    field: &hold.pair.field,
-                    left,
-                    lease: &lease,
-                    request: &request,
-                };
-                let reply = Call::run_made(&core.writer, || self.kind.release(&args)).await;
-                (request, reply)
-            })
-            .await;
+        let (reply, resent) =
+            send_release(core, &mut turn, &self.kind, &hold.pair.field, left, &lease).await;
         let reply = if lost {
             reply.map(|_| None)
         } else {

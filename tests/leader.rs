@@ -378,12 +378,7 @@ async fn crashed_leader_child() {
     let Ok(url) = std::env::var("FREDLOCK_LEADER_URL") else {
         return;
     };
-    let client = LockClient::builder()
-        .url(url)
-        .watchdog_lease(LEASE)
-        .build()
-        .await
-        .unwrap();
+    let client = common::lock_client_at(&url, LEASE).await;
     let _term = client.leader_election("crash").campaign().await.unwrap();
     tokio::time::sleep(Duration::from_secs(60)).await;
 }
@@ -420,6 +415,18 @@ async fn run_resigns_when_the_work_panics() {
     .await;
 }
 
+/// A client whose connections go through `proxy`, with watchdog lease `lease` and commands that
+/// time out after 300 ms, so that a stall is noticed quickly.
+async fn through(proxy: &StallingProxy, lease: Duration) -> LockClient {
+    LockClient::builder()
+        .url(proxy.url())
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap()
+}
+
 /// Records when the future that owns it was dropped.
 struct DroppedAt(Arc<Mutex<Option<Instant>>>);
 
@@ -437,13 +444,7 @@ async fn a_stalled_leader_stops_before_its_successor_starts() {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let proxy = StallingProxy::start(server.port());
-        let stalled_client = LockClient::builder()
-            .url(proxy.url())
-            .watchdog_lease(Duration::from_millis(1500))
-            .command_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .unwrap();
+        let stalled_client = through(&proxy, Duration::from_millis(1500)).await;
         let successor = server.lock_client(LEASE).await.leader_election("{stall}");
         let leader = stalled_client.leader_election("{stall}");
 
@@ -533,13 +534,7 @@ async fn run_campaigns_through_an_outage() {
     bounded(async {
         let server = RedisServer::start();
         let proxy = StallingProxy::start(server.port());
-        let client = LockClient::builder()
-            .url(proxy.url())
-            .watchdog_lease(LEASE)
-            .command_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .unwrap();
+        let client = through(&proxy, LEASE).await;
         let election = client.leader_election("outage");
         proxy.stall();
         let (led, mut leading) = tokio::sync::watch::channel(None);
@@ -585,12 +580,8 @@ async fn observers_catch_up_after_a_missed_message_and_an_expiry() {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let observer_proxy = StallingProxy::start(server.port());
-        let observer = LockClient::builder()
-            .url(observer_proxy.url())
-            .watchdog_lease(LEASE)
-            .build()
+        let observer = common::lock_client_at(&observer_proxy.url(), LEASE)
             .await
-            .unwrap()
             .leader_election("{missed}");
         let mut changes = observer.observe().await.unwrap();
         assert!(
@@ -606,13 +597,7 @@ async fn observers_catch_up_after_a_missed_message_and_an_expiry() {
         observer_proxy.cut();
         common::client_kill(&raw, "pubsub").await.unwrap();
         let leader_proxy = StallingProxy::start(server.port());
-        let leader_client = LockClient::builder()
-            .url(leader_proxy.url())
-            .watchdog_lease(LEASE)
-            .command_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .unwrap();
+        let leader_client = through(&leader_proxy, LEASE).await;
         let term = leader_client
             .leader_election("{missed}")
             .campaign()

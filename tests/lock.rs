@@ -683,8 +683,7 @@ async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
         let lock = client.lock("cost");
         // Warm the script cache (the first call of each script may need EVAL); the first hold
         // also subscribes the client's own channel, once.
-        lock.lock().await.unwrap().unlock().await.unwrap();
-        common::listening_for_force_unlocks(&raw, &client).await;
+        common::warmed_up(&raw, &client).await;
         let before = common::command_calls(&raw).await;
         for _ in 0..10 {
             lock.lock().await.unwrap().unlock().await.unwrap();
@@ -968,15 +967,7 @@ async fn repeated_waits_reuse_the_subscription() {
         let client = server.lock_client(DEFAULT_WATCHDOG).await;
         // Each client's first hold subscribes its own channel, once: not counted below.
         for warmed in [&holder, &client] {
-            warmed
-                .lock("warm")
-                .lock()
-                .await
-                .unwrap()
-                .unlock()
-                .await
-                .unwrap();
-            common::listening_for_force_unlocks(&raw, warmed).await;
+            common::warmed_up(&raw, warmed).await;
         }
         let before = common::command_calls(&raw).await;
         let lock = client.lock("again");

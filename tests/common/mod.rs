@@ -206,6 +206,14 @@ pub async fn pubsub_channels(raw: &Client) -> Vec<String> {
         .collect()
 }
 
+/// Takes and gives back a lock on `client` (its scripts cached, its own channel subscribed), and
+/// waits until it listens there: for tests that count the commands sent after that.
+pub async fn warmed_up(raw: &Client, client: &fredlock::LockClient) {
+    let guard = client.lock("warm-up").lock().await.unwrap();
+    guard.unlock().await.unwrap();
+    listening_for_force_unlocks(raw, client).await;
+}
+
 /// Waits until `client` listens on its own channel for force unlocks, which it subscribes with
 /// its first hold of a lock: for tests that count the commands sent after that.
 pub async fn listening_for_force_unlocks(raw: &Client, client: &fredlock::LockClient) {

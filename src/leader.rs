@@ -144,13 +144,7 @@ static DEFAULT_IDENTITY: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(default
 /// The identity a candidate shows by default: this host's name and this process's id,
 /// `<host>:<pid>`.
 pub fn default_identity() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|host| host.trim().to_owned())
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
+    format!("{}:{}", names::host_name(), std::process::id())
 }
 
 impl LeaderElection {

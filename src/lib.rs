@@ -128,6 +128,7 @@ mod counter;
 mod deployment;
 mod engine;
 mod error;
+mod job;
 mod layout;
 mod leader;
 mod lock;
@@ -150,6 +151,10 @@ pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
 pub use engine::{ClientStats, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
+pub use job::{
+    JobHolder, JobLock, JobRun, Skipped, DEFAULT_AT_MOST_FOR, DEFAULT_JOB_ENV, DEFAULT_JOB_PREFIX,
+    DEFAULT_TICKS_KEPT_FOR, JOB_POLL,
+};
 pub use leader::{default_identity, Leader, LeaderElection, Term};
 pub use lock::fair::FairLock;
 pub use lock::fenced::{FencedGuard, FencedLock};
@@ -180,8 +185,8 @@ pub use ops::source as script_source;
 /// place, the engine every primitive runs on, so a primitive added later has them all.
 pub mod metrics {
     pub use crate::engine::metrics::{
-        ACQUISITIONS, ALL, ERRORS, HANDOFFS, HELD, LOST, RENEWALS, RENEWAL_FAILURES, TIMEOUTS,
-        WAIT, WAITING,
+        ACQUISITIONS, ALL, ERRORS, HANDOFFS, HELD, JOB_RUN, JOB_RUNS, LOST, RENEWALS,
+        RENEWAL_FAILURES, TIMEOUTS, WAIT, WAITING,
     };
 }
 

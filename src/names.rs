@@ -181,6 +181,16 @@ pub(crate) fn latch_channel(name: &str) -> String {
 /// The message a final unlock publishes on [`lock_channel`].
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
+/// This host's name, as `$HOSTNAME` or `/etc/hostname` give it; `localhost` when neither does.
+pub(crate) fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,8 +24,10 @@ use crate::names;
 /// layout and is reported as one. A fair or fenced lock that nobody waits for (or whose counter
 /// was deleted) looks like a plain lock too, and reads and force-unlocks as one correctly. A
 /// semaphore whose permits are all in, a permit semaphore without leases and a count-down latch
-/// are all one integer string: they are found by name only, as a `counter`.
-const LAYOUTS: [&Layout; 8] = [
+/// are all one integer string: they are found by name only, as a `counter`. A job lock is a
+/// string too, known by its key (`job-lock:..`) or its tick key: first, before the counters.
+const LAYOUTS: [&Layout; 9] = [
+    &crate::job::LAYOUT,
     &crate::leader::LAYOUT,
     &crate::lock::rw::LAYOUT,
     &crate::lock::fair::LAYOUT,
@@ -307,6 +309,8 @@ pub fn source(name: &str) -> Option<&'static str> {
         crate::lock::fair::script(rest)?
     } else if let Some(rest) = name.strip_prefix("rw_") {
         crate::lock::rw::script(rest)?
+    } else if let Some(rest) = name.strip_prefix("job_") {
+        crate::job::script(rest)?
     } else if let Some(rest) = name.strip_prefix("leader_") {
         crate::leader::script(rest)?
     } else if let Some(rest) = name.strip_prefix("redlock_") {

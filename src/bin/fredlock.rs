@@ -341,6 +341,7 @@ fn inspection_json(inspection: &Inspection) -> Value {
         "listeners": inspection.listeners,
         "keys": inspection.keys.iter().map(key_json).collect::<Vec<_>>(),
         "orphans": inspection.orphans.iter().map(key_json).collect::<Vec<_>>(),
+        "last_tick_ms": inspection.last_tick.and_then(|tick| tick.duration_since(std::time::UNIX_EPOCH).ok()).map(|tick| tick.as_millis() as u64),
     })
 }
 
@@ -483,8 +484,10 @@ fn print_inspection(inspection: &Inspection) {
         if let Some(token) = holder.fencing_token {
             print!(", fencing token {token}");
         }
-        if let Some(identity) = &holder.identity {
-            print!(", identity {identity}");
+        match (&holder.identity, inspection.kind) {
+            (Some(host), "job") => print!(", host {host}"),
+            (Some(identity), _) => print!(", identity {identity}"),
+            (None, _) => {}
         }
         match holder.since.and_then(|since| since.elapsed().ok()) {
             Some(ago) => println!(", since {} ago", shown(Some(ago))),
@@ -493,6 +496,18 @@ fn print_inspection(inspection: &Inspection) {
     }
     if let Some(token) = inspection.fencing_token {
         println!("  last fencing token {token}");
+    }
+    if let Some(tick) = inspection.last_tick {
+        let ms = tick
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |tick| tick.as_millis());
+        match std::time::SystemTime::now().duration_since(tick) {
+            Ok(ago) => println!(
+                "  last tick {ms} (ms since the Unix epoch), {} ago",
+                shown(Some(ago))
+            ),
+            Err(_) => println!("  last tick {ms} (ms since the Unix epoch), ahead of this clock"),
+        }
     }
     match (inspection.kind, inspection.count) {
         (_, None) => {}

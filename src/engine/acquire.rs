@@ -82,13 +82,23 @@ pub(crate) fn acquire(
     wait: Option<Duration>,
     lease: Lease,
 ) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
-    // Made now, so that the future keeps the pair instead of the owner it is made from.
-    let pair = Pair::new(
-        kind.profile().name_text(),
-        engine
-            .core()
-            .field_with(owner, kind.profile().field_suffix()),
-    );
+    // Made now, so that the future keeps the field instead of the owner it is made from.
+    let field = engine
+        .core()
+        .field_with(owner, kind.profile().field_suffix());
+    acquire_as(engine, kind, field, wait, lease)
+}
+
+/// [`acquire`] for a primitive whose holds are not an owner's but each acquisition's own
+/// `field` (a job lock's run, whose value is new every time).
+pub(crate) fn acquire_as(
+    engine: &Engine,
+    kind: Arc<dyn Kind>,
+    field: Field,
+    wait: Option<Duration>,
+    lease: Lease,
+) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
+    let pair = Pair::new(kind.profile().name_text(), field);
     // The class, not its label: a pointer is half a `&str` in every waiting task.
     let class = kind.profile().class();
     let span = tracing::debug_span!(
@@ -289,6 +299,88 @@ async fn acquire_loop(
             return gave_up(engine, &pair.name, reached, last_failure.take());
         }
     }
+}
+
+/// Takes `kind` as `field` with one command of the primitive's own instead of an acquire script
+/// (a job lock's `SET NX PX`, whose layout is another library's): a single attempt, which the
+/// engine then keeps as it keeps every hold (renewed or checked by the watchdog, released by the
+/// guard, handed over at shutdown). `send` sends the command on the writer it is given and
+/// replies `None` when it took the hold, or what held it instead (`Err` of the outcome: the
+/// holder's value, say).
+///
+/// The outcome is always observed: a caller that goes away mid-call leaves a won hold to its
+/// guard's drop, which gives it back; a reply that was lost may have taken it, and is given back
+/// the same way.
+pub(crate) async fn take<F, Fut>(
+    engine: &Engine,
+    kind: Arc<dyn Kind>,
+    field: Field,
+    lease: Lease,
+    send: F,
+) -> Result<std::result::Result<Win, Value>>
+where
+    F: FnOnce(crate::engine::Writer) -> Fut + Send + 'static,
+    Fut: Future<Output = std::result::Result<Option<Value>, fred::error::Error>> + Send + 'static,
+{
+    let core = engine.core();
+    core.ensure_open()?;
+    check_primitive(&*kind)?;
+    lease.check(kind.profile().name())?;
+    let label = kind.profile().label();
+    let pair = Pair::new(kind.profile().name_text(), field);
+    let started = Instant::now();
+    let result = if core.redis().is_connected() {
+        let task_engine = engine.clone();
+        let task_pair = pair.clone();
+        let call = InFlight::new(|| async move {
+            let engine = task_engine;
+            let core = engine.core();
+            let sent_at = Instant::now();
+            let reply = send(core.writer.clone()).await;
+            let won = match &reply {
+                Ok(None) => true,
+                Ok(Some(_)) => false,
+                // Sent, and maybe done: kept as a hold only to be given back.
+                Err(error) => !crate::error::was_not_sent(error),
+            };
+            let guard = won.then(|| {
+                let (hold, _) = core.holds.attach(&task_pair, lease, sent_at, &kind, None);
+                if matches!(
+                    kind.profile().class().wake,
+                    WakeRule::Shared(_) | WakeRule::PerWaiter(_)
+                ) {
+                    core.pubsub.listen_own();
+                }
+                Guard::new(engine.clone(), hold, kind.clone(), lease)
+            });
+            match reply {
+                Ok(None) => Ok(Ok(guard)),
+                Ok(Some(holder)) => Ok(Err(holder)),
+                // Dropping the guard gives back what the lost reply may have taken.
+                Err(error) => Err(error),
+            }
+        });
+        match call.await {
+            Ok(Ok(Some(guard))) => Ok(Ok(Win {
+                guard,
+                value: None,
+                contended: false,
+            })),
+            Ok(Ok(None)) => Err(unavailable(engine, &pair.name, None)),
+            Ok(Err(holder)) => Ok(Err(holder)),
+            Err(error) => Err(engine.redis_error(&pair.name, Some(&pair.field), error)),
+        }
+    } else {
+        Err(unavailable(engine, &pair.name, Some(not_connected())))
+    };
+    let ended = match &result {
+        Ok(Ok(_)) => Ended::Acquired { contended: false },
+        Ok(Err(_)) => Ended::TimedOut,
+        Err(error) => Ended::Failed(error),
+    };
+    core.metrics
+        .acquire_ended(label, &pair.name, started.elapsed(), &ended);
+    result
 }
 
 /// Waits until a condition of `kind` holds, for a primitive whose waiters take nothing (a

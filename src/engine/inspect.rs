@@ -93,6 +93,10 @@ pub struct Inspection {
     /// lock's read-hold timeout keys left behind (by a Java client, or a deletion of the lock).
     /// Each ends with its TTL; one without is a leak.
     pub orphans: Vec<KeyState>,
+    /// A job lock's latest scheduled tick that an instance started (see
+    /// [`JobLock::run_tick`](crate::JobLock::run_tick)); `None` for other kinds, or before
+    /// the first.
+    pub last_tick: Option<SystemTime>,
 }
 
 /// One owner's holds, in an [`Inspection`].
@@ -233,6 +237,10 @@ impl Inspection {
             Some(Value::Array(items)) if items.len() % 3 == 0 => items,
             _ => Vec::new(),
         };
+        let last_tick = parts
+            .next()
+            .and_then(|tick| tick.as_u64())
+            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
         let text = |value: &Value| value.as_string().unwrap_or_default();
         let number = |value: &Value| value.as_i64().unwrap_or(-1);
         let keys: Vec<KeyState> = keys
@@ -296,6 +304,7 @@ impl Inspection {
             listeners: None,
             keys,
             orphans: Vec::new(),
+            last_tick,
         })
     }
 }

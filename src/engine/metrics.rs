@@ -33,9 +33,15 @@ pub const WAIT: &str = "fredlock_acquire_wait_seconds";
 pub const HELD: &str = "fredlock_held";
 /// Tasks waiting for a primitive that another owner holds (gauge).
 pub const WAITING: &str = "fredlock_waiting_tasks";
+/// Runs of a job lock's job, by `outcome`: `ran`, `skipped` (another instance had it, or the
+/// tick was run) or `lost` (the lock ended under the job, which was cancelled) (counter).
+/// ShedLock's Micrometer timer is the model; attempts are the acquisitions and timeouts above.
+pub const JOB_RUNS: &str = "fredlock_job_runs_total";
+/// How long a job lock's jobs ran, in seconds, by `outcome`: `ran` or `lost` (histogram).
+pub const JOB_RUN: &str = "fredlock_job_run_seconds";
 
 /// Every metric name, for documentation and tests.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 12] = [
     ACQUISITIONS,
     HANDOFFS,
     TIMEOUTS,
@@ -46,6 +52,8 @@ pub const ALL: [&str; 10] = [
     WAIT,
     HELD,
     WAITING,
+    JOB_RUNS,
+    JOB_RUN,
 ];
 
 /// How an acquire call ended, for the wait histogram and the counters.
@@ -251,6 +259,23 @@ mod record {
             gauge.increment(1.0);
             Waiting(gauge)
         }
+
+        /// A job's run ended with `outcome`, after running for `ran_for` if it ran. Jobs run
+        /// minutes apart: registered each time.
+        pub(crate) fn job_ended(
+            &self,
+            kind: &'static str,
+            name: &str,
+            outcome: &'static str,
+            ran_for: Option<Duration>,
+        ) {
+            let mut labels = self.labels(kind, name);
+            labels.push(Label::from_static_parts("outcome", outcome));
+            if let Some(ran_for) = ran_for {
+                histogram!(JOB_RUN, labels.clone()).record(ran_for.as_secs_f64());
+            }
+            counter!(JOB_RUNS, labels).increment(1);
+        }
     }
 
     /// A task counted among the waiting until this is dropped.
@@ -288,6 +313,15 @@ mod record {
         #[inline(always)]
         pub(crate) fn waiting(&self, _: &'static str, _: &str) -> Waiting {
             Waiting
+        }
+        #[inline(always)]
+        pub(crate) fn job_ended(
+            &self,
+            _: &'static str,
+            _: &str,
+            _: &'static str,
+            _: Option<Duration>,
+        ) {
         }
     }
 

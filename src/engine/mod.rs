@@ -44,7 +44,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::owner::OwnerId;
 
-pub(crate) use acquire::{acquire, check_name, check_primitive, wait_until, Win};
+pub(crate) use acquire::{acquire, acquire_as, check_name, check_primitive, take, wait_until, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::{keys_without_expiry, Inspect};

@@ -107,6 +107,65 @@ async fn queue_waiter(raw: &Client, name: &str, deadline: f64, ttl: Option<i64>)
 
 const OWNER: &str = "0b9e7a0e-5f6c-4b43-9d1c-7f2a4c1e8a11:42";
 
+/// A job lock shows kind `job`, the host that runs it, until when, and the last tick; `list`
+/// finds it and `force-unlock` ends the run, whose job is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_lock_is_inspected_listed_and_force_unlocked() {
+    let server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let job = client
+            .job_lock("cli-job")
+            .host("pod-9")
+            .at_most_for(Duration::from_secs(60));
+        let tick = std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_000_000_000);
+        let (taken, is_taken) = oneshot::channel();
+        let running = tokio::spawn({
+            let job = job.clone();
+            async move {
+                job.run_tick(tick, async move {
+                    taken.send(()).unwrap();
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                })
+                .await
+                .unwrap()
+            }
+        });
+        is_taken.await.unwrap();
+
+        let (status, seen) = run_json(&url, &["inspect", "job-lock:default:cli-job"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(seen["kind"], "job", "{seen}");
+        let holder = &seen["holders"][0];
+        assert_eq!(holder["identity"], "pod-9");
+        assert!(holder["owner"].as_str().unwrap().starts_with("ADDED:"));
+        let lease = holder["remaining_lease_ms"].as_u64().unwrap();
+        assert!(lease > 50_000 && lease <= 60_000, "{lease}");
+        assert_eq!(seen["last_tick_ms"], 1_795_000_000_000u64);
+
+        let (output, text) = run(&url, &["inspect", "job-lock:default:cli-job"]).await;
+        assert!(output.status.success());
+        assert!(text.starts_with("job-lock:default:cli-job (job)"), "{text}");
+        assert!(text.contains("host pod-9"), "{text}");
+        assert!(text.contains("last tick 1795000000000"), "{text}");
+
+        let (_, listed) = run_json(&url, &["list", "--pattern", "job-lock:*"]).await;
+        assert_eq!(listed[0]["kind"], "job", "{listed}");
+        assert_eq!(listed[0]["name"], "job-lock:default:cli-job", "{listed}");
+
+        let (output, _) = run(&url, &["force-unlock", "job-lock:default:cli-job", "--yes"]).await;
+        assert!(output.status.success(), "{output:?}");
+        let run = tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("the job was cancelled at once")
+            .unwrap();
+        assert!(run.is_lost());
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A leader election shows its leader's identity, epoch, start and lease, and the candidates
 /// waiting (connections subscribed to its channel).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -336,6 +336,43 @@ async fn every_metric_counts_what_happened() {
         assert_eq!(counter(metrics::ACQUISITIONS, &leader_labels), 2);
         assert_eq!(counter(metrics::HANDOFFS, &leader_labels), 1);
         assert_eq!(gauge(metrics::HELD, &leader_labels), 0.0);
+        // A job lock: runs by outcome (ran, skipped, lost), with how long each ran; attempts
+        // are its acquisitions and timeouts.
+        let job_labels = [("kind", "job"), ("lock", "job-lock:default:m-job")];
+        let job = client.job_lock("m-job").at_most_for(Duration::from_millis(300));
+        assert!(job.run(async {}).await.unwrap().is_ran());
+        let (taken, is_taken) = tokio::sync::oneshot::channel();
+        let running = {
+            let job = job.clone();
+            tokio::spawn(async move {
+                job.run(async move {
+                    taken.send(()).unwrap();
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                })
+                .await
+                .unwrap()
+            })
+        };
+        is_taken.await.unwrap();
+        assert!(job.run(async {}).await.unwrap().is_skipped());
+        assert!(running.await.unwrap().is_lost());
+        let runs = |outcome| {
+            counter(
+                metrics::JOB_RUNS,
+                &[job_labels[0], job_labels[1], ("outcome", outcome)],
+            )
+        };
+        assert_eq!((runs("ran"), runs("skipped"), runs("lost")), (1, 1, 1));
+        let ran_for = samples(
+            metrics::JOB_RUN,
+            &[job_labels[0], job_labels[1], ("outcome", "lost")],
+        );
+        assert!(
+            ran_for.len() == 1 && ran_for[0] >= 0.25 && ran_for[0] < 1.0,
+            "{ran_for:?}"
+        );
+        assert_eq!(counter(metrics::ACQUISITIONS, &job_labels), 2);
+        assert_eq!(counter(metrics::TIMEOUTS, &job_labels), 1);
         // Each metric the crate names was recorded.
         for metric in metrics::ALL {
             assert!(

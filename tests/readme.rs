@@ -39,6 +39,12 @@ mod leader {
         leader(client).await
     }
 }
+mod job {
+    include!("readme/job.rs");
+    pub(super) async fn run(client: &LockClient) -> fredlock::Result<u64> {
+        job(client).await
+    }
+}
 mod composites {
     include!("readme/composites.rs");
     pub(super) async fn run(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
@@ -55,12 +61,13 @@ mod replica_sync {
 }
 
 /// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 8] = [
+const SNIPPETS: [(&str, &str); 9] = [
     ("first_look", include_str!("readme/first_look.rs")),
     ("fencing", include_str!("readme/fencing.rs")),
     ("read_write", include_str!("readme/read_write.rs")),
     ("counters", include_str!("readme/counters.rs")),
     ("leader", include_str!("readme/leader.rs")),
+    ("job", include_str!("readme/job.rs")),
     ("composites", include_str!("readme/composites.rs")),
     ("sentinel", include_str!("readme/sentinel.rs")),
     ("replica_sync", include_str!("readme/replica_sync.rs")),
@@ -120,6 +127,7 @@ async fn the_snippets_run_as_written() {
         read_write::run(&client).await.unwrap();
         counters::run(&client).await.unwrap();
         assert!(leader::run(&client).await.unwrap() > 0);
+        assert_eq!(job::run(&client).await.unwrap(), 42);
 
         let masters = start_servers(5);
         composites::run(clients(&urls(&masters)).await, &client)

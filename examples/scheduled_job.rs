@@ -71,7 +71,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     match job.run_tick(tick, build_report(&instance)).await {
                         Ok(JobRun::Ran(report)) => {
                             println!("tick {tick_ms}: {report}");
-                            ran.lock().unwrap().entry(tick_ms).or_default().push(instance);
+                            ran.lock()
+                                .unwrap()
+                                .entry(tick_ms)
+                                .or_default()
+                                .push(instance);
                         }
                         Ok(JobRun::Skipped(_)) => println!("tick {tick_ms}: {instance} skipped"),
                         Ok(JobRun::Lost) => println!("tick {tick_ms}: {instance} lost the lock"),

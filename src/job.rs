@@ -108,7 +108,7 @@ static HOST: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(names::host_name())
 /// | key | value | expiry |
 /// |---|---|---|
 /// | `job-lock:<env>:<name>` (after the client's key prefix) | `ADDED:<ISO-8601 time>@<host>:<id>` | `at_most_for`, then the rest of `at_least_for` |
-/// | `fredlock_job_channel:{<key>}` | channel: `0` when a run gives the job back | |
+/// | `fredlock_job__channel:{<key>}` | channel: `0` when a run gives the job back | |
 /// | `fredlock_job_tick:{<key>}` | the latest tick started, in ms since the Unix epoch | [`ticks_kept_for`](Self::ticks_kept_for) after it was written |
 ///
 /// The id in the value is `<client uuid>:<n>`, new for every run; ShedLock writes a uuid there

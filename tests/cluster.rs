@@ -537,3 +537,67 @@ async fn a_force_unlock_tells_the_holder_on_a_cluster() {
     })
     .await;
 }
+
+/// A job lock works on every master: its key, tick and channel share a slot, a waiting run is
+/// woken through sharded pub/sub within 250 ms, and ticks run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_lock_works_on_every_master() {
+    bounded(async {
+        let cluster = RedisCluster::start();
+        let holder = client(&cluster, Duration::from_secs(30)).await;
+        let waiters = client(&cluster, Duration::from_secs(30)).await;
+        let mut names: Vec<String> = Vec::new();
+        let mut masters = Vec::new();
+        for i in 0..200 {
+            let name = format!("job{i}");
+            let master = cluster.master_of(&format!("job-lock:default:{name}"));
+            if !masters.contains(&master) {
+                masters.push(master);
+                names.push(name);
+            }
+        }
+        assert!(names.len() > 1);
+        let tick = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        for name in &names {
+            let job = holder.job_lock(name.as_str());
+            assert!(
+                job.run_tick(tick, async {}).await.unwrap().is_ran(),
+                "{name}"
+            );
+            assert!(
+                job.run_tick(tick, async {}).await.unwrap().is_skipped(),
+                "{name}"
+            );
+            let (go, hold) = tokio::sync::oneshot::channel::<()>();
+            let (taken, is_taken) = tokio::sync::oneshot::channel();
+            let holding = tokio::spawn(async move {
+                job.run(async move {
+                    taken.send(()).unwrap();
+                    hold.await.unwrap();
+                })
+                .await
+                .unwrap()
+            });
+            is_taken.await.unwrap();
+            let waiting = {
+                let job = waiters.job_lock(name.as_str());
+                tokio::spawn(async move {
+                    job.run_waiting(Duration::from_secs(10), async { Instant::now() })
+                        .await
+                        .unwrap()
+                        .ran()
+                        .unwrap()
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let released = Instant::now();
+            go.send(()).unwrap();
+            assert!(holding.await.unwrap().is_ran());
+            let woke = waiting.await.unwrap().saturating_duration_since(released);
+            assert!(woke < Duration::from_millis(250), "{name}: {woke:?}");
+        }
+        holder.shutdown().await;
+        waiters.shutdown().await;
+    })
+    .await;
+}

@@ -153,19 +153,21 @@ async fn a_job_is_cancelled_when_its_lock_ends_and_kept_alive_when_asked() {
 
         let dropped = Arc::new(Mutex::new(None));
         let long_job = first.job_lock("outlives").at_most_for(at_most_for);
+        let (taken, is_taken) = tokio::sync::oneshot::channel();
         let running = tokio::spawn({
             let dropped = DroppedAt(dropped.clone());
             async move {
                 long_job
                     .run(async move {
                         let _dropped = dropped;
+                        taken.send(()).unwrap();
                         tokio::time::sleep(Duration::from_secs(3)).await;
                     })
                     .await
                     .unwrap()
             }
         });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        is_taken.await.unwrap();
         let other = second
             .job_lock("outlives")
             .at_most_for(Duration::from_secs(5));
@@ -193,16 +195,32 @@ async fn a_job_is_cancelled_when_its_lock_ends_and_kept_alive_when_asked() {
             .keep_alive(Duration::from_secs(10));
         let key = kept.key().to_owned();
         let contender = second.job_lock("kept-alive");
-        let run = tokio::spawn(async move {
-            kept.run(tokio::time::sleep(Duration::from_millis(1500)))
+        let (taken, is_taken) = tokio::sync::oneshot::channel();
+        let ended = Arc::new(Mutex::new(None));
+        let run = tokio::spawn({
+            let ended = ended.clone();
+            async move {
+                kept.run(async move {
+                    taken.send(()).unwrap();
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    *ended.lock().unwrap() = Some(Instant::now());
+                })
                 .await
                 .unwrap()
+            }
         });
+        is_taken.await.unwrap();
         let mut skipped = 0;
         while !run.is_finished() {
-            match contender.run(async {}).await.unwrap() {
+            match contender.run(async { Instant::now() }).await.unwrap() {
                 JobRun::Skipped(_) => skipped += 1,
-                other => panic!("ran beside a kept-alive job: {other:?}"),
+                // Only once the kept-alive job has ended.
+                JobRun::Ran(at) => {
+                    let ended = ended.lock().unwrap().expect("ran beside a kept-alive job");
+                    assert!(at > ended);
+                    break;
+                }
+                JobRun::Lost => panic!("an empty job lost its lock"),
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -767,6 +785,39 @@ async fn bad_settings_are_refused_and_change_nothing() {
         );
         let kind: String = raw.r#type("job-lock:default:hash").await.unwrap();
         assert_eq!(kind, "hash");
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// The uncontended run is ShedLock's `SET NX PX` (no script) and one compare-and-delete: two
+/// round trips, as rslock's lock+unlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_run_is_one_set_and_one_script_call() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let job = client.job_lock("cost");
+        // The first run loads the release script and subscribes the client's own channel.
+        assert!(job.run(async {}).await.unwrap().is_ran());
+        let before = common::command_calls(&raw).await;
+        for _ in 0..10 {
+            assert!(job.run(async {}).await.unwrap().is_ran());
+        }
+        let after = common::command_calls(&raw).await;
+        let mut delta: Vec<(String, u64)> = after
+            .iter()
+            .map(|(name, calls)| (name.clone(), calls - before.get(name).copied().unwrap_or(0)))
+            .filter(|(name, calls)| *calls > 0 && name != "info")
+            .collect();
+        delta.sort();
+        // The SET, the script call, and what the script ran inside it (GET, DEL, PUBLISH).
+        let expected: Vec<(String, u64)> = ["del", "evalsha", "get", "publish", "set"]
+            .iter()
+            .map(|name| (name.to_string(), 10))
+            .collect();
+        assert_eq!(delta, expected);
         client.shutdown().await;
     })
     .await;

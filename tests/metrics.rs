@@ -339,7 +339,9 @@ async fn every_metric_counts_what_happened() {
         // A job lock: runs by outcome (ran, skipped, lost), with how long each ran; attempts
         // are its acquisitions and timeouts.
         let job_labels = [("kind", "job"), ("lock", "job-lock:default:m-job")];
-        let job = client.job_lock("m-job").at_most_for(Duration::from_millis(300));
+        let job = client
+            .job_lock("m-job")
+            .at_most_for(Duration::from_millis(300));
         assert!(job.run(async {}).await.unwrap().is_ran());
         let (taken, is_taken) = tokio::sync::oneshot::channel();
         let running = {

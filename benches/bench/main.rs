@@ -23,6 +23,7 @@ mod harness;
 
 mod chart;
 mod instructions;
+mod job;
 mod leader;
 mod libs;
 mod measure;
@@ -173,7 +174,7 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
     let ping = median("3 wake-up", "PING round trip", "median");
     let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
     let calls = many as f64 / 100.0 + 1.0;
-    let wanted: [(&str, Option<f64>, Bound, String); 13] = [
+    let wanted: [(&str, Option<f64>, Bound, String); 14] = [
         (
             "1 uncontended: fredlock / raw",
             median("1 uncontended", "fredlock / raw", "ratio"),
@@ -253,6 +254,12 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
             "8 instructions: fredlock / raw",
             median("8 instructions", "fredlock / raw", "ratio"),
             Bound::AtMost(1.05),
+            String::new(),
+        ),
+        (
+            "13 job lock: run of an empty job / rslock lock+unlock",
+            median("13 job lock", "fredlock / rslock", "ratio"),
+            Bound::AtMost(1.0),
             String::new(),
         ),
         (
@@ -378,7 +385,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/12 uncontended latency");
+        eprintln!("1/13 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -404,11 +411,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/12 throughput");
+        eprintln!("2/13 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/12 wake-up latency");
+        eprintln!("3/13 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -425,40 +432,44 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/12 contention");
+        eprintln!("4/13 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/12 watchdog at scale");
+        eprintln!("5/13 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/12 memory");
+        eprintln!("6/13 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/12 instructions per cycle (callgrind)");
+        eprintln!("8/13 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/12 waiters at scale");
+        eprintln!("9/13 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     if wanted(10) {
-        eprintln!("10/12 read-write lock");
+        eprintln!("10/13 read-write lock");
         rows.extend(rw::rw_lock(&url, sizes).await);
     }
     if wanted(11) {
-        eprintln!("11/12 semaphores");
+        eprintln!("11/13 semaphores");
         rows.extend(semaphore::semaphores(&url, sizes).await);
     }
     if wanted(12) {
-        eprintln!("12/12 leader election");
+        eprintln!("12/13 leader election");
         rows.extend(leader::leader_election(&url, sizes).await);
+    }
+    if wanted(13) {
+        eprintln!("13/13 job lock");
+        rows.extend(job::job_lock(&url, sizes).await);
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/12 Redlock over five servers");
+        eprintln!("7/13 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

@@ -368,6 +368,9 @@ impl JobLock {
         self.kind.profile.name()
     }
 
+    // The calls below are boxed where they are awaited: inline, their futures nest deeper than
+    // rustc's default recursion limit lets a caller's `async fn` compute the layout of.
+
     /// Runs `job` now, unless another instance runs it (or keeps it for its `at_least_for`):
     /// one `SET NX PX` to take the job, the job, and one compare-and-delete (or
     /// compare-and-pexpire while `at_least_for` lasts) to give it back.
@@ -395,9 +398,9 @@ impl JobLock {
         async {
             self.check()?;
             let run = self.new_run();
-            match self.take(&run).await? {
+            match Box::pin(self.take(&run)).await? {
                 Ok(guard) => Ok(self.execute(&run, guard, job).await),
-                Err(holder) => Ok(self.skipped(holder_text(&holder), None).await),
+                Err(holder) => Ok(Box::pin(self.skipped(holder_text(&holder), None)).await),
             }
         }
         .instrument(span)
@@ -425,21 +428,21 @@ impl JobLock {
         async {
             self.check()?;
             let run = self.new_run();
-            let holder = match self.take(&run).await? {
+            let holder = match Box::pin(self.take(&run)).await? {
                 Ok(guard) => return Ok(self.execute(&run, guard, job).await),
                 Err(holder) => holder,
             };
-            let waited = engine::acquire_as(
+            let waited = Box::pin(engine::acquire_as(
                 self.client.engine(),
                 run.clone(),
                 run.field.clone(),
                 Some(wait),
                 self.lease(),
-            )
+            ))
             .await?;
             match waited {
                 Some(win) => Ok(self.execute(&run, win.guard, job).await),
-                None => Ok(self.skipped(holder_text(&holder), None).await),
+                None => Ok(Box::pin(self.skipped(holder_text(&holder), None)).await),
             }
         }
         .instrument(span)
@@ -486,7 +489,7 @@ impl JobLock {
             let until = Instant::now() + self.at_most_for;
             loop {
                 let run = self.new_run();
-                let reply = self.take_tick(&run, tick_ms).await?;
+                let reply = Box::pin(self.take_tick(&run, tick_ms)).await?;
                 let holder = match reply {
                     Ok(guard) => return Ok(self.execute(&run, guard, job).await),
                     Err(Value::Array(parts))
@@ -512,14 +515,18 @@ impl JobLock {
                 };
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok(self.skipped(holder, None).await);
+                    return Ok(Box::pin(self.skipped(holder, None)).await);
                 }
                 let kind = &*self.kind;
-                let free =
-                    engine::wait_until(self.client.engine(), kind, || kind.free_call(), Some(left))
-                        .await?;
+                let free = Box::pin(engine::wait_until(
+                    self.client.engine(),
+                    kind,
+                    || kind.free_call(),
+                    Some(left),
+                ))
+                .await?;
                 if !free {
-                    return Ok(self.skipped(holder, None).await);
+                    return Ok(Box::pin(self.skipped(holder, None)).await);
                 }
             }
         }
@@ -758,7 +765,7 @@ impl JobLock {
             }
         };
         let ran_for = started.elapsed();
-        let released = guard.unlock().await;
+        let released = Box::pin(guard.unlock()).await;
         if let (Some(_), Err(error)) = (&output, &released) {
             tracing::warn!(job = %self.key(), %error, "the job ran, but giving it back failed; its TTL ends it");
         }

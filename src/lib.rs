@@ -36,6 +36,10 @@
 //! `RPermitExpirableSemaphore`, whose [`LeasedPermit`]s are leases renewed by the watchdog, so a
 //! crashed holder's permit returns) and [`CountDownLatch`] (Redisson's `RCountDownLatch`).
 //!
+//! For the jobs a lock is usually wanted for: [`LeaderElection`] (one leader at a time, each
+//! term with an epoch that fences its writes) and [`JobLock`] (a scheduled job run by one
+//! instance per tick, in ShedLock's Redis layout, cancelled when its lock ends).
+//!
 //! Two locks are built from several of those: [`RedLock`], the Redlock algorithm over a
 //! `LockClient` per independent master (held while a majority holds it), and [`MultiLock`],
 //! several locks held all or nothing without deadlock.

@@ -184,7 +184,7 @@ pub use ops::source as script_source;
 /// records one, and keeps the handles.
 ///
 /// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`,
-/// `read_lock`, `write_lock`, `semaphore`, `permit_semaphore`) and,
+/// `read_lock`, `write_lock`, `semaphore`, `permit_semaphore`, `leader_election`, `job`) and,
 /// with [`LockClientBuilder::metrics_lock_names`], `lock` (the name). They are recorded in one
 /// place, the engine every primitive runs on, so a primitive added later has them all.
 pub mod metrics {

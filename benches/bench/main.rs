@@ -12,6 +12,7 @@
 //!                                            # (3 unless given; the default client's is 30)
 //! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
 //! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind
+//! cargo bench --bench bench -- --only 13     # the job lock against rslock
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and

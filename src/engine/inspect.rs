@@ -60,7 +60,8 @@ pub struct Inspection {
     pub name: String,
     /// Its kind, as metrics and the `fredlock` command name it: `lock`, `spin_lock`,
     /// `fenced_lock`, `fair_lock`, `rw_lock` (whose metrics say `read_lock` and `write_lock`),
-    /// `semaphore`, `permit_semaphore`, `count_down_latch`, or `counter` for an integer string
+    /// `semaphore`, `permit_semaphore`, `count_down_latch`, `leader_election`, `job` (whose
+    /// holder's identity is the host that runs it), or `counter` for an integer string
     /// found by name, which is a semaphore or a latch (Redisson's layouts cannot tell them
     /// apart).
     pub kind: &'static str,

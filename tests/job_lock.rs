@@ -629,16 +629,17 @@ async fn a_cancelled_run_gives_the_job_back() {
             .await
         );
 
-        // A shutdown hands the job over at once.
+        // A shutdown hands a running job over at once.
         let job = client.job_lock("cancelled");
-        let running =
-            tokio::spawn(async move { job.run(tokio::time::sleep(Duration::from_secs(30))).await });
-        assert!(
-            eventually(Duration::from_secs(2), || async {
-                raw.exists::<i64, _>(&key).await.unwrap() == 1
+        let (taken, is_taken) = tokio::sync::oneshot::channel();
+        let running = tokio::spawn(async move {
+            job.run(async move {
+                taken.send(()).unwrap();
+                tokio::time::sleep(Duration::from_secs(30)).await
             })
             .await
-        );
+        });
+        is_taken.await.unwrap();
         client.shutdown().await;
         let exists: i64 = raw.exists(&key).await.unwrap();
         assert_eq!(exists, 0, "handed over at shutdown");
@@ -797,10 +798,14 @@ async fn an_uncontended_run_is_one_set_and_one_script_call() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let client = server.lock_client(Duration::from_secs(30)).await;
+        // A watchdog period (a third of the lease) longer than the test: no check of the held
+        // job's key is counted with the runs.
+        let client = server.lock_client(Duration::from_secs(600)).await;
         let job = client.job_lock("cost");
-        // The first run loads the release script and subscribes the client's own channel.
+        // The first run loads the release script and subscribes the client's own channel
+        // (in the background: waited for, so that its SUBSCRIBE is not counted below).
         assert!(job.run(async {}).await.unwrap().is_ran());
+        common::listening_for_force_unlocks(&raw, &client).await;
         let before = common::command_calls(&raw).await;
         for _ in 0..10 {
             assert!(job.run(async {}).await.unwrap().is_ran());

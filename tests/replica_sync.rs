@@ -394,3 +394,48 @@ async fn connections_bound_the_changes_that_wait_at_once() {
     })
     .await;
 }
+
+/// With AOF on the master and its replica, replica sync waits with `WAITAOF` where the server
+/// runs it (Valkey 9, Redis 7.2 and later): each change is on disk on the master and the replica
+/// before it counts. A server without it (Redis 7.0) is waited for with `WAIT`. Either way the
+/// held lock is on the replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_sync_waits_for_the_aof_where_the_server_runs_waitaof() {
+    bounded(async {
+        let master = RedisServer::start_with(&["--appendonly", "yes"], free_port);
+        let replica =
+            RedisServer::start_replica_with(&master, master.port(), &["--appendonly", "yes"]).await;
+        let raw = master.raw().await;
+        let waitaof_runs = raw
+            .custom::<Value, _>(fred::cmd!("WAITAOF"), vec![0, 0, 1])
+            .await
+            .is_ok();
+        if common::on_valkey() {
+            assert!(waitaof_runs, "Valkey 9 runs WAITAOF");
+        }
+        let sync = ReplicaSync::replicas(1).timeout(Duration::from_secs(2));
+        let client = synced_client(&master, sync).await;
+        let lock = client.lock("on-disk");
+        let before = common::command_calls(&raw).await;
+        for _ in 0..5 {
+            let guard = lock.lock().await.unwrap();
+            assert_eq!(fields(&replica, "on-disk").await, vec![guard.owner_field()]);
+            guard.unlock().await.unwrap();
+        }
+        let after = common::command_calls(&raw).await;
+        let calls = |name: &str| {
+            after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0)
+        };
+        let (waitaof, wait) = (calls("waitaof"), calls("wait"));
+        println!("WAITAOF {waitaof}, WAIT {wait} for 5 lock+unlock (WAITAOF runs: {waitaof_runs})");
+        if waitaof_runs {
+            assert!(waitaof >= 10 && wait == 0, "WAITAOF {waitaof}, WAIT {wait}");
+            let persistence = common::redis_cli(replica.port(), &["info", "persistence"]);
+            assert!(persistence.contains("aof_enabled:1"), "{persistence}");
+        } else {
+            assert!(wait >= 10 && waitaof == 0, "WAITAOF {waitaof}, WAIT {wait}");
+        }
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -1,6 +1,9 @@
 //! Throw-away `redis-server` processes on free loopback ports: standalone, replicas, a cluster,
 //! Sentinel. Every server runs in its own temporary directory with persistence off, is killed
 //! when its handle drops, and can be killed and started again on the same port.
+//!
+//! `FREDLOCK_SERVER` names another server binary to start instead (`.ci/run` runs the core
+//! suites a second time with Valkey 9's `valkey-server`); see [`server_binary`].
 
 #![allow(unused_imports)]
 
@@ -14,7 +17,23 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 
-/// A `redis-server` child process on 127.0.0.1.
+/// The server binary every throw-away server runs: `$FREDLOCK_SERVER` when it is set (a path
+/// to `valkey-server`, say), otherwise `redis-server` from PATH.
+pub fn server_binary() -> String {
+    std::env::var("FREDLOCK_SERVER")
+        .ok()
+        .filter(|binary| !binary.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// Whether the throw-away servers are Valkey's.
+pub fn on_valkey() -> bool {
+    std::path::Path::new(&server_binary())
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with("valkey"))
+}
+
+/// A `redis-server` (or [`server_binary`]) child process on 127.0.0.1.
 pub struct RedisServer {
     port: u16,
     dir: PathBuf,
@@ -61,7 +80,7 @@ impl RedisServer {
                 return server;
             }
         }
-        panic!("could not start redis-server (is it on PATH?)");
+        panic!("could not start {} (is it on PATH?)", server_binary());
     }
 
     /// The loopback port the server listens on.
@@ -92,11 +111,15 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("could not restart redis-server on port {}", self.port);
+        panic!(
+            "could not restart {} on port {}",
+            server_binary(),
+            self.port
+        );
     }
 
     fn spawn(&mut self) -> bool {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_binary());
         if let Some(file) = &self.config_file {
             command.arg(file);
         }
@@ -307,9 +330,20 @@ impl RedisServer {
     /// A replica of `master` that reaches it at `port` (a proxy in front of it), returned once
     /// it streams writes.
     pub async fn start_replica_through(master: &RedisServer, port: u16) -> RedisServer {
+        RedisServer::start_replica_with(master, port, &[]).await
+    }
+
+    /// A replica of `master` reached at `port`, started with `extra` arguments (AOF on, say),
+    /// returned once it streams writes.
+    pub async fn start_replica_with(
+        master: &RedisServer,
+        port: u16,
+        extra: &[&str],
+    ) -> RedisServer {
         let master_port = port.to_string();
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master_port], free_port);
+        let mut args = vec!["--replicaof", "127.0.0.1", &master_port];
+        args.extend_from_slice(extra);
+        let replica = RedisServer::start_with(&args, free_port);
         let raw = master.raw().await;
         let deadline = Instant::now() + Duration::from_secs(20);
         // Streaming when a write made now is acknowledged by every replica of the master, this

@@ -125,6 +125,8 @@
 //! (`trace`) and `Redlock released`. [`LockClient::stats`] counts holds, wait entries and
 //! subscriptions.
 #![warn(missing_docs)]
+// On docs.rs (`--cfg docsrs`, nightly): each item a feature enables is marked with it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod config;

@@ -230,7 +230,7 @@ end
 local reader = string.sub(owner, 1, -#WRITE_SUFFIX - 1)
 local reads = tonumber(redis.call('hget', name, reader))
 if mode == 'read' and reads and hold_ttl(reader, reads) ~= -2 then
-    return redis.error_reply('DEADLOCK the owner holds a read lock and asked for the write lock, which would wait for itself: unlock the read holds first')
+    return redis.error_reply('DEADLOCK holds a read lock and asked for the write lock, which would wait for itself; release the read holds first')
 end
 if place > 0 then
     local now = now_ms()

@@ -120,21 +120,21 @@ pub enum Error {
     #[error("the lock client has been shut down")]
     Shutdown,
 
-    /// An owner holding a read lock asked for the write lock of the same
-    /// [`RwLock`](crate::RwLock): the write lock waits for every reader, this owner included,
-    /// so it would wait for ever. Refused at once, with nothing changed; release the read holds
-    /// first (a writer may take read holds, the other way round).
-    #[error(
-        "read-write lock {lock:?}: owner {owner} holds a read lock and asked for the write lock, \
-         which would wait for itself (at {server}); release the read holds first"
-    )]
+    /// An owner asked for a hold it would wait for itself, refused at once with nothing
+    /// changed: a holder of a read lock asked for the write lock of the same
+    /// [`RwLock`](crate::RwLock) (the write lock waits for every reader, this owner included;
+    /// release the read holds first: a writer may take read holds, the other way round), or a
+    /// holder of a [non-reentrant](crate::Lock::non_reentrant) lock asked for it again.
+    #[error("lock {lock:?}: owner {owner} {why} (at {server})")]
     WouldDeadlock {
         /// The lock's name.
         lock: String,
-        /// The owner field that asked (the writer's, ending in `:write`).
+        /// The owner field that asked (a read-write lock's writer's ends in `:write`).
         owner: String,
         /// The configured server address(es).
         server: String,
+        /// What the owner held and asked for, and what to do instead.
+        why: String,
     },
 
     /// A [`RedLock`](crate::RedLock) was not acquired because too many nodes failed (timed out,

@@ -693,3 +693,45 @@ async fn fair_lock_on_a_cluster() {
     })
     .await;
 }
+
+/// A non-reentrant fair lock refuses its holder at once, without taking a place in the queue,
+/// and serves other owners in order as any fair lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_reentrant_fair_lock_refuses_its_holder_without_queueing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let lock = client.non_reentrant_fair_lock("fair-once");
+        assert!(!lock.is_reentrant());
+        let guard = lock.lock().await.unwrap();
+        match lock.try_lock(Duration::from_secs(5), None).await {
+            Err(fredlock::Error::WouldDeadlock { owner, .. }) => {
+                assert_eq!(owner, guard.owner_field())
+            }
+            other => panic!("expected WouldDeadlock, got {other:?}"),
+        }
+        let queued: i64 = raw.llen(common::queue_key("fair-once")).await.unwrap();
+        assert_eq!(queued, 0, "a refused re-entry took a place in the queue");
+        let waiter = tokio::spawn({
+            let lock = lock.clone();
+            async move { lock.lock().await.unwrap().unlock().await.unwrap() }
+        });
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                raw.llen::<i64, _>(common::queue_key("fair-once"))
+                    .await
+                    .unwrap()
+                    == 1
+            })
+            .await
+        );
+        guard.unlock().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}

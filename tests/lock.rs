@@ -1480,3 +1480,113 @@ async fn a_force_unlock_tells_the_holder_at_once(kind: Kind) {
     }
     assert!(guard.is_lost());
 }
+
+/// A non-reentrant lock: its holder asking again gets `WouldDeadlock` at once, from every way
+/// of asking, with nothing sent or changed; another owner waits as for any lock; the layout is
+/// Redisson's (one field, count 1), so a Redisson holder excludes it and it excludes Redisson.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let lock = client.non_reentrant_lock("once");
+        assert!(!lock.is_reentrant() && client.lock("once").is_reentrant());
+        let guard = lock.lock().await.unwrap();
+        let field = guard.owner_field().to_string();
+        let layout = || async {
+            let fields: std::collections::HashMap<String, i64> = raw.hgetall("once").await.unwrap();
+            let pttl: i64 = raw.pttl("once").await.unwrap();
+            (fields, pttl)
+        };
+        let (before, ttl_before) = layout().await;
+        assert_eq!(before, [(field.clone(), 1)].into_iter().collect());
+        common::warmed_up(&raw, &client).await;
+        let calls = common::command_calls(&raw).await;
+        let started = Instant::now();
+        let refused = [
+            lock.lock().await.err(),
+            lock.lock_with_lease(Duration::from_secs(5)).await.err(),
+            lock.try_lock(Duration::from_secs(5), None).await.err(),
+            lock.try_lock(Duration::ZERO, None).await.err(),
+            lock.with_lock(|_| async {}).await.err(),
+            lock.clone()
+                .with_owner(OwnerId::current())
+                .lock()
+                .await
+                .err(),
+        ];
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "refused at once"
+        );
+        for error in refused {
+            match error {
+                Some(Error::WouldDeadlock {
+                    lock, owner, why, ..
+                }) => {
+                    assert_eq!((lock.as_str(), owner.as_str()), ("once", field.as_str()));
+                    assert!(why.contains("non-reentrant"), "{why}");
+                }
+                other => panic!("expected WouldDeadlock, got {other:?}"),
+            }
+        }
+        let after = common::command_calls(&raw).await;
+        let sent: u64 = after
+            .iter()
+            .filter(|(name, _)| name.as_str() != "info")
+            .map(|(name, count)| count - calls.get(name).copied().unwrap_or(0))
+            .sum();
+        assert_eq!(sent, 0, "a refusal sends nothing");
+        let (fields, ttl) = layout().await;
+        assert_eq!(fields, before, "a refusal changes nothing");
+        assert!(ttl <= ttl_before && ttl > ttl_before - 1000);
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+
+        // Another task (another owner) waits for it as for any lock.
+        let other = tokio::spawn({
+            let lock = lock.clone();
+            async move {
+                lock.try_lock(Duration::from_millis(200), None)
+                    .await
+                    .unwrap()
+                    .is_none()
+            }
+        });
+        assert!(other.await.unwrap(), "another owner got a held lock");
+        guard.unlock().await.unwrap();
+        let again = lock.lock().await.unwrap();
+        again.unlock().await.unwrap();
+
+        // Redisson holds it (its layout by hand): the non-reentrant lock waits; and a
+        // reentrant handle of a Redisson-style holder is excluded by it.
+        let java = "1b4e28ba-2fa1-11d2-883f-0016d3cca427:77";
+        let _: i64 = raw.hset("once", (java, 1)).await.unwrap();
+        let _: bool = raw.pexpire("once", 30_000, None).await.unwrap();
+        assert!(lock
+            .try_lock(Duration::from_millis(100), None)
+            .await
+            .unwrap()
+            .is_none());
+        let _: i64 = raw.del("once").await.unwrap();
+        let guard = lock.lock().await.unwrap();
+        let taken: Option<fredlock::LockGuard> = tokio::spawn({
+            let other = client.lock("once");
+            async move {
+                other
+                    .try_lock(Duration::from_millis(100), None)
+                    .await
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        assert!(
+            taken.is_none(),
+            "a reentrant handle of another owner got it"
+        );
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}

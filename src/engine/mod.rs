@@ -384,6 +384,15 @@ impl Engine {
         }
     }
 
+    /// How many holds `owner` has on `kind` by this client's count (none once lost), with the
+    /// owner's field: for a kind that refuses a second hold.
+    pub(crate) fn holds_of(&self, kind: &dyn Primitive, owner: OwnerId) -> (usize, Field) {
+        let core = self.core();
+        let field = core.field_with(owner, kind.profile().field_suffix());
+        let pair = ledger::Pair::new(kind.profile().name_text(), field.clone());
+        (core.holds.count(&pair), field)
+    }
+
     /// Stops the background tasks and closes the connections; see `LockClient::shutdown`.
     pub(crate) async fn shutdown(&self) {
         let core = &self.handle.core;

@@ -32,11 +32,12 @@ pub(crate) fn decode(
         .filter_map(|code| details.find(code))
         .min()?;
     let reply = &details[at..];
-    if reply.starts_with(DEADLOCK) {
+    if let Some(why) = reply.strip_prefix(DEADLOCK) {
         return Some(Error::WouldDeadlock {
             lock: lock.to_owned(),
             owner: owner.unwrap_or_default().to_owned(),
             server: server.to_owned(),
+            why: why.trim().to_owned(),
         });
     }
     let key = reply

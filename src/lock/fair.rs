@@ -112,6 +112,14 @@ impl LockClient {
             lock: Lock::of_kind(self.clone(), fair),
         }
     }
+
+    /// A non-reentrant fair lock named `name`: as [`fair_lock`](Self::fair_lock), but an owner
+    /// that holds it and asks for it again gets
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once; see
+    /// [`FairLock::non_reentrant`].
+    pub fn non_reentrant_fair_lock(&self, name: impl Into<String>) -> FairLock {
+        self.fair_lock(name).non_reentrant()
+    }
 }
 
 /// A fair lock is known by its queue and place-timeout keys, which exist while anyone waits.
@@ -135,6 +143,20 @@ impl FairLock {
         FairLock {
             lock: self.lock.with_owner(owner),
         }
+    }
+
+    /// The same lock, non-reentrant: an owner that holds it and asks for it again gets
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once, with nothing sent (not
+    /// even a place in the queue); see [`Lock::non_reentrant`].
+    pub fn non_reentrant(self) -> FairLock {
+        FairLock {
+            lock: self.lock.non_reentrant(),
+        }
+    }
+
+    /// Whether an owner that holds the lock may take it again.
+    pub fn is_reentrant(&self) -> bool {
+        self.lock.is_reentrant()
     }
 
     lock_acquires!(

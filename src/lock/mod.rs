@@ -63,6 +63,8 @@ pub struct Lock {
     /// The lock's kind: its keys and scripts, and how its waiters wake.
     kind: Arc<dyn LockKind>,
     owner: Option<OwnerId>,
+    /// Whether an owner that holds it is refused another hold (see [`Lock::non_reentrant`]).
+    non_reentrant: bool,
 }
 
 /// A primitive of the reentrant lock's family: the hash of holds at its name, so the reads of
@@ -96,6 +98,7 @@ impl Lock {
             client,
             kind: Arc::new(kind),
             owner: None,
+            non_reentrant: false,
         }
     }
 
@@ -114,6 +117,32 @@ impl Lock {
     /// How long a waiter keeps its place, for a kind whose waiters have one.
     pub(crate) fn kind_place(&self) -> Option<Duration> {
         self.kind.profile().place()
+    }
+
+    /// The same lock, non-reentrant: an owner that holds it and asks for it again gets
+    /// [`Error::WouldDeadlock`] at once, with nothing sent or changed, instead of a second hold
+    /// (Redisson 4's `RedissonNonReentrantLock`). The layout in Redis is the reentrant lock's
+    /// (an owner's field never counts above 1), so Redisson's clients and reentrant handles
+    /// on the same name exclude it as any lock. For code where taking a lock twice is a bug:
+    /// the second `lock()` of a task that already holds it would otherwise succeed silently.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// let lock = client.lock("orders:1001").non_reentrant(); // or client.non_reentrant_lock(..)
+    /// let guard = lock.lock().await?;
+    /// assert!(matches!(lock.lock().await, Err(fredlock::Error::WouldDeadlock { .. })));
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn non_reentrant(mut self) -> Lock {
+        self.non_reentrant = true;
+        self
+    }
+
+    /// Whether an owner that holds the lock may take it again (see
+    /// [`non_reentrant`](Self::non_reentrant)).
+    pub fn is_reentrant(&self) -> bool {
+        !self.non_reentrant
     }
 
     /// The same lock, owned by `owner` instead of the current task: for work that acquires in
@@ -141,6 +170,7 @@ impl Lock {
     /// Cancel safe: if the future is dropped, no hold is left behind. An acquire request already
     /// sent runs to completion in a task of its own, which gives the hold back if it won.
     pub async fn lock(&self) -> Result<LockGuard> {
+        self.refuse_reentry()?;
         lock_guard(self.win(None, Lease::Watchdog).await).and_then(waited)
     }
 
@@ -156,6 +186,7 @@ impl Lock {
     ///
     /// Cancel safe, as [`lock`](Self::lock).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.refuse_reentry()?;
         lock_guard(self.win(None, Lease::Fixed(lease)).await).and_then(waited)
     }
 
@@ -180,6 +211,7 @@ impl Lock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>> {
+        self.refuse_reentry()?;
         let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
         lock_guard(self.win(Some(wait), lease).await)
     }
@@ -394,6 +426,26 @@ impl Lock {
         self.owner.unwrap_or_else(OwnerId::current)
     }
 
+    /// For a non-reentrant lock, [`Error::WouldDeadlock`] when its owner holds it already, by
+    /// this client's count (nothing is sent).
+    fn refuse_reentry(&self) -> Result<()> {
+        if !self.non_reentrant {
+            return Ok(());
+        }
+        let engine = self.client.engine();
+        let (holds, owner) = engine.holds_of(&*self.kind, self.owner());
+        if holds == 0 {
+            return Ok(());
+        }
+        Err(Error::WouldDeadlock {
+            lock: self.name().to_owned(),
+            owner: owner.to_string(),
+            server: engine.core().address.to_string(),
+            why: "holds this non-reentrant lock and asked for it again, which would wait for                   itself; give the hold back first, or take a reentrant lock (client.lock)"
+                .to_owned(),
+        })
+    }
+
     fn ready(&self) -> Result<&fred::clients::Client> {
         let core = self.client.engine().core();
         core.ensure_open()?;
@@ -421,6 +473,7 @@ impl Lock {
         wait: Option<Duration>,
         lease: Lease,
     ) -> Result<Option<LockGuard>> {
+        self.refuse_reentry()?;
         lock_guard(self.win(wait, lease).await)
     }
 
@@ -463,6 +516,7 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name())
             .field("fair", &self.is_fair())
+            .field("reentrant", &self.is_reentrant())
             .field("owner", &self.owner)
             .finish_non_exhaustive()
     }

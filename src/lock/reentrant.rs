@@ -212,6 +212,13 @@ impl LockClient {
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::of_kind(self.clone(), Reentrant::new(self.key(name.into())))
     }
+
+    /// A non-reentrant lock named `name`: as [`lock`](Self::lock), but an owner that holds it
+    /// and asks for it again gets [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once;
+    /// see [`Lock::non_reentrant`].
+    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> Lock {
+        self.lock(name).non_reentrant()
+    }
 }
 
 /// A plain lock is a hash at its name and nothing else.

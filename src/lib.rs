@@ -44,6 +44,9 @@
 //! `LockClient` per independent master (held while a majority holds it), and [`MultiLock`],
 //! several locks held all or nothing without deadlock.
 //!
+//! With the `blocking` feature, `fredlock::blocking` offers the locks to plain threads: its
+//! `LockClient` runs a runtime of its own, and a hold's owner is the calling thread.
+//!
 //! - An uncontended acquire is one Redis round trip (`EVALSHA`), and so is a release.
 //! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most
 //!   until the holder's lease would end, so a lost message costs time, never a hang.
@@ -128,6 +131,8 @@
 // On docs.rs (`--cfg docsrs`, nightly): each item a feature enables is marked with it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod config;
 mod counter;

@@ -45,6 +45,13 @@ mod job {
         job(client).await
     }
 }
+#[cfg(feature = "blocking")]
+mod blocking {
+    include!("readme/blocking.rs");
+    pub(super) fn run(url: &str) -> fredlock::Result<()> {
+        blocking(url)
+    }
+}
 mod composites {
     include!("readme/composites.rs");
     pub(super) async fn run(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
@@ -61,13 +68,14 @@ mod replica_sync {
 }
 
 /// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 9] = [
+const SNIPPETS: [(&str, &str); 10] = [
     ("first_look", include_str!("readme/first_look.rs")),
     ("fencing", include_str!("readme/fencing.rs")),
     ("read_write", include_str!("readme/read_write.rs")),
     ("counters", include_str!("readme/counters.rs")),
     ("leader", include_str!("readme/leader.rs")),
     ("job", include_str!("readme/job.rs")),
+    ("blocking", include_str!("readme/blocking.rs")),
     ("composites", include_str!("readme/composites.rs")),
     ("sentinel", include_str!("readme/sentinel.rs")),
     ("replica_sync", include_str!("readme/replica_sync.rs")),
@@ -136,4 +144,20 @@ async fn the_snippets_run_as_written() {
         client.shutdown().await;
     })
     .await;
+}
+
+/// The blocking snippet, from a plain thread (feature `blocking`; README marks it `ignore` for
+/// doc-tests, which a build without the feature also compiles).
+#[cfg(feature = "blocking")]
+#[test]
+fn the_blocking_snippet_runs_as_written() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (done, ran) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(blocking::run(&url));
+    });
+    ran.recv_timeout(Duration::from_secs(30))
+        .expect("ended in time")
+        .unwrap();
 }

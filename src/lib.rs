@@ -45,7 +45,9 @@
 //! several locks held all or nothing without deadlock.
 //!
 //! With the `blocking` feature, `fredlock::blocking` offers the locks to plain threads: its
-//! `LockClient` runs a runtime of its own, and a hold's owner is the calling thread.
+//! `LockClient` runs a runtime of its own, and a hold's owner is the calling thread. With the
+//! `tower` feature, `fredlock::tower::LockLayer` runs requests that share a key (an account, an
+//! order) one at a time across instances.
 //!
 //! - An uncontended acquire is one Redis round trip (`EVALSHA`), and so is a release.
 //! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most
@@ -149,6 +151,8 @@ mod names;
 mod ops;
 mod owner;
 mod redlock;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 pub use client::LockClient;
 pub use config::{

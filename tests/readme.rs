@@ -52,6 +52,13 @@ mod blocking {
         blocking(url)
     }
 }
+#[cfg(feature = "tower")]
+mod axum_layer {
+    include!("readme/axum.rs");
+    pub(super) fn router(client: LockClient) -> Router {
+        app(client)
+    }
+}
 mod composites {
     include!("readme/composites.rs");
     pub(super) async fn run(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
@@ -68,7 +75,7 @@ mod replica_sync {
 }
 
 /// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 10] = [
+const SNIPPETS: [(&str, &str); 11] = [
     ("first_look", include_str!("readme/first_look.rs")),
     ("fencing", include_str!("readme/fencing.rs")),
     ("read_write", include_str!("readme/read_write.rs")),
@@ -76,6 +83,7 @@ const SNIPPETS: [(&str, &str); 10] = [
     ("leader", include_str!("readme/leader.rs")),
     ("job", include_str!("readme/job.rs")),
     ("blocking", include_str!("readme/blocking.rs")),
+    ("axum", include_str!("readme/axum.rs")),
     ("composites", include_str!("readme/composites.rs")),
     ("sentinel", include_str!("readme/sentinel.rs")),
     ("replica_sync", include_str!("readme/replica_sync.rs")),
@@ -160,4 +168,26 @@ fn the_blocking_snippet_runs_as_written() {
     ran.recv_timeout(Duration::from_secs(30))
         .expect("ended in time")
         .unwrap();
+}
+
+/// The axum snippet's router serves a charge under its account's lock (feature `tower`).
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn the_axum_snippet_serves_under_the_lock() {
+    use tower::ServiceExt;
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let request = axum::http::Request::post("/accounts/7/charge")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = axum_layer::router(client.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(!client.lock("account:7").is_locked().await.unwrap());
+        client.shutdown().await;
+    })
+    .await;
 }

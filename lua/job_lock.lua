@@ -26,6 +26,17 @@ local function job_value(key)
     return value
 end
 
+-- How long a waiting instance sleeps at most before it looks at `key` again:
+-- its TTL, bounded by `bound` ms, so that a ShedLock node's release, which
+-- publishes nothing, costs a bounded poll (and a key without expiry, too).
+local function sleep_ms(key, bound)
+    local pttl = redis.call('pttl', key)
+    if pttl < 0 or pttl > bound then
+        return bound
+    end
+    return pttl
+end
+
 --- script: release
 -- Ends a run: keeps the key until the at-least-for deadline if that is still
 -- ahead, else deletes it and wakes the waiting instances.
@@ -80,8 +91,7 @@ return replies
 --- script: acquire
 -- Takes the job for an instance that waits for it, in the engine's reply
 -- shape: nil when taken (or ours already: a resend), else how long to sleep at
--- most before trying again (its TTL, bounded by ARGV[3] so that a ShedLock
--- node's release, which publishes nothing, costs a bounded poll).
+-- most before trying again (see sleep_ms).
 --
 -- KEYS[1]  job key
 -- ARGV[1]  the run's value
@@ -98,30 +108,18 @@ end
 if value == ARGV[1] then
     return nil
 end
-local pttl = redis.call('pttl', KEYS[1])
-local bound = tonumber(ARGV[3])
-if pttl < 0 or pttl > bound then
-    return bound
-end
-return pttl
+return sleep_ms(KEYS[1], tonumber(ARGV[3]))
 
 --- script: free
 -- Whether the job is free, for an instance that waits for it: nil when it is,
--- else how long to sleep at most before looking again (its TTL, bounded by
--- ARGV[1] so that a ShedLock node's release, which publishes nothing, costs a
--- bounded poll).
+-- else how long to sleep at most before looking again (see sleep_ms).
 --
 -- KEYS[1]  job key
 -- ARGV[1]  the longest sleep in ms
-local pttl = redis.call('pttl', KEYS[1])
-if pttl == -2 then
+if redis.call('exists', KEYS[1]) == 0 then
     return nil
 end
-local bound = tonumber(ARGV[1])
-if pttl < 0 or pttl > bound then
-    return bound
-end
-return pttl
+return sleep_ms(KEYS[1], tonumber(ARGV[1]))
 
 --- script: tick
 -- Takes the job for one scheduled tick: only if no instance started that tick

@@ -152,6 +152,25 @@ pub async fn command_calls(raw: &Client) -> std::collections::HashMap<String, u6
         })
         .collect()
 }
+/// The commands the server ran since `before` (a [`command_calls`] reading), with how many
+/// times each, sorted by name: every command but the `INFO` that reads them.
+pub async fn commands_since(
+    raw: &Client,
+    before: &std::collections::HashMap<String, u64>,
+) -> Vec<(String, u64)> {
+    let mut delta: Vec<(String, u64)> = command_calls(raw)
+        .await
+        .into_iter()
+        .map(|(name, calls)| {
+            let since = calls - before.get(&name).copied().unwrap_or(0);
+            (name, since)
+        })
+        .filter(|(name, calls)| *calls > 0 && name != "info")
+        .collect();
+    delta.sort();
+    delta
+}
+
 /// A plain fred client that survives `CLIENT KILL`: it reconnects, and no command waits longer
 /// than a second.
 pub async fn resilient_client(url: &str) -> Client {

@@ -325,6 +325,7 @@ impl LockClientBuilder {
         let mut config = match (&self.config, &self.url, &self.sentinel) {
             (Some(config), _, _) => config.clone(),
             (None, Some(url), _) => {
+                check_scheme(url)?;
                 let config = Config::from_url(url).map_err(|error| {
                     Error::InvalidArgument(format!("Redis URL {url:?}: {}", error.details()))
                 })?;
@@ -376,6 +377,30 @@ impl LockClientBuilder {
         }
         Ok(config)
     }
+}
+
+/// The URL schemes a client connects with, as fred reads them.
+const SCHEMES: &str = "redis://, rediss:// (TLS), redis-cluster://, rediss-cluster://, \
+                       redis-sentinel://, rediss-sentinel://, redis+unix://, or the same with \
+                       valkey in place of redis";
+
+/// Refuses a URL whose scheme is none of [`SCHEMES`] (`http://`, a typo): fred would take it
+/// for a plain `redis://` without a word.
+fn check_scheme(url: &str) -> Result<()> {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return Ok(()); // no scheme at all: fred says what is wrong with it
+    };
+    let lower = scheme.to_ascii_lowercase();
+    let base = ["-cluster", "-sentinel", "+unix"]
+        .iter()
+        .find_map(|suffix| lower.strip_suffix(suffix))
+        .unwrap_or(&lower);
+    if matches!(base, "redis" | "rediss" | "valkey" | "valkeys") {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!(
+        "Redis URL {url:?}: {scheme}:// is not a Redis scheme; use {SCHEMES}"
+    )))
 }
 
 /// Refuses a TLS URL (`rediss://`, `rediss-cluster://`, `valkeys://`..) that fred configured
@@ -453,5 +478,38 @@ mod tests {
         }
         assert!(check_tls_scheme("redis://127.0.0.1:6379", false).is_ok());
         assert!(check_tls_scheme("redis-cluster://127.0.0.1:6379", false).is_ok());
+    }
+
+    /// A URL of another protocol (or a typo) is refused at build, naming the schemes accepted,
+    /// instead of being read as `redis://`.
+    #[tokio::test]
+    async fn urls_of_other_schemes_are_refused_at_build() {
+        for url in [
+            "http://127.0.0.1:6379",
+            "https://cache.example",
+            "redis-clustr://h:1",
+        ] {
+            let error = LockClient::builder().url(url).build().await.unwrap_err();
+            let Error::InvalidArgument(message) = &error else {
+                panic!("{url}: {error:?}");
+            };
+            assert!(
+                message.contains("redis://") && message.contains("rediss-cluster://"),
+                "{message}"
+            );
+            assert!(message.contains(url), "{message}");
+        }
+        for url in [
+            "redis://h:1",
+            "REDIS://h:1",
+            "rediss://h:1",
+            "redis-cluster://h:1",
+            "rediss-sentinel://h:1",
+            "redis+unix:///tmp/redis.sock",
+            "valkey://h:1",
+            "valkeys-cluster://h:1",
+        ] {
+            assert!(check_scheme(url).is_ok(), "{url}");
+        }
     }
 }

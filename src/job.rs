@@ -16,7 +16,7 @@ use crate::client::LockClient;
 use crate::engine::durations::{self, millis};
 use crate::engine::{
     self, write, AcquireArgs, Attempts, Call, Class, Field, Guard, Inspect, Keys, Kind, Lease,
-    Primitive, Profile, ProfileOf, Refusal, ReleaseArgs, Script, WakeRule,
+    Primitive, Profile, ProfileOf, ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
 use crate::layout::{Found, Layout, OwnKey, Pending};
@@ -79,11 +79,6 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 /// are checked (and with keep-alive renewed) by the watchdog with a compare of their value.
 static JOB: Class = Class {
     renewal: Some(&JOB_RENEW),
-    refusal: Some(Refusal {
-        what: "job lock",
-        refuses: |keys| keys.str(KEY).ends_with(':'),
-        why: "must not be empty",
-    }),
     ..Class::new("job", WakeRule::Shared(CHANNEL))
 };
 
@@ -325,18 +320,17 @@ impl JobLock {
     /// ShedLock's environment, the second part of the key (`default` unless set).
     pub fn env(mut self, env: impl Into<String>) -> JobLock {
         self.env = Arc::from(env.into());
-        self.kind = Arc::new(JobKind::at(
-            &self.client,
-            &self.prefix,
-            &self.env,
-            &self.name,
-        ));
-        self
+        self.rekeyed()
     }
 
     /// ShedLock's key prefix, the first part of the key (`job-lock` unless set).
     pub fn prefix(mut self, prefix: impl Into<String>) -> JobLock {
         self.prefix = Arc::from(prefix.into());
+        self.rekeyed()
+    }
+
+    /// The same job at the key its prefix, env and name make now.
+    fn rekeyed(mut self) -> JobLock {
         self.kind = Arc::new(JobKind::at(
             &self.client,
             &self.prefix,
@@ -400,7 +394,10 @@ impl JobLock {
             let run = self.new_run();
             match Box::pin(self.take(&run)).await? {
                 Ok(guard) => Ok(self.execute(&run, guard, job).await),
-                Err(holder) => Ok(Box::pin(self.skipped(holder_text(&holder), None)).await),
+                Err(holder) => {
+                    let holder = Box::pin(self.holder_seen(holder)).await;
+                    Ok(self.skipped(holder, None))
+                }
             }
         }
         .instrument(span)
@@ -428,10 +425,9 @@ impl JobLock {
         async {
             self.check()?;
             let run = self.new_run();
-            let holder = match Box::pin(self.take(&run)).await? {
-                Ok(guard) => return Ok(self.execute(&run, guard, job).await),
-                Err(holder) => holder,
-            };
+            if let Ok(guard) = Box::pin(self.take(&run)).await? {
+                return Ok(self.execute(&run, guard, job).await);
+            }
             let waited = Box::pin(engine::acquire_as(
                 self.client.engine(),
                 run.clone(),
@@ -442,7 +438,7 @@ impl JobLock {
             .await?;
             match waited {
                 Some(win) => Ok(self.execute(&run, win.guard, job).await),
-                None => Ok(Box::pin(self.skipped(holder_text(&holder), None)).await),
+                None => Ok(self.skipped(self.holder().await.ok().flatten(), None)),
             }
         }
         .instrument(span)
@@ -499,23 +495,22 @@ impl JobLock {
                             .get(1)
                             .and_then(Value::as_u64)
                             .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-                        self.client.engine().core().metrics.job_ended(
-                            JOB.label,
-                            self.key(),
-                            "skipped",
-                            None,
-                        );
-                        return Ok(JobRun::Skipped(Skipped {
-                            holder: None,
-                            last_tick: last,
-                        }));
+                        return Ok(self.skipped(None, last));
                     }
-                    Err(Value::Array(parts)) => parts.get(1).and_then(Value::as_string),
+                    Err(Value::Array(parts)) => parts.get(1).and_then(|value| {
+                        Some(JobHolder {
+                            value: value.as_string()?,
+                            remaining: parts
+                                .get(2)
+                                .and_then(Value::as_u64)
+                                .map(Duration::from_millis),
+                        })
+                    }),
                     Err(_) => None,
                 };
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Ok(Box::pin(self.skipped(holder, None)).await);
+                    return Ok(self.skipped(holder, None));
                 }
                 let kind = &*self.kind;
                 let free = Box::pin(engine::wait_until(
@@ -526,7 +521,7 @@ impl JobLock {
                 ))
                 .await?;
                 if !free {
-                    return Ok(Box::pin(self.skipped(holder, None)).await);
+                    return Ok(self.skipped(self.holder().await.ok().flatten(), None));
                 }
             }
         }
@@ -591,7 +586,7 @@ impl JobLock {
     /// Fails for settings a run cannot use, before anything is sent.
     fn check(&self) -> Result<()> {
         let key = self.key();
-        engine::check_primitive(&*self.kind)?;
+        // The name, not the key: a name may end with ':', and the key of an empty one does.
         if self.name.is_empty() {
             return Err(Error::InvalidArgument(format!(
                 "job lock name {key:?} must not be empty"
@@ -783,16 +778,21 @@ impl JobLock {
         }
     }
 
-    /// A skipped run, with who has the job now (`value`, what the take saw, if it is gone
-    /// by the time it is read again) and `last_tick`.
-    async fn skipped<T>(&self, value: Option<String>, last_tick: Option<SystemTime>) -> JobRun<T> {
-        let holder = match self.holder().await {
-            Ok(Some(holder)) => Some(holder),
-            _ => value.map(|value| JobHolder {
-                value,
-                remaining: None,
-            }),
-        };
+    /// The holder whose value a `SET .. GET` found, with its remaining time (one `PTTL`; none
+    /// when that read fails or the key went meanwhile).
+    async fn holder_seen(&self, value: Value) -> Option<JobHolder> {
+        let value = value.as_string()?;
+        let pttl: Option<i64> = self.client.redis().pttl(self.key()).await.ok();
+        Some(JobHolder {
+            value,
+            remaining: pttl
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
+        })
+    }
+
+    /// A skipped run, with the holder its caller saw (if any) and `last_tick`.
+    fn skipped<T>(&self, holder: Option<JobHolder>, last_tick: Option<SystemTime>) -> JobRun<T> {
         tracing::Span::current().record("outcome", "skipped");
         tracing::debug!(job = %self.key(), holder = ?holder.as_ref().map(JobHolder::value), "job skipped");
         self.client
@@ -802,11 +802,6 @@ impl JobLock {
             .job_ended(JOB.label, self.key(), "skipped", None);
         JobRun::Skipped(Skipped { holder, last_tick })
     }
-}
-
-/// A busy reply's holder value, when it is text.
-fn holder_text(holder: &Value) -> Option<String> {
-    holder.as_string()
 }
 
 /// A job, as inspections, force unlocks and waits see it: its keys.

@@ -131,15 +131,6 @@ async fn run_without_at_least_for_runs_fast_jobs_twice() {
     .await;
 }
 
-/// Records when it is dropped: when a job's future was cancelled.
-struct DroppedAt(Arc<Mutex<Option<Instant>>>);
-
-impl Drop for DroppedAt {
-    fn drop(&mut self) {
-        *self.0.lock().unwrap() = Some(Instant::now());
-    }
-}
-
 /// 2. A job that outlives `at_most_for` is cancelled (`Lost`) before another instance runs it;
 /// with keep-alive it runs to its end, renewed, while the others skip.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -155,7 +146,7 @@ async fn a_job_is_cancelled_when_its_lock_ends_and_kept_alive_when_asked() {
         let long_job = first.job_lock("outlives").at_most_for(at_most_for);
         let (taken, is_taken) = tokio::sync::oneshot::channel();
         let running = tokio::spawn({
-            let dropped = DroppedAt(dropped.clone());
+            let dropped = common::DroppedAt(dropped.clone());
             async move {
                 long_job
                     .run(async move {
@@ -673,7 +664,7 @@ async fn a_job_is_inspected_listed_and_force_unlocked() {
         let dropped = Arc::new(Mutex::new(None));
         let running = tokio::spawn({
             let job = job.clone();
-            let dropped = DroppedAt(dropped.clone());
+            let dropped = common::DroppedAt(dropped.clone());
             async move {
                 job.run_tick(tick + Duration::from_secs(60), async move {
                     let _dropped = dropped;
@@ -786,6 +777,8 @@ async fn bad_settings_are_refused_and_change_nothing() {
         );
         let kind: String = raw.r#type("job-lock:default:hash").await.unwrap();
         assert_eq!(kind, "hash");
+        // A refused SET took nothing: no hold was kept, not even one to give back.
+        assert!(common::idle(&client), "{:?}", client.stats());
         client.shutdown().await;
     })
     .await;

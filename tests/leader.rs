@@ -427,15 +427,6 @@ async fn through(proxy: &StallingProxy, lease: Duration) -> LockClient {
         .unwrap()
 }
 
-/// Records when the future that owns it was dropped.
-struct DroppedAt(Arc<Mutex<Option<Instant>>>);
-
-impl Drop for DroppedAt {
-    fn drop(&mut self) {
-        *self.0.lock().unwrap() = Some(Instant::now());
-    }
-}
-
 /// 3. A leader whose connection stalls past its lease: its work is dropped before the
 ///    successor's term starts, and its guarded write that lands after the stall is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -455,7 +446,7 @@ async fn a_stalled_leader_stops_before_its_successor_starts() {
             tokio::spawn(async move {
                 leader
                     .run(|term| {
-                        let dropped = DroppedAt(dropped.clone());
+                        let dropped = common::DroppedAt(dropped.clone());
                         let led = led.clone();
                         async move {
                             let _dropped = dropped;

@@ -337,13 +337,7 @@ where
             let core = engine.core();
             let sent_at = Instant::now();
             let reply = send(core.writer.clone()).await;
-            let won = match &reply {
-                Ok(None) => true,
-                Ok(Some(_)) => false,
-                // Sent, and maybe done: kept as a hold only to be given back.
-                Err(error) => !crate::error::was_not_sent(error),
-            };
-            let guard = won.then(|| {
+            let hold = || {
                 let (hold, _) = core.holds.attach(&task_pair, lease, sent_at, &kind, None);
                 if matches!(
                     kind.profile().class().wake,
@@ -352,21 +346,26 @@ where
                     core.pubsub.listen_own();
                 }
                 Guard::new(engine.clone(), hold, kind.clone(), lease)
-            });
+            };
             match reply {
-                Ok(None) => Ok(Ok(guard)),
+                Ok(None) => Ok(Ok(hold())),
                 Ok(Some(holder)) => Ok(Err(holder)),
-                // Dropping the guard gives back what the lost reply may have taken.
-                Err(error) => Err(error),
+                Err(error) => {
+                    // Sent, and maybe done (its reply lost on the way): held only to be given
+                    // back at once by the guard's drop. A refusal took nothing.
+                    if crate::error::reply_lost(&error) {
+                        drop(hold());
+                    }
+                    Err(error)
+                }
             }
         });
         match call.await {
-            Ok(Ok(Some(guard))) => Ok(Ok(Win {
+            Ok(Ok(guard)) => Ok(Ok(Win {
                 guard,
                 value: None,
                 contended: false,
             })),
-            Ok(Ok(None)) => Err(unavailable(engine, &pair.name, None)),
             Ok(Err(holder)) => Ok(Err(holder)),
             Err(error) => Err(engine.redis_error(&pair.name, Some(&pair.field), error)),
         }

@@ -73,6 +73,19 @@ pub async fn raw_client(url: &str) -> Client {
     client
 }
 
+/// Records when it is dropped, in the slot it was given: held by a future, when that future was
+/// cancelled.
+pub struct DroppedAt(pub std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+impl Drop for DroppedAt {
+    fn drop(&mut self) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(tokio::time::Instant::now());
+    }
+}
+
 /// Polls `check` every 20 ms until it holds or `limit` passes; returns whether it held.
 pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
 where

@@ -45,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let contender = lock.clone();
     let attempt = tokio::spawn(async move {
         contender
-            .try_lock(Duration::from_millis(200), Some(Duration::from_secs(10)))
+            .try_lock_for(Duration::from_millis(200), Some(Duration::from_secs(10)))
             .await
             .map(|guard| guard.is_some())
     });

@@ -24,6 +24,15 @@ if fenced(KEYS[2], 3, ARGV[2]) then
 end
 return take_hold(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1])
 
+--- script: refuse_reentry
+-- A non-reentrant lock's attempt by an owner that holds it already, found in
+-- the owner's turn (two attempts of one task on their way at once): refused
+-- with the engine's DEADLOCK code, changing nothing.
+--
+-- KEYS[1]  lock name (routes the call to the lock's node)
+-- ARGV[1]  why, for people
+return redis.error_reply('DEADLOCK ' .. ARGV[1])
+
 --- script: release
 -- Give back holds of a reentrant lock (see holds.lua); when none remain the
 -- lock is deleted and its release announced on the lock's channel, so that

@@ -13,7 +13,7 @@
 //! // ... charge the order once ...
 //! guard.unlock().await?;                 // released; waiters are woken at once
 //!
-//! if let Some(guard) = lock.try_lock(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
+//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
 //!     // held for at most 10 s (no watchdog), after waiting at most 2 s
 //!     guard.unlock().await?;
 //! }

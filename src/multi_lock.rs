@@ -46,7 +46,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 /// // ... move the money ...
 /// both.unlock().await?;                       // every member, reporting every failure
 ///
-/// if let Some(both) = transfer.try_lock(Duration::from_secs(1), None).await? {
+/// if let Some(both) = transfer.try_lock_for(Duration::from_secs(1), None).await? {
 ///     both.unlock().await?;
 /// }
 /// # Ok(()) }
@@ -125,9 +125,24 @@ impl MultiLock {
             .and_then(waited)
     }
 
+    /// Takes every member if none is held by another owner now, without waiting: `Ok(None)`,
+    /// with nothing left held, when one is. The same as
+    /// [`try_lock_for(Duration::ZERO, None)`](Self::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
+        self.try_lock_for(Duration::ZERO, None).await
+    }
+
     /// Tries to acquire every member within `wait`: `Ok(None)` when some member stayed held that
     /// long, with nothing left held. `wait` zero makes one round: each member tried once.
-    /// `lease` as for [`Lock::try_lock`].
+    /// `lease` as for [`Lock::try_lock_for`].
     ///
     /// # Errors
     ///
@@ -138,7 +153,7 @@ impl MultiLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
+    pub async fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,

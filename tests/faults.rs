@@ -85,7 +85,7 @@ async fn another_client_takes(server: &RedisServer, kind: Kind, name: &str) {
     let other = LockClient::connect(&server.url()).await.unwrap();
     let taken = kind
         .lock(&other, name)
-        .try_lock(Duration::ZERO, None)
+        .try_lock_for(Duration::ZERO, None)
         .await
         .unwrap();
     assert!(
@@ -402,7 +402,7 @@ async fn calls_landing_after_a_partition_leave_no_phantom_hold() {
             "the release cannot be confirmed"
         );
         let attempt = lock
-            .try_lock(Duration::from_millis(300), Some(Duration::from_secs(60)))
+            .try_lock_for(Duration::from_millis(300), Some(Duration::from_secs(60)))
             .await;
         assert!(!matches!(attempt, Ok(Some(_))), "{attempt:?}");
         drop(attempt);
@@ -475,7 +475,7 @@ async fn paused_holder_learns_of_loss_on_resume() {
         let locks = LockClient::connect(&server.url()).await.unwrap();
         let lock = locks.lock("paused");
         let guard = lock
-            .try_lock(Duration::from_secs(5), None)
+            .try_lock_for(Duration::from_secs(5), None)
             .await
             .unwrap()
             .expect("the paused holder's lease ends");
@@ -538,7 +538,7 @@ async fn reconnects_leave_no_subscriptions_behind() {
                 while Instant::now() < until {
                     let lock = locks.fair_lock(format!("churn-{}", (task + n) % 8));
                     let wait = Duration::from_millis(20 + (task * 37 + n * 13) % 200);
-                    if let Ok(Some(guard)) = lock.try_lock(wait, None).await {
+                    if let Ok(Some(guard)) = lock.try_lock_for(wait, None).await {
                         let _ = guard.unlock().await;
                     }
                     n += 1;
@@ -673,7 +673,7 @@ async fn cancelled_futures_under_chaos_leave_nothing() {
                         let guard = if rng.below(2) == 0 {
                             lock.lock().await
                         } else {
-                            lock.try_lock(Duration::from_millis(30), None)
+                            lock.try_lock_for(Duration::from_millis(30), None)
                                 .await
                                 .and_then(|guard| guard.ok_or(Error::Shutdown))
                         };

@@ -42,6 +42,7 @@ for_each_kind!(
     unlock_racing_a_waiter_on_a_subscribed_channel_is_not_missed,
     waiters_end_with_their_clients_shutdown,
     a_force_unlock_tells_the_holder_at_once,
+    quick_forms_take_at_once_or_run_within_a_wait,
 );
 
 /// 1. Mutual exclusion: 3 clients x 8 tasks x 50 non-atomic increments end at exactly 1200.
@@ -96,7 +97,7 @@ async fn reentrant_hold_count_and_foreign_unlock(kind: Kind) {
     // Another owner (another task) holds nothing and cannot take it meanwhile.
     let other = lock.clone();
     let seen = tokio::spawn(async move {
-        let none = other.try_lock(Duration::ZERO, None).await.unwrap();
+        let none = other.try_lock_for(Duration::ZERO, None).await.unwrap();
         (none.is_none(), other.hold_count().await.unwrap())
     })
     .await
@@ -151,7 +152,7 @@ async fn watchdog_keeps_lock_and_stops_after_unlock(kind: Kind) {
     while started.elapsed() < Duration::from_secs(5) {
         let attempt = kind
             .lock(&other, "watched")
-            .try_lock(Duration::ZERO, None)
+            .try_lock_for(Duration::ZERO, None)
             .await
             .unwrap();
         assert!(attempt.is_none(), "lock taken while its holder lived");
@@ -182,7 +183,7 @@ async fn fixed_lease_expires(kind: Kind) {
     let started = Instant::now();
     let taken = kind
         .lock(&other, "leased")
-        .try_lock(Duration::from_secs(3), None)
+        .try_lock_for(Duration::from_secs(3), None)
         .await
         .unwrap()
         .expect("acquired after the lease ended");
@@ -259,7 +260,7 @@ async fn try_lock_waits_about_wait(kind: Kind) {
     let free = Instant::now();
     let guard = kind
         .lock(&holder, "try")
-        .try_lock(Duration::from_secs(2), None)
+        .try_lock_for(Duration::from_secs(2), None)
         .await
         .unwrap()
         .expect("free lock");
@@ -268,7 +269,7 @@ async fn try_lock_waits_about_wait(kind: Kind) {
     let started = Instant::now();
     let none = kind
         .lock(&other, "try")
-        .try_lock(Duration::from_millis(500), None)
+        .try_lock_for(Duration::from_millis(500), None)
         .await
         .unwrap();
     let waited = started.elapsed();
@@ -340,7 +341,7 @@ async fn crashed_holder_frees_lock() {
         let killed = Instant::now();
         let guard = client
             .lock("crash")
-            .try_lock(Duration::from_secs(5), None)
+            .try_lock_for(Duration::from_secs(5), None)
             .await
             .unwrap()
             .expect("the crashed holder's lock frees itself");
@@ -398,7 +399,7 @@ async fn dropped_and_moved_guards_release(kind: Kind) {
     let started = Instant::now();
     let taken = kind
         .lock(&other, "dropped")
-        .try_lock(Duration::from_secs(2), None)
+        .try_lock_for(Duration::from_secs(2), None)
         .await
         .unwrap()
         .expect("the dropped guard released the lock");
@@ -467,7 +468,7 @@ async fn interoperates_with_redisson_layout() {
 
         assert!(client
             .lock("shared")
-            .try_lock(Duration::ZERO, None)
+            .try_lock_for(Duration::ZERO, None)
             .await
             .unwrap()
             .is_none());
@@ -560,7 +561,7 @@ async fn waiter_survives_redis_restart(kind: Kind) {
     // While Redis is down, a single attempt reports the outage.
     let down = kind
         .lock(&waiter_client, "other")
-        .try_lock(Duration::ZERO, None)
+        .try_lock_for(Duration::ZERO, None)
         .await;
     assert!(matches!(down, Err(Error::Unavailable { .. })), "{down:?}");
     server.start_again();
@@ -588,7 +589,7 @@ async fn bad_input_is_rejected() {
         let empty = client.lock("");
         assert!(matches!(empty.lock().await, Err(Error::InvalidArgument(_))));
         assert!(matches!(
-            empty.try_lock(Duration::ZERO, None).await,
+            empty.try_lock_for(Duration::ZERO, None).await,
             Err(Error::InvalidArgument(_))
         ));
         assert!(matches!(empty.is_locked().await, Err(Error::InvalidArgument(_))));
@@ -598,7 +599,7 @@ async fn bad_input_is_rejected() {
             Err(Error::InvalidArgument(_))
         ));
         assert!(matches!(
-            lock.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
+            lock.try_lock_for(Duration::ZERO, Some(Duration::ZERO)).await,
             Err(Error::InvalidArgument(_))
         ));
         let zero_watchdog = LockClient::builder()
@@ -619,7 +620,7 @@ async fn bad_input_is_rejected() {
         let string = client.lock("a-string");
         let wrong = |r: &Result<_, Error>| matches!(r, Err(Error::WrongType { lock, key }) if lock == "a-string" && key == "a-string");
         assert!(wrong(&string.lock().await.map(|_| ())));
-        assert!(wrong(&string.try_lock(Duration::from_millis(200), None).await.map(|_| ())));
+        assert!(wrong(&string.try_lock_for(Duration::from_millis(200), None).await.map(|_| ())));
         assert!(wrong(&string.lock_with_lease(Duration::from_secs(1)).await.map(|_| ())));
         assert!(wrong(&string.hold_count().await.map(|_| ())));
         assert!(wrong(&string.force_unlock().await.map(|_| ())));
@@ -744,7 +745,7 @@ async fn pinned_owner_reenters_across_tasks() {
         };
         let second = {
             let lock = lock.clone();
-            tokio::spawn(async move { lock.try_lock(Duration::ZERO, None).await.unwrap() })
+            tokio::spawn(async move { lock.try_lock_for(Duration::ZERO, None).await.unwrap() })
                 .await
                 .unwrap()
                 .expect("the same pinned owner reenters from another task")
@@ -754,7 +755,7 @@ async fn pinned_owner_reenters_across_tasks() {
         // The current task is another owner and is excluded.
         let unpinned = client.lock("pinned");
         assert!(unpinned
-            .try_lock(Duration::ZERO, None)
+            .try_lock_for(Duration::ZERO, None)
             .await
             .unwrap()
             .is_none());
@@ -1232,7 +1233,7 @@ mod spans {
             let other = client.lock("spans:lock");
             let timed_out = tokio::spawn(async move {
                 other
-                    .try_lock(Duration::from_millis(50), None)
+                    .try_lock_for(Duration::from_millis(50), None)
                     .await
                     .unwrap()
                     .is_none()
@@ -1501,8 +1502,8 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         let refused = [
             lock.lock().await.err(),
             lock.lock_with_lease(Duration::from_secs(5)).await.err(),
-            lock.try_lock(Duration::from_secs(5), None).await.err(),
-            lock.try_lock(Duration::ZERO, None).await.err(),
+            lock.try_lock_for(Duration::from_secs(5), None).await.err(),
+            lock.try_lock_for(Duration::ZERO, None).await.err(),
             lock.with_lock(|_| async {}).await.err(),
             lock.clone()
                 .with_owner(OwnerId::current())
@@ -1521,6 +1522,10 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
                 }) => {
                     assert_eq!((lock.as_str(), owner.as_str()), ("once", field.as_str()));
                     assert!(why.contains("non-reentrant"), "{why}");
+                    // It says why a caller who did not mean to ask twice did, and the way out.
+                    assert!(why.contains("tokio task"), "{why}");
+                    assert!(why.contains("with_owner(OwnerId::unique())"), "{why}");
+                    assert!(!why.contains("  "), "{why}");
                 }
                 other => panic!("expected WouldDeadlock, got {other:?}"),
             }
@@ -1536,7 +1541,7 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         let other = tokio::spawn({
             let lock = lock.clone();
             async move {
-                lock.try_lock(Duration::from_millis(200), None)
+                lock.try_lock_for(Duration::from_millis(200), None)
                     .await
                     .unwrap()
                     .is_none()
@@ -1553,7 +1558,7 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         let _: i64 = raw.hset("once", (java, 1)).await.unwrap();
         let _: bool = raw.pexpire("once", 30_000, None).await.unwrap();
         assert!(lock
-            .try_lock(Duration::from_millis(100), None)
+            .try_lock_for(Duration::from_millis(100), None)
             .await
             .unwrap()
             .is_none());
@@ -1563,7 +1568,7 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
             let other = client.lock("once");
             async move {
                 other
-                    .try_lock(Duration::from_millis(100), None)
+                    .try_lock_for(Duration::from_millis(100), None)
                     .await
                     .unwrap()
             }
@@ -1578,4 +1583,163 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         client.shutdown().await;
     })
     .await;
+}
+
+/// The quick forms (issue 34, trap 3): `try_lock()` takes a free lock (or re-enters) in one
+/// script call and answers `None` at once, without waiting or subscribing, while another owner
+/// holds it; `try_with_lock` returns `None` without calling its work when the wait ends, runs it
+/// and unlocks when the lock comes free within the wait, and drops it with `Lost` when its fixed
+/// lease ends under it.
+async fn quick_forms_take_at_once_or_run_within_a_wait(kind: Kind) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let holder = server.lock_client(DEFAULT_WATCHDOG).await;
+    let other = server.lock_client(DEFAULT_WATCHDOG).await;
+    let lock = kind.lock(&holder, "quick");
+    let theirs = kind.lock(&other, "quick");
+    let guard = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("a free lock is taken");
+    let again = lock
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("its holder re-enters");
+    assert_eq!(lock.hold_count().await.unwrap(), 2);
+    again.unlock().await.unwrap();
+
+    common::warmed_up(&raw, &other).await;
+    let calls = common::command_calls(&raw).await;
+    let started = Instant::now();
+    assert!(theirs.try_lock().await.unwrap().is_none());
+    let answered = started.elapsed();
+    assert!(
+        answered < Duration::from_millis(200),
+        "answered after {answered:?}"
+    );
+    // INFO counts the commands a script runs as well; one script call is one attempt.
+    let sent = common::commands_since(&raw, &calls).await;
+    let scripts: Vec<_> = sent
+        .iter()
+        .filter(|(name, _)| name.starts_with("eval"))
+        .collect();
+    assert_eq!(
+        scripts,
+        [&("evalsha".to_string(), 1)],
+        "one attempt: {sent:?}"
+    );
+    assert_eq!(other.stats().wait_entries, 0, "it never waited");
+
+    let called = AtomicBool::new(false);
+    let started = Instant::now();
+    let skipped = theirs
+        .try_with_lock(Duration::from_millis(300), None, |_| async {
+            called.store(true, Ordering::SeqCst)
+        })
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(skipped.is_none() && !called.load(Ordering::SeqCst));
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(800),
+        "gave up after {waited:?}"
+    );
+
+    // Freed within the wait: the work runs holding it, and the lock is given back after.
+    let unlocker = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        guard.unlock().await.unwrap();
+    });
+    let ran = theirs
+        .try_with_lock(Duration::from_secs(5), None, |_| async {
+            theirs.hold_count().await.unwrap()
+        })
+        .await
+        .unwrap();
+    unlocker.await.unwrap();
+    assert_eq!(ran, Some(1), "the work ran holding the lock");
+    assert!(
+        !theirs.is_locked().await.unwrap(),
+        "given back after the work"
+    );
+
+    // A fixed lease that ends under the work: the work is dropped, and the caller told.
+    let finished = AtomicBool::new(false);
+    let started = Instant::now();
+    let outcome = theirs
+        .try_with_lock(
+            Duration::ZERO,
+            Some(Duration::from_millis(300)),
+            |_| async {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                finished.store(true, Ordering::SeqCst)
+            },
+        )
+        .await;
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+    assert!(!finished.load(Ordering::SeqCst));
+    assert!(started.elapsed() < Duration::from_millis(1500));
+}
+
+/// One task is one owner (issue 34, trap 1): three attempts joined in one task all enter a
+/// reentrant lock together (the model the docs open with); on a non-reentrant lock, and with an
+/// owner of their own each, they take turns. The fenced lock's `try_with_lock` hands its work
+/// the token it was issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_task_is_one_owner_and_the_ways_out_take_turns() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let inside = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let attempt = |lock: fredlock::Lock| {
+            let (inside, most) = (&inside, &most);
+            async move {
+                let guard = lock.lock().await?;
+                most.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await
+            }
+        };
+        let mut at_once = Vec::new();
+        for make in [
+            &(|| client.lock("job")) as &dyn Fn() -> fredlock::Lock,
+            &|| client.non_reentrant_lock("job"),
+            &|| client.lock("job").with_owner(OwnerId::unique()),
+        ] {
+            most.store(0, Ordering::SeqCst);
+            let (a, b, c) = tokio::join!(attempt(make()), attempt(make()), attempt(make()));
+            let mut entered = 0;
+            for result in [a, b, c] {
+                match result {
+                    Ok(()) => entered += 1,
+                    // The non-reentrant lock refuses an attempt that asks once the hold is
+                    // known; one that asked before waits its turn, as another owner would.
+                    Err(Error::WouldDeadlock { why, .. }) => assert!(why.contains("tokio task")),
+                    Err(other) => panic!("{other:?}"),
+                }
+            }
+            assert!(entered >= 1);
+            at_once.push(most.load(Ordering::SeqCst));
+        }
+        assert_eq!(
+            at_once,
+            vec![3, 1, 1],
+            "reentrant, non-reentrant, an owner each"
+        );
+
+        let fenced = client.fenced_lock("fenced-job");
+        let token = fenced
+            .try_with_lock(Duration::ZERO, None, |token, _| async move { token })
+            .await
+            .unwrap()
+            .expect("a free lock");
+        assert_eq!(fenced.token().await.unwrap(), Some(token));
+    })
+    .await
 }

@@ -195,8 +195,8 @@ impl FencedLock {
             .and_then(waited)
     }
 
-    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See
-    /// [`Lock::try_lock`].
+    /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
+    /// another owner does. See [`Lock::try_lock`].
     ///
     /// # Errors
     ///
@@ -205,7 +205,21 @@ impl FencedLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
+    pub async fn try_lock(&self) -> Result<Option<FencedGuard>> {
+        self.try_lock_for(Duration::ZERO, None).await
+    }
+
+    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See
+    /// [`Lock::try_lock_for`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_lock_for`], and as [`lock`](Self::lock) for the counter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
@@ -242,6 +256,34 @@ impl FencedLock {
         let guard = self.lock().await?;
         let work = work(guard.token(), guard.cancellation_token());
         guard.guard.run_holding(work).await
+    }
+
+    /// Runs `work` with the fencing token if the lock can be had within `wait`: `Ok(None)`
+    /// (and `work` is not called) when another owner held it that long. See
+    /// [`Lock::try_with_lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_with_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Lock::try_with_lock`].
+    pub async fn try_with_lock<F, Fut, T>(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        work: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnOnce(u64, tokio_util::sync::CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let Some(guard) = self.try_lock_for(wait, lease).await? else {
+            return Ok(None);
+        };
+        let work = work(guard.token(), guard.cancellation_token());
+        guard.guard.run_holding(work).await.map(Some)
     }
 
     /// The last token issued on this lock, `None` before the first (or after the counter was

@@ -15,13 +15,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::types::Value;
 
 use crate::client::LockClient;
-use crate::engine::{self, Call, Inspect, Inspection, Kind, Lease, Win};
+use crate::engine::{
+    self, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Lease, Primitive, Profile,
+    ReleaseArgs, Request, Win,
+};
 use crate::error::{waited, Error, Result};
 use crate::layout::{Found, Pending};
 use crate::lock::guard::LockGuard;
 use crate::owner::OwnerId;
+
+/// Why a non-reentrant lock refused its holder. Most who meet it did not mean to ask twice: they
+/// joined or selected two attempts in one task, which are one owner.
+const REENTRY_REFUSED: &str = concat!(
+    "holds this non-reentrant lock and asked for it again, which would wait for itself. ",
+    "The owner is the tokio task (futures joined or selected in one task are one owner) ",
+    "unless pinned with with_owner: give the hold back first, run the other attempt on a task ",
+    "of its own or with an owner of its own (with_owner(OwnerId::unique())), ",
+    "or take a reentrant lock (client.lock)",
+);
 
 /// A reentrant distributed lock, Redisson's `RLock`: at most one owner at a time across every
 /// client on the same Redis, Java Redisson clients included.
@@ -48,7 +62,7 @@ use crate::owner::OwnerId;
 /// guard.unlock().await?;                          // released; waiters wake
 ///
 /// // At most 2 s of waiting; held for at most 10 s, without renewal.
-/// if let Some(guard) = lock.try_lock(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
+/// if let Some(guard) = lock.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
 ///     guard.unlock().await?;
 /// }
 /// # Ok(()) }
@@ -88,6 +102,69 @@ pub(crate) trait LockKind: Kind + Inspect {
     /// `None` for a lock that is locked whenever its hash exists.
     fn locked_mode(&self) -> Option<&'static str> {
         None
+    }
+}
+
+/// A lock of the family whose owner is refused a second hold (see [`Lock::non_reentrant`]).
+///
+/// [`Lock`] refuses at once, sending nothing, when the client counts a hold of the owner; this
+/// refuses in the owner's turn, where the count is exact, an attempt that set out while another
+/// of the same owner was on its way (futures joined in one task): without it, that attempt
+/// would take a second hold, and both would run.
+struct NonReentrant(Arc<dyn LockKind>);
+
+impl Primitive for NonReentrant {
+    fn profile(&self) -> &Profile {
+        self.0.profile()
+    }
+}
+
+impl Kind for NonReentrant {
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        if args.holds == 0 {
+            return self.0.acquire(args);
+        }
+        Call {
+            script: &reentrant::LOCK_REFUSE_REENTRY,
+            keys: vec![self.0.profile().keys().get(0)],
+            args: vec![Value::from_static_str(REENTRY_REFUSED)],
+        }
+    }
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        self.0.release(args)
+    }
+    fn leave(&self, field: &str, request: &Request) -> Option<Call> {
+        self.0.leave(field, request)
+    }
+}
+
+impl Inspect for NonReentrant {
+    fn inspect(&self) -> Call {
+        self.0.inspect()
+    }
+    fn family(&self) -> &'static str {
+        self.0.family()
+    }
+    fn strays(&self) -> Option<String> {
+        self.0.strays()
+    }
+    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        self.0.leaks(inspection, grace)
+    }
+}
+
+impl LockKind for NonReentrant {
+    fn force_unlock(&self) -> Call {
+        self.0.force_unlock()
+    }
+    fn is_fair(&self) -> bool {
+        self.0.is_fair()
+    }
+    fn hold_count(&self, field: &str) -> Option<Call> {
+        self.0.hold_count(field)
+    }
+    fn locked_mode(&self) -> Option<&'static str> {
+        self.0.locked_mode()
     }
 }
 
@@ -135,6 +212,9 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn non_reentrant(mut self) -> Lock {
+        if !self.non_reentrant {
+            self.kind = Arc::new(NonReentrant(self.kind));
+        }
         self.non_reentrant = true;
         self
     }
@@ -190,6 +270,37 @@ impl Lock {
         lock_guard(self.win(None, Lease::Fixed(lease)).await).and_then(waited)
     }
 
+    /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
+    /// another owner does. The lock is renewed by the watchdog until the guard goes.
+    ///
+    /// This is tokio's [`Mutex::try_lock`](tokio::sync::Mutex::try_lock) and Redisson's
+    /// `tryLock()`: one attempt, one round trip. The same as
+    /// [`try_lock_for(Duration::ZERO, None)`](Self::try_lock_for).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// match client.lock("reports:nightly").try_lock().await? {
+    ///     Some(guard) => {
+    ///         // ... this instance builds the report ...
+    ///         guard.unlock().await?;
+    ///     }
+    ///     None => println!("another instance is on it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for): [`Error::Unavailable`] at once while Redis
+    /// cannot be reached (never `Ok(None)`, which always means that another owner holds it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
+        self.try_lock_for(Duration::ZERO, None).await
+    }
+
     /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
     ///
     /// `wait` zero makes exactly one attempt. `lease` `None` renews the lock with the watchdog
@@ -206,7 +317,7 @@ impl Lock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
+    pub async fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,
@@ -255,6 +366,56 @@ impl Lock {
         let guard = self.lock().await?;
         let work = work(guard.cancellation_token());
         guard.run_holding(work).await
+    }
+
+    /// Runs `work` while holding the lock if it can be had within `wait`: `Ok(None)` (and
+    /// `work` is not called) when another owner held it that long. The bounded form of
+    /// [`with_lock`](Self::with_lock), acquiring as [`try_lock_for`](Self::try_lock_for) does:
+    /// `wait` zero makes one attempt, `lease` `None` renews the lock with the watchdog while the
+    /// work runs, `Some(lease)` holds it for that long at most (the work is dropped and
+    /// [`Error::Lost`] returned if it outlives it).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// # async fn rebuild_index() {}
+    /// use std::time::Duration;
+    ///
+    /// let ran = client
+    ///     .lock("search:index")
+    ///     .try_with_lock(Duration::from_secs(2), None, |_lost| rebuild_index())
+    ///     .await?;
+    /// if ran.is_none() {
+    ///     println!("another instance is rebuilding the index");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for) when the lock cannot be acquired, and as
+    /// [`with_lock`](Self::with_lock) once it is: [`Error::Lost`] when it was lost while the work
+    /// ran.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`with_lock`](Self::with_lock): dropped while waiting, it gives up the
+    /// wait (a fair lock's place in the queue); dropped while the work runs, it drops the work
+    /// and gives the hold back in the background.
+    pub async fn try_with_lock<F, Fut, T>(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+        work: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let Some(guard) = self.try_lock_for(wait, lease).await? else {
+            return Ok(None);
+        };
+        let work = work(guard.cancellation_token());
+        guard.run_holding(work).await.map(Some)
     }
 
     /// Whether anyone holds the lock. For a side of a [`RwLock`](crate::RwLock), whether the
@@ -441,8 +602,7 @@ impl Lock {
             lock: self.name().to_owned(),
             owner: owner.to_string(),
             server: engine.core().address.to_string(),
-            why: "holds this non-reentrant lock and asked for it again, which would wait for                   itself; give the hold back first, or take a reentrant lock (client.lock)"
-                .to_owned(),
+            why: REENTRY_REFUSED.to_owned(),
         })
     }
 
@@ -524,7 +684,7 @@ impl fmt::Debug for Lock {
 
 /// The acquisitions every lock of the reentrant family that returns a [`LockGuard`] shares with
 /// [`Lock`], for a handle whose field `lock` is the `Lock` it wraps: `$waits` says how its waiter
-/// waits, `$cancel` what a dropped wait gives up, `$try_lock` what `try_lock` adds.
+/// waits, `$cancel` what a dropped wait gives up, `$try_lock` what `try_lock_for` adds.
 macro_rules! lock_acquires {
     (waits: $waits:literal, cancel: $cancel:literal, try_lock: $try_lock:literal $(,)?) => {
         /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the
@@ -560,10 +720,8 @@ macro_rules! lock_acquires {
             self.lock.lock_with_lease(lease).await
         }
 
-        /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
-        /// See [`Lock::try_lock`](crate::Lock::try_lock).
-        ///
-        #[doc = $try_lock]
+        /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)`
+        /// when another owner does. See [`Lock::try_lock`](crate::Lock::try_lock).
         ///
         /// # Errors
         ///
@@ -572,12 +730,28 @@ macro_rules! lock_acquires {
         /// # Cancel safety
         ///
         /// Cancel safe, as [`lock`](Self::lock).
-        pub async fn try_lock(
+        pub async fn try_lock(&self) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.lock.try_lock().await
+        }
+
+        /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
+        /// See [`Lock::try_lock_for`](crate::Lock::try_lock_for).
+        ///
+        #[doc = $try_lock]
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::try_lock_for`](crate::Lock::try_lock_for).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`lock`](Self::lock).
+        pub async fn try_lock_for(
             &self,
             wait: std::time::Duration,
             lease: Option<std::time::Duration>,
         ) -> $crate::Result<Option<$crate::LockGuard>> {
-            self.lock.try_lock(wait, lease).await
+            self.lock.try_lock_for(wait, lease).await
         }
 
         /// Runs `work` while holding the lock; see [`Lock::with_lock`](crate::Lock::with_lock).
@@ -596,6 +770,29 @@ macro_rules! lock_acquires {
             Fut: std::future::Future<Output = T>,
         {
             self.lock.with_lock(work).await
+        }
+
+        /// Runs `work` while holding the lock if it can be had within `wait`; `Ok(None)` when
+        /// not. See [`Lock::try_with_lock`](crate::Lock::try_with_lock).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::try_with_lock`](crate::Lock::try_with_lock).
+        ///
+        /// # Cancel safety
+        ///
+        /// As [`Lock::try_with_lock`](crate::Lock::try_with_lock).
+        pub async fn try_with_lock<F, Fut, T>(
+            &self,
+            wait: std::time::Duration,
+            lease: Option<std::time::Duration>,
+            work: F,
+        ) -> $crate::Result<Option<T>>
+        where
+            F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+            Fut: std::future::Future<Output = T>,
+        {
+            self.lock.try_with_lock(wait, lease, work).await
         }
     };
 }

@@ -30,6 +30,9 @@ const SCRIPTS: &str = include_str!("../../lua/lock.lua");
 /// Takes or re-enters a reentrant lock.
 pub(crate) static LOCK_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| lua::holds_script(SCRIPTS, "acquire", false));
+/// Refuses a non-reentrant lock's holder another hold (see `lock::NonReentrant`).
+pub(crate) static LOCK_REFUSE_REENTRY: LazyLock<Script> =
+    LazyLock::new(|| lua::section_script(SCRIPTS, "refuse_reentry", false));
 /// Gives back one hold of a reentrant lock.
 pub(crate) static LOCK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| lua::holds_script(SCRIPTS, "release", true));
@@ -50,6 +53,7 @@ pub(crate) static LOCK_INSPECT: LazyLock<Script> =
 pub(crate) fn script(name: &str) -> Option<&'static Script> {
     Some(match name {
         "acquire" => &LOCK_ACQUIRE,
+        "refuse_reentry" => &LOCK_REFUSE_REENTRY,
         "release" => &LOCK_RELEASE,
         "renew" => &LOCK_RENEW,
         "force_unlock" => &LOCK_FORCE_UNLOCK,

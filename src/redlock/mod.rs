@@ -65,7 +65,7 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// // ... critical section ...
 /// guard.unlock().await?;
 ///
-/// if let Some(guard) = redlock.try_lock(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
+/// if let Some(guard) = redlock.try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
 ///     // Safe for guard.validity() from now on, at most 10 s minus the time acquiring took.
 ///     guard.unlock().await?;
 /// }
@@ -381,6 +381,21 @@ impl RedLock {
         }
     }
 
+    /// Takes the lock in one attempt, without waiting: `Ok(None)` when other holders kept a
+    /// majority of the nodes. The same as
+    /// [`try_lock_for(Duration::ZERO, None)`](Self::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_lock_for`](Self::try_lock_for).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    pub async fn try_lock(&self) -> Result<Option<RedLockGuard>> {
+        self.try_lock_for(Duration::ZERO, None).await
+    }
+
     /// Tries to acquire the lock within `wait`: `Ok(None)` when other holders kept a majority
     /// of the nodes that long. `wait` zero makes exactly one attempt. `lease` `None` extends the
     /// lock until the guard goes; `Some(lease)` holds it for that long at most.
@@ -397,7 +412,7 @@ impl RedLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(
+    pub async fn try_lock_for(
         &self,
         wait: Duration,
         lease: Option<Duration>,

@@ -14,7 +14,7 @@ async fn first_look(url: &str) -> fredlock::Result<()> {
     guard.unlock().await?; // released; waiters are woken
 
     if let Some(g) = lock
-        .try_lock(Duration::from_secs(2), Some(Duration::from_secs(10)))
+        .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10)))
         .await?
     {
         // held for at most 10 s (no watchdog), after waiting at most 2 s

@@ -77,6 +77,7 @@ impl LockClient {
             renew_deadline: settings.effective_renew_deadline(),
             replica_sync: settings.replica_sync,
             metrics: engine::Metrics::new(settings.metrics_lock_names),
+            client_name: settings.client_name.as_deref().map(Into::into),
         })
         .await?;
         Ok(LockClient {
@@ -91,6 +92,13 @@ impl LockClient {
     /// This client's id, the `<client uuid>` half of its hash fields.
     pub fn id(&self) -> Uuid {
         self.shared.engine.core().id
+    }
+
+    /// The name this client was given ([`LockClientBuilder::client_name`]), if any.
+    ///
+    /// [`LockClientBuilder::client_name`]: crate::LockClientBuilder::client_name
+    pub fn client_name(&self) -> Option<&str> {
+        self.shared.engine.core().name.as_deref()
     }
 
     /// The Redis key of the lock named `name`: the client's key prefix, then the name. An empty

@@ -49,6 +49,7 @@ pub struct LockClientBuilder {
     credentials: Option<Credentials>,
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) metrics_lock_names: bool,
+    pub(crate) client_name: Option<String>,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -91,6 +92,7 @@ impl Default for LockClientBuilder {
             credentials: None,
             replica_sync: None,
             metrics_lock_names: false,
+            client_name: None,
         }
     }
 }
@@ -265,12 +267,42 @@ impl LockClientBuilder {
         self
     }
 
+    /// A name for people: which service (or pod) this client is, shown beside its owner field
+    /// wherever a holder is shown. Default: none.
+    ///
+    /// Owner fields stay Redisson's `<client uuid>:<owner id>`, which tell an operator nothing
+    /// about which service holds a lock. With a name, each connection of the client is named
+    /// `<name>@<client uuid>` (`CLIENT SETNAME`, again after every reconnect), so `CLIENT LIST`
+    /// shows it, and [`Holder::client_name`](crate::Holder::client_name), the `fredlock`
+    /// command's `list`, `inspect` and `watch`, and the client's lost-lock warnings (field
+    /// `client`) give it beside the owner. A server that refuses `CLIENT SETNAME` (an ACL without
+    /// it) still serves the locks; the client warns once.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// let client = fredlock::LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .client_name("billing-7")
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// `build()` refuses with [`Error::InvalidArgument`] a name `CLIENT SETNAME` would refuse
+    /// (spaces, newlines, characters outside printable ASCII), an empty one, and one over 64
+    /// characters.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
     /// Connects and starts the client's background tasks.
     ///
     /// Fails with [`Error::InvalidArgument`] for a missing or unparsable URL, or a timeout out of
     /// range (`watchdog_lease` and `queue_place` at least 3 ms, `command_timeout` at
     /// least 1 ms, each at most [`MAX_DURATION`](crate::MAX_DURATION); `renew_deadline` between
-    /// a renewal period and `watchdog_lease`), and with
+    /// a renewal period and `watchdog_lease`), or a [`client_name`](Self::client_name) Redis
+    /// would refuse, and with
     /// [`Error::Redis`] when the server cannot be reached.
     ///
     /// # Cancel safety
@@ -309,6 +341,9 @@ impl LockClientBuilder {
                 sync.timeout,
                 Duration::from_millis(1),
             )?;
+        }
+        if let Some(name) = &self.client_name {
+            crate::engine::naming::check(name)?;
         }
         if self.key_prefix.contains(['{', '}']) {
             return Err(Error::InvalidArgument(format!(

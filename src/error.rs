@@ -61,12 +61,14 @@ pub enum Error {
         source: fred::error::Error,
     },
 
-    /// A wait for the lock ended without any attempt reaching Redis: the server was down,
-    /// unreachable or not answering the whole time. Unlike `Ok(None)` from `try_lock`, this
-    /// says nothing about whether another owner holds the lock.
+    /// Redis could not be reached: a wait for the lock ended without any attempt reaching it,
+    /// or an unlock could not tell it (the server was down, unreachable or not answering).
+    /// Unlike `Ok(None)` from `try_lock`, or [`NotHeld`](Self::NotHeld) from an unlock, this says
+    /// nothing about whether the lock is held: an unlock's hold ends with its lease at the
+    /// latest (a release whose reply was lost is followed up once Redis answers again).
     #[error(
-        "lock {lock:?}: no attempt reached Redis at {server} within the wait{}; whether the lock \
-         is held is unknown",
+        "lock {lock:?}: Redis at {server} could not be reached{}; whether the lock is held is \
+         unknown",
         Cause(source.as_ref())
     )]
     Unavailable {

@@ -2,6 +2,43 @@
 //! wire compatible with it: a Java service using Redisson and a Rust service using fredlock
 //! exclude each other on the same lock name and wake each other's waiters.
 //!
+//! # Which type do I want
+//!
+//! Every type comes from one [`LockClient`] per process (`LockClient::connect(url)`).
+//!
+//! | I need | Type | Example |
+//! | --- | --- | --- |
+//! | one instance at a time to do a piece of work | [`Lock`] ([`LockClient::lock`]) | [quickstart](https://github.com/fredlock/fredlock/blob/main/examples/quickstart.rs) |
+//! | the same, waiters served in arrival order | [`FairLock`] | [fair_lock](https://github.com/fredlock/fredlock/blob/main/examples/fair_lock.rs) |
+//! | a lock its holder cannot take twice | [`LockClient::non_reentrant_lock`] | |
+//! | a resource that refuses a paused holder's late writes | [`FencedLock`] | [fencing](https://github.com/fredlock/fredlock/blob/main/examples/fencing.rs) |
+//! | short holds, waiters that poll instead of listening | [`SpinLock`] | [spin_lock](https://github.com/fredlock/fredlock/blob/main/examples/spin_lock.rs) |
+//! | many readers or one writer | [`RwLock`] | [rw_lock](https://github.com/fredlock/fredlock/blob/main/examples/rw_lock.rs) |
+//! | at most N at once across instances | [`Semaphore`], [`PermitSemaphore`] (a crashed holder's permit returns) | [semaphore](https://github.com/fredlock/fredlock/blob/main/examples/semaphore.rs), [permit_semaphore](https://github.com/fredlock/fredlock/blob/main/examples/permit_semaphore.rs) |
+//! | to wait until N workers are done | [`CountDownLatch`] | [count_down_latch](https://github.com/fredlock/fredlock/blob/main/examples/count_down_latch.rs) |
+//! | one leader among the instances | [`LeaderElection`] | [leader_election](https://github.com/fredlock/fredlock/blob/main/examples/leader_election.rs) |
+//! | a scheduled job run once per tick (ShedLock's layout) | [`JobLock`] | [scheduled_job](https://github.com/fredlock/fredlock/blob/main/examples/scheduled_job.rs) |
+//! | HTTP requests that share a key run one at a time | `tower::LockLayer` (feature `tower`) | [axum](https://github.com/fredlock/fredlock/blob/main/examples/axum.rs) |
+//! | several locks, all or nothing | [`MultiLock`] | [multi_lock](https://github.com/fredlock/fredlock/blob/main/examples/multi_lock.rs) |
+//! | a lock that survives a master's loss | [`RedLock`] (independent masters) | [redlock](https://github.com/fredlock/fredlock/blob/main/examples/redlock.rs) |
+//! | locks from plain threads | `blocking::LockClient` (feature `blocking`) | |
+//! | metrics, Sentinel | feature `metrics`, [`LockClientBuilder::sentinel`] | [metrics](https://github.com/fredlock/fredlock/blob/main/examples/metrics.rs), [sentinel](https://github.com/fredlock/fredlock/blob/main/examples/sentinel.rs) |
+//!
+//! The quick forms of every lock: [`lock`](Lock::lock) waits as long as it takes,
+//! [`try_lock`](Lock::try_lock) makes one attempt, [`try_lock_for`](Lock::try_lock_for) waits
+//! at most a while; [`with_lock`](Lock::with_lock) and [`try_with_lock`](Lock::try_with_lock)
+//! run a future holding the lock and drop it if the lock is lost.
+//!
+//! # One task is one owner
+//!
+//! A hold belongs to `<client uuid>:<owner id>`, where the owner id is the current **tokio
+//! task** (see [`OwnerId`]), as a Redisson hold belongs to a Java thread. The same task locking
+//! twice gets hold count 2, so futures joined or selected inside one task share its owner and
+//! do **not** exclude each other. Spawn a task per contender; or give each attempt (or work that
+//! hops tasks) an owner of its own with [`Lock::with_owner`]`(`[`OwnerId::unique`]`())`; or take
+//! a [non-reentrant lock](LockClient::non_reentrant_lock), which refuses its holder a second
+//! hold with [`Error::WouldDeadlock`] and makes joined attempts take turns.
+//!
 //! ```no_run
 //! # async fn demo() -> fredlock::Result<()> {
 //! use std::time::Duration;
@@ -54,13 +91,6 @@
 //!   until the holder's lease would end, so a lost message costs time, never a hang.
 //! - Every async method documents its cancel safety. Dropping a `lock()` future never leaves a
 //!   hold behind; dropping a guard releases it within milliseconds.
-//!
-//! # Owners and reentrancy
-//!
-//! A hold belongs to `<client uuid>:<owner id>`, where the owner id is the current tokio task
-//! (see [`OwnerId`]). The same task locking twice gets hold count 2. Futures joined inside one
-//! task share its owner and therefore do not exclude each other; spawn a task per contender or
-//! pin owners with [`Lock::with_owner`].
 //!
 //! # Guarantees and their limits
 //!

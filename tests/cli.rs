@@ -527,8 +527,14 @@ async fn watch_prints_acquire_and_release_events() {
             .unwrap()
             .unwrap()
             .unwrap();
+        // `05:31:02.123 acquired <owner> (holds: 1)`: the time it was seen, in UTC.
+        let (clock, event) = acquired.split_once(' ').unwrap();
+        assert!(
+            clock.len() == 12 && clock.as_bytes()[2] == b':' && clock.as_bytes()[8] == b'.',
+            "{acquired}"
+        );
         assert_eq!(
-            acquired,
+            event,
             format!("acquired {} (holds: 1)", guard.owner_field())
         );
         assert!(
@@ -817,6 +823,158 @@ async fn semaphores_and_latches_are_listed_inspected_and_their_ended_leases_foun
         assert_eq!(output.status.code(), Some(2), "not a lock");
         live.release().await.unwrap();
         export.release().await.unwrap();
+    })
+    .await;
+}
+
+/// Who holds it (issue 34, trap 4): a client name given on the builder is each connection's
+/// name (`CLIENT SETNAME`, again after a reconnect) and shows beside the owner field in
+/// inspections, `list`, `inspect` and `watch`; `watch` reports a take-over in the order it
+/// happened, the old holder's end (a release, or an expiry) before the new holder's acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_names_show_and_watch_orders_a_take_over() {
+    let mut server = RedisServer::start();
+    bounded(async {
+        let url = server.url();
+        let named = |name: &'static str| {
+            let url = url.clone();
+            async move {
+                fredlock::LockClient::builder()
+                    .url(url)
+                    .client_name(name)
+                    .build()
+                    .await
+                    .unwrap()
+            }
+        };
+        let (seven, eight) = (named("billing-7").await, named("billing-8").await);
+        assert_eq!(seven.client_name(), Some("billing-7"));
+        let raw = server.raw().await;
+        let connections = |raw: Client| async move {
+            let list: String = raw.client_list::<String, String>(None, None).await.unwrap();
+            list
+        };
+        let listed = connections(raw.clone()).await;
+        assert!(
+            listed.contains(&format!("name=billing-7@{}", seven.id())),
+            "{listed}"
+        );
+
+        let guard = seven.lock("cli:named").lock().await.unwrap();
+        let inspection = eight.lock("cli:named").inspect().await.unwrap();
+        assert_eq!(
+            inspection.holders[0].client_name.as_deref(),
+            Some("billing-7")
+        );
+        assert_eq!(inspection.holders[0].owner, guard.owner_field());
+        let (status, json) = run_json(&url, &["inspect", "cli:named"]).await;
+        assert_eq!(status, 0);
+        assert_eq!(json["holders"][0]["client_name"], "billing-7");
+        let (_, text) = run(&url, &["inspect", "cli:named"]).await;
+        assert!(
+            text.contains(&format!("held by {} (billing-7) x1", guard.owner_field())),
+            "{text}"
+        );
+        let (_, list) = run(&url, &["list"]).await;
+        assert!(list.contains("(billing-7) x1"), "{list}");
+        guard.unlock().await.unwrap();
+
+        // Take-overs, each read in one look of the watcher: seven releases and eight (waiting)
+        // takes it; eight releases and seven takes it for a lease; the lease ends and eight
+        // (waiting) takes it.
+        let mut watcher = fredlock(
+            &url,
+            &[
+                "--json",
+                "watch",
+                "cli:named",
+                "--interval-ms",
+                "250",
+                "--count",
+                "7",
+            ],
+        )
+        .spawn()
+        .unwrap();
+        let mut lines = BufReader::new(watcher.stdout.take().unwrap()).lines();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let waits = |client: &fredlock::LockClient| {
+            let lock = client.lock("cli:named");
+            tokio::spawn(async move { lock.lock().await.unwrap() })
+        };
+        let first = seven.lock("cli:named").lock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let taking = waits(&eight);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first.unlock().await.unwrap();
+        let second = taking.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let leased = tokio::spawn({
+            let lock = seven.lock("cli:named");
+            async move {
+                lock.lock_with_lease(Duration::from_millis(700))
+                    .await
+                    .unwrap()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        second.unlock().await.unwrap();
+        let leased = leased.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let last = waits(&eight).await.unwrap();
+
+        let mut events = Vec::new();
+        while events.len() < 7 {
+            let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+                .await
+                .expect("an event within 5 s")
+                .unwrap()
+                .expect("a line");
+            let event: Value = serde_json::from_str(&line).unwrap();
+            events.push((
+                event["event"].as_str().unwrap().to_owned(),
+                event["client_name"].as_str().unwrap_or("?").to_owned(),
+            ));
+        }
+        let seen: Vec<(&str, &str)> = events
+            .iter()
+            .map(|(what, client)| (what.as_str(), client.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("acquired", "billing-7"),
+                ("released", "billing-7"),
+                ("acquired", "billing-8"),
+                ("released", "billing-8"),
+                ("acquired", "billing-7"),
+                ("expired", "billing-7"),
+                ("acquired", "billing-8"),
+            ]
+        );
+        drop(leased);
+        last.unlock().await.unwrap();
+
+        // After a restart, the new connections are named again.
+        server.kill();
+        server.start_again();
+        let raw = server.raw().await;
+        let named_again = common::eventually(Duration::from_secs(10), || {
+            let raw = raw.clone();
+            let id = seven.id();
+            async move {
+                connections(raw)
+                    .await
+                    .contains(&format!("name=billing-7@{id}"))
+            }
+        })
+        .await;
+        assert!(
+            named_again,
+            "the connections are named again after a restart"
+        );
+        seven.shutdown().await;
+        eight.shutdown().await;
     })
     .await;
 }

@@ -74,6 +74,12 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
         assert!(pttl > 364 * 24 * 3600 * 1000, "{pttl}");
         guard.unlock().await.unwrap();
 
+        // A client name CLIENT SETNAME would refuse is refused before anything connects.
+        for name in ["", "billing 7", "line\nbreak", &"x".repeat(65)] {
+            let builder = LockClient::builder().url(server.url());
+            let message = is_invalid(builder.client_name(name).build().await);
+            assert!(message.contains("client_name"), "{message}");
+        }
         for timeout in [Duration::MAX, Duration::ZERO, Duration::from_micros(1)] {
             let builder = || LockClient::builder().url(server.url());
             let message = is_invalid(builder().watchdog_lease(timeout).build().await);
@@ -348,6 +354,62 @@ async fn an_unlock_during_a_reconnect_is_sent_when_the_connection_is_back() {
             .unwrap()
             .unwrap();
         guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// An unlock while Redis is down says `Unavailable` (whether it is still held is unknown), never
+/// `NotHeld`; the guard's hold is not forgotten: it is given back once Redis is back (issue 34,
+/// trap 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlock_while_redis_is_down_is_unavailable_not_not_held() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let client = LockClient::builder()
+            .url(server.url())
+            .command_timeout(Duration::from_millis(500))
+            .watchdog_lease(Duration::from_secs(2))
+            .build()
+            .await
+            .unwrap();
+        let guard = client
+            .lock("down")
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        server.kill();
+        let started = Instant::now();
+        let error = guard.unlock().await.unwrap_err();
+        let took = started.elapsed();
+        println!("{error} after {took:?}");
+        assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("127.0.0.1:{}", server.port())),
+            "{error}"
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+
+        // A watchdog hold given up locally while Redis is down (its renewals did not get
+        // through) is not known to be gone either.
+        server.start_again();
+        let guard = client.lock("down").lock().await.unwrap();
+        server.kill();
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("given up when its renewals fail");
+        let error = guard.unlock().await.unwrap_err();
+        assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+
+        // Once Redis answers, a hold that is gone is `NotHeld`, as before.
+        server.start_again();
+        let guard = client.lock("down").lock().await.unwrap();
+        let raw = server.raw().await;
+        let _: i64 = raw.del("down").await.unwrap();
+        let error = guard.unlock().await.unwrap_err();
+        assert!(matches!(error, Error::NotHeld { .. }), "{error:?}");
         client.shutdown().await;
     })
     .await;

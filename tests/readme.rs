@@ -15,6 +15,21 @@ mod first_look {
         first_look(url).await
     }
 }
+mod once {
+    include!("readme/once.rs");
+    pub(super) async fn run(client: &LockClient, order: u64) -> fredlock::Result<bool> {
+        charge_once(client, order).await
+    }
+}
+mod shutdown {
+    include!("readme/shutdown.rs");
+    pub(super) async fn run(
+        client: LockClient,
+        stop: impl Future<Output = ()>,
+    ) -> fredlock::Result<()> {
+        serve(client, stop).await
+    }
+}
 mod fencing {
     include!("readme/fencing.rs");
     pub(super) async fn run(client: &LockClient) -> fredlock::Result<(u64, String)> {
@@ -75,15 +90,17 @@ mod replica_sync {
 }
 
 /// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 11] = [
+const SNIPPETS: [(&str, &str); 13] = [
     ("first_look", include_str!("readme/first_look.rs")),
+    ("once", include_str!("readme/once.rs")),
+    ("leader", include_str!("readme/leader.rs")),
+    ("job", include_str!("readme/job.rs")),
+    ("axum", include_str!("readme/axum.rs")),
+    ("shutdown", include_str!("readme/shutdown.rs")),
     ("fencing", include_str!("readme/fencing.rs")),
     ("read_write", include_str!("readme/read_write.rs")),
     ("counters", include_str!("readme/counters.rs")),
-    ("leader", include_str!("readme/leader.rs")),
-    ("job", include_str!("readme/job.rs")),
     ("blocking", include_str!("readme/blocking.rs")),
-    ("axum", include_str!("readme/axum.rs")),
     ("composites", include_str!("readme/composites.rs")),
     ("sentinel", include_str!("readme/sentinel.rs")),
     ("replica_sync", include_str!("readme/replica_sync.rs")),
@@ -144,6 +161,43 @@ async fn the_snippets_run_as_written() {
         counters::run(&client).await.unwrap();
         assert!(leader::run(&client).await.unwrap() > 0);
         assert_eq!(job::run(&client).await.unwrap(), 42);
+        assert!(once::run(&client, 1001).await.unwrap());
+        // Held by another owner past the wait: not charged here.
+        let holder = client.lock("orders:1002").lock().await.unwrap();
+        let started = std::time::Instant::now();
+        assert!(!tokio::spawn({
+            let client = client.clone();
+            async move { once::run(&client, 1002).await.unwrap() }
+        })
+        .await
+        .unwrap());
+        assert!(started.elapsed() >= Duration::from_secs(5));
+        holder.unlock().await.unwrap();
+        // Shut down while holding: a waiting instance takes the lock at once.
+        let other = server.lock_client(Duration::from_secs(10)).await;
+        let stop = async { tokio::time::sleep(Duration::from_millis(600)).await };
+        let serving = tokio::spawn(shutdown::run(
+            server.lock_client(Duration::from_secs(10)).await,
+            stop,
+        ));
+        let lock = other.lock("exports:daily");
+        assert!(
+            common::eventually(Duration::from_secs(2), || {
+                let lock = lock.clone();
+                async move { lock.is_locked().await.unwrap() }
+            })
+            .await,
+            "served"
+        );
+        let waiting = tokio::spawn(async move { lock.lock().await });
+        serving.await.unwrap().unwrap();
+        let taken = tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("taken at once after the shutdown, not a lease later")
+            .unwrap()
+            .unwrap();
+        taken.unlock().await.unwrap();
+        other.shutdown().await;
 
         let masters = start_servers(5);
         composites::run(clients(&urls(&masters)).await, &client)

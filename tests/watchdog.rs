@@ -228,3 +228,96 @@ async fn loss_follows_the_lease_once_the_watchdog_guard_leaves(kind: Kind) {
     .await;
     assert!(gone, "reported lost while the key lived on");
 }
+
+/// A runtime blocked past a renew deadline (synchronous work in an async task) loses the lock,
+/// and says so (issue 34, trap 2): a warning through `tracing` names the lock and how late the
+/// renewals ran, and another that the lock was lost, how long after its deadline; both name the
+/// client (its `client_name`) beside the owner field.
+#[tokio::test]
+async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Logged(Arc<Mutex<Vec<u8>>>);
+    impl Write for Logged {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let logged = Logged::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer({
+            let logged = logged.clone();
+            move || logged.clone()
+        })
+        .finish();
+    // This test's runtime has one thread, the one the default is set on: every task of the
+    // client (its watchdog among them) logs through it.
+    let _default = tracing::subscriber::set_default(subscriber);
+    bounded(async {
+        let server = RedisServer::start();
+        let client = fredlock::LockClient::builder()
+            .url(server.url())
+            .watchdog_lease(Duration::from_millis(900))
+            .client_name("reports-1")
+            .build()
+            .await
+            .unwrap();
+        let guard = client.lock("blocked:report").lock().await.unwrap();
+        // Synchronous work on the runtime's only thread: no timer fires for 2 s.
+        std::thread::sleep(Duration::from_secs(2));
+        tokio::time::timeout(Duration::from_secs(2), guard.lost())
+            .await
+            .expect("the guard learns it is lost");
+        let read = || String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        // The guard may learn of the loss before the watchdog's late timer has run.
+        let waited = Instant::now();
+        while !read().contains("ms late") && waited.elapsed() < Duration::from_secs(2) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let text = read();
+        println!("{text}");
+        let late = text
+            .lines()
+            .find(|line| line.contains("ms late") && line.contains("blocked:report"))
+            .unwrap_or_else(|| panic!("no warning of late renewals in:\n{text}"));
+        assert!(
+            late.contains("WARN") && late.contains("runtime was blocked"),
+            "{late}"
+        );
+        let late_ms: u64 = late
+            .split("late_ms=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|number| number.parse().ok())
+            .unwrap_or_else(|| panic!("no late_ms in {late}"));
+        assert!((1000..2500).contains(&late_ms), "{late}");
+        assert!(
+            late.contains("client=\"reports-1\"") || late.contains("client=reports-1"),
+            "{late}"
+        );
+        let lost = text
+            .lines()
+            .find(|line| line.contains("lock lost") && line.contains("blocked:report"))
+            .unwrap_or_else(|| panic!("no lost-lock warning in:\n{text}"));
+        // Beside the owner field, the name of the client that held it.
+        assert!(
+            lost.contains("late_ms=") && lost.contains("owner="),
+            "{lost}"
+        );
+        assert!(
+            lost.contains("client=\"reports-1\"") || lost.contains("client=reports-1"),
+            "{lost}"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -209,8 +209,10 @@ fn confirm(name: &str) -> bool {
     matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
-/// Reads the lock every `interval` and prints what changed: holders that came, went or
-/// changed their count, and waiters that joined or left the queue.
+/// Reads the lock every `interval` and prints what changed, each line with the time it was
+/// seen: holders that came, went (released, or expired with their lease) or changed their count,
+/// and waiters that joined or left the queue. A take-over prints in the order it happened: the
+/// old holder's end, then the new holder's acquisition.
 async fn watch(
     client: &LockClient,
     name: &str,
@@ -218,24 +220,30 @@ async fn watch(
     count: Option<u64>,
     json: bool,
 ) -> fredlock::Result<()> {
-    let mut before: Option<Inspection> = None;
+    let mut before: Option<(Inspection, std::time::Instant)> = None;
     let mut printed = 0u64;
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     if !json {
-        println!("watching {name:?} every {interval:?}");
+        println!("watching {name:?} every {interval:?} (times in UTC)");
     }
     loop {
         ticks.tick().await;
         let now = client.inspect(name).await?;
-        for event in changes(before.as_ref(), now.as_ref()) {
+        let read_at = std::time::Instant::now();
+        let seen_at = std::time::SystemTime::now();
+        let previous = before
+            .as_ref()
+            .map(|(inspection, at)| (inspection, read_at.duration_since(*at)));
+        for event in changes(previous, now.as_ref()) {
             if json {
-                let at_ms = std::time::SystemTime::now()
+                let at_ms = seen_at
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |since| since.as_millis() as u64);
                 let mut line = json!({
                     "event": event.what,
                     "owner": event.owner,
+                    "client_name": event.client,
                     "name": name,
                     "at_ms": at_ms,
                 });
@@ -244,9 +252,15 @@ async fn watch(
                 }
                 println!("{line}");
             } else {
+                let who = match event.client {
+                    Some(client) => format!("{} ({client})", event.owner),
+                    None => event.owner.to_owned(),
+                };
                 match event.count {
-                    Some(count) => println!("{} {} (holds: {count})", event.what, event.owner),
-                    None => println!("{} {}", event.what, event.owner),
+                    Some(count) => {
+                        println!("{} {} {who} (holds: {count})", clock(seen_at), event.what)
+                    }
+                    None => println!("{} {} {who}", clock(seen_at), event.what),
                 }
             }
             let _ = std::io::stdout().flush();
@@ -255,48 +269,104 @@ async fn watch(
                 return Ok(());
             }
         }
-        before = now;
+        before = now.map(|now| (now, read_at));
     }
 }
 
+/// The time of day of `at` in UTC, to the millisecond: `05:31:02.123`.
+fn clock(at: std::time::SystemTime) -> String {
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+        % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
 /// One change `watch` reports: what happened (`acquired`, `reentered`, `released_one`,
-/// `released`, `queued`, `left_queue`), to which owner, and its holds after it.
+/// `released`, `expired`, `queued`, `left_queue`), to which owner (and its client's name), and
+/// its holds after it.
 struct Event<'a> {
     what: &'static str,
     owner: &'a str,
+    client: Option<&'a str>,
     count: Option<u64>,
 }
 
-/// The events between two readings of a lock.
-fn changes<'a>(before: Option<&'a Inspection>, now: Option<&'a Inspection>) -> Vec<Event<'a>> {
+/// The events between a reading of a lock (`before`, read that long ago) and the next, in the
+/// order they happened: what ended or shrank first, then what began or grew (a holder cannot
+/// take a lock before the last one let it go, nor a waiter before it leaves the queue).
+fn changes<'a>(
+    before: Option<(&'a Inspection, Duration)>,
+    now: Option<&'a Inspection>,
+) -> Vec<Event<'a>> {
+    let since = before.map_or(Duration::ZERO, |(_, since)| since);
+    let before = before.map(|(inspection, _)| inspection);
     let holders = |seen: Option<&'a Inspection>| seen.map_or(&[][..], |seen| &seen.holders);
     let queue = |seen: Option<&'a Inspection>| seen.map_or(&[][..], |seen| &seen.queue);
     let (old, new) = (holders(before), holders(now));
+    let (old_queue, new_queue) = (queue(before), queue(now));
     let mut events = Vec::new();
-    let mut event = |what, owner, count| events.push(Event { what, owner, count });
+    for holder in old {
+        if !new.iter().any(|new| new.owner == holder.owner) {
+            // Gone by the time its lease was up: it ran out (or was released just then).
+            let expired = holder.remaining_lease.is_some_and(|left| left <= since);
+            events.push(Event {
+                what: if expired { "expired" } else { "released" },
+                owner: &holder.owner,
+                client: holder.client_name.as_deref(),
+                count: None,
+            });
+        }
+    }
+    for holder in new {
+        if let Some(old) = old.iter().find(|old| old.owner == holder.owner) {
+            if old.count > holder.count {
+                events.push(Event {
+                    what: "released_one",
+                    owner: &holder.owner,
+                    client: holder.client_name.as_deref(),
+                    count: Some(holder.count),
+                });
+            }
+        }
+    }
+    for waiter in old_queue {
+        if !new_queue.iter().any(|new| new.owner == waiter.owner) {
+            events.push(Event {
+                what: "left_queue",
+                owner: &waiter.owner,
+                client: None,
+                count: None,
+            });
+        }
+    }
     for holder in new {
         let what = match old.iter().find(|old| old.owner == holder.owner) {
             None => "acquired",
             Some(old) if old.count < holder.count => "reentered",
-            Some(old) if old.count > holder.count => "released_one",
             Some(_) => continue,
         };
-        event(what, &holder.owner, Some(holder.count));
+        events.push(Event {
+            what,
+            owner: &holder.owner,
+            client: holder.client_name.as_deref(),
+            count: Some(holder.count),
+        });
     }
-    for holder in old {
-        if !new.iter().any(|new| new.owner == holder.owner) {
-            event("released", &holder.owner, None);
-        }
-    }
-    let (old, new) = (queue(before), queue(now));
-    for waiter in new {
-        if !old.iter().any(|old| old.owner == waiter.owner) {
-            event("queued", &waiter.owner, None);
-        }
-    }
-    for waiter in old {
-        if !new.iter().any(|new| new.owner == waiter.owner) {
-            event("left_queue", &waiter.owner, None);
+    for waiter in new_queue {
+        if !old_queue.iter().any(|old| old.owner == waiter.owner) {
+            events.push(Event {
+                what: "queued",
+                owner: &waiter.owner,
+                client: None,
+                count: None,
+            });
         }
     }
     events
@@ -321,6 +391,7 @@ fn inspection_json(inspection: &Inspection) -> Value {
         "holders": inspection.holders.iter().map(|holder| json!({
             "owner": holder.owner,
             "client_id": holder.client_id().map(|id| id.to_string()),
+            "client_name": holder.client_name,
             "count": holder.count,
             "remaining_lease_ms": millis(holder.remaining_lease),
             "fencing_token": holder.fencing_token,
@@ -403,7 +474,10 @@ fn holders_text(inspection: &Inspection) -> String {
     inspection
         .holders
         .iter()
-        .map(|holder| format!("{} x{}", holder.owner, holder.count))
+        .map(|holder| match &holder.client_name {
+            Some(client) => format!("{} ({client}) x{}", holder.owner, holder.count),
+            None => format!("{} x{}", holder.owner, holder.count),
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -475,9 +549,12 @@ fn print_inspection(inspection: &Inspection) {
         println!("  not held");
     }
     for holder in &inspection.holders {
+        print!("  held by {}", holder.owner);
+        if let Some(client) = &holder.client_name {
+            print!(" ({client})");
+        }
         print!(
-            "  held by {} x{}, lease left {}",
-            holder.owner,
+            " x{}, lease left {}",
             holder.count,
             shown(holder.remaining_lease)
         );

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -13,7 +14,7 @@ use crate::engine::inflight::InFlight;
 use crate::engine::kind::Kind;
 use crate::engine::undo::{Release, Undo};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{is_transient, Error, Result};
 
 /// One hold of one owner on one primitive.
 pub(crate) struct Guard {
@@ -64,7 +65,13 @@ impl Guard {
                 );
                 Ok(())
             }
+            // A hold given up locally (its renewals did not get through) while Redis cannot be
+            // reached may still be held there: only Redis could say it is not.
+            Ok(None) if self.hold.is_lost() && !self.engine.core().redis().is_connected() => {
+                Err(self.unavailable(None))
+            }
             Ok(None) => Err(self.not_held()),
+            Err(error) if is_transient(&error) => Err(self.unavailable(Some(error))),
             Err(error) => Err(self.engine.redis_error(
                 &self.hold.pair.name,
                 Some(&self.hold.pair.field),
@@ -125,6 +132,16 @@ impl Guard {
         Error::NotHeld {
             lock: self.hold.pair.name.to_string(),
             owner: self.hold.pair.field.to_string(),
+        }
+    }
+
+    /// `Error::Unavailable` for this hold: its release did not reach Redis (`source`, if it was
+    /// sent), which is told once it answers again (the release is followed up by a settle).
+    fn unavailable(&self, source: Option<fred::error::Error>) -> Error {
+        Error::Unavailable {
+            lock: self.hold.pair.name.to_string(),
+            server: self.engine.core().address.to_string(),
+            source,
         }
     }
 

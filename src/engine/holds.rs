@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::kind::Kind;
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::Metrics;
-use crate::engine::{durations, HashState};
+use crate::engine::{durations, naming, HashState};
 use crate::error::Result;
 
 /// How long a hold lasts without being renewed.
@@ -181,13 +181,18 @@ impl Hold {
             return true;
         }
         let renewed = self.watchdog_guards() > 0;
-        if Instant::now() < self.deadline() {
+        let deadline = self.deadline();
+        let now = Instant::now();
+        if now < deadline {
             return false;
         }
         if renewed {
+            let late_ms = now.duration_since(deadline).as_millis() as u64;
             tracing::warn!(
                 lock = %self.pair.name, owner = %self.pair.field,
-                "lock lost: no renewal confirmed within the renew deadline"
+                client = naming::of_field(&self.pair.field).as_deref(), late_ms,
+                "lock lost: no renewal confirmed within the renew deadline (noticed {late_ms} ms \
+                 after it)"
             );
             self.mark_lost();
         }
@@ -454,7 +459,11 @@ impl Holds {
     /// Marks the pair's hold lost: Redis found none of the holds counted.
     pub(crate) fn lose(&self, pair: &Pair) {
         if let Some(entry) = self.map.get(pair) {
-            tracing::warn!(lock = %pair.name, owner = %pair.field, "lock lost: its owner's field was gone from Redis");
+            tracing::warn!(
+                lock = %pair.name, owner = %pair.field,
+                client = naming::of_field(&pair.field).as_deref(),
+                "lock lost: its owner's field was gone from Redis"
+            );
             entry.key().0.mark_lost();
         }
     }

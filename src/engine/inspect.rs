@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::engine::kind::{Call, Primitive};
 use crate::engine::profile::Wake;
-use crate::engine::Engine;
+use crate::engine::{naming, Engine};
 use crate::error::Result;
 
 /// A primitive, as an inspection sees it: beside [`Kind`] (what the acquire loop needs), how to
@@ -120,6 +120,11 @@ pub struct Holder {
     /// When its hold began, by the server's clock, where the primitive records it (a leader
     /// election's term).
     pub since: Option<SystemTime>,
+    /// The name its client was given
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)), found among
+    /// the server's connections while that client is connected; `None` for a client without a
+    /// name (a Redisson client, or one that is gone).
+    pub client_name: Option<String>,
 }
 
 impl Holder {
@@ -276,6 +281,7 @@ impl Inspection {
                         since: told
                             .and_then(|told| told[2].as_u64())
                             .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+                        client_name: None,
                         owner,
                     }
                 })
@@ -386,6 +392,16 @@ impl Engine {
             }
             .map_err(redis_error)?;
             inspection.listeners = counts.get(1).and_then(Value::as_u64);
+        }
+        if inspection
+            .holders
+            .iter()
+            .any(|holder| holder.client_id().is_some())
+        {
+            let names = naming::connected(core.redis()).await;
+            for holder in &mut inspection.holders {
+                holder.client_name = holder.client_id().and_then(|id| names.get(&id).cloned());
+            }
         }
         if let Some(pattern) = kind.strays() {
             let strays = match scanned {

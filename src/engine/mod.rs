@@ -18,6 +18,7 @@ pub(crate) mod join;
 mod kind;
 mod ledger;
 pub(crate) mod metrics;
+pub(crate) mod naming;
 mod profile;
 mod pubsub;
 mod refusal;
@@ -81,12 +82,16 @@ pub(crate) struct Settings {
     pub(crate) renew_deadline: Duration,
     pub(crate) replica_sync: Option<replicas::ReplicaSync>,
     pub(crate) metrics: metrics::Metrics,
+    /// The client's name for people (see `naming`), if it was given one.
+    pub(crate) client_name: Option<Arc<str>>,
 }
 
 /// What the background tasks share with the handles. Tasks hold this, never [`Engine`], so
 /// that dropping the last handle can stop them.
 pub(crate) struct Core {
     pub(crate) id: Uuid,
+    /// The client's name for people (see `naming`), if it was given one.
+    pub(crate) name: Option<Arc<str>>,
     /// `id` in Redisson's text form, the first half of every owner field.
     id_text: String,
     /// Where every change goes: the command connection, or with replica sync connections that
@@ -182,6 +187,7 @@ struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
+        naming::forget(self.core.id);
         self.core.shutdown.cancel();
         self.core.pubsub.close();
         let tasks = std::mem::take(self.tasks.get_mut().unwrap_or_else(PoisonError::into_inner));
@@ -325,11 +331,28 @@ impl Engine {
         commands.extend(writer.own_connections().iter().cloned());
         tasks.extend(sentinel::follow(
             &settings.config,
-            commands,
+            commands.clone(),
             subscriber.clone(),
             shutdown.clone(),
         ));
         let id = Uuid::new_v4();
+        if let Some(name) = &settings.client_name {
+            naming::remember(id, name);
+            let named = naming::name_connections(&commands, name, id).await;
+            if let Err(error) = named {
+                // A server that refuses CLIENT SETNAME (an ACL without it) still serves locks.
+                tracing::warn!(
+                    client = %name, %error,
+                    "could not name the client's connections; inspections will not show its name"
+                );
+            }
+            tasks.extend(naming::follow(
+                commands.clone(),
+                name.clone(),
+                id,
+                shutdown.clone(),
+            ));
+        }
         // Where force unlocks of this client's holds are announced (see `pubsub`).
         let own = pubsub::Channel::from(format!("fredlock_client:{}", id.hyphenated()));
         let (pubsub, pubsub_tasks) =
@@ -338,6 +361,7 @@ impl Engine {
         let (undo_tx, undo_rx) = mpsc::unbounded_channel();
         let core = Arc::new(Core {
             id,
+            name: settings.client_name.clone(),
             id_text: id.hyphenated().to_string(),
             writer,
             address: address.as_str().into(),

@@ -37,7 +37,11 @@ use crate::engine::Core;
 /// Keys per renewal script call, as Redisson does.
 const BATCH: usize = 100;
 
+/// How many of the holds a late renewal touched its warning names.
+const LATE_LOCKS_NAMED: usize = 10;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
+
 enum Tick {
     /// The period's scan of every hold.
     Period,
@@ -119,8 +123,12 @@ impl Watchdog {
                     Err(RecvError::Closed) => reconnects = self.core.redis().reconnect_rx(),
                 },
                 Some(expired) = poll_fn(|cx| self.queue.poll_expired(cx)) => {
+                    let late = Instant::now().saturating_duration_since(expired.deadline());
                     match expired.into_inner() {
                         Tick::Period => {
+                            if late > self.period / 2 {
+                                self.warn_late(late);
+                            }
                             self.queue.insert(Tick::Period, self.period);
                             self.renew_all();
                         }
@@ -139,6 +147,34 @@ impl Watchdog {
             }
         }
         self.batches.abort_all();
+    }
+
+    /// Tells the operator that renewals ran `late`: nothing but a runtime whose threads were all
+    /// busy (or blocked by synchronous work in an async task) delays a timer that long, and a
+    /// hold whose renewal comes after its renew deadline is lost although Redis was fine.
+    fn warn_late(&self, late: Duration) {
+        let mut locks = Vec::new();
+        let mut renewed = 0usize;
+        self.core.holds.each(|hold| {
+            if hold.watchdog_guards() > 0 {
+                renewed += 1;
+                if locks.len() < LATE_LOCKS_NAMED {
+                    locks.push(hold.pair.name.to_string());
+                }
+            }
+        });
+        if renewed == 0 {
+            return;
+        }
+        tracing::warn!(
+            client = self.core.name.as_deref(),
+            late_ms = late.as_millis() as u64,
+            renewed,
+            locks = %locks.join(","),
+            "lock renewals ran {} ms late: the runtime was blocked (synchronous work in an async \
+             task?); a lock whose renewal came after its renew deadline is lost",
+            late.as_millis()
+        );
     }
 
     fn renew_all(&mut self) {
@@ -268,6 +304,7 @@ impl Watchdog {
                 Ok(_) => {
                     tracing::warn!(
                         lock = %hold.pair.name, owner = %hold.pair.field,
+                        client = self.core.name.as_deref(),
                         "lock lost: its owner's field is gone from Redis"
                     );
                     self.lose(&hold);
@@ -280,6 +317,7 @@ impl Watchdog {
                 Err(_) => {
                     tracing::warn!(
                         lock = %hold.pair.name, owner = %hold.pair.field,
+                        client = self.core.name.as_deref(),
                         "lock lost: no renewal confirmed within the renew deadline"
                     );
                     self.lose(&hold);

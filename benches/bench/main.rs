@@ -93,7 +93,11 @@ fn options() -> Options {
         json: false,
         quick: false,
         only: None,
-        chart: PathBuf::from("target/bench/wakeup-latency.svg"),
+        // Beside the build, wherever cargo runs the benchmark from.
+        chart: PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/bench/wakeup-latency.svg"
+        )),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {

@@ -2,7 +2,7 @@
 //! the holder after it, because the database refuses writes carrying an older token.
 //!
 //! ```text
-//! cargo run --example fencing
+//! cargo run --example fencing --features postgres
 //! ```
 //!
 //! Uses the PostgreSQL at `DATABASE_URL` (default `host=127.0.0.1 user=postgres

@@ -5,7 +5,7 @@
 //! `@SchedulerLock(name = "nightly-report")` would share the job.
 //!
 //! ```text
-//! cargo run --example scheduled_job
+//! cargo run --example scheduled_job --features cron
 //! ```
 //!
 //! Uses the Redis at `REDIS_URL` when it is set, otherwise a throw-away `redis-server` (which

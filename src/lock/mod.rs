@@ -44,6 +44,12 @@ const REENTRY_REFUSED: &str = concat!(
 /// takes it again at once, and must give back every hold before others can have it. Each
 /// acquisition returns a [`LockGuard`]; unlocking or dropping it gives back that one hold.
 ///
+/// **One task is one owner**: futures joined or selected inside one task (`tokio::join!`,
+/// `select!`, `FuturesUnordered`) all enter together. Spawn a task per contender, give each an
+/// owner of its own with [`with_owner`](Self::with_owner)`(`[`OwnerId::unique`]`())` (also the
+/// way to keep one owner for work that moves between tasks), or take a
+/// [non-reentrant](Self::non_reentrant) lock, which refuses its holder a second hold.
+///
 /// A lock taken without a lease is kept alive by the client's watchdog for as long as its guard
 /// lives; if the process dies, the lock frees itself within the client's watchdog lease (30 s
 /// by default). A lock taken with a lease ends when the lease does, held or not.

@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(served, vec![1, 2, 4, 5, 6]);
 
     // A no-wait attempt never queues: it takes the counter only when nobody is in line.
-    let walk_in = counter.try_lock_for(Duration::ZERO, None).await?;
+    let walk_in = counter.try_lock().await?;
     println!("walk-in served at once: {}", walk_in.is_some());
     drop(walk_in);
 

@@ -40,14 +40,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     outer.unlock().await?;
     println!("released; locked now: {}", lock.is_locked().await?);
 
-    // 2. try_lock: another task (another owner) cannot take a held lock.
+    // 2. try_lock: another task (another owner) cannot take a held lock, neither at once nor
+    //    within a wait.
     let guard = lock.lock().await?;
     let contender = lock.clone();
     let attempt = tokio::spawn(async move {
-        contender
+        let now = contender.try_lock().await?.is_some();
+        let within = contender
             .try_lock_for(Duration::from_millis(200), Some(Duration::from_secs(10)))
-            .await
-            .map(|guard| guard.is_some())
+            .await?
+            .is_some();
+        Ok::<_, fredlock::Error>(now || within)
     });
     println!("other task got it while held: {}", attempt.await??);
     let contender = lock.clone();

@@ -15,6 +15,7 @@ use fred::prelude::*;
 use fredlock::{Error, LockClient};
 use tokio::time::Instant;
 
+use common::history::{check, Call, History, Op, Outcome};
 use common::{bounded, eventually, Kind, RedisServer, StallingProxy};
 
 async fn client(
@@ -881,4 +882,332 @@ async fn chaos_keeps_every_promise() {
         assert!(only_fences(&left), "left in Redis: {left:?}");
     })
     .await;
+}
+
+/// One worker of `histories_under_chaos_show_no_overlap`: takes locks, a fenced lock, the
+/// permit semaphore and job ticks at random until `until`, recording every operation, and the
+/// moment a hold's `lost()` fires if it does while held.
+async fn history_worker(
+    history: History,
+    client: LockClient,
+    who: String,
+    seed: u64,
+    until: Instant,
+) {
+    let mut rng = Rng(seed);
+    while Instant::now() < until {
+        let work = Duration::from_millis(1 + rng.below(10));
+        let wait = Duration::from_millis(200 + rng.below(800));
+        let lease = (rng.below(3) == 0).then_some(Duration::from_millis(1500));
+        match rng.below(4) {
+            0 | 1 => {
+                let name = format!("h-lock-{}", rng.below(2));
+                let lock = client.lock(&name);
+                let call = lock.try_lock_for(wait, lease);
+                let (id, guard) = history.acquire(&who, &name, 1, call, |_| None).await;
+                let Some(guard) = guard else { continue };
+                tokio::select! {
+                    _ = tokio::time::sleep(work) => {}
+                    _ = guard.lost() => history.lost(id, &who, &name),
+                }
+                history.release(id, &who, &name, guard.unlock()).await;
+            }
+            2 => {
+                let name = "h-fenced";
+                let lock = client.fenced_lock(name);
+                let call = lock.try_lock_for(wait, lease);
+                let (id, guard) = history
+                    .acquire(&who, name, 1, call, |guard| Some(guard.token()))
+                    .await;
+                let Some(guard) = guard else { continue };
+                tokio::select! {
+                    _ = tokio::time::sleep(work) => {}
+                    _ = guard.lost() => history.lost(id, &who, name),
+                }
+                history.release(id, &who, name, guard.unlock()).await;
+            }
+            _ => {
+                let name = "h-permits";
+                let permits = client.permit_semaphore(name);
+                let call = permits.try_acquire(wait, lease);
+                let (id, permit) = history.acquire(&who, name, 1, call, |_| None).await;
+                let Some(permit) = permit else { continue };
+                tokio::select! {
+                    _ = tokio::time::sleep(work) => {}
+                    _ = permit.lost() => history.lost(id, &who, name),
+                }
+                history.release(id, &who, name, permit.release()).await;
+            }
+        }
+    }
+}
+
+/// One instance of a scheduled job for `histories_under_chaos_show_no_overlap`: runs every
+/// 100 ms tick with `run_tick`, recording each run (a tick must run once, anywhere).
+async fn history_ticks(history: History, client: LockClient, who: String, until: Instant) {
+    let job = client.job_lock("h-job");
+    let period = 100u64;
+    while Instant::now() < until {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let tick = now / period * period;
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(tick);
+        let id = history.id();
+        let invoke = history.now();
+        let run = job
+            .run_tick(at, tokio::time::sleep(Duration::from_millis(5)))
+            .await;
+        history.record(Op {
+            id,
+            client: who.clone(),
+            target: "h-job".into(),
+            call: Call::Run { tick },
+            invoke,
+            ret: history.now(),
+            outcome: match run {
+                Ok(run) if run.is_ran() => Outcome::Ok,
+                Ok(_) => Outcome::Refused,
+                Err(error) => Outcome::Failed(error.to_string()),
+            },
+            token: None,
+        });
+        tokio::time::sleep(Duration::from_millis(
+            period + 7 - (now % period).min(period),
+        ))
+        .await;
+    }
+}
+
+/// 4. Histories (issue 35): three clients of three tasks each take two locks, a fenced lock and
+/// a permit semaphore of 2 permits, and run a job every 100 ms tick, for 12 s while connections
+/// are killed and the server stalls; every operation is recorded with its invoke and return
+/// instants, and the checker finds no two holds of a lock at once (a hold ends at its release's
+/// invoke or its `lost()`), no token below one returned earlier, never more than 2 permits
+/// out, and no tick run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn histories_under_chaos_show_no_overlap() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let history = History::new();
+        let until = Instant::now() + Duration::from_secs(12);
+        let mut clients = Vec::new();
+        let mut tasks = Vec::new();
+        for c in 0..3u64 {
+            let locks = client(server.url(), |b| {
+                b.watchdog_lease(Duration::from_millis(1500))
+                    .queue_place(Duration::from_secs(1))
+                    .command_timeout(Duration::from_millis(500))
+            })
+            .await;
+            if c == 0 {
+                assert!(locks
+                    .permit_semaphore("h-permits")
+                    .try_set_permits(2)
+                    .await
+                    .unwrap());
+            }
+            for t in 0..3u64 {
+                tasks.push(tokio::spawn(history_worker(
+                    history.clone(),
+                    locks.clone(),
+                    format!("c{c}/t{t}"),
+                    c * 10 + t + 1,
+                    until,
+                )));
+            }
+            tasks.push(tokio::spawn(history_ticks(
+                history.clone(),
+                locks.clone(),
+                format!("c{c}/job"),
+                until,
+            )));
+            clients.push(locks);
+        }
+        let steps = chaos(
+            common::resilient_client(&server.url()).await,
+            until,
+            11,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let ops = history.ops();
+        let permits = HashMap::from([("h-permits".to_string(), 2)]);
+        let checked = check(&ops, &permits).unwrap_or_else(|violation| panic!("{violation}"));
+        let failed = ops
+            .iter()
+            .filter(|op| matches!(op.outcome, Outcome::Failed(_)))
+            .count();
+        println!(
+            "histories: {} operations ({failed} failed), {checked:?}, chaos {steps:?}",
+            ops.len()
+        );
+        assert!(checked.holds > 300, "{checked:?}");
+        assert!(checked.tokens > 50 && checked.runs > 50, "{checked:?}");
+        for client in clients {
+            client.shutdown().await;
+        }
+    })
+    .await;
+}
+
+/// The negative control of the history checker on real runs: a client that ignores its loss
+/// (works on past a 150 ms lease while another takes the lock) shows as two holds at once, with
+/// the stretch of history that shows it; the same run recording the loss is clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_that_ignores_its_loss_shows_in_the_history() {
+    bounded(async {
+        let server = RedisServer::start();
+        for careful in [false, true] {
+            let history = History::new();
+            let (a, b) = (
+                server.lock_client(Duration::from_secs(10)).await,
+                server.lock_client(Duration::from_secs(10)).await,
+            );
+            let lock = a.lock("h-careless");
+            let (id, guard) = history
+                .acquire(
+                    "a",
+                    "h-careless",
+                    1,
+                    async {
+                        lock.lock_with_lease(Duration::from_millis(150))
+                            .await
+                            .map(Some)
+                    },
+                    |_| None,
+                )
+                .await;
+            let guard = guard.unwrap();
+            let other = tokio::spawn({
+                let history = history.clone();
+                let lock = b.lock("h-careless");
+                async move {
+                    let (id, guard) = history
+                        .acquire(
+                            "b",
+                            "h-careless",
+                            1,
+                            lock.try_lock_for(Duration::from_secs(2), None),
+                            |_| None,
+                        )
+                        .await;
+                    let guard = guard.expect("taken after the lease");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    history.release(id, "b", "h-careless", guard.unlock()).await;
+                }
+            });
+            // Works for 400 ms; a careful worker stops believing at `lost()`.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(400)) => {}
+                _ = guard.lost(), if careful => history.lost(id, "a", "h-careless"),
+            }
+            if careful {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            other.await.unwrap();
+            history.release(id, "a", "h-careless", guard.unlock()).await;
+            let verdict = check(&history.ops(), &HashMap::new());
+            match (careful, verdict) {
+                (true, Ok(checked)) => assert_eq!(checked.holds, 2),
+                (false, Err(violation)) => {
+                    println!("{violation}");
+                    assert!(violation.what.contains("at once"), "{violation}");
+                    let clients: Vec<&str> = violation
+                        .window
+                        .iter()
+                        .map(|op| op.client.as_str())
+                        .collect();
+                    assert!(
+                        clients.contains(&"a") && clients.contains(&"b"),
+                        "{violation}"
+                    );
+                }
+                (careful, verdict) => panic!("careful {careful}: {verdict:?}"),
+            }
+            a.shutdown().await;
+            b.shutdown().await;
+        }
+    })
+    .await;
+}
+
+/// The history checker on histories written by hand: a clean one passes; two holds at once,
+/// a third permit of two, a token below one returned earlier and a tick run twice each fail,
+/// naming what and showing the operations that show it.
+#[test]
+fn the_history_checker_finds_what_it_must() {
+    let ms = Duration::from_millis;
+    let op = |id, client: &str, target: &str, call, invoke, ret, token| Op {
+        id,
+        client: client.into(),
+        target: target.into(),
+        call,
+        invoke: ms(invoke),
+        ret: ms(ret),
+        outcome: Outcome::Ok,
+        token,
+    };
+    let acquire = Call::Acquire { permits: 1 };
+    // a holds 10..20 (released at 20), b acquires at 15 and returns at 21: clean.
+    let clean = vec![
+        op(1, "a", "l", acquire, 0, 10, Some(1)),
+        op(1, "a", "l", Call::Release, 20, 22, None),
+        op(2, "b", "l", acquire, 15, 21, Some(2)),
+        op(2, "b", "l", Call::Lost, 30, 30, None),
+        op(3, "c", "l", acquire, 25, 31, Some(3)),
+        op(3, "c", "l", Call::Release, 40, 41, None),
+        op(4, "a", "job", Call::Run { tick: 100 }, 0, 5, None),
+        op(5, "b", "job", Call::Run { tick: 200 }, 0, 5, None),
+    ];
+    let none = HashMap::new();
+    assert_eq!(
+        check(&clean, &none).unwrap(),
+        common::history::Checked {
+            holds: 3,
+            tokens: 3,
+            runs: 2
+        }
+    );
+    // b returns at 18, before a's release is invoked at 20: two holds at once.
+    let mut overlap = clean.clone();
+    overlap[2].ret = ms(18);
+    let violation = check(&overlap, &none).unwrap_err();
+    println!("{violation}");
+    assert!(
+        violation.what.contains("holds 1 and 2 at once"),
+        "{violation}"
+    );
+    assert!(violation
+        .window
+        .iter()
+        .any(|op| op.id == 1 && op.call == Call::Release));
+    assert!(!violation.window.iter().any(|op| op.target == "job"));
+    // Three holds of a two-permit semaphore.
+    let permits = HashMap::from([("l".to_string(), 2)]);
+    let mut three = clean.clone();
+    three[2].ret = ms(18);
+    three[4].ret = ms(19);
+    three[1].invoke = ms(35);
+    three[3].invoke = ms(36);
+    let violation = check(&three, &permits).unwrap_err();
+    assert!(violation.what.contains("3 permits of 2"), "{violation}");
+    assert_eq!(check(&overlap, &permits).map(|c| c.holds).ok(), Some(3));
+    // c is invoked at 25, after a's acquisition returned token 1 at 10: token 1 again is wrong.
+    let mut tokens = clean.clone();
+    tokens[4].token = Some(1);
+    let violation = check(&tokens, &none).unwrap_err();
+    assert!(
+        violation.what.contains("token 1 given after token 2"),
+        "{violation}"
+    );
+    // The same tick run by two instances.
+    let mut twice = clean.clone();
+    twice[7].call = Call::Run { tick: 100 };
+    let violation = check(&twice, &none).unwrap_err();
+    assert!(violation.what.contains("tick 100 ran twice"), "{violation}");
 }

@@ -1,9 +1,10 @@
 //! Test harness, by concern: throw-away servers (`servers`), a proxy that stalls, cuts and loses
 //! replies (`proxy`), PostgreSQL (`postgres`), the lock kinds every `for_each_kind!` test runs
-//! for (`kinds`), and here what every test uses (time bounds, raw clients, server reads).
+//! for (`kinds`), histories of operations and their checker (`history`), and here what every test uses (time bounds, raw clients, server reads).
 
 #![allow(dead_code)]
 
+pub mod history;
 mod kinds;
 mod postgres;
 mod proxy;

@@ -1,0 +1,390 @@
+//! Histories of operations, and a checker of what no history may show (issue 35): two holds of
+//! one lock at once, fencing tokens that go back in real time, a semaphore past its permits, a
+//! job tick run twice.
+//!
+//! Every instant is read from one monotonic clock, this process's `Instant`, so the tasks of
+//! every client of a test share it. A hold runs from its acquire's return to its release's
+//! invoke or the moment its `lost()` fired, whichever comes first: that is when its owner
+//! believes it holds the lock. An acquire that failed (an error, a timeout) is no hold: its
+//! owner never believed it held anything, whatever the server did.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// What an operation did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// An acquisition of `permits` (1 for a lock).
+    Acquire { permits: u32 },
+    /// The release of the hold the acquisition with the same id made.
+    Release,
+    /// The moment the owner learnt that hold was lost (`lost()` fired).
+    Lost,
+    /// A run of a job for a scheduled tick (ms since the epoch).
+    Run { tick: u64 },
+}
+
+/// How an operation ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did what was asked: acquired, released, ran.
+    Ok,
+    /// It was refused: held by another within the wait, a tick already run.
+    Refused,
+    /// It failed; whether it took effect on the server is unknown.
+    Failed(String),
+}
+
+/// One operation of one client.
+#[derive(Clone, Debug)]
+pub struct Op {
+    /// The hold (or run) it belongs to: an acquisition and its release share it.
+    pub id: u64,
+    /// Who: a client and task, for people.
+    pub client: String,
+    /// The primitive's name.
+    pub target: String,
+    pub call: Call,
+    /// When it was invoked and when it returned, since the history began.
+    pub invoke: Duration,
+    pub ret: Duration,
+    pub outcome: Outcome,
+    /// The fencing token (or epoch) an acquisition was given.
+    pub token: Option<u64>,
+}
+
+/// A history being recorded; clones record into the same one.
+#[derive(Clone)]
+pub struct History {
+    start: Instant,
+    ops: Arc<Mutex<Vec<Op>>>,
+    next: Arc<AtomicU64>,
+}
+
+impl Default for History {
+    fn default() -> History {
+        History::new()
+    }
+}
+
+impl History {
+    pub fn new() -> History {
+        History {
+            start: Instant::now(),
+            ops: Arc::default(),
+            next: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Now, on the history's clock.
+    pub fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// A new hold's (or run's) id.
+    pub fn id(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn record(&self, op: Op) {
+        self.ops.lock().unwrap().push(op);
+    }
+
+    /// Runs the acquisition `call` of `permits` on `target` for `client`, recording it: its
+    /// hold's id and what it returned. `token` reads the fencing token off the guard.
+    pub async fn acquire<G, E: fmt::Debug>(
+        &self,
+        client: &str,
+        target: &str,
+        permits: u32,
+        call: impl Future<Output = Result<Option<G>, E>>,
+        token: impl Fn(&G) -> Option<u64>,
+    ) -> (u64, Option<G>) {
+        let id = self.id();
+        let invoke = self.now();
+        let result = call.await;
+        let ret = self.now();
+        let (outcome, token, guard) = match result {
+            Ok(Some(guard)) => (Outcome::Ok, token(&guard), Some(guard)),
+            Ok(None) => (Outcome::Refused, None, None),
+            Err(error) => (Outcome::Failed(format!("{error:?}")), None, None),
+        };
+        self.record(Op {
+            id,
+            client: client.to_owned(),
+            target: target.to_owned(),
+            call: Call::Acquire { permits },
+            invoke,
+            ret,
+            outcome,
+            token,
+        });
+        (id, guard)
+    }
+
+    /// Runs the release `call` of hold `id`, recording it.
+    pub async fn release<E: fmt::Debug>(
+        &self,
+        id: u64,
+        client: &str,
+        target: &str,
+        call: impl Future<Output = Result<(), E>>,
+    ) {
+        let invoke = self.now();
+        let result = call.await;
+        let ret = self.now();
+        self.record(Op {
+            id,
+            client: client.to_owned(),
+            target: target.to_owned(),
+            call: Call::Release,
+            invoke,
+            ret,
+            outcome: match result {
+                Ok(()) => Outcome::Ok,
+                Err(error) => Outcome::Failed(format!("{error:?}")),
+            },
+            token: None,
+        });
+    }
+
+    /// Records that hold `id`'s owner learnt now that it was lost.
+    pub fn lost(&self, id: u64, client: &str, target: &str) {
+        let at = self.now();
+        self.record(Op {
+            id,
+            client: client.to_owned(),
+            target: target.to_owned(),
+            call: Call::Lost,
+            invoke: at,
+            ret: at,
+            outcome: Outcome::Ok,
+            token: None,
+        });
+    }
+
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops.lock().unwrap().clone()
+    }
+}
+
+/// A hold as the checker sees it: when its owner believed it held `permits` of `target`.
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    id: u64,
+    start: Duration,
+    end: Duration,
+    permits: u32,
+}
+
+/// What a history showed that it must not, with the shortest stretch of it that shows it.
+#[derive(Debug)]
+pub struct Violation {
+    pub what: String,
+    /// The operations that show it: those of the holds involved and every other operation on
+    /// the same target that overlaps the stretch, in invoke order.
+    pub window: Vec<Op>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}; the history around it:", self.what)?;
+        for op in &self.window {
+            writeln!(
+                f,
+                "  {:>9.3} ms .. {:>9.3} ms  hold {:>5}  {:<12} {:<16} {:?} -> {:?}{}",
+                op.invoke.as_secs_f64() * 1e3,
+                op.ret.as_secs_f64() * 1e3,
+                op.id,
+                op.client,
+                op.target,
+                op.call,
+                op.outcome,
+                op.token.map(|t| format!(" token {t}")).unwrap_or_default()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What a clean history held.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Checked {
+    pub holds: usize,
+    pub tokens: usize,
+    pub runs: usize,
+}
+
+/// Checks `ops`: on each target, holds never take more than `permits[target]` at once (1 when
+/// the target is not listed: a lock); a token is above every token whose acquisition returned
+/// before its own was invoked; each tick of a job ran at most once.
+pub fn check(ops: &[Op], permits: &HashMap<String, u32>) -> Result<Checked, Violation> {
+    let mut checked = Checked::default();
+    let mut by_target: HashMap<&str, Vec<&Op>> = HashMap::new();
+    for op in ops {
+        by_target.entry(&op.target).or_default().push(op);
+    }
+    for (target, ops) in &by_target {
+        let limit = permits.get(*target).copied().unwrap_or(1);
+        let holds = holds(ops);
+        checked.holds += holds.len();
+        check_permits(target, ops, &holds, limit)?;
+        checked.tokens += check_tokens(target, ops)?;
+        checked.runs += check_runs(target, ops)?;
+    }
+    Ok(checked)
+}
+
+/// The holds the acquisitions of `ops` made, each ending at its release's invoke or its loss.
+fn holds(ops: &[&Op]) -> Vec<Hold> {
+    let mut ends: HashMap<u64, Duration> = HashMap::new();
+    for op in ops {
+        if matches!(op.call, Call::Release | Call::Lost) {
+            let end = ends.entry(op.id).or_insert(op.invoke);
+            *end = (*end).min(op.invoke);
+        }
+    }
+    ops.iter()
+        .filter_map(|op| match (op.call, &op.outcome) {
+            (Call::Acquire { permits }, Outcome::Ok) => Some(Hold {
+                id: op.id,
+                start: op.ret,
+                // Never given back within the history: held to its end.
+                end: ends.get(&op.id).copied().unwrap_or(Duration::MAX),
+                permits,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+fn check_permits(target: &str, ops: &[&Op], holds: &[Hold], limit: u32) -> Result<(), Violation> {
+    // Ends before starts at the same instant: a release's invoke may coincide with the next
+    // acquisition's return only if that one began after it.
+    let mut edges: Vec<(Duration, bool, usize)> = Vec::new();
+    for (i, hold) in holds.iter().enumerate() {
+        if hold.end > hold.start {
+            edges.push((hold.start, true, i));
+            edges.push((hold.end, false, i));
+        }
+    }
+    edges.sort_by_key(|&(at, starts, _)| (at, starts));
+    let mut taken = 0u32;
+    let mut active: Vec<usize> = Vec::new();
+    for (at, starts, i) in edges {
+        if starts {
+            taken += holds[i].permits;
+            active.push(i);
+            if taken > limit {
+                let involved: Vec<Hold> = active.iter().map(|&i| holds[i]).collect();
+                let what = if limit == 1 {
+                    format!(
+                        "{target}: holds {} at once at {:.3} ms",
+                        involved
+                            .iter()
+                            .map(|hold| hold.id.to_string())
+                            .collect::<Vec<_>>()
+                            .join(" and "),
+                        at.as_secs_f64() * 1e3
+                    )
+                } else {
+                    format!(
+                        "{target}: {taken} permits of {limit} taken at once at {:.3} ms",
+                        at.as_secs_f64() * 1e3
+                    )
+                };
+                return Err(Violation {
+                    what,
+                    window: window(ops, &involved, at),
+                });
+            }
+        } else {
+            taken -= holds[i].permits;
+            active.retain(|&j| j != i);
+        }
+    }
+    Ok(())
+}
+
+/// The operations that show a violation at `at` among `involved` holds: theirs, and every
+/// other on the target that overlaps the stretch from the first of them to `at`.
+fn window(ops: &[&Op], involved: &[Hold], at: Duration) -> Vec<Op> {
+    let from = involved
+        .iter()
+        .filter_map(|hold| {
+            ops.iter()
+                .find(|op| op.id == hold.id && matches!(op.call, Call::Acquire { .. }))
+                .map(|op| op.invoke)
+        })
+        .min()
+        .unwrap_or(at);
+    let mut shown: Vec<Op> = ops
+        .iter()
+        .filter(|op| {
+            involved.iter().any(|hold| hold.id == op.id) || (op.ret >= from && op.invoke <= at)
+        })
+        .map(|op| (*op).clone())
+        .collect();
+    shown.sort_by_key(|op| (op.invoke, op.id));
+    shown
+}
+
+fn check_tokens(target: &str, ops: &[&Op]) -> Result<usize, Violation> {
+    let mut tokened: Vec<&Op> = ops
+        .iter()
+        .copied()
+        .filter(|op| matches!(op.call, Call::Acquire { .. }) && op.token.is_some())
+        .collect();
+    // Each acquisition against every one that returned before it was invoked: the highest
+    // such token must be below its own.
+    let mut by_return = tokened.clone();
+    by_return.sort_by_key(|op| op.ret);
+    tokened.sort_by_key(|op| op.invoke);
+    let mut before: Option<&Op> = None;
+    let mut next = 0;
+    for op in &tokened {
+        while next < by_return.len() && by_return[next].ret < op.invoke {
+            let candidate = by_return[next];
+            if before.is_none_or(|best| candidate.token > best.token) {
+                before = Some(candidate);
+            }
+            next += 1;
+        }
+        if let Some(earlier) = before {
+            if earlier.token >= op.token {
+                let mut window = vec![earlier.clone(), (*op).clone()];
+                window.sort_by_key(|op| op.invoke);
+                return Err(Violation {
+                    what: format!(
+                        "{target}: token {} given after token {} had been returned",
+                        op.token.unwrap_or_default(),
+                        earlier.token.unwrap_or_default()
+                    ),
+                    window,
+                });
+            }
+        }
+    }
+    Ok(tokened.len())
+}
+
+fn check_runs(target: &str, ops: &[&Op]) -> Result<usize, Violation> {
+    let mut ran: HashMap<u64, &Op> = HashMap::new();
+    for op in ops {
+        if let (Call::Run { tick }, Outcome::Ok) = (op.call, &op.outcome) {
+            if let Some(first) = ran.insert(tick, op) {
+                return Err(Violation {
+                    what: format!("{target}: tick {tick} ran twice"),
+                    window: vec![first.clone(), (*op).clone()],
+                });
+            }
+        }
+    }
+    Ok(ran.len())
+}

@@ -982,7 +982,8 @@ async fn history_ticks(history: History, client: LockClient, who: String, until:
 
 /// 4. Histories (issue 35): three clients of three tasks each take two locks, a fenced lock and
 /// a permit semaphore of 2 permits, and run a job every 100 ms tick, for 12 s while connections
-/// are killed and the server stalls; every operation is recorded with its invoke and return
+/// are killed and the server stalls, and the third client's replies are lost, its connection
+/// stalled and cut by a proxy; every operation is recorded with its invoke and return
 /// instants, and the checker finds no two holds of a lock at once (a hold ends at its release's
 /// invoke or its `lost()`), no token below one returned earlier, never more than 2 permits
 /// out, and no tick run twice.
@@ -990,12 +991,15 @@ async fn history_ticks(history: History, client: LockClient, who: String, until:
 async fn histories_under_chaos_show_no_overlap() {
     bounded(async {
         let server = RedisServer::start_with_debug();
+        // The third client talks through a proxy that loses replies, stalls and cuts.
+        let proxy = std::sync::Arc::new(StallingProxy::start(server.port()));
         let history = History::new();
         let until = Instant::now() + Duration::from_secs(12);
         let mut clients = Vec::new();
         let mut tasks = Vec::new();
         for c in 0..3u64 {
-            let locks = client(server.url(), |b| {
+            let url = if c == 2 { proxy.url() } else { server.url() };
+            let locks = client(url, |b| {
                 b.watchdog_lease(Duration::from_millis(1500))
                     .queue_place(Duration::from_secs(1))
                     .command_timeout(Duration::from_millis(500))
@@ -1025,6 +1029,37 @@ async fn histories_under_chaos_show_no_overlap() {
             )));
             clients.push(locks);
         }
+        let network = tokio::spawn({
+            let proxy = proxy.clone();
+            async move {
+                let mut rng = Rng(23);
+                let mut steps: HashMap<&'static str, u32> = HashMap::new();
+                while Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(150 + rng.below(200))).await;
+                    let step = match rng.below(4) {
+                        0 => {
+                            proxy.lose_next_reply();
+                            "lose a reply"
+                        }
+                        1 => {
+                            proxy.stall();
+                            tokio::time::sleep(Duration::from_millis(100 + rng.below(500))).await;
+                            proxy.resume();
+                            "stall"
+                        }
+                        2 => {
+                            proxy.cut();
+                            tokio::time::sleep(Duration::from_millis(50 + rng.below(200))).await;
+                            proxy.heal();
+                            "cut"
+                        }
+                        _ => "nothing",
+                    };
+                    *steps.entry(step).or_insert(0) += 1;
+                }
+                steps
+            }
+        });
         let steps = chaos(
             common::resilient_client(&server.url()).await,
             until,
@@ -1032,6 +1067,7 @@ async fn histories_under_chaos_show_no_overlap() {
             tokio_util::sync::CancellationToken::new(),
         )
         .await;
+        let network = network.await.unwrap();
         for task in tasks {
             task.await.unwrap();
         }
@@ -1043,7 +1079,8 @@ async fn histories_under_chaos_show_no_overlap() {
             .filter(|op| matches!(op.outcome, Outcome::Failed(_)))
             .count();
         println!(
-            "histories: {} operations ({failed} failed), {checked:?}, chaos {steps:?}",
+            "histories: {} operations ({failed} failed), {checked:?}, chaos {steps:?}, \
+             network {network:?}",
             ops.len()
         );
         assert!(checked.holds > 300, "{checked:?}");

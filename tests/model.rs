@@ -37,7 +37,13 @@ mod script {
         pub holds: BTreeMap<Owner, u32>,
         pub expires: u8,
         pub fences: BTreeSet<(Owner, Req)>,
+        /// A fenced lock's token counter (`None`: missing; the Lua seeds it from the server
+        /// clock, the model from [`SEED`]).
+        pub counter: Option<u64>,
     }
+
+    /// Where the model's token counter starts when missing.
+    pub const SEED: u64 = 100;
 
     /// A script's reply: nil, an integer, or the STALE error of a fenced request.
     #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,6 +51,9 @@ mod script {
         Nil,
         Int(i64),
         Stale,
+        /// A fenced lock's first hold: its token, and whether its client counted holds that
+        /// were gone.
+        Token(u64, bool),
     }
 
     /// `fences.lua`'s `fenced`: a request found in the fence set does nothing; the lost ids it
@@ -88,6 +97,29 @@ mod script {
             return Reply::Nil;
         }
         Reply::Int(i64::from(server.expires - now))
+    }
+
+    /// `fenced_lock.lua` `acquire` (`tokens.lua` `take_with_token`): the reentrant acquire,
+    /// and a first hold (or one that found its counted holds gone) takes the next token; a
+    /// re-entry its client counts keeps its first hold's.
+    pub fn fenced_acquire(
+        server: &mut Server,
+        now: u8,
+        owner: Owner,
+        lease: u8,
+        holds: u32,
+        req: Req,
+        lost: &[Req],
+    ) -> Reply {
+        match acquire(server, now, owner, lease, holds, req, lost) {
+            Reply::Nil if holds > 0 => Reply::Nil,
+            reply @ (Reply::Nil | Reply::Int(-3)) => {
+                let token = server.counter.unwrap_or(SEED) + 1;
+                server.counter = Some(token);
+                Reply::Token(token, reply == Reply::Int(-3))
+            }
+            busy => busy,
+        }
     }
 
     /// `lock.lua` `release` (`holds.lua` `give_back_holds`): nil when the owner held nothing, 0
@@ -192,6 +224,8 @@ struct Peer {
     /// A renewal on its way (the watchdog's, outside the turn).
     renewing: bool,
     crashed: bool,
+    /// The fencing token of its first hold.
+    token: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -280,7 +314,7 @@ impl Lock {
         let (owner, req) = (request.owner, request.req);
         match request.call {
             CallKind::Acquire { holds } => {
-                script::acquire(server, now, owner, self.lease, holds, req, lost)
+                script::fenced_acquire(server, now, owner, self.lease, holds, req, lost)
             }
             CallKind::Release { left } => {
                 script::release(server, now, owner, self.lease, left, req, lost)
@@ -444,9 +478,12 @@ impl Model for Lock {
                 client.waiting = None;
                 if let CallKind::Acquire { .. } = call {
                     match response.reply {
-                        Reply::Nil | Reply::Int(-3) => {
-                            if response.reply == Reply::Int(-3) {
-                                client.holds = 0; // the holds it counted are gone
+                        Reply::Nil | Reply::Token(..) => {
+                            if let Reply::Token(token, afresh) = response.reply {
+                                if afresh {
+                                    client.holds = 0; // the holds it counted are gone
+                                }
+                                client.token = Some(token);
                             }
                             if client.holds > 0 {
                                 state.seen.insert(Seen::Reentered);
@@ -546,6 +583,15 @@ impl Model for Lock {
                     !client.believes || state.server.holds.contains_key(&(i as Owner))
                 })
             }),
+            Property::always(
+                "a believer's token is the last issued (every later holder's is greater)",
+                |_, state: &State| {
+                    state
+                        .clients
+                        .iter()
+                        .all(|client| !client.believes || client.token == state.server.counter)
+                },
+            ),
             Property::sometimes("held", |_, state: &State| state.seen.contains(&Seen::Held)),
             Property::sometimes("re-entered", |_, state: &State| {
                 state.seen.contains(&Seen::Reentered)
@@ -627,13 +673,19 @@ fn the_model_fails_without_fences_or_margin() {
 /// while a case runs.
 const TICK_MS: i64 = 10_000;
 
+/// The fenced lock's token counter in the differential test.
+const COUNTER: &str = "{model}:counter";
+
 fn field(owner: Owner) -> String {
     format!("1b4e28ba-2fa1-11d2-883f-0016d3cca427:{owner}")
 }
 
 /// Writes `server` to Redis at key `name` (its fences at `fences`), as of server tick `now`.
 async fn load(raw: &Client, name: &str, fences: &str, server: &Server, now: u8) {
-    let _: i64 = raw.del(vec![name, fences]).await.unwrap();
+    let _: i64 = raw.del(vec![name, fences, COUNTER]).await.unwrap();
+    if let Some(counter) = server.counter {
+        let _: () = raw.set(COUNTER, counter, None, None, false).await.unwrap();
+    }
     if !server.holds.is_empty() {
         let fields: Vec<(String, u32)> = server
             .holds
@@ -666,6 +718,7 @@ async fn read(raw: &Client, name: &str, fences: &str, now: u8) -> Server {
         let pttl: i64 = raw.pttl(name).await.unwrap();
         server.expires = now + ((pttl + TICK_MS - 1) / TICK_MS) as u8;
     }
+    server.counter = raw.get(COUNTER).await.unwrap();
     let members: Vec<String> = raw.smembers(fences).await.unwrap();
     for member in members {
         let mut parts = member.rsplitn(3, ':');
@@ -682,6 +735,12 @@ fn reply(value: Result<Value, fred::error::Error>, millis: bool) -> Reply {
         Ok(Value::Null) => Reply::Nil,
         Ok(Value::Integer(n)) if millis && n > 0 => Reply::Int((n + TICK_MS - 1) / TICK_MS),
         Ok(Value::Integer(n)) => Reply::Int(n),
+        Ok(Value::Array(pair)) => match pair.as_slice() {
+            [Value::Integer(token), Value::Integer(afresh)] => {
+                Reply::Token(*token as u64, *afresh == 1)
+            }
+            other => panic!("unexpected reply {other:?}"),
+        },
         Err(error) if error.details().contains("STALE") => Reply::Stale,
         other => panic!("unexpected reply {other:?}"),
     }
@@ -700,8 +759,9 @@ async fn the_model_matches_the_scripts() {
         let acquire = fredlock::script_source("lock_acquire").unwrap();
         let release = fredlock::script_source("lock_release").unwrap();
         let renew = fredlock::script_source("lock_renew").unwrap();
+        let fenced_acquire = fredlock::script_source("fenced_acquire").unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
-        let mut kinds = [0usize; 3];
+        let mut kinds = [0usize; 4];
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -711,6 +771,7 @@ async fn the_model_matches_the_scripts() {
                 }
             }
             state.expires = now + rng.gen_range(1..=4);
+            state.counter = Some(rng.gen_range(100..200));
             for owner in 0..3u8 {
                 for req in 0..4u8 {
                     if rng.gen_bool(0.15) {
@@ -725,7 +786,7 @@ async fn the_model_matches_the_scripts() {
             let mut model = state.clone();
             load(&raw, name, fences, &state, now).await;
             let mut argv: Vec<Value> = Vec::new();
-            let kind = rng.gen_range(0..3);
+            let kind = rng.gen_range(0..4);
             kinds[kind] += 1;
             let (expected, got) = match kind {
                 0 => {
@@ -759,6 +820,20 @@ async fn the_model_matches_the_scripts() {
                         .await;
                     (expected, reply(got, false))
                 }
+                3 => {
+                    let holds: u32 = rng.gen_range(0..=3);
+                    let expected =
+                        script::fenced_acquire(&mut model, now, owner, lease, holds, req, &lost);
+                    argv.push((i64::from(lease) * TICK_MS).to_string().into());
+                    argv.push(field(owner).into());
+                    argv.push(i64::from(holds).into());
+                    argv.push(i64::from(req).into());
+                    argv.extend(lost.iter().map(|&id| Value::from(i64::from(id))));
+                    let got = raw
+                        .eval::<Value, _, _, _>(fenced_acquire, vec![name, fences, COUNTER], argv)
+                        .await;
+                    (expected, reply(got, true))
+                }
                 _ => {
                     let expected = script::renew(&mut model, now, owner, lease);
                     argv.push((i64::from(lease) * TICK_MS).to_string().into());
@@ -783,7 +858,10 @@ async fn the_model_matches_the_scripts() {
                 "case {case}: state {state:?}, call {kind} by {owner} req {req} lost {lost:?} lease {lease}"
             );
         }
-        println!("400 cases: {} acquires, {} releases, {} renewals", kinds[0], kinds[1], kinds[2]);
+        println!(
+            "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires",
+            kinds[0], kinds[1], kinds[2], kinds[3]
+        );
     })
     .await;
 }

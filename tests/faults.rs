@@ -943,6 +943,53 @@ async fn history_worker(
     }
 }
 
+/// Three clients (the `c`-th at `url(c)`) of three `history_worker` tasks each, holding for up
+/// to `work_ms`, and one `history_ticks` instance each, recording into `history` until `until`;
+/// the first client sets the permit semaphore's 2 permits.
+async fn history_clients(
+    history: &History,
+    url: impl Fn(u64) -> String,
+    until: Instant,
+    seed: u64,
+    work_ms: u64,
+) -> (Vec<LockClient>, Vec<tokio::task::JoinHandle<()>>) {
+    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
+    for c in 0..3u64 {
+        let locks = client(url(c), |b| {
+            b.watchdog_lease(Duration::from_millis(1500))
+                .queue_place(Duration::from_secs(1))
+                .command_timeout(Duration::from_millis(500))
+        })
+        .await;
+        if c == 0 {
+            assert!(locks
+                .permit_semaphore("h-permits")
+                .try_set_permits(2)
+                .await
+                .unwrap());
+        }
+        for t in 0..3u64 {
+            tasks.push(tokio::spawn(history_worker(
+                history.clone(),
+                locks.clone(),
+                format!("c{c}/t{t}"),
+                seed + c * 10 + t,
+                until,
+                work_ms,
+            )));
+        }
+        tasks.push(tokio::spawn(history_ticks(
+            history.clone(),
+            locks.clone(),
+            format!("c{c}/job"),
+            until,
+        )));
+        clients.push(locks);
+    }
+    (clients, tasks)
+}
+
 /// One instance of a scheduled job for `histories_under_chaos_show_no_overlap`: runs every
 /// 100 ms tick with `run_tick`, recording each run (a tick must run once, anywhere).
 async fn history_ticks(history: History, client: LockClient, who: String, until: Instant) {
@@ -996,41 +1043,8 @@ async fn histories_under_chaos_show_no_overlap() {
         let proxy = std::sync::Arc::new(StallingProxy::start(server.port()));
         let history = History::new();
         let until = Instant::now() + Duration::from_secs(12);
-        let mut clients = Vec::new();
-        let mut tasks = Vec::new();
-        for c in 0..3u64 {
-            let url = if c == 2 { proxy.url() } else { server.url() };
-            let locks = client(url, |b| {
-                b.watchdog_lease(Duration::from_millis(1500))
-                    .queue_place(Duration::from_secs(1))
-                    .command_timeout(Duration::from_millis(500))
-            })
-            .await;
-            if c == 0 {
-                assert!(locks
-                    .permit_semaphore("h-permits")
-                    .try_set_permits(2)
-                    .await
-                    .unwrap());
-            }
-            for t in 0..3u64 {
-                tasks.push(tokio::spawn(history_worker(
-                    history.clone(),
-                    locks.clone(),
-                    format!("c{c}/t{t}"),
-                    c * 10 + t + 1,
-                    until,
-                    10,
-                )));
-            }
-            tasks.push(tokio::spawn(history_ticks(
-                history.clone(),
-                locks.clone(),
-                format!("c{c}/job"),
-                until,
-            )));
-            clients.push(locks);
-        }
+        let urls = |c| if c == 2 { proxy.url() } else { server.url() };
+        let (clients, tasks) = history_clients(&history, urls, until, 1, 10).await;
         let network = tokio::spawn({
             let proxy = proxy.clone();
             async move {
@@ -1117,40 +1131,7 @@ async fn history_across_crashes(persist: bool) -> (Result<Checked, Violation>, u
     let first_run = run_id(server.raw().await).await;
     let history = History::new();
     let until = Instant::now() + Duration::from_secs(12);
-    let mut clients = Vec::new();
-    let mut tasks = Vec::new();
-    for c in 0..3u64 {
-        let locks = client(url.clone(), |b| {
-            b.watchdog_lease(Duration::from_millis(1500))
-                .queue_place(Duration::from_secs(1))
-                .command_timeout(Duration::from_millis(500))
-        })
-        .await;
-        if c == 0 {
-            assert!(locks
-                .permit_semaphore("h-permits")
-                .try_set_permits(2)
-                .await
-                .unwrap());
-        }
-        for t in 0..3u64 {
-            tasks.push(tokio::spawn(history_worker(
-                history.clone(),
-                locks.clone(),
-                format!("c{c}/t{t}"),
-                c * 10 + t + 100,
-                until,
-                400,
-            )));
-        }
-        tasks.push(tokio::spawn(history_ticks(
-            history.clone(),
-            locks.clone(),
-            format!("c{c}/job"),
-            until,
-        )));
-        clients.push(locks);
-    }
+    let (clients, tasks) = history_clients(&history, |_| url.clone(), until, 100, 400).await;
     let crashes = tokio::task::spawn_blocking(move || {
         let mut crashes = 0;
         while Instant::now() + Duration::from_millis(1500) < until {

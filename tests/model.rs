@@ -40,6 +40,9 @@ mod script {
         /// A fenced lock's token counter (`None`: missing; the Lua seeds it from the server
         /// clock, the model from [`SEED`]).
         pub counter: Option<u64>,
+        /// A leader election's record of the standing term, in the hash beside the holds:
+        /// who leads (the owner) and its epoch.
+        pub term: Option<(Owner, u64)>,
     }
 
     /// Where the model's token counter starts when missing.
@@ -120,6 +123,24 @@ mod script {
             }
             busy => busy,
         }
+    }
+
+    /// `leader.lua` `acquire`: the fenced acquire, whose epochs are the tokens; a new term
+    /// records who leads and its epoch in the hash.
+    pub fn leader_acquire(
+        server: &mut Server,
+        now: u8,
+        owner: Owner,
+        lease: u8,
+        holds: u32,
+        req: Req,
+        lost: &[Req],
+    ) -> Reply {
+        let reply = fenced_acquire(server, now, owner, lease, holds, req, lost);
+        if let Reply::Token(epoch, _) = reply {
+            server.term = Some((owner, epoch));
+        }
+        reply
     }
 
     /// `lock.lua` `release` (`holds.lua` `give_back_holds`): nil when the owner held nothing, 0
@@ -693,6 +714,14 @@ async fn load(raw: &Client, name: &str, fences: &str, server: &Server, now: u8) 
             .map(|(&owner, &count)| (field(owner), count))
             .collect();
         let _: i64 = raw.hset(name, fields).await.unwrap();
+        if let Some((owner, epoch)) = server.term {
+            let record = [
+                ("leader:identity", format!("pod-{owner}")),
+                ("leader:epoch", epoch.to_string()),
+                ("leader:since", "1795000000000".to_string()),
+            ];
+            let _: i64 = raw.hset(name, record.to_vec()).await.unwrap();
+        }
         let ms = i64::from(server.expires - now) * TICK_MS;
         let _: bool = raw.pexpire(name, ms, None).await.unwrap();
     }
@@ -708,11 +737,19 @@ async fn load(raw: &Client, name: &str, fences: &str, server: &Server, now: u8) 
 
 /// Reads Redis back as the model's server at tick `now`.
 async fn read(raw: &Client, name: &str, fences: &str, now: u8) -> Server {
-    let fields: std::collections::HashMap<String, u32> = raw.hgetall(name).await.unwrap();
+    let fields: std::collections::HashMap<String, String> = raw.hgetall(name).await.unwrap();
     let mut server = Server::default();
-    for (key, count) in fields {
-        let owner = key.rsplit(':').next().unwrap().parse().unwrap();
-        server.holds.insert(owner, count);
+    for (key, value) in &fields {
+        if !key.starts_with("leader:") {
+            let owner = key.rsplit(':').next().unwrap().parse().unwrap();
+            server.holds.insert(owner, value.parse().unwrap());
+        }
+    }
+    if let (Some(identity), Some(epoch)) =
+        (fields.get("leader:identity"), fields.get("leader:epoch"))
+    {
+        let owner = identity.strip_prefix("pod-").unwrap().parse().unwrap();
+        server.term = Some((owner, epoch.parse().unwrap()));
     }
     if !server.holds.is_empty() {
         let pttl: i64 = raw.pttl(name).await.unwrap();
@@ -728,6 +765,9 @@ async fn read(raw: &Client, name: &str, fences: &str, now: u8) -> Server {
     }
     server
 }
+
+/// An acquire step of the model: server, now, owner, lease, holds, request id, lost ids.
+type Step = fn(&mut Server, u8, Owner, u8, u32, Req, &[Req]) -> Reply;
 
 /// The real script's reply as the model's.
 fn reply(value: Result<Value, fred::error::Error>, millis: bool) -> Reply {
@@ -760,8 +800,9 @@ async fn the_model_matches_the_scripts() {
         let release = fredlock::script_source("lock_release").unwrap();
         let renew = fredlock::script_source("lock_renew").unwrap();
         let fenced_acquire = fredlock::script_source("fenced_acquire").unwrap();
+        let leader_acquire = fredlock::script_source("leader_acquire").unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
-        let mut kinds = [0usize; 4];
+        let mut kinds = [0usize; 5];
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -772,6 +813,11 @@ async fn the_model_matches_the_scripts() {
             }
             state.expires = now + rng.gen_range(1..=4);
             state.counter = Some(rng.gen_range(100..200));
+            // A standing term: one holder, recorded with the last epoch.
+            if state.holds.len() == 1 && rng.gen_bool(0.5) {
+                let leader = *state.holds.keys().next().unwrap();
+                state.term = Some((leader, state.counter.unwrap()));
+            }
             for owner in 0..3u8 {
                 for req in 0..4u8 {
                     if rng.gen_bool(0.15) {
@@ -786,21 +832,24 @@ async fn the_model_matches_the_scripts() {
             let mut model = state.clone();
             load(&raw, name, fences, &state, now).await;
             let mut argv: Vec<Value> = Vec::new();
-            let kind = rng.gen_range(0..4);
+            let kind = rng.gen_range(0..5);
             kinds[kind] += 1;
             let (expected, got) = match kind {
-                0 => {
+                0 | 3 => {
+                    // The reentrant lock's acquire, or the fenced lock's (its counter last).
                     let holds: u32 = rng.gen_range(0..=3);
-                    let expected =
-                        script::acquire(&mut model, now, owner, lease, holds, req, &lost);
+                    let (step, source, keys) = if kind == 0 {
+                        (script::acquire as Step, acquire, vec![name, fences])
+                    } else {
+                        (script::fenced_acquire as Step, fenced_acquire, vec![name, fences, COUNTER])
+                    };
+                    let expected = step(&mut model, now, owner, lease, holds, req, &lost);
                     argv.push((i64::from(lease) * TICK_MS).to_string().into());
                     argv.push(field(owner).into());
                     argv.push(i64::from(holds).into());
                     argv.push(i64::from(req).into());
                     argv.extend(lost.iter().map(|&id| Value::from(i64::from(id))));
-                    let got = raw
-                        .eval::<Value, _, _, _>(acquire, vec![name, fences], argv)
-                        .await;
+                    let got = raw.eval::<Value, _, _, _>(source, keys, argv).await;
                     (expected, reply(got, true))
                 }
                 1 => {
@@ -820,18 +869,19 @@ async fn the_model_matches_the_scripts() {
                         .await;
                     (expected, reply(got, false))
                 }
-                3 => {
+                4 => {
+                    // A campaign: the fenced acquire with the candidate's identity.
                     let holds: u32 = rng.gen_range(0..=3);
                     let expected =
-                        script::fenced_acquire(&mut model, now, owner, lease, holds, req, &lost);
+                        script::leader_acquire(&mut model, now, owner, lease, holds, req, &lost);
                     argv.push((i64::from(lease) * TICK_MS).to_string().into());
                     argv.push(field(owner).into());
                     argv.push(i64::from(holds).into());
+                    argv.push(format!("pod-{owner}").into());
                     argv.push(i64::from(req).into());
                     argv.extend(lost.iter().map(|&id| Value::from(i64::from(id))));
-                    let got = raw
-                        .eval::<Value, _, _, _>(fenced_acquire, vec![name, fences, COUNTER], argv)
-                        .await;
+                    let keys = vec![name, fences, COUNTER, "{model}:changes"];
+                    let got = raw.eval::<Value, _, _, _>(leader_acquire, keys, argv).await;
                     (expected, reply(got, true))
                 }
                 _ => {
@@ -859,8 +909,8 @@ async fn the_model_matches_the_scripts() {
             );
         }
         println!(
-            "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires",
-            kinds[0], kinds[1], kinds[2], kinds[3]
+            "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns",
+            kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]
         );
     })
     .await;

@@ -75,12 +75,14 @@ impl LockClient {
     ///
     /// Cancel safe: it only reads.
     pub async fn list(&self, pattern: &str) -> Result<Vec<Inspection>> {
-        Ok(self
+        let mut inspections: Vec<Inspection> = self
             .scan_primitives(pattern)
             .await?
             .into_iter()
             .map(|(_, inspection)| inspection)
-            .collect())
+            .collect();
+        self.engine().name_holders(&mut inspections).await;
+        Ok(inspections)
     }
 
     /// Everything the primitives matching `pattern` (as [`list`](Self::list) reads it) left

@@ -877,6 +877,19 @@ async fn client_names_show_and_watch_orders_a_take_over() {
         );
         let (_, list) = run(&url, &["list"]).await;
         assert!(list.contains("(billing-7) x1"), "{list}");
+        // A listing names every holder from one CLIENT LIST, not one per primitive.
+        let other = seven.lock("cli:named-too").lock().await.unwrap();
+        let calls = common::command_calls(&raw).await;
+        let listed = eight.list("cli:*").await.unwrap();
+        let named: Vec<_> = listed
+            .iter()
+            .flat_map(|inspection| &inspection.holders)
+            .map(|holder| holder.client_name.as_deref())
+            .collect();
+        assert_eq!(named, [Some("billing-7"), Some("billing-7")]);
+        let sent = common::commands_since(&raw, &calls).await;
+        assert!(sent.contains(&("client|list".to_string(), 1)), "{sent:?}");
+        other.unlock().await.unwrap();
         guard.unlock().await.unwrap();
 
         // Take-overs, each read in one look of the watcher: seven releases and eight (waiting)

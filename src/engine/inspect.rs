@@ -393,15 +393,11 @@ impl Engine {
             .map_err(redis_error)?;
             inspection.listeners = counts.get(1).and_then(Value::as_u64);
         }
-        if inspection
-            .holders
-            .iter()
-            .any(|holder| holder.client_id().is_some())
-        {
-            let names = naming::connected(core.redis()).await;
-            for holder in &mut inspection.holders {
-                holder.client_name = holder.client_id().and_then(|id| names.get(&id).cloned());
-            }
+        // A caller inspecting many after one scan names their holders once, if it wants them
+        // (`name_holders`), instead of one CLIENT LIST per primitive.
+        if scanned.is_none() {
+            self.name_holders(std::slice::from_mut(&mut inspection))
+                .await;
         }
         if let Some(pattern) = kind.strays() {
             let strays = match scanned {
@@ -425,6 +421,26 @@ impl Engine {
             }
         }
         Ok(inspection)
+    }
+
+    /// Fills each holder's client name in `inspections` from one `CLIENT LIST` (none when no
+    /// holder has a client id).
+    pub(crate) async fn name_holders(&self, inspections: &mut [Inspection]) {
+        let holders = || {
+            inspections
+                .iter()
+                .flat_map(|inspection| &inspection.holders)
+        };
+        if !holders().any(|holder| holder.client_id().is_some()) {
+            return;
+        }
+        let names = naming::connected(self.core().redis()).await;
+        for holder in inspections
+            .iter_mut()
+            .flat_map(|inspection| &mut inspection.holders)
+        {
+            holder.client_name = holder.client_id().and_then(|id| names.get(&id).cloned());
+        }
     }
 
     /// Every key matching `pattern` (Redis's glob) of type `of_type`, on every master.

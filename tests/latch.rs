@@ -186,7 +186,7 @@ async fn wire_layout_matches_redisson() {
         latch.count_down().await.unwrap();
         let exists: i64 = raw.exists("layout").await.unwrap();
         assert_eq!(exists, 0);
-        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        let published = common::heard(&mut messages, 2).await;
         assert_eq!(published, vec!["1", "0"]);
     })
     .await;
@@ -237,7 +237,7 @@ async fn interoperates_with_redisson_replay() {
             common::listen(&server.url(), "redisson_countdownlatch__channel__{java}").await;
         latch.try_set_count(1).await.unwrap();
         latch.count_down().await.unwrap();
-        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        let published = common::heard(&mut messages, 2).await;
         assert_eq!(published, vec!["1", "0"]);
     })
     .await;

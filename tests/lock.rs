@@ -448,7 +448,7 @@ async fn wire_layout_matches_redisson() {
 
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();
-        let seen = common::heard(&mut messages, Duration::from_millis(500)).await;
+        let seen = common::heard(&mut messages, 1).await;
         assert_eq!(seen, vec!["0".to_string()]);
     })
     .await;

@@ -215,7 +215,7 @@ async fn wire_layout_matches_redisson() {
         permit.release().await.unwrap();
         let counter: String = raw.get("layout").await.unwrap();
         assert_eq!(counter, "2");
-        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        let published = common::heard(&mut messages, 2).await;
         assert_eq!(
             published,
             vec!["2", "2"],

@@ -646,7 +646,7 @@ async fn wire_layout_matches_redisson() {
         assert_eq!(seen[&format!("{field}:write")], "1");
         write.unlock().await.unwrap();
 
-        let published = common::heard(&mut messages, Duration::from_millis(500)).await;
+        let published = common::heard(&mut messages, 2).await;
         assert_eq!(published, vec!["0".to_string(), "1".to_string()]);
         let exists: bool = raw.exists("layout").await.unwrap();
         assert!(!exists);

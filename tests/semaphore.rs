@@ -191,7 +191,7 @@ async fn a_waiter_for_many_permits_waits_for_all_of_them() {
             .await,
             "a dropped permit gives its permits back"
         );
-        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        let published = common::heard(&mut messages, 3).await;
         assert_eq!(published, vec!["2", "3", "3"]);
     })
     .await;
@@ -391,7 +391,7 @@ async fn wire_layout_matches_redisson() {
         assert_eq!(value, "4");
         let exists: i64 = raw.exists("fredlock_permits:{layout}").await.unwrap();
         assert_eq!(exists, 0);
-        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        let published = common::heard(&mut messages, 2).await;
         assert_eq!(
             published,
             vec!["4", "4"],
@@ -441,7 +441,7 @@ async fn interoperates_with_redisson_replay() {
         // A Java waiter listens on the channel: fredlock's release tells it the count.
         let (_subscriber, mut messages) = common::listen(&server.url(), "redisson_sc:{java}").await;
         permit.release().await.unwrap();
-        let published = common::heard(&mut messages, Duration::from_millis(300)).await;
+        let published = common::heard(&mut messages, 1).await;
         assert_eq!(published, vec!["1"]);
         // The Java client's permit is still out; fredlock never touched it.
         let value: i64 = raw.get("java").await.unwrap();

@@ -52,15 +52,20 @@ pub async fn listen(
     (subscriber, messages)
 }
 
-/// The messages `messages` receives within `window`, as text, in order.
+/// The messages `messages` receives: all it receives until `expected` have come (waiting up to
+/// 10 s, as a loaded machine may deliver late), then any more within a further 200 ms (so an
+/// extra message still shows), as text, in order.
 pub async fn heard(
     messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
-    window: Duration,
+    expected: usize,
 ) -> Vec<String> {
     let mut seen = Vec::new();
-    let deadline = tokio::time::Instant::now() + window;
+    let mut deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while let Ok(Ok(message)) = tokio::time::timeout_at(deadline, messages.recv()).await {
         seen.push(message.value.as_string().unwrap_or_default());
+        if seen.len() == expected {
+            deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+        }
     }
     seen
 }

@@ -390,16 +390,14 @@ pub(crate) fn parse_not_replicated(error: &fred::error::Error) -> Option<(u32, u
     Some((numbers.next()?, numbers.next()?))
 }
 
+/// fred's refusal to write a command a second time.
+const TOO_MANY_WRITES: &str = "Too many failed write attempts.";
+
 /// True when fred did not send the command at all: it had no connection to route it to (it is
 /// reconnecting). Such a command never ran, so sending it again is always safe.
 pub(crate) fn was_not_sent(error: &fred::error::Error) -> bool {
     let details = error.details();
     details.starts_with("Failed to route command")
-        // A cluster node answered MOVED or ASK: the command did not run there, and fred, which
-        // sends each command once (`max_command_attempts` 1), refuses to follow the redirection
-        // with this message. Its routing table is up to date by then, so sending it again goes
-        // to the slot's owner. Once is all it ever writes, so no other failure ends this way.
-        || details == "Too many failed write attempts."
         // The slot is being migrated and some keys have moved (TRYAGAIN), or the cluster cannot
         // serve the slot for now (CLUSTERDOWN): refused before running.
         || details.starts_with("TRYAGAIN")
@@ -434,6 +432,12 @@ pub(crate) fn is_transient(error: &fred::error::Error) -> bool {
             details.starts_with("LOADING")
                 || details.contains("Connection closed")
                 || details.contains("connection closed")
+                // fred sends each command once (`max_command_attempts` 1) and says this when
+                // it would write one a second time: after a cluster's MOVED or ASK (it did not
+                // run), but also after a reconnect forced under it (the Sentinel watcher's, when
+                // the master switches), which puts the sent command back in the queue: it may
+                // have run. So it counts as a lost reply, never as a call that was not sent.
+                || details == TOO_MANY_WRITES
         }
     }
 }
@@ -545,6 +549,15 @@ mod tests {
         assert!(error.is_transient());
         let rejected = FredError::new(ErrorKind::Unknown, "ERR unknown command");
         assert!(!was_not_sent(&rejected) && !is_transient(&rejected));
+    }
+
+    /// A command fred refuses to write again may have run (a reconnect forced under it put it
+    /// back in the queue): its reply counts as lost, so it is fenced, never sent as it was.
+    #[test]
+    fn a_command_fred_would_write_twice_may_have_run() {
+        let requeued = FredError::new(ErrorKind::Unknown, "Too many failed write attempts.");
+        assert!(!was_not_sent(&requeued));
+        assert!(reply_lost(&requeued));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use fredlock::{Error, LockClient};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use common::history::{check, Call, Checked, History, Op, Outcome, Violation};
 use common::{bounded, eventually, Kind, RedisServer, StallingProxy};
@@ -218,6 +219,53 @@ async fn lost_replies_take_effect_once(kind: Kind) {
         another_client_takes(&server, kind, "cut").await;
     })
     .await;
+}
+
+// 1. A reconnect forced while a call is on the wire (what the Sentinel watcher does when the
+// master switches): fred puts the call, already sent, back in its queue and then refuses to
+// write it twice ("Too many failed write attempts."). The call may have run: acquire,
+// re-entry and release each still take effect once.
+for_each_kind!(reconnects_under_a_call_take_effect_once);
+
+async fn reconnects_under_a_call_take_effect_once(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let proxy = StallingProxy::start(server.port());
+    let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(2))).await;
+    let lock = kind.lock(&locks, "requeued");
+    let field = kind.field(&locks, fredlock::OwnerId::current());
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    quiet(&locks).await;
+    // Each way takes 150 ms: a call runs on the server 150 ms after it is sent, and its reply
+    // is on the way back when the reconnect comes at 220 ms.
+    proxy.set_latency(Duration::from_millis(150));
+    let reconnect = || async {
+        tokio::time::sleep(Duration::from_millis(220)).await;
+        locks.redis().force_reconnection().await.unwrap();
+    };
+    let (first, ()) = tokio::join!(lock.lock(), reconnect());
+    let first = first.unwrap();
+    quiet(&locks).await;
+    assert_eq!(hold_count(&raw, "requeued", &field).await, 1, "acquire");
+
+    let (second, ()) = tokio::join!(lock.lock(), reconnect());
+    let second = second.unwrap();
+    quiet(&locks).await;
+    assert_eq!(hold_count(&raw, "requeued", &field).await, 2, "re-entry");
+
+    let (released, ()) = tokio::join!(second.unlock(), reconnect());
+    released.unwrap();
+    quiet(&locks).await;
+    assert_eq!(hold_count(&raw, "requeued", &field).await, 1, "release");
+
+    let (released, ()) = tokio::join!(first.unlock(), reconnect());
+    released.unwrap();
+    quiet(&locks).await;
+    assert_eq!(locks.stats().unsettled, 0);
+    let exists: bool = raw.exists("requeued").await.unwrap();
+    assert!(!exists, "the last release took effect");
+    proxy.set_latency(Duration::ZERO);
+    another_client_takes(&server, kind, "requeued").await;
 }
 
 /// 1. Semaphores: an acquire whose reply was lost takes its permits once (the attempt sent again
@@ -625,7 +673,7 @@ async fn chaos(
     raw: Client,
     until: Instant,
     seed: u64,
-    stop: tokio_util::sync::CancellationToken,
+    stop: CancellationToken,
 ) -> HashMap<&'static str, u32> {
     let mut rng = Rng(seed);
     let mut steps = HashMap::new();
@@ -652,7 +700,7 @@ async fn cancelled_futures_under_chaos_leave_nothing() {
         let won = Arc::new(AtomicU64::new(0));
         let chaos_until = Instant::now() + Duration::from_secs(60);
         let chaos_raw = common::resilient_client(&server.url()).await;
-        let stop = tokio_util::sync::CancellationToken::new();
+        let stop = CancellationToken::new();
         let chaos = tokio::spawn({
             let stop = stop.clone();
             async move { chaos(chaos_raw, chaos_until, 99, stop).await }
@@ -853,7 +901,7 @@ async fn chaos_keeps_every_promise() {
             chaos_raw,
             Instant::now() + chaos_for,
             7,
-            tokio_util::sync::CancellationToken::new(),
+            CancellationToken::new(),
         )
         .await;
         let finished = eventually(Duration::from_secs(40), || async {
@@ -884,19 +932,30 @@ async fn chaos_keeps_every_promise() {
     .await;
 }
 
+/// A token cancelled at `until`.
+fn stop_at(until: Instant) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let cancel = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep_until(until).await;
+        cancel.cancel();
+    });
+    stop
+}
+
 /// One worker of `histories_under_chaos_show_no_overlap`: takes locks, a fenced lock, the
-/// permit semaphore and job ticks at random until `until`, recording every operation, and the
+/// permit semaphore and job ticks at random until `stop`, recording every operation, and the
 /// moment a hold's `lost()` fires if it does while held.
 async fn history_worker(
     history: History,
     client: LockClient,
     who: String,
     seed: u64,
-    until: Instant,
+    stop: CancellationToken,
     work_ms: u64,
 ) {
     let mut rng = Rng(seed);
-    while Instant::now() < until {
+    while !stop.is_cancelled() {
         let work = Duration::from_millis(1 + rng.below(work_ms));
         let wait = Duration::from_millis(200 + rng.below(800));
         let lease = (rng.below(3) == 0).then_some(Duration::from_millis(1500));
@@ -944,22 +1003,26 @@ async fn history_worker(
 }
 
 /// Three clients (the `c`-th at `url(c)`) of three `history_worker` tasks each, holding for up
-/// to `work_ms`, and one `history_ticks` instance each, recording into `history` until `until`;
-/// the first client sets the permit semaphore's 2 permits.
+/// to `work_ms`, and one `history_ticks` instance each, recording into `history` until `stop`;
+/// the first client sets the permit semaphore's 2 permits. `configure` adds to each client's
+/// settings.
 async fn history_clients(
     history: &History,
     url: impl Fn(u64) -> String,
-    until: Instant,
+    stop: &CancellationToken,
     seed: u64,
     work_ms: u64,
+    configure: fn(fredlock::LockClientBuilder) -> fredlock::LockClientBuilder,
 ) -> (Vec<LockClient>, Vec<tokio::task::JoinHandle<()>>) {
     let mut clients = Vec::new();
     let mut tasks = Vec::new();
     for c in 0..3u64 {
         let locks = client(url(c), |b| {
-            b.watchdog_lease(Duration::from_millis(1500))
-                .queue_place(Duration::from_secs(1))
-                .command_timeout(Duration::from_millis(500))
+            configure(
+                b.watchdog_lease(Duration::from_millis(1500))
+                    .queue_place(Duration::from_secs(1))
+                    .command_timeout(Duration::from_millis(500)),
+            )
         })
         .await;
         if c == 0 {
@@ -975,7 +1038,7 @@ async fn history_clients(
                 locks.clone(),
                 format!("c{c}/t{t}"),
                 seed + c * 10 + t,
-                until,
+                stop.clone(),
                 work_ms,
             )));
         }
@@ -983,7 +1046,7 @@ async fn history_clients(
             history.clone(),
             locks.clone(),
             format!("c{c}/job"),
-            until,
+            stop.clone(),
         )));
         clients.push(locks);
     }
@@ -992,10 +1055,12 @@ async fn history_clients(
 
 /// One instance of a scheduled job for `histories_under_chaos_show_no_overlap`: runs every
 /// 100 ms tick with `run_tick`, recording each run (a tick must run once, anywhere).
-async fn history_ticks(history: History, client: LockClient, who: String, until: Instant) {
-    let job = client.job_lock("h-job");
+async fn history_ticks(history: History, client: LockClient, who: String, stop: CancellationToken) {
+    // A run takes 5 ms. A release that a failover undoes (README: "a release not confirmed
+    // may be undone by a failover until the lock's lease ends") keeps the job until then.
+    let job = client.job_lock("h-job").at_most_for(Duration::from_secs(2));
     let period = 100u64;
-    while Instant::now() < until {
+    while !stop.is_cancelled() {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -1044,7 +1109,7 @@ async fn histories_under_chaos_show_no_overlap() {
         let history = History::new();
         let until = Instant::now() + Duration::from_secs(12);
         let urls = |c| if c == 2 { proxy.url() } else { server.url() };
-        let (clients, tasks) = history_clients(&history, urls, until, 1, 10).await;
+        let (clients, tasks) = history_clients(&history, urls, &stop_at(until), 1, 10, |b| b).await;
         let network = tokio::spawn({
             let proxy = proxy.clone();
             async move {
@@ -1080,7 +1145,7 @@ async fn histories_under_chaos_show_no_overlap() {
             common::resilient_client(&server.url()).await,
             until,
             11,
-            tokio_util::sync::CancellationToken::new(),
+            CancellationToken::new(),
         )
         .await;
         let network = network.await.unwrap();
@@ -1131,7 +1196,8 @@ async fn history_across_crashes(persist: bool) -> (Result<Checked, Violation>, u
     let first_run = run_id(server.raw().await).await;
     let history = History::new();
     let until = Instant::now() + Duration::from_secs(12);
-    let (clients, tasks) = history_clients(&history, |_| url.clone(), until, 100, 400).await;
+    let stop = stop_at(until);
+    let (clients, tasks) = history_clients(&history, |_| url.clone(), &stop, 100, 400, |b| b).await;
     let crashes = tokio::task::spawn_blocking(move || {
         let mut crashes = 0;
         while Instant::now() + Duration::from_millis(1500) < until {
@@ -1348,4 +1414,117 @@ fn the_history_checker_finds_what_it_must() {
     twice[7].call = Call::Run { tick: 100 };
     let violation = check(&twice, &none).unwrap_err();
     assert!(violation.what.contains("tick 100 ran twice"), "{violation}");
+}
+
+/// Three clients of three tasks, through Sentinel, take the locks (holds up to 400 ms), the
+/// fenced lock, the permits and the job ticks while `failovers` `SENTINEL FAILOVER`s (a master,
+/// two replicas, three sentinels) are started, each the moment an acquisition has returned; with
+/// replica sync (one replica) or without. What the checker says, how many failovers there were
+/// and how many of them came right after an acquisition.
+async fn history_across_failovers(
+    sync: bool,
+    failovers: u32,
+) -> (Result<Checked, Violation>, u32, u32, Vec<Op>) {
+    let setup = Arc::new(common::RedisSentinel::start(1));
+    let url = setup.url();
+    let history = History::new();
+    let stop = CancellationToken::new();
+    let configure = if sync {
+        |b: fredlock::LockClientBuilder| b.replica_sync(fredlock::ReplicaSync::replicas(1))
+    } else {
+        |b| b
+    };
+    let (clients, tasks) =
+        history_clients(&history, |_| url.clone(), &stop, 200, 400, configure).await;
+    let mut acquisitions = history.acquisitions();
+    let (mut done, mut right_after) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    while done < failovers && Instant::now() < deadline {
+        acquisitions.borrow_and_update();
+        let after = tokio::time::timeout(Duration::from_secs(5), acquisitions.changed())
+            .await
+            .is_ok();
+        let setup = setup.clone();
+        let switched = tokio::task::spawn_blocking(move || {
+            let old = setup.master_port();
+            let reply = setup.sentinel_cli(
+                setup.sentinels[0].port(),
+                &["sentinel", "failover", common::SENTINEL_SERVICE],
+            );
+            // NOGOODSLAVE while a replica is resyncing, INPROG: again after the next one.
+            reply.starts_with("OK").then(|| {
+                let new = setup.await_new_master(old, Duration::from_secs(20));
+                let new_port = new.to_string();
+                setup.data_cli(old, &["replicaof", "127.0.0.1", &new_port]);
+                new
+            })
+        })
+        .await
+        .unwrap();
+        match switched {
+            Some(master) => {
+                done += 1;
+                right_after += u32::from(after);
+                println!("failover {done} to {master} at {:?}", history.now());
+            }
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    // The last failover's losses show within a watchdog lease.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.cancel();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for client in clients {
+        client.shutdown().await;
+    }
+    let ops = history.ops();
+    let permits = HashMap::from([("h-permits".to_string(), 2)]);
+    (check(&ops, &permits), done, right_after, ops)
+}
+
+/// 6. Histories across Sentinel failovers (issue 35), with replica sync: an acquisition returns
+/// only once a replica has it, and one made on a master that a failover has left behind has no
+/// replica to confirm it, so over 20 failovers, each started right after an acquisition, no two
+/// holds overlap, no token goes back, no third permit, no tick twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_replica_sync_histories_across_failovers_show_no_overlap() {
+    bounded(async {
+        let (verdict, failovers, right_after, ops) = history_across_failovers(true, 20).await;
+        let checked = verdict.unwrap_or_else(|violation| panic!("{violation}"));
+        let failed = ops
+            .iter()
+            .filter(|op| matches!(op.outcome, Outcome::Failed(_)))
+            .count();
+        println!(
+            "histories across {failovers} failovers ({right_after} right after an acquisition), \
+             replica sync: {} operations ({failed} failed), {checked:?}",
+            ops.len()
+        );
+        assert!(failovers >= 20, "{failovers} failovers");
+        assert!(
+            right_after >= 20,
+            "{right_after} right after an acquisition"
+        );
+        assert!(checked.holds > 100 && checked.tokens > 20, "{checked:?}");
+    })
+    .await;
+}
+
+/// The negative control of the failover histories: without replica sync an acquisition on the
+/// master a failover is leaving behind counts, the promoted replica never sees it, and another
+/// client takes the lock there while its holder works: the README's hazard, measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_replica_sync_a_failover_shows_two_holders_in_the_history() {
+    bounded(async {
+        let (verdict, failovers, _, _) = history_across_failovers(false, 8).await;
+        match verdict {
+            Err(violation) => {
+                println!("across {failovers} failovers without replica sync: {violation}")
+            }
+            Ok(checked) => panic!("no overlap across {failovers} failovers: {checked:?}"),
+        }
+    })
+    .await;
 }

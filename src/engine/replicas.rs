@@ -250,10 +250,22 @@ impl Syncer {
             ..Options::default()
         };
         let connection = connection.with_options(&options);
+        // The change ran; a wait that Redis refuses (`UNBLOCKED` when the master steps down
+        // under it, a connection that landed on a replica) leaves it unconfirmed, as a wait
+        // that timed out does, and it is undone the same way.
+        let unconfirmed = |error: fred::error::Error| {
+            if crate::error::is_transient(&error) {
+                error
+            } else {
+                tracing::debug!(%error, "the wait for the replicas was refused");
+                not_replicated(0, self.needed)
+            }
+        };
         if self.aof {
             let acked: Vec<i64> = connection
                 .custom(fred::cmd!("WAITAOF"), vec![1, needed, self.timeout_ms])
-                .await?;
+                .await
+                .map_err(unconfirmed)?;
             let local = acked.first().copied().unwrap_or(0);
             let replicas = acked.get(1).copied().unwrap_or(0);
             if local < 1 || replicas < needed {
@@ -262,7 +274,8 @@ impl Syncer {
         } else {
             let acked: i64 = connection
                 .custom(fred::cmd!("WAIT"), vec![needed, self.timeout_ms])
-                .await?;
+                .await
+                .map_err(unconfirmed)?;
             if acked < needed {
                 return Err(not_replicated(acked, self.needed));
             }

@@ -163,25 +163,49 @@ impl Watcher {
         result
     }
 
-    /// Reconnects every connection (commands, replica sync's, the subscriber) when the master
-    /// the sentinels name is not the server the command connection is on. While it is not connected at all it is already on its way to
-    /// the sentinels' master, and is hurried along only when a switch was `announced` (it may be
-    /// waiting out a reconnect back-off).
+    /// Reconnects each connection (commands, replica sync's, the subscriber) that is not on the
+    /// master the sentinels name. Each is asked on its own: one that reconnected while the
+    /// sentinels still disagreed may have gone back to the old master while the rest moved on,
+    /// and its writes (and replica sync's `WAIT`s) would go there. A connection that is not
+    /// connected at all is already on its way to the sentinels' master, and is hurried along
+    /// only when a switch was `announced` (it may be waiting out a reconnect back-off).
     async fn follow_master(&self, host: &str, port: u16, announced: bool) {
-        let on = self.commands[0].active_connections();
         let on_master = |server: &Server| server.port == port && *server.host == *host;
-        if (on.is_empty() && !announced) || (!on.is_empty() && on.iter().all(on_master)) {
+        let astray = |on: &[Server]| {
+            if on.is_empty() {
+                announced
+            } else {
+                !on.iter().all(on_master)
+            }
+        };
+        let commands: Vec<(&Client, Vec<Server>)> = self
+            .commands
+            .iter()
+            .map(|connection| (connection, connection.active_connections()))
+            .filter(|(_, on)| astray(on))
+            .collect();
+        let subscriber = self.subscriber.active_connections();
+        let subscriber_astray = astray(&subscriber);
+        if commands.is_empty() && !subscriber_astray {
             return;
         }
         tracing::warn!(
             service = %self.service,
             master = %format_args!("{host}:{port}"),
-            was = ?on.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            was = ?commands
+                .iter()
+                .flat_map(|(_, on)| on)
+                .chain(subscriber_astray.then_some(&subscriber).into_iter().flatten())
+                .map(ToString::to_string)
+                .collect::<std::collections::BTreeSet<_>>(),
+            connections = commands.len() + usize::from(subscriber_astray),
             "the sentinels switched to another master; reconnecting to it"
         );
-        for connection in &self.commands {
+        for (connection, _) in commands {
             let _ = connection.force_reconnection().await;
         }
-        let _ = self.subscriber.force_reconnection().await;
+        if subscriber_astray {
+            let _ = self.subscriber.force_reconnection().await;
+        }
     }
 }

@@ -65,6 +65,8 @@ pub struct History {
     start: Instant,
     ops: Arc<Mutex<Vec<Op>>>,
     next: Arc<AtomicU64>,
+    /// How many acquisitions have returned a hold, for a fault to strike right after one.
+    acquired: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Default for History {
@@ -79,7 +81,13 @@ impl History {
             start: Instant::now(),
             ops: Arc::default(),
             next: Arc::new(AtomicU64::new(1)),
+            acquired: Arc::new(tokio::sync::watch::channel(0).0),
         }
+    }
+
+    /// Changes each time an acquisition returns a hold.
+    pub fn acquisitions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.acquired.subscribe()
     }
 
     /// Now, on the history's clock.
@@ -111,7 +119,10 @@ impl History {
         let result = call.await;
         let ret = self.now();
         let (outcome, token, guard) = match result {
-            Ok(Some(guard)) => (Outcome::Ok, token(&guard), Some(guard)),
+            Ok(Some(guard)) => {
+                self.acquired.send_modify(|count| *count += 1);
+                (Outcome::Ok, token(&guard), Some(guard))
+            }
             Ok(None) => (Outcome::Refused, None, None),
             Err(error) => (Outcome::Failed(format!("{error:?}")), None, None),
         };

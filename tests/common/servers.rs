@@ -413,7 +413,9 @@ impl RedisSentinel {
         server_password: Option<&str>,
         sentinel_password: Option<&str>,
     ) -> RedisSentinel {
-        let mut server_args: Vec<&str> = Vec::new();
+        // A full resync (an old master that took writes after the promotion) starts at once,
+        // not after Redis 7's default 5 s wait for more replicas to share the transfer.
+        let mut server_args: Vec<&str> = vec!["--repl-diskless-sync-delay", "0"];
         if let Some(password) = server_password {
             server_args.extend(["--requirepass", password, "--masterauth", password]);
         }

@@ -106,6 +106,9 @@ if not value then
     return nil
 end
 if value == ARGV[1] then
+    -- A resend: its client counts at-most-for from this send, so it starts
+    -- again now (as the permit semaphore's found grant does: tests/model.rs).
+    redis.call('pexpire', KEYS[1], ARGV[2])
     return nil
 end
 return sleep_ms(KEYS[1], tonumber(ARGV[3]))

@@ -72,7 +72,7 @@ end
 -- ARGV[3]  request id, then the ids to fence
 --
 -- Reply: nil when the permit is taken (now, or by an earlier send of this
--- acquisition whose reply was lost); otherwise how long (ms) until the
+-- acquisition whose reply was lost: its lease then starts again); otherwise how long (ms) until the
 -- earliest lease ends, -1 when none ends by time (a release publishes).
 if fenced(fences, 2, ARGV[2]) then
     return stale()
@@ -82,6 +82,10 @@ if wrong then
     return wrong
 end
 if redis.call('zscore', leases, ARGV[2]) then
+    -- Its client counts the lease from this send, so the lease starts again
+    -- now, as a lock's acquire sets its expiry on every hold (left as it was,
+    -- it would end before the client's renew deadline: tests/model.rs).
+    redis.call('zadd', leases, now + tonumber(ARGV[1]), ARGV[2])
     return nil
 end
 if tonumber(redis.call('get', counter) or '0') >= 1 then

@@ -292,6 +292,7 @@ pub fn source(name: &str) -> Option<&'static str> {
         match rest {
             "acquire" => &crate::counter::permit_semaphore::PERMIT_ACQUIRE,
             "release" => &crate::counter::permit_semaphore::PERMIT_RELEASE,
+            "renew" => &crate::counter::permit_semaphore::PERMIT_RENEW,
             _ => return None,
         }
     } else if let Some(rest) = name.strip_prefix("semaphore_") {

@@ -44,7 +44,7 @@ static PERMIT_RELEASE_BY_ID: LazyLock<Script> =
 static PERMIT_AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "available", false, true));
 /// Extends (or checks) many leases in one call.
-static PERMIT_RENEW: LazyLock<Script> =
+pub(crate) static PERMIT_RENEW: LazyLock<Script> =
     LazyLock::new(|| counter_script(SCRIPTS, "renew", false, true));
 /// Reads the semaphore for an inspection.
 static PERMIT_INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS, true));

@@ -174,6 +174,25 @@ mod script {
         Reply::Int(0)
     }
 
+    /// `leader.lua` `release`: the lock's release; when the owner's last hold goes the term
+    /// ends and its record (the whole key) goes with it.
+    pub fn leader_release(
+        server: &mut Server,
+        now: u8,
+        owner: Owner,
+        lease: u8,
+        left: u32,
+        req: Req,
+        lost: &[Req],
+    ) -> Reply {
+        let reply = release(server, now, owner, lease, left, req, lost);
+        if reply == Reply::Int(1) {
+            server.holds.clear();
+            server.term = None;
+        }
+        reply
+    }
+
     /// `lock.lua` `renew` for one key: extended only while the owner's field is there.
     pub fn renew(server: &mut Server, now: u8, owner: Owner, lease: u8) -> Reply {
         if server.holds.contains_key(&owner) {
@@ -204,6 +223,9 @@ struct Lock {
     max_requests: u8,
     /// Whether the scripts fence lost requests (false only to see the model fail without).
     fences: bool,
+    /// Whether the clients campaign in a leader election (`leader.lua`'s acquire and release,
+    /// which keep the term's record) instead of taking the fenced lock.
+    campaign: bool,
 }
 
 /// A call of a client on its way to the server.
@@ -335,8 +357,14 @@ impl Lock {
     fn call(&self, server: &mut Server, now: u8, request: &Request, lost: &[Req]) -> Reply {
         let (owner, req) = (request.owner, request.req);
         match request.call {
+            CallKind::Acquire { holds } if self.campaign => {
+                script::leader_acquire(server, now, owner, self.lease, holds, req, lost)
+            }
             CallKind::Acquire { holds } => {
                 script::fenced_acquire(server, now, owner, self.lease, holds, req, lost)
+            }
+            CallKind::Release { left } if self.campaign => {
+                script::leader_release(server, now, owner, self.lease, left, req, lost)
             }
             CallKind::Release { left } => {
                 script::release(server, now, owner, self.lease, left, req, lost)
@@ -542,6 +570,7 @@ impl Model for Lock {
                 // By the server's clock the key is gone by now at the latest.
                 if !state.server.holds.is_empty() && now >= state.server.expires {
                     state.server.holds.clear();
+                    state.server.term = None;
                     state.seen.insert(Seen::Expired);
                 }
                 for client in &mut state.clients {
@@ -554,6 +583,7 @@ impl Model for Lock {
             }
             Action::Expire => {
                 state.server.holds.clear();
+                state.server.term = None;
                 state.seen.insert(Seen::Expired);
             }
             Action::Crash(owner) => {
@@ -614,6 +644,17 @@ impl Model for Lock {
                         .all(|client| !client.believes || client.token == state.server.counter)
                 },
             ),
+            Property::always(
+                "a believing leader's term is the standing one (its identity and epoch)",
+                |model: &Lock, state: &State| {
+                    !model.campaign
+                        || state.clients.iter().enumerate().all(|(i, client)| {
+                            !client.believes
+                                || (client.token.is_some()
+                                    && state.server.term == client.token.map(|t| (i as Owner, t)))
+                        })
+                },
+            ),
             Property::sometimes("held", |_, state: &State| state.seen.contains(&Seen::Held)),
             Property::sometimes("re-entered", |_, state: &State| {
                 state.seen.contains(&Seen::Reentered)
@@ -656,6 +697,7 @@ fn bounded_lock() -> Lock {
         max_time: bound("FREDLOCK_MODEL_TICKS", 3),
         max_requests: bound("FREDLOCK_MODEL_CALLS", 2),
         fences: true,
+        campaign: false,
     }
 }
 
@@ -663,6 +705,25 @@ fn bounded_lock() -> Lock {
 fn the_reentrant_lock_protocol_holds_to_the_bound() {
     let started = std::time::Instant::now();
     let checker = bounded_lock().checker().threads(2).spawn_bfs().join();
+    println!(
+        "{} states in {:?}",
+        checker.unique_state_count(),
+        started.elapsed()
+    );
+    checker.assert_properties();
+}
+
+/// The leader election's terms: the same model with every client campaigning (`leader.lua`'s
+/// acquire and release): no two believe they lead, a believing leader's epoch is the last
+/// issued (epochs only grow) and its term is the one on record.
+#[test]
+fn the_leader_election_protocol_holds_to_the_bound() {
+    let started = std::time::Instant::now();
+    let election = Lock {
+        campaign: true,
+        ..bounded_lock()
+    };
+    let checker = election.checker().threads(2).spawn_bfs().join();
     println!(
         "{} states in {:?}",
         checker.unique_state_count(),
@@ -816,8 +877,9 @@ async fn the_model_matches_the_scripts() {
         let renew = fredlock::script_source("lock_renew").unwrap();
         let fenced_acquire = fredlock::script_source("fenced_acquire").unwrap();
         let leader_acquire = fredlock::script_source("leader_acquire").unwrap();
+        let leader_release = fredlock::script_source("leader_release").unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
-        let mut kinds = [0usize; 5];
+        let mut kinds = [0usize; 6];
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -847,7 +909,7 @@ async fn the_model_matches_the_scripts() {
             let mut model = state.clone();
             load(&raw, name, fences, &state, now).await;
             let mut argv: Vec<Value> = Vec::new();
-            let kind = rng.gen_range(0..5);
+            let kind = rng.gen_range(0..6);
             kinds[kind] += 1;
             let (expected, got) = match kind {
                 0 | 3 => {
@@ -899,6 +961,21 @@ async fn the_model_matches_the_scripts() {
                     let got = raw.eval::<Value, _, _, _>(leader_acquire, keys, argv).await;
                     (expected, reply(got, true))
                 }
+                5 => {
+                    // A resignation: when the last hold goes, the term's record goes too.
+                    let left: u32 = rng.gen_range(0..=3);
+                    let lease_arg: u8 = if rng.gen_bool(0.3) { 0 } else { lease };
+                    let expected =
+                        script::leader_release(&mut model, now, owner, lease_arg, left, req, &lost);
+                    argv.push((i64::from(lease_arg) * TICK_MS).to_string().into());
+                    argv.push(field(owner).into());
+                    argv.push(i64::from(left).into());
+                    argv.push(i64::from(req).into());
+                    argv.extend(lost.iter().map(|&id| Value::from(i64::from(id))));
+                    let keys = vec![name, "{model}:channel", fences, "{model}:changes"];
+                    let got = raw.eval::<Value, _, _, _>(leader_release, keys, argv).await;
+                    (expected, reply(got, false))
+                }
                 _ => {
                     let expected = script::renew(&mut model, now, owner, lease);
                     argv.push((i64::from(lease) * TICK_MS).to_string().into());
@@ -924,8 +1001,9 @@ async fn the_model_matches_the_scripts() {
             );
         }
         println!(
-            "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns",
-            kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]
+            "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns, \
+             {} resignations",
+            kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );
     })
     .await;

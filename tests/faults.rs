@@ -174,17 +174,48 @@ async fn latency_past_the_command_timeout_takes_one_hold(kind: Kind) {
 // effect once.
 for_each_kind!(lost_replies_take_effect_once);
 
+/// A lock of `kind` named `name` on a new server, for a client behind a proxy with the command
+/// timeout `timeout`; its scripts cached first, so that what a fault cuts is the script's own
+/// reply, not a NOSCRIPT.
+struct Proxied {
+    server: RedisServer,
+    raw: Client,
+    proxy: StallingProxy,
+    locks: LockClient,
+    lock: fredlock::Lock,
+    /// The owner field of the test's task.
+    field: String,
+}
+
+async fn proxied(kind: Kind, name: &str, timeout: Duration) -> Proxied {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let proxy = StallingProxy::start(server.port());
+    let locks = client(proxy.url(), |b| b.command_timeout(timeout)).await;
+    let lock = kind.lock(&locks, name);
+    let field = kind.field(&locks, fredlock::OwnerId::current());
+    lock.lock().await.unwrap().unlock().await.unwrap();
+    quiet(&locks).await;
+    Proxied {
+        server,
+        raw,
+        proxy,
+        locks,
+        lock,
+        field,
+    }
+}
+
 async fn lost_replies_take_effect_once(kind: Kind) {
     bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let proxy = StallingProxy::start(server.port());
-        let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1))).await;
-        let lock = kind.lock(&locks, "cut");
-        let field = kind.field(&locks, fredlock::OwnerId::current());
-        // The scripts cached first, so that the reply lost is the script's own, not a NOSCRIPT.
-        lock.lock().await.unwrap().unlock().await.unwrap();
-        quiet(&locks).await;
+        let Proxied {
+            server,
+            raw,
+            proxy,
+            locks,
+            lock,
+            field,
+        } = proxied(kind, "cut", Duration::from_secs(1)).await;
 
         proxy.lose_next_reply();
         let first = lock.lock().await.unwrap();
@@ -222,20 +253,20 @@ async fn lost_replies_take_effect_once(kind: Kind) {
 }
 
 // 1. A reconnect forced while a call is on the wire (what the Sentinel watcher does when the
-// master switches): fred puts the call, already sent, back in its queue and then refuses to
-// write it twice ("Too many failed write attempts."). The call may have run: acquire,
-// re-entry and release each still take effect once.
+// master switches): fred fails the call with the connection's error, or puts it back in its
+// queue and refuses to write it twice ("Too many failed write attempts."). Either way the call
+// may have run: acquire, re-entry and release each still take effect once.
 for_each_kind!(reconnects_under_a_call_take_effect_once);
 
 async fn reconnects_under_a_call_take_effect_once(kind: Kind) {
-    let server = RedisServer::start();
-    let raw = server.raw().await;
-    let proxy = StallingProxy::start(server.port());
-    let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(2))).await;
-    let lock = kind.lock(&locks, "requeued");
-    let field = kind.field(&locks, fredlock::OwnerId::current());
-    lock.lock().await.unwrap().unlock().await.unwrap();
-    quiet(&locks).await;
+    let Proxied {
+        server,
+        raw,
+        proxy,
+        locks,
+        lock,
+        field,
+    } = proxied(kind, "requeued", Duration::from_secs(2)).await;
     // Each way takes 150 ms: a call runs on the server 150 ms after it is sent, and its reply
     // is on the way back when the reconnect comes at 220 ms.
     proxy.set_latency(Duration::from_millis(150));

@@ -61,13 +61,18 @@ mod script {
     }
 
     /// `fences.lua`'s `fenced`: a request found in the fence set does nothing; the lost ids it
-    /// carries are fenced.
-    fn fenced(server: &mut Server, owner: Owner, req: Req, lost: &[Req]) -> bool {
-        if server.fences.contains(&(owner, req)) {
+    /// carries are fenced. `key` is whose requests they are (an owner field, a permit id).
+    pub fn fenced<K: Ord + Copy>(
+        fences: &mut BTreeSet<(K, Req)>,
+        key: K,
+        req: Req,
+        lost: &[Req],
+    ) -> bool {
+        if fences.contains(&(key, req)) {
             return true;
         }
         for &id in lost {
-            server.fences.insert((owner, id));
+            fences.insert((key, id));
         }
         false
     }
@@ -83,7 +88,7 @@ mod script {
         req: Req,
         lost: &[Req],
     ) -> Reply {
-        if fenced(server, owner, req, lost) {
+        if fenced(&mut server.fences, owner, req, lost) {
             return Reply::Stale;
         }
         if server.holds.is_empty() {
@@ -155,7 +160,7 @@ mod script {
         req: Req,
         lost: &[Req],
     ) -> Reply {
-        if fenced(server, owner, req, lost) {
+        if fenced(&mut server.fences, owner, req, lost) {
             return Reply::Stale;
         }
         if left == 0 {
@@ -678,17 +683,54 @@ impl Model for Lock {
     }
 }
 
+/// A bound of the check: the environment variable `name` (for a longer run), else `default`.
+fn bound(name: &str, default: u8) -> u8 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Explores every state of `model` to its bound and fails on any property broken or any
+/// "sometimes" never reached.
+fn check_to_the_bound<M>(model: M)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::fmt::Debug + std::hash::Hash + Clone + PartialEq + Send + Sync + 'static,
+    M::Action: std::fmt::Debug + Clone + PartialEq,
+{
+    let started = std::time::Instant::now();
+    let checker = model.checker().threads(2).spawn_bfs().join();
+    println!(
+        "{} states in {:?}",
+        checker.unique_state_count(),
+        started.elapsed()
+    );
+    checker.assert_properties();
+}
+
+/// The steps of a counterexample to `property` in `model` (a negative control), found with
+/// the checker stopped at the first one; fails when there is none.
+fn counterexample<M>(model: M, property: &'static str) -> Vec<M::Action>
+where
+    M: Model + Send + Sync + 'static,
+    M::State: std::fmt::Debug + std::hash::Hash + Clone + PartialEq + Send + Sync + 'static,
+    M::Action: std::fmt::Debug + Clone + PartialEq,
+{
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .threads(2)
+        .spawn_bfs()
+        .join();
+    checker.assert_any_discovery(property).into_actions()
+}
+
 /// The bound CI checks: 2 clients, a lease of 3 ticks renewed before a deadline of 2, a server
 /// clock up to 1 tick ahead, 3 ticks, 2 calls per client (which covers a lost reply, its resend,
 /// a late arrival of the first, an expiry and a hand-over: the "sometimes" properties say each
 /// is reached).
 fn bounded_lock() -> Lock {
-    let bound = |name: &str, default: u8| {
-        std::env::var(name)
-            .ok()
-            .and_then(|value| value.parse().ok())
-            .unwrap_or(default)
-    };
     Lock {
         clients: bound("FREDLOCK_MODEL_CLIENTS", 2),
         lease: 3,
@@ -703,14 +745,7 @@ fn bounded_lock() -> Lock {
 
 #[test]
 fn the_reentrant_lock_protocol_holds_to_the_bound() {
-    let started = std::time::Instant::now();
-    let checker = bounded_lock().checker().threads(2).spawn_bfs().join();
-    println!(
-        "{} states in {:?}",
-        checker.unique_state_count(),
-        started.elapsed()
-    );
-    checker.assert_properties();
+    check_to_the_bound(bounded_lock());
 }
 
 /// The leader election's terms: the same model with every client campaigning (`leader.lua`'s
@@ -718,18 +753,10 @@ fn the_reentrant_lock_protocol_holds_to_the_bound() {
 /// issued (epochs only grow) and its term is the one on record.
 #[test]
 fn the_leader_election_protocol_holds_to_the_bound() {
-    let started = std::time::Instant::now();
-    let election = Lock {
+    check_to_the_bound(Lock {
         campaign: true,
         ..bounded_lock()
-    };
-    let checker = election.checker().threads(2).spawn_bfs().join();
-    println!(
-        "{} states in {:?}",
-        checker.unique_state_count(),
-        started.elapsed()
-    );
-    checker.assert_properties();
+    });
 }
 
 /// The model fails where the protocol would: without fences (a late acquire leaves a hold
@@ -740,30 +767,14 @@ fn the_model_fails_without_fences_or_margin() {
         fences: false,
         ..bounded_lock()
     };
-    let checker = unfenced
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([
-            "settled, the server's count is the client's",
-        ])))
-        .threads(2)
-        .spawn_bfs()
-        .join();
-    let path = checker.assert_any_discovery("settled, the server's count is the client's");
-    println!("without fences: {:?}", path.into_actions());
+    let steps = counterexample(unfenced, "settled, the server's count is the client's");
+    println!("without fences: {steps:?}");
     let late = Lock {
         renew_deadline: 3,
         ..bounded_lock()
     };
-    let checker = late
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([
-            "no two owners believe they hold the lock",
-        ])))
-        .threads(2)
-        .spawn_bfs()
-        .join();
-    let path = checker.assert_any_discovery("no two owners believe they hold the lock");
-    println!("deadline = lease: {:?}", path.into_actions());
+    let steps = counterexample(late, "no two owners believe they hold the lock");
+    println!("deadline = lease: {steps:?}");
 }
 
 /// One tick of the model, in milliseconds on the real server: long enough that no key expires
@@ -1034,16 +1045,6 @@ mod permits {
         pub fences: BTreeSet<(Permit, Req)>,
     }
 
-    fn fenced(server: &mut Server, id: Permit, req: Req, lost: &[Req]) -> bool {
-        if server.fences.contains(&(id, req)) {
-            return true;
-        }
-        for &lost in lost {
-            server.fences.insert((id, lost));
-        }
-        false
-    }
-
     /// `prepare`: gives back the permits whose leases ended by `now`; whether any were.
     fn reclaim(server: &mut Server, now: u8) -> bool {
         let ended: Vec<Permit> = server
@@ -1072,7 +1073,7 @@ mod permits {
         lost: &[Req],
         regrant_extends: bool,
     ) -> Reply {
-        if fenced(server, id, req, lost) {
+        if script::fenced(&mut server.fences, id, req, lost) {
             return Reply::Stale;
         }
         reclaim(server, now);
@@ -1103,7 +1104,7 @@ mod permits {
         req: Req,
         lost: &[Req],
     ) -> Reply {
-        if fenced(server, id, req, lost) {
+        if script::fenced(&mut server.fences, id, req, lost) {
             return Reply::Stale;
         }
         reclaim(server, now);
@@ -1605,12 +1606,6 @@ mod permits {
     /// The bound CI checks: 2 clients, 1 permit, a lease of 3 ticks renewed before a deadline of
     /// 2, a server clock up to 1 tick ahead, 3 ticks, 2 calls per client.
     pub fn bounded() -> Semaphore {
-        let bound = |name: &str, default: u8| {
-            std::env::var(name)
-                .ok()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or(default)
-        };
         Semaphore {
             clients: bound("FREDLOCK_MODEL_CLIENTS", 2),
             permits: i64::from(bound("FREDLOCK_MODEL_PERMITS", 1)),
@@ -1627,14 +1622,7 @@ mod permits {
 
 #[test]
 fn the_permit_semaphore_protocol_holds_to_the_bound() {
-    let started = std::time::Instant::now();
-    let checker = permits::bounded().checker().threads(2).spawn_bfs().join();
-    println!(
-        "{} states in {:?}",
-        checker.unique_state_count(),
-        started.elapsed()
-    );
-    checker.assert_properties();
+    check_to_the_bound(permits::bounded());
 }
 
 /// The permit model fails where the protocol would: without fences (a late acquire takes a
@@ -1647,34 +1635,17 @@ fn the_permit_model_fails_without_fences_or_a_fresh_lease() {
         fences: false,
         ..permits::bounded()
     };
-    let checker = unfenced
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([
-            "settled, a client holds on the server only its guard's permit",
-        ])))
-        .threads(2)
-        .spawn_bfs()
-        .join();
-    let path = checker
-        .assert_any_discovery("settled, a client holds on the server only its guard's permit");
-    println!("without fences: {:?}", path.into_actions());
+    let steps = counterexample(
+        unfenced,
+        "settled, a client holds on the server only its guard's permit",
+    );
+    println!("without fences: {steps:?}");
     let stale_lease = permits::Semaphore {
         regrant_extends: false,
         ..permits::bounded()
     };
-    let checker = stale_lease
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([
-            "never more believers than permits",
-        ])))
-        .threads(2)
-        .spawn_bfs()
-        .join();
-    let path = checker.assert_any_discovery("never more believers than permits");
-    println!(
-        "a found grant's lease left as it was: {:?}",
-        path.into_actions()
-    );
+    let steps = counterexample(stale_lease, "never more believers than permits");
+    println!("a found grant's lease left as it was: {steps:?}");
 }
 
 /// A permit id of the differential test: `<client uuid>:<owner>x<acquisition>`.

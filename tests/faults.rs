@@ -1240,6 +1240,17 @@ async fn history_across_crashes(persist: bool) -> (Result<Checked, Violation>, u
     });
     let (server, crashes) = crashes.await.unwrap();
     assert_ne!(run_id(server.raw().await).await, first_run, "restarted");
+    let (verdict, ops) = history_checked(&history, clients, tasks).await;
+    (verdict, crashes, ops)
+}
+
+/// Waits for `history_clients`' tasks to end (they stop at their token), shuts the clients down
+/// and checks the history: what the checker says, and the operations.
+async fn history_checked(
+    history: &History,
+    clients: Vec<LockClient>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> (Result<Checked, Violation>, Vec<Op>) {
     for task in tasks {
         task.await.unwrap();
     }
@@ -1248,7 +1259,7 @@ async fn history_across_crashes(persist: bool) -> (Result<Checked, Violation>, u
     }
     let ops = history.ops();
     let permits = HashMap::from([("h-permits".to_string(), 2)]);
-    (check(&ops, &permits), crashes, ops)
+    (check(&ops, &permits), ops)
 }
 
 /// 5. Histories across server crashes (issue 35): persisting with `appendfsync always`, every
@@ -1504,15 +1515,8 @@ async fn history_across_failovers(
     // The last failover's losses show within a watchdog lease.
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.cancel();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    for client in clients {
-        client.shutdown().await;
-    }
-    let ops = history.ops();
-    let permits = HashMap::from([("h-permits".to_string(), 2)]);
-    (check(&ops, &permits), done, right_after, ops)
+    let (verdict, ops) = history_checked(&history, clients, tasks).await;
+    (verdict, done, right_after, ops)
 }
 
 /// 6. Histories across Sentinel failovers (issue 35), with replica sync: an acquisition returns

@@ -406,6 +406,81 @@ async fn lost_join_reply_queues_once() {
     .await;
 }
 
+/// 3b. A fair waiter whose wait ends while its granting acquire is on the wire, and whose reply
+/// is then lost, leaves no hold behind: its leave fences the lost acquire but cannot say whether
+/// it ran, so the settle still gives back the hold it made. (The fair lock's model found this:
+/// a leave that counted as a settle left the hold until its lease ended, 30 s here.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_gives_up_after_a_lost_grant_leaves_no_hold() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let holder = LockClient::connect(&server.url()).await.unwrap();
+        // A lease that ends without a word: the waiter takes the lock on its own next try.
+        let lease = Some(Duration::from_millis(400));
+        let held = holder.fair_lock("gone");
+        let _held = held
+            .try_lock_for(Duration::ZERO, lease)
+            .await
+            .unwrap()
+            .unwrap();
+
+        let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(2))).await;
+        let owner = fredlock::OwnerId::unique();
+        let waiter = locks.fair_lock("gone").with_owner(owner);
+        let field = locks.owner_field(owner);
+        let waiting =
+            tokio::spawn(async move { waiter.try_lock_for(Duration::from_secs(1), None).await });
+        let queued = eventually(Duration::from_secs(2), || async {
+            let place: Option<f64> = raw
+                .zscore(common::timeout_key("gone"), &field)
+                .await
+                .unwrap();
+            place.is_some()
+        })
+        .await;
+        assert!(queued, "the waiter never joined the line");
+        // Its first replies (busy, the channel joined) are in; from now on its next try goes
+        // to the server late, and its reply comes back late, after the wait has ended.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.set_latency(Duration::from_millis(500));
+        let granted = eventually(Duration::from_secs(3), || async {
+            hold_count(&raw, "gone", &field).await == 1
+        })
+        .await;
+        assert!(granted, "the waiter's try never reached the server");
+        proxy.lose_next_reply();
+        assert!(
+            eventually(Duration::from_secs(3), || async {
+                !proxy.reply_pending_loss()
+            })
+            .await,
+            "the grant's reply was not lost"
+        );
+        proxy.set_latency(Duration::ZERO);
+        let outcome = waiting.await.unwrap();
+        assert!(
+            matches!(outcome, Ok(None)),
+            "the wait should have ended: {outcome:?}"
+        );
+        settled(&locks, Duration::from_secs(5)).await;
+        let given_back = eventually(Duration::from_secs(3), || async {
+            hold_count(&raw, "gone", &field).await == 0
+        })
+        .await;
+        assert!(
+            given_back,
+            "the lost grant's hold is still there, PTTL {} ms",
+            raw.pttl::<i64, _>("gone").await.unwrap()
+        );
+        assert!(fenced(&raw, "gone").await > 0, "no reply was lost");
+        let next = holder.fair_lock("gone").try_lock().await.unwrap();
+        assert!(next.is_some(), "the lock is free for the next at once");
+    })
+    .await;
+}
+
 /// 4. A partition longer than the renew deadline: `lost()` fires while Redis still has the lock
 /// (PTTL above 0), and the renewal that lands after the partition heals does not bring it back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -29,7 +29,9 @@
 //! timeout; `Turn::send_again_while_lost`). A lost reply that no later call carries (the caller
 //! gave up, or Redis did not answer in time) is followed up by a settle, queued for the
 //! undo task: it sets the owner's count to what the client knows (deleting a hold nobody has a
-//! guard for) and fences the ids, retrying with backoff.
+//! guard for) and fences the ids, retrying with backoff. A leave carries the fences too, but
+//! its reply settles nothing: it does not set the count, and the acquire it fences may have
+//! run before it and left a hold ([`Fencing::Only`]); the settle still follows.
 //!
 //! Redisson's layout is unchanged: the hash still maps owners to hold counts; the fence set is a
 //! key of fredlock's own that Redisson never reads. What stays outside: a call delayed longer
@@ -113,6 +115,17 @@ pub(crate) struct Turn {
     unsettled: OwnedMutexGuard<Unsettled>,
 }
 
+/// What the reply to a call that carried fences says of the lost calls they fence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fencing {
+    /// The call sets the owner's count (an acquire, a release): once it is answered, nothing a
+    /// lost call did is left that the count does not say.
+    Settles,
+    /// The call fences them but leaves the count alone (a leave): a lost acquire it fenced may
+    /// have run first and left a hold, which only a settle gives back.
+    Only,
+}
+
 /// The request id of one call and the ids it fences, as the scripts take them after their own
 /// arguments.
 pub(crate) struct Request {
@@ -161,9 +174,19 @@ impl Turn {
     /// own id to them. After any other error (an error reply, a call never sent) they stay for
     /// the next call.
     pub(crate) fn record<T>(&mut self, request: Request, outcome: &Result<T, fred::error::Error>) {
+        self.record_as(request, outcome, Fencing::Settles);
+    }
+
+    fn record_as<T>(
+        &mut self,
+        request: Request,
+        outcome: &Result<T, fred::error::Error>,
+        fencing: Fencing,
+    ) {
         let ids = &mut self.unsettled.ids;
         match outcome {
-            Ok(_) => ids.retain(|id| !request.fences.contains(id)),
+            Ok(_) if fencing == Fencing::Settles => ids.retain(|id| !request.fences.contains(id)),
+            Ok(_) => {}
             Err(error) if reply_lost(error) => ids.push(request.id),
             Err(_) => {}
         }
@@ -182,6 +205,7 @@ impl Turn {
     pub(crate) async fn send_again_while_lost<T, F, Fut>(
         &mut self,
         redis: &Client,
+        fencing: Fencing,
         send: F,
     ) -> (Result<T, fred::error::Error>, bool)
     where
@@ -191,7 +215,7 @@ impl Turn {
         let mut resend: Option<Resend> = None;
         loop {
             let (request, outcome) = send(self.request()).await;
-            self.record(request, &outcome);
+            self.record_as(request, &outcome, fencing);
             if !outcome.as_ref().is_err_and(reply_lost) {
                 return (outcome, resend.is_some());
             }
@@ -282,6 +306,36 @@ mod tests {
         assert!(!turn.is_unsettled());
         drop(turn);
         assert_eq!(ledger.len(), 0, "a settled pair is forgotten");
+    }
+
+    #[tokio::test]
+    async fn a_leave_fences_lost_calls_but_leaves_them_to_the_settle() {
+        let ledger = Ledger::new();
+        let mut turn = ledger.turn(&pair()).await;
+        let acquire = turn.request();
+        let acquire_id = acquire.id;
+        turn.record(acquire, &lost_reply());
+        // The leave is answered: the acquire it fenced may still have left a hold.
+        let (left, again) = turn
+            .send_again_while_lost(
+                &fred::prelude::Client::default(),
+                Fencing::Only,
+                |request| {
+                    let fences = request.fences.clone();
+                    async move {
+                        assert_eq!(fences, vec![acquire_id], "the leave carries the fences");
+                        (request, Ok::<bool, fred::error::Error>(true))
+                    }
+                },
+            )
+            .await;
+        assert!(left.unwrap() && !again);
+        assert!(turn.is_unsettled(), "only a settle settles after a leave");
+
+        let settle = turn.request();
+        assert_eq!(settle.fences, vec![acquire_id]);
+        turn.record(settle, &Ok::<(), fred::error::Error>(()));
+        assert!(!turn.is_unsettled());
     }
 
     #[tokio::test]

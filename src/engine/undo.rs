@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::inflight::InFlight;
 use crate::engine::kind::{Call, Kind, ReleaseArgs};
-use crate::engine::ledger::{Pair, Turn};
+use crate::engine::ledger::{Fencing, Pair, Turn};
 use crate::engine::{Core, Field};
 use crate::error::is_transient;
 
@@ -94,7 +94,7 @@ async fn send_release(
     left: usize,
     lease: &Value,
 ) -> (Result<Option<i64>, fred::error::Error>, bool) {
-    turn.send_again_while_lost(core.redis(), |request| async {
+    turn.send_again_while_lost(core.redis(), Fencing::Settles, |request| async {
         let args = ReleaseArgs {
             field,
             left,
@@ -189,7 +189,7 @@ impl Leave {
             .turn(&Pair::new(name.clone(), self.field.clone()))
             .await;
         let (left, _) = turn
-            .send_again_while_lost(core.redis(), |request| async {
+            .send_again_while_lost(core.redis(), Fencing::Only, |request| async {
                 let left = match self.kind.leave(&self.field, &request) {
                     Some(call) => call.run::<i64>(&core.writer).await.map(|left| left == 1),
                     None => Ok(false),

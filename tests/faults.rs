@@ -1072,10 +1072,7 @@ async fn history_worker(
                 let call = lock.try_lock_for(wait, lease);
                 let (id, guard) = history.acquire(&who, &name, 1, call, |_| None).await;
                 let Some(guard) = guard else { continue };
-                tokio::select! {
-                    _ = tokio::time::sleep(work) => {}
-                    _ = guard.lost() => history.lost(id, &who, &name),
-                }
+                work_while_held(&history, id, &who, &name, work, || guard.is_lost()).await;
                 history.release(id, &who, &name, guard.unlock()).await;
             }
             2 => {
@@ -1086,10 +1083,7 @@ async fn history_worker(
                     .acquire(&who, name, 1, call, |guard| Some(guard.token()))
                     .await;
                 let Some(guard) = guard else { continue };
-                tokio::select! {
-                    _ = tokio::time::sleep(work) => {}
-                    _ = guard.lost() => history.lost(id, &who, name),
-                }
+                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
                 history.release(id, &who, name, guard.unlock()).await;
             }
             _ => {
@@ -1098,14 +1092,50 @@ async fn history_worker(
                 let call = permits.try_acquire(wait, lease);
                 let (id, permit) = history.acquire(&who, name, 1, call, |_| None).await;
                 let Some(permit) = permit else { continue };
-                tokio::select! {
-                    _ = tokio::time::sleep(work) => {}
-                    _ = permit.lost() => history.lost(id, &who, name),
-                }
+                work_while_held(&history, id, &who, name, work, || permit.is_lost()).await;
                 history.release(id, &who, name, permit.release()).await;
             }
         }
     }
+}
+
+/// Works as the holder of hold `id` for `work`, finding the hold standing (`is_lost()` false)
+/// before every step of at most 5 ms; if it finds it lost, records that its owner believed it
+/// held until the last step that found it standing. The owner acts as holder only in steps that
+/// found it standing: a process paused between two steps did nothing as a holder while paused,
+/// and its first step after the pause finds the hold lost if its renew deadline passed (the
+/// guard compares the deadline with the clock, whatever the watchdog has done since).
+async fn work_while_held(
+    history: &History,
+    id: u64,
+    who: &str,
+    name: &str,
+    work: Duration,
+    is_lost: impl Fn() -> bool,
+) {
+    let until = Instant::now() + work;
+    let mut standing = history.now();
+    loop {
+        if is_lost() {
+            history.lost_at(id, who, name, standing);
+            return;
+        }
+        standing = history.now();
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        tokio::time::sleep((until - now).min(Duration::from_millis(5))).await;
+    }
+}
+
+/// A history client's settings: a watchdog lease of 1.5 s (renew deadline 1 s), queue places of
+/// 1 s, a command timeout of 500 ms.
+fn history_settings(builder: fredlock::LockClientBuilder) -> fredlock::LockClientBuilder {
+    builder
+        .watchdog_lease(Duration::from_millis(1500))
+        .queue_place(Duration::from_secs(1))
+        .command_timeout(Duration::from_millis(500))
 }
 
 /// Three clients (the `c`-th at `url(c)`) of three `history_worker` tasks each, holding for up
@@ -1123,14 +1153,7 @@ async fn history_clients(
     let mut clients = Vec::new();
     let mut tasks = Vec::new();
     for c in 0..3u64 {
-        let locks = client(url(c), |b| {
-            configure(
-                b.watchdog_lease(Duration::from_millis(1500))
-                    .queue_place(Duration::from_secs(1))
-                    .command_timeout(Duration::from_millis(500)),
-            )
-        })
-        .await;
+        let locks = client(url(c), |b| configure(history_settings(b))).await;
         if c == 0 {
             assert!(locks
                 .permit_semaphore("h-permits")
@@ -1272,6 +1295,146 @@ async fn histories_under_chaos_show_no_overlap() {
         );
         assert!(checked.holds > 300, "{checked:?}");
         assert!(checked.tokens > 50 && checked.runs > 50, "{checked:?}");
+        for client in clients {
+            client.shutdown().await;
+        }
+    })
+    .await;
+}
+
+/// The child of `histories_under_pauses_show_no_overlap`: one client (`history_settings`) at
+/// `FREDLOCK_HISTORY_URL` of three `history_worker` tasks and a `history_ticks` instance for
+/// `FREDLOCK_HISTORY_MS`, then its history on stdout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by histories_under_pauses_show_no_overlap as a child process"]
+async fn history_child() {
+    let (Ok(url), Ok(run_ms)) = (
+        std::env::var("FREDLOCK_HISTORY_URL"),
+        std::env::var("FREDLOCK_HISTORY_MS"),
+    ) else {
+        return;
+    };
+    let history = History::new();
+    let stop = stop_at(Instant::now() + Duration::from_millis(run_ms.parse().unwrap()));
+    let locks = client(url, history_settings).await;
+    let mut tasks = Vec::new();
+    for t in 0..3u64 {
+        let who = format!("child/t{t}");
+        let worker = history_worker(
+            history.clone(),
+            locks.clone(),
+            who,
+            100 + t,
+            stop.clone(),
+            50,
+        );
+        tasks.push(tokio::spawn(worker));
+    }
+    let ticks = history_ticks(history.clone(), locks.clone(), "child/job".into(), stop);
+    tasks.push(tokio::spawn(ticks));
+    for task in tasks {
+        task.await.unwrap();
+    }
+    locks.shutdown().await;
+    print!("{}", history.lines());
+}
+
+/// Continues and kills a child process when dropped, unless it was reaped.
+struct StopsChild(Option<u32>);
+
+impl Drop for StopsChild {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            common::signal_quietly(pid, "CONT");
+            common::signal_quietly(pid, "KILL");
+        }
+    }
+}
+
+/// 4d. Histories under pauses: three clients in this process, and a fourth in a child process
+/// that is stopped (SIGSTOP) for 0.3–2.3 s at random moments, often past its renew deadline
+/// (1 s) and its lease (1.5 s), while all four take the locks, the fenced lock, the permits and
+/// the job ticks; the checker finds no two holds at once, no token out of order, no third
+/// permit and no tick twice. A hold ends where its owner last found it standing before it
+/// learnt of the loss (`work_while_held`): a stopped process does nothing as a holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn histories_under_pauses_show_no_overlap() {
+    bounded(async {
+        let server = RedisServer::start();
+        let history = History::new();
+        let run = Duration::from_secs(12);
+        let until = Instant::now() + run;
+        let url = |_| server.url();
+        let (clients, tasks) = history_clients(&history, url, &stop_at(until), 31, 10, |b| b).await;
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "history_child", "--nocapture"])
+            .env("FREDLOCK_HISTORY_URL", server.url())
+            .env("FREDLOCK_HISTORY_MS", run.as_millis().to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stops = StopsChild(Some(child.id()));
+        let pid = child.id();
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output());
+        // Started, connected and taking locks before the first pause.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut rng = Rng(37);
+        let mut pauses = Vec::new();
+        while Instant::now() + Duration::from_millis(1500) < until {
+            tokio::time::sleep(Duration::from_millis(200 + rng.below(600))).await;
+            let pause = Duration::from_millis(300 + rng.below(2000));
+            common::signal(pid, "STOP");
+            tokio::time::sleep(pause).await;
+            common::signal(pid, "CONT");
+            pauses.push(pause.as_millis() as u64);
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let output = tokio::time::timeout(Duration::from_secs(30), output)
+            .await
+            .expect("the child ends")
+            .unwrap()
+            .unwrap();
+        stops.0 = None;
+        assert!(
+            output.status.success(),
+            "the child failed: {:?}",
+            output.status
+        );
+        let joined = history.join_lines(&String::from_utf8_lossy(&output.stdout));
+        let ops = history.ops();
+        let permits = HashMap::from([("h-permits".to_string(), 2)]);
+        let checked = check(&ops, &permits).unwrap_or_else(|violation| panic!("{violation}"));
+        let child_ops = |call: Call| {
+            ops.iter()
+                .filter(|op| op.client.starts_with("child") && op.call == call)
+                .filter(|op| op.outcome == Outcome::Ok)
+                .count()
+        };
+        let (child_holds, child_losses) = (
+            child_ops(Call::Acquire { permits: 1 }),
+            child_ops(Call::Lost),
+        );
+        println!(
+            "pauses: {} operations ({joined} from the paused child: {child_holds} holds, \
+             {child_losses} lost), {checked:?}, pauses of {pauses:?} ms",
+            ops.len()
+        );
+        assert!(pauses.len() >= 4, "{pauses:?}");
+        assert!(
+            child_holds > 20,
+            "the paused child held too little: {child_holds}"
+        );
+        assert!(
+            child_losses > 0,
+            "no pause outlasted a hold's renew deadline"
+        );
+        assert!(
+            checked.holds > 200 && checked.tokens > 20 && checked.runs > 50,
+            "{checked:?}"
+        );
         for client in clients {
             client.shutdown().await;
         }

@@ -3,10 +3,12 @@
 //! job tick run twice.
 //!
 //! Every instant is read from one monotonic clock, this process's `Instant`, so the tasks of
-//! every client of a test share it. A hold runs from its acquire's return to its release's
-//! invoke or the moment its `lost()` fired, whichever comes first: that is when its owner
-//! believes it holds the lock. An acquire that failed (an error, a timeout) is no hold: its
-//! owner never believed it held anything, whatever the server did.
+//! every client of a test share it; a child process's history joins its parent's on the same
+//! clock (`CLOCK_MONOTONIC`, which `Instant` reads, is the machine's). A hold runs from its
+//! acquire's return to its release's invoke or the moment its owner learnt of its loss,
+//! whichever comes first: that is when its owner believes it holds the lock. An acquire that
+//! failed (an error, a timeout) is no hold: its owner never believed it held anything, whatever
+//! the server did.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -63,6 +65,8 @@ pub struct Op {
 #[derive(Clone)]
 pub struct History {
     start: Instant,
+    /// `start` on the machine's monotonic clock, in ns.
+    origin_ns: u64,
     ops: Arc<Mutex<Vec<Op>>>,
     next: Arc<AtomicU64>,
     /// How many acquisitions have returned a hold, for a fault to strike right after one.
@@ -79,6 +83,7 @@ impl History {
     pub fn new() -> History {
         History {
             start: Instant::now(),
+            origin_ns: monotonic_ns(),
             ops: Arc::default(),
             next: Arc::new(AtomicU64::new(1)),
             acquired: Arc::new(tokio::sync::watch::channel(0).0),
@@ -167,7 +172,11 @@ impl History {
 
     /// Records that hold `id`'s owner learnt now that it was lost.
     pub fn lost(&self, id: u64, client: &str, target: &str) {
-        let at = self.now();
+        self.lost_at(id, client, target, self.now());
+    }
+
+    /// Records that hold `id`'s owner believed it held until `at`, and then learnt it was lost.
+    pub fn lost_at(&self, id: u64, client: &str, target: &str, at: Duration) {
         self.record(Op {
             id,
             client: client.to_owned(),
@@ -183,6 +192,98 @@ impl History {
     pub fn ops(&self) -> Vec<Op> {
         self.ops.lock().unwrap().clone()
     }
+
+    /// The operations as lines another process can read ([`History::join_lines`]), with their
+    /// instants on the machine's monotonic clock.
+    pub fn lines(&self) -> String {
+        let at = |instant: Duration| self.origin_ns + instant.as_nanos() as u64;
+        let mut text = String::new();
+        for op in self.ops() {
+            let call = match op.call {
+                Call::Acquire { permits } => format!("acquire:{permits}"),
+                Call::Release => "release".into(),
+                Call::Lost => "lost".into(),
+                Call::Run { tick } => format!("run:{tick}"),
+            };
+            let outcome = match op.outcome {
+                Outcome::Ok => "ok".into(),
+                Outcome::Refused => "refused".into(),
+                Outcome::Failed(error) => format!("failed:{}", error.replace(['\t', '\n'], " ")),
+            };
+            let token = op.token.map_or("-".into(), |token| token.to_string());
+            text.push_str(&format!(
+                "{LINE}\t{}\t{}\t{}\t{call}\t{}\t{}\t{outcome}\t{token}\n",
+                op.id,
+                op.client,
+                op.target,
+                at(op.invoke),
+                at(op.ret)
+            ));
+        }
+        text
+    }
+
+    /// Adds the operations another process wrote with [`History::lines`] (other lines of
+    /// `text` are skipped), on this history's clock; their ids are kept apart from this one's.
+    /// How many were added.
+    pub fn join_lines(&self, text: &str) -> usize {
+        let mut added = 0;
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let [LINE, id, client, target, call, invoke, ret, outcome, token] = fields[..] else {
+                continue;
+            };
+            let since = |ns: &str| {
+                Duration::from_nanos(ns.parse::<u64>().unwrap().saturating_sub(self.origin_ns))
+            };
+            let call = match call.split_once(':') {
+                Some(("acquire", permits)) => Call::Acquire {
+                    permits: permits.parse().unwrap(),
+                },
+                Some(("run", tick)) => Call::Run {
+                    tick: tick.parse().unwrap(),
+                },
+                None if call == "release" => Call::Release,
+                _ => Call::Lost,
+            };
+            let outcome = match outcome.split_once(':') {
+                Some(("failed", error)) => Outcome::Failed(error.to_owned()),
+                _ if outcome == "refused" => Outcome::Refused,
+                _ => Outcome::Ok,
+            };
+            self.record(Op {
+                id: CHILD_IDS + id.parse::<u64>().unwrap(),
+                client: client.to_owned(),
+                target: target.to_owned(),
+                call,
+                invoke: since(invoke),
+                ret: since(ret),
+                outcome,
+                token: token.parse().ok(),
+            });
+            added += 1;
+        }
+        added
+    }
+}
+
+/// How a line of [`History::lines`] starts.
+const LINE: &str = "history-op";
+
+/// Where the ids of another process's operations start.
+const CHILD_IDS: u64 = 1 << 40;
+
+/// Now on the machine's monotonic clock (the one `Instant` reads), in ns: comparable between
+/// processes.
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given, which lives on this stack.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    assert_eq!(read, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// A hold as the checker sees it: when its owner believed it held `permits` of `target`.

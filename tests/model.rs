@@ -604,28 +604,96 @@ impl Lock {
     }
 
     fn send(&self, state: &mut State, owner: Owner, call: CallKind) {
-        let client = &mut state.clients[owner as usize];
-        let req = client.next_req;
-        client.next_req += 1;
-        let lost = match call {
-            CallKind::Renew => Vec::new(),
-            // A leave fences them too, but settles nothing: the settle still follows.
-            CallKind::Leave if !self.leave_settles => client.lost.clone(),
-            _ => std::mem::take(&mut client.lost),
-        };
-        if call == CallKind::Renew {
-            client.renewing = true;
-        } else {
-            client.waiting = Some((req, call, state.now));
-        }
-        state.requests.push(Request {
+        let leave_settles = self.leave_settles;
+        send(
+            &mut state.clients,
+            &mut state.requests,
+            state.now,
             owner,
-            req,
             call,
-            lost,
-            sent_at: state.now,
-        });
-        state.requests.sort();
+            leave_settles,
+        );
+    }
+}
+
+/// The client's side shared by the lock models (the lock's, the fair lock's and the leader
+/// election's, and the read-write lock's): sends `call` of `owner`'s at `now`, in its turn (a
+/// renewal outside it), with the lost ids it fences (none for a renewal; a leave fences them
+/// but leaves them to the settle, unless `leave_settles`).
+fn send(
+    clients: &mut [Peer],
+    requests: &mut Vec<Request>,
+    now: u8,
+    owner: Owner,
+    call: CallKind,
+    leave_settles: bool,
+) {
+    let client = &mut clients[owner as usize];
+    let req = client.next_req;
+    client.next_req += 1;
+    let lost = match call {
+        CallKind::Renew => Vec::new(),
+        CallKind::Leave if !leave_settles => client.lost.clone(),
+        _ => std::mem::take(&mut client.lost),
+    };
+    if call == CallKind::Renew {
+        client.renewing = true;
+    } else {
+        client.waiting = Some((req, call, now));
+    }
+    requests.push(Request {
+        owner,
+        req,
+        call,
+        lost,
+        sent_at: now,
+    });
+    requests.sort();
+}
+
+/// A renewal's reply, read with its send time as the watchdog reads it: a confirmed renewal
+/// moves the owner's lease on, a refused one is a loss. None when the reply is not there.
+fn renewal_answered(
+    responses: &mut Vec<Response>,
+    client: &mut Peer,
+    request: &Request,
+) -> Option<()> {
+    let response = responses
+        .iter()
+        .position(|r| r.owner == request.owner && r.req == request.req)?;
+    let response = responses.remove(response);
+    client.renewing = false;
+    if !client.crashed {
+        match response.reply {
+            Reply::Int(1) if client.believes => {
+                client.leased_at = client.leased_at.max(request.sent_at);
+            }
+            Reply::Int(0) => client.believes = false,
+            _ => {}
+        }
+    }
+    Some(())
+}
+
+/// Time passes for the clients: a guard's `lost()` fires at its renew deadline. Whether one
+/// did.
+fn deadlines_pass(clients: &mut [Peer], now: u8, renew_deadline: u8) -> bool {
+    let mut lost = false;
+    for client in clients {
+        if client.believes && now >= client.leased_at + renew_deadline {
+            client.believes = false;
+            lost = true;
+        }
+    }
+    lost
+}
+
+/// A client process that died: it sends nothing more, and its request ids are not reused.
+fn crashed(client: &Peer) -> Peer {
+    Peer {
+        crashed: true,
+        next_req: client.next_req,
+        ..Peer::default()
     }
 }
 
@@ -743,24 +811,9 @@ impl Model for Lock {
                     reply,
                 });
                 state.responses.sort();
-                // The renewal's reply is read with its send time.
                 if request.call == CallKind::Renew {
-                    let response = state
-                        .responses
-                        .iter()
-                        .position(|r| r.owner == request.owner && r.req == request.req)?;
-                    let response = state.responses.remove(response);
                     let client = &mut state.clients[request.owner as usize];
-                    client.renewing = false;
-                    if !client.crashed {
-                        match response.reply {
-                            Reply::Int(1) if client.believes => {
-                                client.leased_at = client.leased_at.max(request.sent_at);
-                            }
-                            Reply::Int(0) => client.believes = false,
-                            _ => {}
-                        }
-                    }
+                    renewal_answered(&mut state.responses, client, &request)?;
                 }
             }
             Action::Respond(i) => {
@@ -830,12 +883,8 @@ impl Model for Lock {
                     state.server.term = None;
                     state.seen.insert(Seen::Expired);
                 }
-                for client in &mut state.clients {
-                    // The guard's `lost()` fires at the renew deadline.
-                    if client.believes && now >= client.leased_at + self.renew_deadline {
-                        client.believes = false;
-                        state.seen.insert(Seen::LostLocally);
-                    }
+                if deadlines_pass(&mut state.clients, now, self.renew_deadline) {
+                    state.seen.insert(Seen::LostLocally);
                 }
             }
             Action::Expire => {
@@ -845,11 +894,7 @@ impl Model for Lock {
             }
             Action::Crash(owner) => {
                 let client = &mut state.clients[owner as usize];
-                *client = Peer {
-                    crashed: true,
-                    next_req: client.next_req,
-                    ..Peer::default()
-                };
+                *client = crashed(client);
             }
         }
         Some(state)
@@ -2580,43 +2625,7 @@ mod rw {
         pub fences: bool,
     }
 
-    #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-    pub enum CallKind {
-        Acquire { holds: u32 },
-        Release { left: u32 },
-        Renew,
-        Leave,
-    }
-
-    #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-    pub struct Request {
-        owner: Owner,
-        req: Req,
-        call: CallKind,
-        lost: Vec<Req>,
-        sent_at: u8,
-    }
-
-    #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-    pub struct Response {
-        owner: Owner,
-        req: Req,
-        reply: Reply,
-    }
-
-    #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord)]
-    pub struct Peer {
-        holds: u32,
-        believes: bool,
-        leased_at: u8,
-        next_req: Req,
-        lost: Vec<Req>,
-        waiting: Option<(Req, CallKind, u8)>,
-        renewing: bool,
-        crashed: bool,
-        /// A writer that may have a place: it asked and was not granted.
-        queued: bool,
-    }
+    use super::{CallKind, Peer, Request, Response};
 
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct State {
@@ -2711,27 +2720,14 @@ mod rw {
         }
 
         fn send(&self, state: &mut State, owner: Owner, call: CallKind) {
-            let client = &mut state.clients[owner as usize];
-            let req = client.next_req;
-            client.next_req += 1;
-            let lost = match call {
-                CallKind::Renew => Vec::new(),
-                CallKind::Leave => client.lost.clone(),
-                _ => std::mem::take(&mut client.lost),
-            };
-            if call == CallKind::Renew {
-                client.renewing = true;
-            } else {
-                client.waiting = Some((req, call, state.now));
-            }
-            state.requests.push(Request {
+            super::send(
+                &mut state.clients,
+                &mut state.requests,
+                state.now,
                 owner,
-                req,
                 call,
-                lost,
-                sent_at: state.now,
-            });
-            state.requests.sort();
+                false,
+            );
         }
 
         /// Whether the server has a live hold of `owner`'s.
@@ -2863,22 +2859,8 @@ mod rw {
                     });
                     state.responses.sort();
                     if request.call == CallKind::Renew {
-                        let response = state
-                            .responses
-                            .iter()
-                            .position(|r| r.owner == owner && r.req == request.req)?;
-                        let response = state.responses.remove(response);
                         let client = &mut state.clients[owner as usize];
-                        client.renewing = false;
-                        if !client.crashed {
-                            match response.reply {
-                                Reply::Int(1) if client.believes => {
-                                    client.leased_at = client.leased_at.max(request.sent_at);
-                                }
-                                Reply::Int(0) => client.believes = false,
-                                _ => {}
-                            }
-                        }
+                        super::renewal_answered(&mut state.responses, client, &request)?;
                     }
                 }
                 Action::Respond(i) => {
@@ -2933,11 +2915,8 @@ mod rw {
                         state.server.clear_hash();
                         state.seen.insert(Seen::Expired);
                     }
-                    for client in &mut state.clients {
-                        if client.believes && now >= client.leased_at + self.renew_deadline {
-                            client.believes = false;
-                            state.seen.insert(Seen::LostLocally);
-                        }
+                    if super::deadlines_pass(&mut state.clients, now, self.renew_deadline) {
+                        state.seen.insert(Seen::LostLocally);
                     }
                 }
                 Action::Expire => {
@@ -2946,11 +2925,7 @@ mod rw {
                 }
                 Action::Crash(owner) => {
                     let client = &mut state.clients[owner as usize];
-                    *client = Peer {
-                        crashed: true,
-                        next_req: client.next_req,
-                        ..Peer::default()
-                    };
+                    *client = super::crashed(client);
                 }
             }
             Some(state)

@@ -450,6 +450,25 @@ impl std::hash::Hash for State {
     }
 }
 
+impl Clients for State {
+    fn parts(&mut self) -> (&mut [Peer], &mut Vec<Request>, &mut Vec<Response>, u8) {
+        (
+            &mut self.clients,
+            &mut self.requests,
+            &mut self.responses,
+            self.now,
+        )
+    }
+    fn peek(&self) -> (&[Peer], usize, usize, u8) {
+        (
+            &self.clients,
+            self.requests.len(),
+            self.responses.len(),
+            self.now,
+        )
+    }
+}
+
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 enum Seen {
     Held,
@@ -602,18 +621,6 @@ impl Lock {
             }
         }
     }
-
-    fn send(&self, state: &mut State, owner: Owner, call: CallKind) {
-        let leave_settles = self.leave_settles;
-        send(
-            &mut state.clients,
-            &mut state.requests,
-            state.now,
-            owner,
-            call,
-            leave_settles,
-        );
-    }
 }
 
 /// The client's side shared by the lock models (the lock's, the fair lock's and the leader
@@ -688,13 +695,133 @@ fn deadlines_pass(clients: &mut [Peer], now: u8, renew_deadline: u8) -> bool {
     lost
 }
 
-/// A client process that died: it sends nothing more, and its request ids are not reused.
-fn crashed(client: &Peer) -> Peer {
-    Peer {
-        crashed: true,
-        next_req: client.next_req,
-        ..Peer::default()
+/// A lock model's state as the clients' side shared by the lock models sees it.
+trait Clients {
+    /// The clients, the requests on their way, the replies on theirs, and the time.
+    fn parts(&mut self) -> (&mut [Peer], &mut Vec<Request>, &mut Vec<Response>, u8);
+    /// The same to read: the clients, how many requests and replies are on their way, the time.
+    fn peek(&self) -> (&[Peer], usize, usize, u8);
+}
+
+/// What the clients and the network may do next in a lock model: each live client's calls in
+/// its turn (an acquire while it holds fewer than `max_holds`, only while it believes its
+/// holds), its watchdog's renewal (at most once a tick, as every lease / 3 in the client), a
+/// give-up, a crash that matters (of a holder, or of a client with a call on its way); the
+/// delivery of any request, the reply or loss of any response; a tick until `max_time`.
+fn client_actions(
+    state: &impl Clients,
+    max_requests: u8,
+    max_holds: u32,
+    max_time: u8,
+    actions: &mut Vec<Action>,
+) {
+    let (clients, requests, responses, now) = state.peek();
+    for (i, client) in clients.iter().enumerate() {
+        let owner = i as Owner;
+        if client.crashed {
+            continue;
+        }
+        let turn_free = client.waiting.is_none();
+        let can_send = client.next_req < max_requests;
+        let may_take = client.holds < max_holds && (client.believes || client.holds == 0);
+        if turn_free && can_send && may_take {
+            actions.push(Action::Acquire(owner));
+        }
+        if turn_free && can_send && client.holds > 0 {
+            actions.push(Action::Release(owner));
+        }
+        if turn_free && can_send && client.holds == 0 && !client.lost.is_empty() {
+            actions.push(Action::Settle(owner));
+        }
+        if turn_free && can_send && client.holds == 0 && client.queued {
+            actions.push(Action::Leave(owner));
+        }
+        if client.believes && !client.renewing && can_send && now > client.leased_at {
+            actions.push(Action::Renew(owner));
+        }
+        if client.waiting.is_some() {
+            actions.push(Action::GiveUp(owner));
+        }
+        if client.holds > 0 || client.waiting.is_some() {
+            actions.push(Action::Crash(owner));
+        }
     }
+    for i in 0..requests {
+        actions.push(Action::Deliver(i));
+    }
+    for i in 0..responses {
+        actions.push(Action::Respond(i));
+        actions.push(Action::LoseResponse(i));
+    }
+    if now < max_time {
+        actions.push(Action::Tick);
+    }
+}
+
+/// A client's own step, or the network's loss of a reply, the same in every lock model; false
+/// when `action` is none of them. `joins_line`: whether an owner's acquire takes a place in a
+/// line (given up, it may have).
+fn client_step(
+    state: &mut impl Clients,
+    action: &Action,
+    leave_settles: bool,
+    joins_line: impl Fn(Owner) -> bool,
+) -> bool {
+    let (clients, requests, responses, now) = state.parts();
+    let call = match *action {
+        Action::Acquire(owner) => {
+            let holds = clients[owner as usize].holds;
+            Some((owner, CallKind::Acquire { holds }))
+        }
+        Action::Release(owner) => {
+            let client = &mut clients[owner as usize];
+            // The guard's hold ends at the release's invoke; a lost hold gives all back.
+            let left = if client.believes { client.holds - 1 } else { 0 };
+            client.holds = left;
+            client.believes = client.believes && left > 0;
+            Some((owner, CallKind::Release { left }))
+        }
+        // The undo task's settle: a release to what the client knows.
+        Action::Settle(owner) => {
+            let left = clients[owner as usize].holds;
+            Some((owner, CallKind::Release { left }))
+        }
+        Action::Renew(owner) => Some((owner, CallKind::Renew)),
+        Action::Leave(owner) => {
+            clients[owner as usize].queued = false;
+            Some((owner, CallKind::Leave))
+        }
+        Action::GiveUp(owner) => {
+            let client = &mut clients[owner as usize];
+            if let Some((req, call, _)) = client.waiting.take() {
+                client.lost.push(req);
+                // An acquire given up may have left a place in a line.
+                if matches!(call, CallKind::Acquire { .. }) && joins_line(owner) {
+                    client.queued = true;
+                }
+            }
+            None
+        }
+        Action::LoseResponse(i) => {
+            responses.remove(i);
+            None
+        }
+        Action::Crash(owner) => {
+            // It sends nothing more, and its request ids are not reused.
+            let client = &mut clients[owner as usize];
+            *client = Peer {
+                crashed: true,
+                next_req: client.next_req,
+                ..Peer::default()
+            };
+            None
+        }
+        _ => return false,
+    };
+    if let Some((owner, call)) = call {
+        send(clients, requests, now, owner, call, leave_settles);
+    }
+    true
 }
 
 impl Model for Lock {
@@ -716,47 +843,7 @@ impl Model for Lock {
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        for (i, client) in state.clients.iter().enumerate() {
-            let owner = i as Owner;
-            if client.crashed {
-                continue;
-            }
-            let turn_free = client.waiting.is_none();
-            let can_send = client.next_req < self.max_requests;
-            if turn_free && can_send && client.holds < 2 && (client.believes || client.holds == 0) {
-                actions.push(Action::Acquire(owner));
-            }
-            if turn_free && can_send && client.holds > 0 {
-                actions.push(Action::Release(owner));
-            }
-            if turn_free && can_send && client.holds == 0 && !client.lost.is_empty() {
-                actions.push(Action::Settle(owner));
-            }
-            if turn_free && can_send && client.holds == 0 && client.queued {
-                actions.push(Action::Leave(owner));
-            }
-            // The watchdog renews at most once a tick (every lease / 3 in the client).
-            if client.believes && !client.renewing && can_send && state.now > client.leased_at {
-                actions.push(Action::Renew(owner));
-            }
-            if client.waiting.is_some() {
-                actions.push(Action::GiveUp(owner));
-            }
-            // A crash that matters: of a holder, or of a client with a call on its way.
-            if client.holds > 0 || client.waiting.is_some() {
-                actions.push(Action::Crash(owner));
-            }
-        }
-        for i in 0..state.requests.len() {
-            actions.push(Action::Deliver(i));
-        }
-        for i in 0..state.responses.len() {
-            actions.push(Action::Respond(i));
-            actions.push(Action::LoseResponse(i));
-        }
-        if state.now < self.max_time {
-            actions.push(Action::Tick);
-        }
+        client_actions(state, self.max_requests, 2, self.max_time, actions);
         if !state.server.holds.is_empty() && state.now + self.drift >= state.server.expires {
             actions.push(Action::Expire);
         }
@@ -764,28 +851,11 @@ impl Model for Lock {
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
+        let line = self.line != Line::None;
+        if client_step(&mut state, &action, self.leave_settles, |_| line) {
+            return Some(state);
+        }
         match action {
-            Action::Acquire(owner) => {
-                let holds = state.clients[owner as usize].holds;
-                self.send(&mut state, owner, CallKind::Acquire { holds });
-            }
-            Action::Release(owner) => {
-                let client = &mut state.clients[owner as usize];
-                // The guard's hold ends at the release's invoke; a lost hold gives all back.
-                let left = if client.believes { client.holds - 1 } else { 0 };
-                client.holds = left;
-                client.believes = client.believes && left > 0;
-                self.send(&mut state, owner, CallKind::Release { left });
-            }
-            Action::Settle(owner) => {
-                let left = state.clients[owner as usize].holds;
-                self.send(&mut state, owner, CallKind::Release { left });
-            }
-            Action::Renew(owner) => self.send(&mut state, owner, CallKind::Renew),
-            Action::Leave(owner) => {
-                state.clients[owner as usize].queued = false;
-                self.send(&mut state, owner, CallKind::Leave);
-            }
             Action::Deliver(i) => {
                 let request = state.requests.remove(i);
                 // What a fair lock's line was, to see what the script did to it.
@@ -862,18 +932,6 @@ impl Model for Lock {
                     }
                 }
             }
-            Action::GiveUp(owner) => {
-                let client = &mut state.clients[owner as usize];
-                let (req, call, _) = client.waiting.take()?;
-                client.lost.push(req);
-                // An acquire given up may have left a place in a fair lock's line.
-                if matches!(call, CallKind::Acquire { .. }) && self.line != Line::None {
-                    client.queued = true;
-                }
-            }
-            Action::LoseResponse(i) => {
-                state.responses.remove(i);
-            }
             Action::Tick => {
                 state.now += 1;
                 let now = state.now;
@@ -892,10 +950,7 @@ impl Model for Lock {
                 state.server.term = None;
                 state.seen.insert(Seen::Expired);
             }
-            Action::Crash(owner) => {
-                let client = &mut state.clients[owner as usize];
-                *client = crashed(client);
-            }
+            _ => unreachable!("a client's own step"),
         }
         Some(state)
     }
@@ -2609,7 +2664,7 @@ mod rw {
 
     /// The model's bounds and settings, in ticks.
     #[derive(Clone, Debug)]
-    pub struct RwLock {
+    pub(super) struct RwLock {
         /// Clients: the last writes, the others read.
         pub clients: u8,
         pub lease: u8,
@@ -2625,7 +2680,7 @@ mod rw {
         pub fences: bool,
     }
 
-    use super::{CallKind, Peer, Request, Response};
+    use super::{Action, CallKind, Clients, Peer, Request, Response};
 
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct State {
@@ -2654,6 +2709,25 @@ mod rw {
         }
     }
 
+    impl Clients for State {
+        fn parts(&mut self) -> (&mut [Peer], &mut Vec<Request>, &mut Vec<Response>, u8) {
+            (
+                &mut self.clients,
+                &mut self.requests,
+                &mut self.responses,
+                self.now,
+            )
+        }
+        fn peek(&self) -> (&[Peer], usize, usize, u8) {
+            (
+                &self.clients,
+                self.requests.len(),
+                self.responses.len(),
+                self.now,
+            )
+        }
+    }
+
     #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
     pub enum Seen {
         Read,
@@ -2664,22 +2738,6 @@ mod rw {
         Expired,
         LostLocally,
         Left,
-    }
-
-    #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-    pub enum Action {
-        Acquire(Owner),
-        Release(Owner),
-        Settle(Owner),
-        Renew(Owner),
-        Leave(Owner),
-        Deliver(usize),
-        Respond(usize),
-        GiveUp(Owner),
-        LoseResponse(usize),
-        Tick,
-        Expire,
-        Crash(Owner),
     }
 
     impl RwLock {
@@ -2719,17 +2777,6 @@ mod rw {
             }
         }
 
-        fn send(&self, state: &mut State, owner: Owner, call: CallKind) {
-            super::send(
-                &mut state.clients,
-                &mut state.requests,
-                state.now,
-                owner,
-                call,
-                false,
-            );
-        }
-
         /// Whether the server has a live hold of `owner`'s.
         fn holds_on_server(&self, server: &Server, now: u8, owner: Owner) -> Option<u32> {
             if self.writes(owner) {
@@ -2757,45 +2804,7 @@ mod rw {
         }
 
         fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-            for (i, client) in state.clients.iter().enumerate() {
-                let owner = i as Owner;
-                if client.crashed {
-                    continue;
-                }
-                let turn_free = client.waiting.is_none();
-                let can_send = client.next_req < self.max_requests;
-                if turn_free && can_send && client.holds == 0 {
-                    actions.push(Action::Acquire(owner));
-                }
-                if turn_free && can_send && client.holds > 0 {
-                    actions.push(Action::Release(owner));
-                }
-                if turn_free && can_send && client.holds == 0 && !client.lost.is_empty() {
-                    actions.push(Action::Settle(owner));
-                }
-                if turn_free && can_send && client.holds == 0 && client.queued {
-                    actions.push(Action::Leave(owner));
-                }
-                if client.believes && !client.renewing && can_send && state.now > client.leased_at {
-                    actions.push(Action::Renew(owner));
-                }
-                if client.waiting.is_some() {
-                    actions.push(Action::GiveUp(owner));
-                }
-                if client.holds > 0 || client.waiting.is_some() || client.queued {
-                    actions.push(Action::Crash(owner));
-                }
-            }
-            for i in 0..state.requests.len() {
-                actions.push(Action::Deliver(i));
-            }
-            for i in 0..state.responses.len() {
-                actions.push(Action::Respond(i));
-                actions.push(Action::LoseResponse(i));
-            }
-            if state.now < self.max_time {
-                actions.push(Action::Tick);
-            }
+            super::client_actions(state, self.max_requests, 1, self.max_time, actions);
             if state.server.mode.is_some() && state.now + self.drift >= state.server.expires {
                 actions.push(Action::Expire);
             }
@@ -2803,27 +2812,10 @@ mod rw {
 
         fn next_state(&self, last: &State, action: Action) -> Option<State> {
             let mut state = last.clone();
+            if super::client_step(&mut state, &action, false, |owner| self.writes(owner)) {
+                return Some(state);
+            }
             match action {
-                Action::Acquire(owner) => {
-                    let holds = state.clients[owner as usize].holds;
-                    self.send(&mut state, owner, CallKind::Acquire { holds });
-                }
-                Action::Release(owner) => {
-                    let client = &mut state.clients[owner as usize];
-                    let left = if client.believes { client.holds - 1 } else { 0 };
-                    client.holds = left;
-                    client.believes = client.believes && left > 0;
-                    self.send(&mut state, owner, CallKind::Release { left });
-                }
-                Action::Settle(owner) => {
-                    let left = state.clients[owner as usize].holds;
-                    self.send(&mut state, owner, CallKind::Release { left });
-                }
-                Action::Renew(owner) => self.send(&mut state, owner, CallKind::Renew),
-                Action::Leave(owner) => {
-                    state.clients[owner as usize].queued = false;
-                    self.send(&mut state, owner, CallKind::Leave);
-                }
                 Action::Deliver(i) => {
                     let request = state.requests.remove(i);
                     let now = state.now;
@@ -2896,18 +2888,6 @@ mod rw {
                         }
                     }
                 }
-                Action::GiveUp(owner) => {
-                    let writes = self.writes(owner);
-                    let client = &mut state.clients[owner as usize];
-                    let (req, call, _) = client.waiting.take()?;
-                    client.lost.push(req);
-                    if matches!(call, CallKind::Acquire { .. }) && writes {
-                        client.queued = true;
-                    }
-                }
-                Action::LoseResponse(i) => {
-                    state.responses.remove(i);
-                }
                 Action::Tick => {
                     state.now += 1;
                     let now = state.now;
@@ -2923,10 +2903,7 @@ mod rw {
                     state.server.clear_hash();
                     state.seen.insert(Seen::Expired);
                 }
-                Action::Crash(owner) => {
-                    let client = &mut state.clients[owner as usize];
-                    *client = super::crashed(client);
-                }
+                _ => unreachable!("a client's own step"),
             }
             Some(state)
         }
@@ -3012,7 +2989,7 @@ mod rw {
     /// CI's bound: a reader and a writer, lease 3, renew deadline 2, place 2, a server clock up
     /// to 1 tick ahead, 2 ticks (which reach every "sometimes"; 3 ticks: 2.1 M states, about
     /// three times as long), 2 calls each.
-    pub fn bounded() -> RwLock {
+    pub(super) fn bounded() -> RwLock {
         RwLock {
             clients: bound("FREDLOCK_MODEL_CLIENTS", 2),
             lease: 3,

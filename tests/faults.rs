@@ -1339,18 +1339,6 @@ async fn history_child() {
     print!("{}", history.lines());
 }
 
-/// Continues and kills a child process when dropped, unless it was reaped.
-struct StopsChild(Option<u32>);
-
-impl Drop for StopsChild {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            common::signal_quietly(pid, "CONT");
-            common::signal_quietly(pid, "KILL");
-        }
-    }
-}
-
 /// 4d. Histories under pauses: three clients in this process, and a fourth in a child process
 /// that is stopped (SIGSTOP) for 0.3–2.3 s at random moments, often past its renew deadline
 /// (1 s) and its lease (1.5 s), while all four take the locks, the fenced lock, the permits and
@@ -1366,17 +1354,22 @@ async fn histories_under_pauses_show_no_overlap() {
         let until = Instant::now() + run;
         let url = |_| server.url();
         let (clients, tasks) = history_clients(&history, url, &stop_at(until), 31, 10, |b| b).await;
-        let child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "history_child", "--nocapture"])
-            .env("FREDLOCK_HISTORY_URL", server.url())
-            .env("FREDLOCK_HISTORY_MS", run.as_millis().to_string())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stops = StopsChild(Some(child.id()));
-        let pid = child.id();
-        let output = tokio::task::spawn_blocking(move || child.wait_with_output());
+        let env = [
+            ("FREDLOCK_HISTORY_URL", server.url()),
+            ("FREDLOCK_HISTORY_MS", run.as_millis().to_string()),
+        ];
+        let mut child = KillOnDrop(
+            common::test_child("history_child", &env)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let pid = child.0.id();
+        let mut stdout = child.0.stdout.take().unwrap();
+        let output = tokio::task::spawn_blocking(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stdout, &mut text).map(|_| text)
+        });
         // Started, connected and taking locks before the first pause.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let mut rng = Rng(37);
@@ -1397,13 +1390,9 @@ async fn histories_under_pauses_show_no_overlap() {
             .expect("the child ends")
             .unwrap()
             .unwrap();
-        stops.0 = None;
-        assert!(
-            output.status.success(),
-            "the child failed: {:?}",
-            output.status
-        );
-        let joined = history.join_lines(&String::from_utf8_lossy(&output.stdout));
+        let status = child.0.wait().unwrap();
+        assert!(status.success(), "the child failed: {status:?}");
+        let joined = history.join_lines(&output);
         let ops = history.ops();
         let permits = HashMap::from([("h-permits".to_string(), 2)]);
         let checked = check(&ops, &permits).unwrap_or_else(|violation| panic!("{violation}"));

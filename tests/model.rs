@@ -1262,7 +1262,7 @@ async fn read(raw: &Client, name: &str, fences: &str, now: u8) -> Server {
     let mut server = Server::default();
     for (key, value) in &fields {
         if !key.starts_with("leader:") {
-            let owner = key.rsplit(':').next().unwrap().parse().unwrap();
+            let owner = owner_of(key);
             server.holds.insert(owner, value.parse().unwrap());
         }
     }

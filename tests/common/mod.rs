@@ -113,13 +113,21 @@ where
 /// Runs `test`, an `#[ignore]`d test of the calling test binary, as a child process with `env`
 /// set and its output discarded: for tests that need a process to kill.
 pub fn spawn_test_child(test: &str, env: &[(&str, String)]) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--ignored", "--exact", test, "--nocapture"])
-        .envs(env.iter().map(|(name, value)| (name, value)))
+    test_child(test, env)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("spawn the test binary as a child")
+}
+
+/// The command that runs this test binary's ignored test `test` alone with `env` set, its
+/// stderr dropped: for a child whose stdout the test reads.
+pub fn test_child(test: &str, env: &[(&str, String)]) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary"));
+    command
+        .args(["--ignored", "--exact", test, "--nocapture"])
+        .envs(env.iter().map(|(name, value)| (name, value)))
+        .stderr(Stdio::null());
+    command
 }
 
 /// Kills a child with SIGKILL (no chance to clean up) and reaps it.

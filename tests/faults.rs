@@ -206,48 +206,58 @@ async fn proxied(kind: Kind, name: &str, timeout: Duration) -> Proxied {
     }
 }
 
+/// Takes `proxied`'s lock named `name`, takes it again, gives one hold back and then the last,
+/// each call beside a `fault` started just before it; after each, once the client is quiet, the
+/// fault must have `struck` and the server must count the holds the client does; at the end
+/// nothing is left unsettled and the lock is gone.
+async fn each_call_takes_effect_once<F: std::future::Future<Output = ()>>(
+    proxied: &Proxied,
+    name: &str,
+    fault: impl Fn() -> F,
+    struck: impl Fn() -> bool,
+) {
+    let Proxied {
+        raw,
+        locks,
+        lock,
+        field,
+        ..
+    } = proxied;
+    let struck = &struck;
+    let after = |step: &'static str, holds: u32| async move {
+        quiet(locks).await;
+        assert!(struck(), "{step}: the fault did not strike");
+        assert_eq!(hold_count(raw, name, field).await, holds, "{step}");
+    };
+    let (_, first) = tokio::join!(fault(), lock.lock());
+    let first = first.unwrap();
+    after("acquire", 1).await;
+    let (_, second) = tokio::join!(fault(), lock.lock());
+    let second = second.unwrap();
+    after("re-entry", 2).await;
+    // A release whose reply was lost is sent again and confirmed.
+    let (_, released) = tokio::join!(fault(), second.unlock());
+    released.unwrap();
+    after("release", 1).await;
+    // The last release deleted the lock; sent again, it finds nothing: still released.
+    let (_, released) = tokio::join!(fault(), first.unlock());
+    released.unwrap();
+    after("last release", 0).await;
+    assert_eq!(locks.stats().unsettled, 0);
+    let exists: bool = raw.exists(name).await.unwrap();
+    assert!(!exists, "the last release took effect");
+}
+
 async fn lost_replies_take_effect_once(kind: Kind) {
     bounded(async {
-        let Proxied {
-            server,
-            raw,
-            proxy,
-            locks,
-            lock,
-            field,
-        } = proxied(kind, "cut", Duration::from_secs(1)).await;
-
-        proxy.lose_next_reply();
-        let first = lock.lock().await.unwrap();
-        assert!(!proxy.reply_pending_loss(), "the acquire's reply was lost");
-        assert_eq!(hold_count(&raw, "cut", &field).await, 1, "acquire");
-
-        quiet(&locks).await;
-        proxy.lose_next_reply();
-        let second = lock.lock().await.unwrap();
-        assert!(!proxy.reply_pending_loss());
-        assert_eq!(hold_count(&raw, "cut", &field).await, 2, "re-entry");
-
-        quiet(&locks).await;
-        proxy.lose_next_reply();
-        // The release ran and its reply was lost: it is sent again and confirmed.
-        second.unlock().await.unwrap();
-        assert!(!proxy.reply_pending_loss());
-        assert_eq!(hold_count(&raw, "cut", &field).await, 1, "release");
-
-        quiet(&locks).await;
-        proxy.lose_next_reply();
-        // The last release deleted the lock; sent again, it finds nothing: still released.
-        first.unlock().await.unwrap();
-        assert!(!proxy.reply_pending_loss());
-        assert_eq!(locks.stats().unsettled, 0);
-        let exists: bool = raw.exists("cut").await.unwrap();
-        assert!(!exists, "the last release took effect");
-        let left = kept_by_design(kind, leftovers(&raw).await);
+        let proxied = proxied(kind, "cut", Duration::from_secs(1)).await;
+        let proxy = &proxied.proxy;
+        let fault = || async { proxy.lose_next_reply() };
+        each_call_takes_effect_once(&proxied, "cut", fault, || !proxy.reply_pending_loss()).await;
+        let left = kept_by_design(kind, leftovers(&proxied.raw).await);
         assert!(only_fences(&left), "{left:?}");
-        assert!(fenced(&raw, "cut").await > 0, "no reply was lost");
-
-        another_client_takes(&server, kind, "cut").await;
+        assert!(fenced(&proxied.raw, "cut").await > 0, "no reply was lost");
+        another_client_takes(&proxied.server, kind, "cut").await;
     })
     .await;
 }
@@ -259,44 +269,17 @@ async fn lost_replies_take_effect_once(kind: Kind) {
 for_each_kind!(reconnects_under_a_call_take_effect_once);
 
 async fn reconnects_under_a_call_take_effect_once(kind: Kind) {
-    let Proxied {
-        server,
-        raw,
-        proxy,
-        locks,
-        lock,
-        field,
-    } = proxied(kind, "requeued", Duration::from_secs(2)).await;
+    let proxied = proxied(kind, "requeued", Duration::from_secs(2)).await;
     // Each way takes 150 ms: a call runs on the server 150 ms after it is sent, and its reply
     // is on the way back when the reconnect comes at 220 ms.
-    proxy.set_latency(Duration::from_millis(150));
+    proxied.proxy.set_latency(Duration::from_millis(150));
     let reconnect = || async {
         tokio::time::sleep(Duration::from_millis(220)).await;
-        locks.redis().force_reconnection().await.unwrap();
+        proxied.locks.redis().force_reconnection().await.unwrap();
     };
-    let (first, ()) = tokio::join!(lock.lock(), reconnect());
-    let first = first.unwrap();
-    quiet(&locks).await;
-    assert_eq!(hold_count(&raw, "requeued", &field).await, 1, "acquire");
-
-    let (second, ()) = tokio::join!(lock.lock(), reconnect());
-    let second = second.unwrap();
-    quiet(&locks).await;
-    assert_eq!(hold_count(&raw, "requeued", &field).await, 2, "re-entry");
-
-    let (released, ()) = tokio::join!(second.unlock(), reconnect());
-    released.unwrap();
-    quiet(&locks).await;
-    assert_eq!(hold_count(&raw, "requeued", &field).await, 1, "release");
-
-    let (released, ()) = tokio::join!(first.unlock(), reconnect());
-    released.unwrap();
-    quiet(&locks).await;
-    assert_eq!(locks.stats().unsettled, 0);
-    let exists: bool = raw.exists("requeued").await.unwrap();
-    assert!(!exists, "the last release took effect");
-    proxy.set_latency(Duration::ZERO);
-    another_client_takes(&server, kind, "requeued").await;
+    each_call_takes_effect_once(&proxied, "requeued", reconnect, || true).await;
+    proxied.proxy.set_latency(Duration::ZERO);
+    another_client_takes(&proxied.server, kind, "requeued").await;
 }
 
 /// 1. Semaphores: an acquire whose reply was lost takes its permits once (the attempt sent again

@@ -1508,33 +1508,40 @@ async fn histories_across_server_crashes_show_no_overlap() {
 /// The negative control of the crash histories: without persistence a restart forgets the
 /// holds and the ticks, another client takes a lock its holder still works under (holds of up
 /// to 1 s here, so that one outlives the restart), and the checker shows it: the hazard of a
-/// server that keeps nothing. Whether a crash lands so is chance (a holder renewing right after
-/// the restart learns its loss first), so the run is made up to three times; one run showing it
-/// is the proof, three clean runs fail the test.
+/// server that keeps nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_persistence_a_crash_shows_two_holders_in_the_history() {
-    bounded(async {
-        let mut clean = Vec::new();
-        for _ in 0..3 {
-            let (verdict, crashes, right_after, _) = history_across_crashes(false, 1000).await;
-            match verdict {
-                // Two holders at once, or a tick run twice, or permits past their count:
-                // whichever target the checker reads first (all forgotten by the restart alike).
-                Err(violation) => {
-                    println!(
-                        "across {crashes} crashes ({right_after} right after an acquisition) \
-                         without persistence: {violation}"
-                    );
-                    return;
-                }
-                Ok(checked) => clean.push((crashes, right_after, checked)),
-            }
-        }
-        panic!(
-            "no overlap in three runs (crashes, right after an acquisition, checked): {clean:?}"
+    bounded(shows_a_violation(|| async {
+        let (verdict, crashes, right_after, _) = history_across_crashes(false, 1000).await;
+        let run = format!(
+            "{crashes} crashes ({right_after} right after an acquisition) without persistence"
         );
-    })
+        (verdict, run)
+    }))
     .await;
+}
+
+/// A negative control's runs: whether a fault lands where it shows is chance (a holder that
+/// renews first learns its loss in time), so `run` is made up to three times until the checker
+/// finds a violation (two holders at once, a token out of order, permits past their count or a
+/// tick run twice: whichever target it reads first), printed with what `run` says of itself;
+/// one such run is the proof, three clean runs fail the test.
+async fn shows_a_violation<F, Run>(mut run: F)
+where
+    F: FnMut() -> Run,
+    Run: std::future::Future<Output = (Result<Checked, Violation>, String)>,
+{
+    let mut clean = Vec::new();
+    for _ in 0..3 {
+        match run().await {
+            (Err(violation), what) => {
+                println!("across {what}: {violation}");
+                return;
+            }
+            (Ok(checked), what) => clean.push(format!("{what}: {checked:?}")),
+        }
+    }
+    panic!("no violation in three runs: {clean:?}");
 }
 
 /// The negative control of the history checker on real runs: a client that ignores its loss
@@ -1785,17 +1792,16 @@ async fn with_replica_sync_histories_across_failovers_show_no_overlap() {
 
 /// The negative control of the failover histories: without replica sync an acquisition on the
 /// master a failover is leaving behind counts, the promoted replica never sees it, and another
-/// client takes the lock there while its holder works: the README's hazard, measured.
+/// client takes the lock there while its holder works: the README's hazard, measured (about
+/// three violations in a run of 8 failovers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_replica_sync_a_failover_shows_two_holders_in_the_history() {
-    bounded(async {
+    bounded(shows_a_violation(|| async {
         let (verdict, failovers, _, _) = history_across_failovers(false, 8).await;
-        match verdict {
-            Err(violation) => {
-                println!("across {failovers} failovers without replica sync: {violation}")
-            }
-            Ok(checked) => panic!("no overlap across {failovers} failovers: {checked:?}"),
-        }
-    })
+        (
+            verdict,
+            format!("{failovers} failovers without replica sync"),
+        )
+    }))
     .await;
 }

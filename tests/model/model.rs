@@ -2466,10 +2466,12 @@ mod rw {
         }
         let before = server.readers.get(&owner).cloned().unwrap_or_default();
         let reentry = !before.is_empty() && hold_left(&before, now).is_some();
-        // In write mode only the writer itself may read, and no writer reads here.
-        let mut may = server.mode != Some(Mode::Write);
+        // In write mode only the writer itself may read (it keeps its read holds past its
+        // write: a downgrade); waiting writers keep out only readers of a lock in read mode.
+        let writing = server.mode == Some(Mode::Write);
+        let mut may = !writing || server.writer.is_some_and(|(writer, _)| writer == owner);
         let mut first_writer = None;
-        if may && !reentry && keep_out {
+        if may && !writing && !reentry && keep_out {
             first_writer = waiting_writers(server, now);
             may = first_writer.is_none();
         }
@@ -3050,7 +3052,9 @@ fn rw_owner(field: &str) -> Owner {
 /// Random states and calls through the read-write model's scripts and `lua/rw_lock.lua`
 /// (read and write acquire and release, leave, renew) on a real server: the same replies, hash
 /// (mode, holds, each read hold's key), waiting writers and fences after (in ticks of the
-/// server's clock), for every case. Owners 0 and 1 read, 2 and 3 write.
+/// server's clock), for every case. Owners 0 and 1 read, 2 and 3 write, and in some cases read
+/// too (a writer's read holds beside its write, which its last write release leaves in read
+/// mode: a downgrade).
 #[tokio::test]
 async fn the_read_write_model_matches_the_scripts() {
     use rand::{Rng, SeedableRng};
@@ -3077,11 +3081,25 @@ async fn the_read_write_model_matches_the_scripts() {
         .map(|script| fredlock::script_source(script).unwrap());
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
         let mut kinds = [0usize; 6];
+        let mut reads_by_writers = 0;
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server {
                 expires: now + rng.gen_range(1..=4),
                 ..Server::default()
+            };
+            // A reader's holds, each hold's key gone (0) or ending in 1 to 4 ticks.
+            let hold_ends = |rng: &mut rand::rngs::StdRng| -> Vec<u8> {
+                let count = rng.gen_range(1..=2);
+                (0..count)
+                    .map(|_| {
+                        if rng.gen_bool(0.25) {
+                            0
+                        } else {
+                            now + rng.gen_range(1..=4)
+                        }
+                    })
+                    .collect()
             };
             match rng.gen_range(0..3) {
                 0 => {}
@@ -3089,24 +3107,18 @@ async fn the_read_write_model_matches_the_scripts() {
                     state.mode = Some(Mode::Read);
                     for owner in 0..2u8 {
                         if rng.gen_bool(0.6) || (owner == 1 && state.readers.is_empty()) {
-                            let count = rng.gen_range(1..=2);
-                            // Each hold's key: gone (0) or ending in 1 to 4 ticks.
-                            let ends = (0..count)
-                                .map(|_| {
-                                    if rng.gen_bool(0.25) {
-                                        0
-                                    } else {
-                                        now + rng.gen_range(1..=4)
-                                    }
-                                })
-                                .collect();
-                            state.readers.insert(owner, ends);
+                            state.readers.insert(owner, hold_ends(&mut rng));
                         }
                     }
                 }
                 _ => {
                     state.mode = Some(Mode::Write);
-                    state.writer = Some((rng.gen_range(2..4), rng.gen_range(1..=2)));
+                    let writer = rng.gen_range(2..4);
+                    state.writer = Some((writer, rng.gen_range(1..=2)));
+                    if rng.gen_bool(0.5) {
+                        // The writer reads too: its read holds outlive its write (a downgrade).
+                        state.readers.insert(writer, hold_ends(&mut rng));
+                    }
                 }
             }
             for writer in 2..4u8 {
@@ -3129,11 +3141,19 @@ async fn the_read_write_model_matches_the_scripts() {
                 5 => rng.gen_bool(0.5),
                 _ => false,
             };
-            let owner: Owner = if writes {
+            // A writer reads, too, in some cases: its read holds beside its write.
+            let writer_reads = !writes && rng.gen_bool(0.3);
+            let owner: Owner = if writes || writer_reads {
                 rng.gen_range(2..4)
             } else {
                 rng.gen_range(0..2)
             };
+            if writer_reads {
+                // Its fences are by the field that called, and the model keeps them by owner:
+                // a writer's loaded fences are its write field's.
+                state.fences.retain(|&(fenced, _)| fenced != owner);
+                reads_by_writers += 1;
+            }
             let req: Req = rng.gen_range(0..4);
             let lost: Vec<Req> = (0..4)
                 .filter(|&id| id != req && rng.gen_bool(0.2))
@@ -3144,7 +3164,7 @@ async fn the_read_write_model_matches_the_scripts() {
             // the hash reads as the hash's longest, as a hold and its hash set in one call do.
             let mut stale: Vec<String> = vec![name.into(), fences.into(), writers.into()];
             stale.extend(
-                (0..2u8)
+                (0..4u8)
                     .flat_map(|owner| (1..=3).map(move |n| (owner, n)))
                     .map(|(o, n)| timeout_key(o, n)),
             );
@@ -3320,7 +3340,7 @@ async fn the_read_write_model_matches_the_scripts() {
         }
         println!(
             "400 cases: {} read acquires, {} write acquires, {} read releases, {} write \
-             releases, {} leaves, {} renewals",
+             releases, {} leaves, {} renewals ({reads_by_writers} of the reads by a writer)",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );
     })

@@ -1032,9 +1032,19 @@ fn stop_at(until: Instant) -> CancellationToken {
     stop
 }
 
+/// A read-write lock's target in the histories is checked as permits: a read hold takes one, a
+/// write hold all of them, so a write beside any other hold goes past the count.
+const RW_ALL: u32 = 1000;
+
+/// How many holds each history target allows at once (any other: one).
+fn history_limits() -> HashMap<String, u32> {
+    HashMap::from([("h-permits".to_string(), 2), ("h-rw".to_string(), RW_ALL)])
+}
+
 /// One worker of `histories_under_chaos_show_no_overlap`: takes locks, a fenced lock, the
-/// permit semaphore and job ticks at random until `stop`, recording every operation, and the
-/// moment a hold's `lost()` fires if it does while held.
+/// permit semaphore, a fair lock, a read-write lock (reading or writing) and job ticks at
+/// random until `stop`, recording every operation, and the moment a hold's `lost()` fires if
+/// it does while held.
 async fn history_worker(
     history: History,
     client: LockClient,
@@ -1048,7 +1058,7 @@ async fn history_worker(
         let work = Duration::from_millis(1 + rng.below(work_ms));
         let wait = Duration::from_millis(200 + rng.below(800));
         let lease = (rng.below(3) == 0).then_some(Duration::from_millis(1500));
-        match rng.below(4) {
+        match rng.below(8) {
             0 | 1 => {
                 let name = format!("h-lock-{}", rng.below(2));
                 let lock = client.lock(&name);
@@ -1058,7 +1068,7 @@ async fn history_worker(
                 work_while_held(&history, id, &who, &name, work, || guard.is_lost()).await;
                 history.release(id, &who, &name, guard.unlock()).await;
             }
-            2 => {
+            2 | 3 => {
                 let name = "h-fenced";
                 let lock = client.fenced_lock(name);
                 let call = lock.try_lock_for(wait, lease);
@@ -1069,7 +1079,7 @@ async fn history_worker(
                 work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
                 history.release(id, &who, name, guard.unlock()).await;
             }
-            _ => {
+            4 => {
                 let name = "h-permits";
                 let permits = client.permit_semaphore(name);
                 let call = permits.try_acquire(wait, lease);
@@ -1077,6 +1087,33 @@ async fn history_worker(
                 let Some(permit) = permit else { continue };
                 work_while_held(&history, id, &who, name, work, || permit.is_lost()).await;
                 history.release(id, &who, name, permit.release()).await;
+            }
+            5 => {
+                let name = "h-fair";
+                let lock = client.fair_lock(name);
+                let call = lock.try_lock_for(wait, lease);
+                let (id, guard) = history.acquire(&who, name, 1, call, |_| None).await;
+                let Some(guard) = guard else { continue };
+                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
+                history.release(id, &who, name, guard.unlock()).await;
+            }
+            6 => {
+                let name = "h-rw";
+                let lock = client.rw_lock(name).read_lock();
+                let call = lock.try_lock_for(wait, lease);
+                let (id, guard) = history.acquire(&who, name, 1, call, |_| None).await;
+                let Some(guard) = guard else { continue };
+                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
+                history.release(id, &who, name, guard.unlock()).await;
+            }
+            _ => {
+                let name = "h-rw";
+                let lock = client.rw_lock(name).write_lock();
+                let call = lock.try_lock_for(wait, lease);
+                let (id, guard) = history.acquire(&who, name, RW_ALL, call, |_| None).await;
+                let Some(guard) = guard else { continue };
+                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
+                history.release(id, &who, name, guard.unlock()).await;
             }
         }
     }
@@ -1205,13 +1242,14 @@ async fn history_ticks(history: History, client: LockClient, who: String, stop: 
     }
 }
 
-/// 4. Histories (issue 35): three clients of three tasks each take two locks, a fenced lock and
-/// a permit semaphore of 2 permits, and run a job every 100 ms tick, for 12 s while connections
+/// 4. Histories (issue 35): three clients of three tasks each take two locks, a fenced lock, a
+/// permit semaphore of 2 permits, a fair lock and a read-write lock (reading or writing), and
+/// run a job every 100 ms tick, for 12 s while connections
 /// are killed and the server stalls, and the third client's replies are lost, its connection
 /// stalled and cut by a proxy; every operation is recorded with its invoke and return
 /// instants, and the checker finds no two holds of a lock at once (a hold ends at its release's
-/// invoke or its `lost()`), no token below one returned earlier, never more than 2 permits
-/// out, and no tick run twice.
+/// invoke or its `lost()`), no write beside another hold, no token below one returned earlier,
+/// never more than 2 permits out, and no tick run twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn histories_under_chaos_show_no_overlap() {
     bounded(async {
@@ -1265,8 +1303,8 @@ async fn histories_under_chaos_show_no_overlap() {
             task.await.unwrap();
         }
         let ops = history.ops();
-        let permits = HashMap::from([("h-permits".to_string(), 2)]);
-        let checked = check(&ops, &permits).unwrap_or_else(|violation| panic!("{violation}"));
+        let checked =
+            check(&ops, &history_limits()).unwrap_or_else(|violation| panic!("{violation}"));
         let failed = ops
             .iter()
             .filter(|op| matches!(op.outcome, Outcome::Failed(_)))
@@ -1324,8 +1362,8 @@ async fn history_child() {
 
 /// 4d. Histories under pauses: three clients in this process, and a fourth in a child process
 /// that is stopped (SIGSTOP) for 0.3–2.3 s at random moments, often past its renew deadline
-/// (1 s) and its lease (1.5 s), while all four take the locks, the fenced lock, the permits and
-/// the job ticks; the checker finds no two holds at once, no token out of order, no third
+/// (1 s) and its lease (1.5 s), while all four take the locks, the fenced lock, the permits,
+/// the fair and the read-write lock and the job ticks; the checker finds no two holds at once, no token out of order, no third
 /// permit and no tick twice. A hold ends where its owner last found it standing before it
 /// learnt of the loss (`work_while_held`): a stopped process does nothing as a holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1377,8 +1415,8 @@ async fn histories_under_pauses_show_no_overlap() {
         assert!(status.success(), "the child failed: {status:?}");
         let joined = history.join_lines(&output);
         let ops = history.ops();
-        let permits = HashMap::from([("h-permits".to_string(), 2)]);
-        let checked = check(&ops, &permits).unwrap_or_else(|violation| panic!("{violation}"));
+        let checked =
+            check(&ops, &history_limits()).unwrap_or_else(|violation| panic!("{violation}"));
         let child_ops = |call: Call| {
             ops.iter()
                 .filter(|op| op.client.starts_with("child") && op.call == call)
@@ -1415,7 +1453,7 @@ async fn histories_under_pauses_show_no_overlap() {
 }
 
 /// Three clients of three tasks take the locks (each hold lasting up to `work_ms`), the fenced
-/// lock, the permits and the job ticks for 12 s while the lock server is killed (SIGKILL) and
+/// lock, the permits, the fair and the read-write lock and the job ticks for 12 s while the lock server is killed (SIGKILL) and
 /// restarted on the same port and directory every 1.5 s or so, each time the moment an
 /// acquisition has returned (or after 0.5 s without one), persisting (`appendfsync always`) or
 /// not; what the history checker says, how many crashes there were and how many came right
@@ -1477,8 +1515,7 @@ async fn history_checked(
         client.shutdown().await;
     }
     let ops = history.ops();
-    let permits = HashMap::from([("h-permits".to_string(), 2)]);
-    (check(&ops, &permits), ops)
+    (check(&ops, &history_limits()), ops)
 }
 
 /// 5. Histories across server crashes (issue 35): persisting with `appendfsync always`, every
@@ -1699,10 +1736,21 @@ fn the_history_checker_finds_what_it_must() {
     twice[7].call = Call::Run { tick: 100 };
     let violation = check(&twice, &none).unwrap_err();
     assert!(violation.what.contains("tick 100 ran twice"), "{violation}");
+    // A read-write lock, as the histories check it: two reads at once are clean, a write
+    // beside a read is not.
+    let rw = HashMap::from([("l".to_string(), RW_ALL)]);
+    assert_eq!(check(&overlap, &rw).map(|c| c.holds).ok(), Some(3));
+    let mut write = overlap.clone();
+    write[2].call = Call::Acquire { permits: RW_ALL };
+    let violation = check(&write, &rw).unwrap_err();
+    assert!(
+        violation.what.contains("1001 permits of 1000"),
+        "{violation}"
+    );
 }
 
 /// Three clients of three tasks, through Sentinel, take the locks (holds up to 400 ms), the
-/// fenced lock, the permits and the job ticks while `failovers` `SENTINEL FAILOVER`s (a master,
+/// fenced lock, the permits, the fair and the read-write lock and the job ticks while `failovers` `SENTINEL FAILOVER`s (a master,
 /// two replicas, three sentinels) are started, each the moment an acquisition has returned; with
 /// replica sync (one replica) or without. What the checker says, how many failovers there were
 /// and how many of them came right after an acquisition.

@@ -2383,7 +2383,7 @@ async fn the_permit_model_matches_the_scripts() {
 /// the renewal as atomic steps with the Lua's branches, the client as the engine runs it (one
 /// call at a time per owner, lost replies fenced by the next call, settles, watchdog renewals,
 /// the renew deadline), a network that delays, reorders and loses, expiry on a server clock up
-/// to `drift` ahead, and crashes. The last client writes, the others read; nobody re-enters.
+/// to `drift` ahead, and crashes. The last client writes, the others read; each may re-enter.
 mod rw {
     use super::*;
 
@@ -2676,6 +2676,8 @@ mod rw {
         pub place: u8,
         pub max_time: u8,
         pub max_requests: u8,
+        /// How many holds a client takes at most (more than one: it re-enters).
+        pub max_holds: u32,
         /// Whether waiting writers keep new readers out (false only to see the model fail).
         pub keep_out: bool,
         /// Whether the scripts fence lost requests (false only to see the model fail).
@@ -2740,6 +2742,7 @@ mod rw {
         Expired,
         LostLocally,
         Left,
+        Reentered,
     }
 
     impl RwLock {
@@ -2806,7 +2809,13 @@ mod rw {
         }
 
         fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-            super::client_actions(state, self.max_requests, 1, self.max_time, actions);
+            super::client_actions(
+                state,
+                self.max_requests,
+                self.max_holds,
+                self.max_time,
+                actions,
+            );
             if state.server.mode.is_some() && state.now + self.drift >= state.server.expires {
                 actions.push(Action::Expire);
             }
@@ -2884,6 +2893,9 @@ mod rw {
                                     (true, true) => Seen::Wrote,
                                     (true, false) => Seen::Read,
                                 });
+                                if client.believes && client.holds > 1 {
+                                    state.seen.insert(Seen::Reentered);
+                                }
                             }
                             Reply::Stale => {}
                             _ => client.queued = writes,
@@ -2984,12 +2996,15 @@ mod rw {
                 Property::sometimes("a writer left its place", |_, state: &State| {
                     state.seen.contains(&Seen::Left)
                 }),
+                Property::sometimes("a holder re-entered", |model: &RwLock, state: &State| {
+                    model.max_holds == 1 || state.seen.contains(&Seen::Reentered)
+                }),
             ]
         }
     }
 
     /// CI's bound: a reader and a writer, lease 3, renew deadline 2, place 2, a server clock up
-    /// to 1 tick ahead, 3 ticks, 2 calls each.
+    /// to 1 tick ahead, 3 ticks, 2 calls each, up to 2 holds each (a re-entry).
     pub(super) fn bounded() -> RwLock {
         RwLock {
             clients: bound("FREDLOCK_MODEL_CLIENTS", 2),
@@ -2999,6 +3014,7 @@ mod rw {
             place: 2,
             max_time: bound("FREDLOCK_MODEL_TICKS", 3),
             max_requests: bound("FREDLOCK_MODEL_CALLS", 2),
+            max_holds: 2,
             keep_out: true,
             fences: true,
         }

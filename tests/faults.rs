@@ -1058,64 +1058,96 @@ async fn history_worker(
         let work = Duration::from_millis(1 + rng.below(work_ms));
         let wait = Duration::from_millis(200 + rng.below(800));
         let lease = (rng.below(3) == 0).then_some(Duration::from_millis(1500));
+        let hold = Hold {
+            history: &history,
+            who: &who,
+            work,
+        };
         match rng.below(8) {
             0 | 1 => {
                 let name = format!("h-lock-{}", rng.below(2));
                 let lock = client.lock(&name);
                 let call = lock.try_lock_for(wait, lease);
-                let (id, guard) = history.acquire(&who, &name, 1, call, |_| None).await;
-                let Some(guard) = guard else { continue };
-                work_while_held(&history, id, &who, &name, work, || guard.is_lost()).await;
-                history.release(id, &who, &name, guard.unlock()).await;
+                hold.run(&name, 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
+                    .await;
             }
             2 | 3 => {
-                let name = "h-fenced";
-                let lock = client.fenced_lock(name);
+                let lock = client.fenced_lock("h-fenced");
                 let call = lock.try_lock_for(wait, lease);
-                let (id, guard) = history
-                    .acquire(&who, name, 1, call, |guard| Some(guard.token()))
+                let token = |guard: &fredlock::FencedGuard| Some(guard.token());
+                hold.run("h-fenced", 1, call, token, |g| g.is_lost(), |g| g.unlock())
                     .await;
-                let Some(guard) = guard else { continue };
-                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
-                history.release(id, &who, name, guard.unlock()).await;
             }
             4 => {
-                let name = "h-permits";
-                let permits = client.permit_semaphore(name);
+                let permits = client.permit_semaphore("h-permits");
                 let call = permits.try_acquire(wait, lease);
-                let (id, permit) = history.acquire(&who, name, 1, call, |_| None).await;
-                let Some(permit) = permit else { continue };
-                work_while_held(&history, id, &who, name, work, || permit.is_lost()).await;
-                history.release(id, &who, name, permit.release()).await;
+                hold.run(
+                    "h-permits",
+                    1,
+                    call,
+                    |_| None,
+                    |p| p.is_lost(),
+                    |p| p.release(),
+                )
+                .await;
             }
             5 => {
-                let name = "h-fair";
-                let lock = client.fair_lock(name);
+                let lock = client.fair_lock("h-fair");
                 let call = lock.try_lock_for(wait, lease);
-                let (id, guard) = history.acquire(&who, name, 1, call, |_| None).await;
-                let Some(guard) = guard else { continue };
-                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
-                history.release(id, &who, name, guard.unlock()).await;
+                hold.run("h-fair", 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
+                    .await;
             }
             6 => {
-                let name = "h-rw";
-                let lock = client.rw_lock(name).read_lock();
+                let lock = client.rw_lock("h-rw").read_lock();
                 let call = lock.try_lock_for(wait, lease);
-                let (id, guard) = history.acquire(&who, name, 1, call, |_| None).await;
-                let Some(guard) = guard else { continue };
-                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
-                history.release(id, &who, name, guard.unlock()).await;
+                hold.run("h-rw", 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
+                    .await;
             }
             _ => {
-                let name = "h-rw";
-                let lock = client.rw_lock(name).write_lock();
+                let lock = client.rw_lock("h-rw").write_lock();
                 let call = lock.try_lock_for(wait, lease);
-                let (id, guard) = history.acquire(&who, name, RW_ALL, call, |_| None).await;
-                let Some(guard) = guard else { continue };
-                work_while_held(&history, id, &who, name, work, || guard.is_lost()).await;
-                history.release(id, &who, name, guard.unlock()).await;
+                hold.run(
+                    "h-rw",
+                    RW_ALL,
+                    call,
+                    |_| None,
+                    |g| g.is_lost(),
+                    |g| g.unlock(),
+                )
+                .await;
             }
         }
+    }
+}
+
+/// One history worker's hold: what it records under, and how long it works while it holds.
+struct Hold<'a> {
+    history: &'a History,
+    who: &'a str,
+    work: Duration,
+}
+
+impl Hold<'_> {
+    /// Takes `target` with `call` (recorded with `permits` of its count and the guard's
+    /// `token`), works while the hold stands (`is_lost`), then gives it back with `release`
+    /// (recorded); nothing when the call took nothing.
+    async fn run<G, E: std::fmt::Debug, R, F>(
+        &self,
+        target: &str,
+        permits: u32,
+        call: impl std::future::Future<Output = Result<Option<G>, E>>,
+        token: impl Fn(&G) -> Option<u64>,
+        is_lost: impl Fn(&G) -> bool,
+        release: R,
+    ) where
+        R: FnOnce(G) -> F,
+        F: std::future::Future<Output = Result<(), E>>,
+    {
+        let (history, who) = (self.history, self.who);
+        let (id, guard) = history.acquire(who, target, permits, call, token).await;
+        let Some(guard) = guard else { return };
+        work_while_held(history, id, who, target, self.work, || is_lost(&guard)).await;
+        history.release(id, who, target, release(guard)).await;
     }
 }
 

@@ -1144,9 +1144,11 @@ impl Hold<'_> {
         F: std::future::Future<Output = Result<(), E>>,
     {
         let (history, who) = (self.history, self.who);
+        let asked = history.now();
         let (id, guard) = history.acquire(who, target, permits, call, token).await;
         let Some(guard) = guard else { return };
-        work_while_held(history, id, who, target, self.work, || is_lost(&guard)).await;
+        let work = self.work;
+        work_while_held(history, id, who, target, asked, work, || is_lost(&guard)).await;
         history.release(id, who, target, release(guard)).await;
     }
 }
@@ -1157,16 +1159,21 @@ impl Hold<'_> {
 /// found it standing: a process paused between two steps did nothing as a holder while paused,
 /// and its first step after the pause finds the hold lost if its renew deadline passed (the
 /// guard compares the deadline with the clock, whatever the watchdog has done since).
+///
+/// A hold found lost by its first step never stood (its owner was paused between the call's
+/// answer and that step, past its renew deadline): its loss is recorded at `asked`, an instant
+/// before the acquisition returned, so it holds for no time.
 async fn work_while_held(
     history: &History,
     id: u64,
     who: &str,
     name: &str,
+    asked: Duration,
     work: Duration,
     is_lost: impl Fn() -> bool,
 ) {
     let until = Instant::now() + work;
-    let mut standing = history.now();
+    let mut standing = asked;
     loop {
         if is_lost() {
             history.lost_at(id, who, name, standing);

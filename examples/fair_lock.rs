@@ -51,7 +51,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 Duration::from_secs(10)
             };
-            match counter.try_lock_for(wait, None).await? {
+            match counter.try_lock(wait, None).await? {
                 Some(guard) => {
                     served.lock().expect("served").push(customer);
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -74,7 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(served, vec![1, 2, 4, 5, 6]);
 
     // A no-wait attempt never queues: it takes the counter only when nobody is in line.
-    let walk_in = counter.try_lock().await?;
+    let walk_in = counter.try_lock_now().await?;
     println!("walk-in served at once: {}", walk_in.is_some());
     drop(walk_in);
 

@@ -70,7 +70,7 @@ pub async fn workload(client: &LockClient, workers: usize) -> fredlock::Result<(
     let contender = busy.clone();
     let gave_up = tokio::spawn(async move {
         contender
-            .try_lock_for(Duration::from_millis(20), None)
+            .try_lock(Duration::from_millis(20), None)
             .await
             .map(|guard| guard.is_none())
     });

@@ -83,9 +83,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         client.lock("example:acct:0"),
         client.lock("example:acct:1"),
     ])?;
-    let outcome = transfer
-        .try_lock_for(Duration::from_millis(100), None)
-        .await?;
+    let outcome = transfer.try_lock(Duration::from_millis(100), None).await?;
     println!(
         "with account 1 busy: acquired = {}, account 0 held = {}",
         outcome.is_some(),

@@ -40,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A crashed holder: a fixed lease of 1 s that nobody gives back.
     let crashed = api
-        .try_acquire(Duration::ZERO, Some(Duration::from_secs(1)))
+        .try_acquire(Duration::ZERO, Duration::from_secs(1))
         .await?
         .ok_or("no free slot")?;
     std::mem::forget(crashed);

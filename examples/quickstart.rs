@@ -45,9 +45,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = lock.lock().await?;
     let contender = lock.clone();
     let attempt = tokio::spawn(async move {
-        let now = contender.try_lock().await?.is_some();
+        let now = contender.try_lock_now().await?.is_some();
         let within = contender
-            .try_lock_for(Duration::from_millis(200), Some(Duration::from_secs(10)))
+            .try_lock(Duration::from_millis(200), Duration::from_secs(10))
             .await?
             .is_some();
         Ok::<_, fredlock::Error>(now || within)

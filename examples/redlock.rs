@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = a.lock().await?;
     println!("A holds it; safe for another {:?}", guard.validity());
     assert!(b
-        .try_lock_for(Duration::from_millis(200), None)
+        .try_lock(Duration::from_millis(200), None)
         .await?
         .is_none());
     println!("B gave up after 200 ms: A holds a majority");
@@ -63,7 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 2. A fixed lease: validity() is what is left of it after acquiring and the drift allowance.
     let lease = Duration::from_secs(2);
-    if let Some(guard) = b.try_lock_for(Duration::from_secs(1), Some(lease)).await? {
+    if let Some(guard) = b.try_lock(Duration::from_secs(1), lease).await? {
         println!(
             "B holds it for a {lease:?} lease; validity {:?}",
             guard.validity()
@@ -93,7 +93,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(guard);
 
     // 5. With three of five down, acquisition fails and says which nodes and why.
-    match b.try_lock_for(Duration::from_millis(300), None).await {
+    match b.try_lock(Duration::from_millis(300), None).await {
         Err(error) => println!("B: {error}"),
         Ok(outcome) => println!("B: unexpected {outcome:?}"),
     }

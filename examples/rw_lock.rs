@@ -70,7 +70,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let asked = Instant::now();
     let write = config
         .write_lock()
-        .try_lock_for(Duration::from_secs(5), None)
+        .try_lock(Duration::from_secs(5), None)
         .await?
         .ok_or("the writer did not get the lock in 5 s")?;
     println!(

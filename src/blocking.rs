@@ -17,7 +17,7 @@
 //! let guard = lock.lock()?;                     // blocks this thread until it holds the lock
 //! // ... charge the order once ...
 //! guard.unlock()?;
-//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(2), None)? {
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(2), None)? {
 //!     drop(guard);                              // dropping gives it back too
 //! }
 //! # Ok(()) }
@@ -264,30 +264,32 @@ impl Lock {
     }
 
     /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
-    /// another owner does. See [`crate::Lock::try_lock`].
+    /// another owner does. See [`crate::Lock::try_lock_now`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Lock::try_lock_now`]; [`Error::InvalidArgument`] inside an async runtime.
+    #[doc(alias = "tryLock")]
+    pub fn try_lock_now(&self) -> Result<Option<LockGuard>> {
+        self.try_lock(Duration::ZERO, None)
+    }
+
+    /// Blocks at most `wait` for the lock: `Ok(None)` when it stayed held that long. See
+    /// [`crate::Lock::try_lock`].
     ///
     /// # Errors
     ///
     /// As [`crate::Lock::try_lock`]; [`Error::InvalidArgument`] inside an async runtime.
-    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.try_lock_for(Duration::ZERO, None)
-    }
-
-    /// Blocks at most `wait` for the lock: `Ok(None)` when it stayed held that long. See
-    /// [`crate::Lock::try_lock_for`].
-    ///
-    /// # Errors
-    ///
-    /// As [`crate::Lock::try_lock_for`]; [`Error::InvalidArgument`] inside an async runtime.
-    pub fn try_lock_for(
+    #[doc(alias = "tryLock")]
+    pub fn try_lock(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<LockGuard>> {
         let lock = self.owned();
         let guard = self
             .shared
-            .block_on("Lock::try_lock_for", lock.try_lock_for(wait, lease))?;
+            .block_on("Lock::try_lock", lock.try_lock(wait, lease))?;
         Ok(guard.map(|guard| self.wrap(guard)))
     }
 

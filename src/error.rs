@@ -142,7 +142,7 @@ pub enum Error {
     /// A [`RedLock`](crate::RedLock) was not acquired because too many nodes failed (timed out,
     /// were unreachable, rejected the request) for a majority to be reached, or because reaching
     /// it took longer than the lease allowed. A lock that is merely held elsewhere is `Ok(None)`
-    /// from [`try_lock`](crate::RedLock::try_lock_for), not this error.
+    /// from [`try_lock`](crate::RedLock::try_lock), not this error.
     ///
     /// `failures` lists every node that did not grant the lock, and why.
     #[error(

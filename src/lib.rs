@@ -25,8 +25,9 @@
 //! | metrics, Sentinel | feature `metrics`, [`LockClientBuilder::sentinel`] | [metrics](https://github.com/fredlock/fredlock/blob/main/examples/metrics.rs), [sentinel](https://github.com/fredlock/fredlock/blob/main/examples/sentinel.rs) |
 //!
 //! The quick forms of every lock: [`lock`](Lock::lock) waits as long as it takes,
-//! [`try_lock`](Lock::try_lock) makes one attempt, [`try_lock_for`](Lock::try_lock_for) waits
-//! at most a while; [`with_lock`](Lock::with_lock) and [`try_with_lock`](Lock::try_with_lock)
+//! [`try_lock(wait, lease)`](Lock::try_lock) waits at most `wait` (Redisson's
+//! `tryLock(waitTime, leaseTime)`; `lease` a [`Duration`](std::time::Duration) or `None` for the
+//! watchdog), [`try_lock_now`](Lock::try_lock_now) makes one attempt (Redisson's `tryLock()`); [`with_lock`](Lock::with_lock) and [`try_with_lock`](Lock::try_with_lock)
 //! run a future holding the lock and drop it if the lock is lost.
 //!
 //! # One task is one owner
@@ -50,7 +51,7 @@
 //! // ... charge the order once ...
 //! guard.unlock().await?;                 // released; waiters are woken at once
 //!
-//! if let Some(guard) = lock.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(2), Duration::from_secs(10)).await? {
 //!     // held for at most 10 s (no watchdog), after waiting at most 2 s
 //!     guard.unlock().await?;
 //! }

@@ -46,7 +46,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 /// // ... move the money ...
 /// both.unlock().await?;                       // every member, reporting every failure
 ///
-/// if let Some(both) = transfer.try_lock_for(Duration::from_secs(1), None).await? {
+/// if let Some(both) = transfer.try_lock(Duration::from_secs(1), None).await? {
 ///     both.unlock().await?;
 /// }
 /// # Ok(()) }
@@ -127,22 +127,23 @@ impl MultiLock {
 
     /// Takes every member if none is held by another owner now, without waiting: `Ok(None)`,
     /// with nothing left held, when one is. The same as
-    /// [`try_lock_for(Duration::ZERO, None)`](Self::try_lock_for).
+    /// [`try_lock(Duration::ZERO, None)`](Self::try_lock).
     ///
     /// # Errors
     ///
-    /// As [`try_lock_for`](Self::try_lock_for).
+    /// As [`try_lock`](Self::try_lock).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.try_lock_for(Duration::ZERO, None).await
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock_now(&self) -> Result<Option<MultiLockGuard>> {
+        self.try_lock(Duration::ZERO, None).await
     }
 
     /// Tries to acquire every member within `wait`: `Ok(None)` when some member stayed held that
     /// long, with nothing left held. `wait` zero makes one round: each member tried once.
-    /// `lease` as for [`Lock::try_lock_for`].
+    /// `lease` as for [`Lock::try_lock`].
     ///
     /// # Errors
     ///
@@ -153,13 +154,17 @@ impl MultiLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock_for(
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<MultiLockGuard>> {
-        self.lock_within(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
-            .await
+        self.lock_within(
+            Some(wait),
+            lease.into().map_or(Lease::Watchdog, Lease::Fixed),
+        )
+        .await
     }
 
     async fn lock_within(

@@ -189,7 +189,7 @@ where
         let lock = self.layer.client.lock(name).with_owner(OwnerId::unique());
         let wait = self.layer.wait;
         Box::pin(async move {
-            let Some(guard) = lock.try_lock_for(wait, None).await? else {
+            let Some(guard) = lock.try_lock(wait, None).await? else {
                 return Err(Box::new(Locked {
                     lock: lock.name().to_owned(),
                     waited: wait,

@@ -94,7 +94,7 @@ fn reentrancy_is_per_thread() {
             let lock = lock.clone();
             thread::spawn(move || {
                 let started = Instant::now();
-                let got = lock.try_lock_for(Duration::from_millis(200), None).unwrap();
+                let got = lock.try_lock(Duration::from_millis(200), None).unwrap();
                 (got.is_some(), started.elapsed(), lock.hold_count().unwrap())
             })
         };
@@ -161,7 +161,7 @@ fn try_lock_waits_its_wait_and_leases_end() {
         let lock = other.lock("leased");
         let started = Instant::now();
         assert!(lock
-            .try_lock_for(Duration::from_millis(150), None)
+            .try_lock(Duration::from_millis(150), None)
             .unwrap()
             .is_none());
         let waited = started.elapsed();
@@ -170,7 +170,7 @@ fn try_lock_waits_its_wait_and_leases_end() {
             "{waited:?}"
         );
         // The lease ends the hold: the waiter gets it by then.
-        let got = lock.try_lock_for(Duration::from_secs(2), None).unwrap();
+        let got = lock.try_lock(Duration::from_secs(2), None).unwrap();
         assert!(got.is_some());
         assert!(
             started.elapsed() < Duration::from_millis(900),
@@ -182,13 +182,13 @@ fn try_lock_waits_its_wait_and_leases_end() {
         let started = Instant::now();
         let free = other
             .lock("free")
-            .try_lock_for(Duration::from_secs(5), None)
+            .try_lock(Duration::from_secs(5), None)
             .unwrap();
         assert!(free.is_some() && started.elapsed() < Duration::from_millis(200));
         drop(free);
         other.shutdown().unwrap();
         assert!(matches!(
-            other.lock("free").try_lock_for(Duration::ZERO, None),
+            other.lock("free").try_lock(Duration::ZERO, None),
             Err(Error::Shutdown)
         ));
         client.shutdown().unwrap();
@@ -215,7 +215,7 @@ async fn inside_an_async_runtime_it_refuses_instead_of_blocking() {
         .unwrap();
     let lock = client.lock("inside");
     refused(lock.lock().map(drop));
-    refused(lock.try_lock_for(Duration::ZERO, None).map(drop));
+    refused(lock.try_lock(Duration::ZERO, None).map(drop));
     refused(client.shutdown());
     drop(lock);
     drop(client);

@@ -135,7 +135,7 @@ async fn a_cluster_failover_keeps_locks_and_waiters_working() {
         let fresh = format!("{{{name}}}:fresh");
         let taken = other
             .lock(fresh.as_str())
-            .try_lock_for(Duration::from_secs(5), None)
+            .try_lock(Duration::from_secs(5), None)
             .await
             .unwrap()
             .expect("a new acquisition succeeds after the failover");

@@ -147,7 +147,7 @@ async fn timed_out_waiter_leaves_and_the_next_moves_up() {
         let leaving = client.fair_lock("leaver");
         let leaver = tokio::spawn(async move {
             leaving
-                .try_lock_for(Duration::from_millis(400), None)
+                .try_lock(Duration::from_millis(400), None)
                 .await
                 .unwrap()
                 .is_none()
@@ -382,7 +382,7 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
                         // Dropped just as its wait ends, i.e. while it leaves the queue.
                         let wait = Duration::from_millis(50);
                         tokio::select! {
-                            _ = lock.try_lock_for(wait, None) => {}
+                            _ = lock.try_lock(wait, None) => {}
                             _ = async {
                                 tokio::time::sleep(wait).await;
                                 for _ in 0..yields % 40 { tokio::task::yield_now().await }
@@ -437,7 +437,7 @@ async fn dropped_waiters_leave_nothing_in_the_queue() {
         holder.unlock().await.unwrap();
         let taken = clients[0]
             .fair_lock("dropped")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap();
         assert!(taken.is_some());
@@ -459,7 +459,7 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
         let holder = lock.lock().await.unwrap();
         let attempt = other
             .fair_lock("no-wait")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap();
         assert!(attempt.is_none());
@@ -486,7 +486,7 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
             )
             .await
             .unwrap();
-        let attempt = lock.try_lock_for(Duration::ZERO, None).await.unwrap();
+        let attempt = lock.try_lock(Duration::ZERO, None).await.unwrap();
         assert!(attempt.is_none(), "a no-wait attempt overtook a waiter");
         assert_eq!(queue(&raw, "no-wait").await, vec![foreign.to_string()]);
         assert!(!lock.is_locked().await.unwrap());
@@ -494,7 +494,7 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
         // An entry without a place is garbage (no live waiter lacks one): it is dropped.
         let _: i64 = raw.zrem(timeout_key("no-wait"), foreign).await.unwrap();
         let guard = lock
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap()
             .expect("free, and nobody really waiting");
@@ -705,7 +705,7 @@ async fn a_non_reentrant_fair_lock_refuses_its_holder_without_queueing() {
         let lock = client.non_reentrant_fair_lock("fair-once");
         assert!(!lock.is_reentrant());
         let guard = lock.lock().await.unwrap();
-        match lock.try_lock_for(Duration::from_secs(5), None).await {
+        match lock.try_lock(Duration::from_secs(5), None).await {
             Err(fredlock::Error::WouldDeadlock { owner, .. }) => {
                 assert_eq!(owner, guard.owner_field())
             }

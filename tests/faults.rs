@@ -87,7 +87,7 @@ async fn another_client_takes(server: &RedisServer, kind: Kind, name: &str) {
     let other = LockClient::connect(&server.url()).await.unwrap();
     let taken = kind
         .lock(&other, name)
-        .try_lock_for(Duration::ZERO, None)
+        .try_lock(Duration::ZERO, None)
         .await
         .unwrap();
     assert!(
@@ -403,18 +403,14 @@ async fn a_waiter_that_gives_up_after_a_lost_grant_leaves_no_hold() {
         // A lease that ends without a word: the waiter takes the lock on its own next try.
         let lease = Some(Duration::from_millis(400));
         let held = holder.fair_lock("gone");
-        let _held = held
-            .try_lock_for(Duration::ZERO, lease)
-            .await
-            .unwrap()
-            .unwrap();
+        let _held = held.try_lock(Duration::ZERO, lease).await.unwrap().unwrap();
 
         let locks = client(proxy.url(), |b| b.command_timeout(Duration::from_secs(2))).await;
         let owner = fredlock::OwnerId::unique();
         let waiter = locks.fair_lock("gone").with_owner(owner);
         let field = locks.owner_field(owner);
         let waiting =
-            tokio::spawn(async move { waiter.try_lock_for(Duration::from_secs(1), None).await });
+            tokio::spawn(async move { waiter.try_lock(Duration::from_secs(1), None).await });
         let queued = eventually(Duration::from_secs(2), || async {
             let place: Option<f64> = raw
                 .zscore(common::timeout_key("gone"), &field)
@@ -458,7 +454,7 @@ async fn a_waiter_that_gives_up_after_a_lost_grant_leaves_no_hold() {
             raw.pttl::<i64, _>("gone").await.unwrap()
         );
         assert!(fenced(&raw, "gone").await > 0, "no reply was lost");
-        let next = holder.fair_lock("gone").try_lock().await.unwrap();
+        let next = holder.fair_lock("gone").try_lock_now().await.unwrap();
         assert!(next.is_some(), "the lock is free for the next at once");
     })
     .await;
@@ -540,7 +536,7 @@ async fn calls_landing_after_a_partition_leave_no_phantom_hold() {
             "the release cannot be confirmed"
         );
         let attempt = lock
-            .try_lock_for(Duration::from_millis(300), Some(Duration::from_secs(60)))
+            .try_lock(Duration::from_millis(300), Some(Duration::from_secs(60)))
             .await;
         assert!(!matches!(attempt, Ok(Some(_))), "{attempt:?}");
         drop(attempt);
@@ -613,7 +609,7 @@ async fn paused_holder_learns_of_loss_on_resume() {
         let locks = LockClient::connect(&server.url()).await.unwrap();
         let lock = locks.lock("paused");
         let guard = lock
-            .try_lock_for(Duration::from_secs(5), None)
+            .try_lock(Duration::from_secs(5), None)
             .await
             .unwrap()
             .expect("the paused holder's lease ends");
@@ -676,7 +672,7 @@ async fn reconnects_leave_no_subscriptions_behind() {
                 while Instant::now() < until {
                     let lock = locks.fair_lock(format!("churn-{}", (task + n) % 8));
                     let wait = Duration::from_millis(20 + (task * 37 + n * 13) % 200);
-                    if let Ok(Some(guard)) = lock.try_lock_for(wait, None).await {
+                    if let Ok(Some(guard)) = lock.try_lock(wait, None).await {
                         let _ = guard.unlock().await;
                     }
                     n += 1;
@@ -811,7 +807,7 @@ async fn cancelled_futures_under_chaos_leave_nothing() {
                         let guard = if rng.below(2) == 0 {
                             lock.lock().await
                         } else {
-                            lock.try_lock_for(Duration::from_millis(30), None)
+                            lock.try_lock(Duration::from_millis(30), None)
                                 .await
                                 .and_then(|guard| guard.ok_or(Error::Shutdown))
                         };
@@ -1067,13 +1063,13 @@ async fn history_worker(
             0 | 1 => {
                 let name = format!("h-lock-{}", rng.below(2));
                 let lock = client.lock(&name);
-                let call = lock.try_lock_for(wait, lease);
+                let call = lock.try_lock(wait, lease);
                 hold.run(&name, 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
                     .await;
             }
             2 | 3 => {
                 let lock = client.fenced_lock("h-fenced");
-                let call = lock.try_lock_for(wait, lease);
+                let call = lock.try_lock(wait, lease);
                 let token = |guard: &fredlock::FencedGuard| Some(guard.token());
                 hold.run("h-fenced", 1, call, token, |g| g.is_lost(), |g| g.unlock())
                     .await;
@@ -1093,19 +1089,19 @@ async fn history_worker(
             }
             5 => {
                 let lock = client.fair_lock("h-fair");
-                let call = lock.try_lock_for(wait, lease);
+                let call = lock.try_lock(wait, lease);
                 hold.run("h-fair", 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
                     .await;
             }
             6 => {
                 let lock = client.rw_lock("h-rw").read_lock();
-                let call = lock.try_lock_for(wait, lease);
+                let call = lock.try_lock(wait, lease);
                 hold.run("h-rw", 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
                     .await;
             }
             _ => {
                 let lock = client.rw_lock("h-rw").write_lock();
-                let call = lock.try_lock_for(wait, lease);
+                let call = lock.try_lock(wait, lease);
                 hold.run(
                     "h-rw",
                     RW_ALL,
@@ -1657,7 +1653,7 @@ async fn a_client_that_ignores_its_loss_shows_in_the_history() {
                             "b",
                             "h-careless",
                             1,
-                            lock.try_lock_for(Duration::from_secs(2), None),
+                            lock.try_lock(Duration::from_secs(2), None),
                             |_| None,
                         )
                         .await;

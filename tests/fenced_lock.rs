@@ -90,11 +90,7 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
 
         let outer = lock.lock().await.unwrap();
         let inner = lock.lock().await.unwrap();
-        let innermost = lock
-            .try_lock_for(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .unwrap();
+        let innermost = lock.try_lock(Duration::ZERO, None).await.unwrap().unwrap();
         assert_eq!(lock.hold_count().await.unwrap(), 3);
         assert_eq!(inner.token(), outer.token());
         assert_eq!(innermost.token(), outer.token());
@@ -177,7 +173,7 @@ async fn layout_is_redissons_and_a_bad_counter_changes_nothing() {
         let bad_counter = counter_key("fenced-bad");
         let _: i64 = raw.lpush(bad_counter.as_str(), "x").await.unwrap();
         let error = bad
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .expect_err("a list is no counter");
         match &error {
@@ -189,7 +185,7 @@ async fn layout_is_redissons_and_a_bad_counter_changes_nothing() {
             .set(bad_counter.as_str(), "not a number", None, None, false)
             .await
             .unwrap();
-        let error = bad.try_lock_for(Duration::ZERO, None).await.unwrap_err();
+        let error = bad.try_lock(Duration::ZERO, None).await.unwrap_err();
         assert!(matches!(error, Error::WrongType { .. }), "{error}");
         assert!(matches!(bad.token().await, Err(Error::WrongType { .. })));
         assert!(matches!(
@@ -264,11 +260,7 @@ async fn interoperates_with_redisson_replay() {
 
         let (won, java_token) = java_acquire(&raw, "fenced-java", java).await;
         assert_eq!(won, "won");
-        assert!(lock
-            .try_lock_for(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .is_none());
+        assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
         let waiter = {
             let lock = lock.clone();
             tokio::spawn(async move {
@@ -487,7 +479,7 @@ async fn into_lock_guard_keeps_the_hold() {
         assert_eq!(lock.hold_count().await.unwrap(), 1);
         let taken = other
             .fenced_lock("converted")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await;
         assert!(taken.unwrap().is_none(), "free after the conversion");
         plain.unlock().await.unwrap();

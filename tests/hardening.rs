@@ -66,7 +66,7 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
                 message.contains("leases") && message.contains("365 days"),
                 "{message}"
             );
-            is_invalid(lock.try_lock_for(Duration::ZERO, Some(lease)).await);
+            is_invalid(lock.try_lock(Duration::ZERO, Some(lease)).await);
             assert_eq!(key_count(&raw).await, 0, "lease {lease:?} wrote something");
         }
         let guard = lock.lock_with_lease(MAX_DURATION).await.unwrap();
@@ -136,7 +136,7 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
         let holder = lock.lock().await.unwrap();
         let waiter = {
             let lock = client.lock("leases");
-            tokio::spawn(async move { lock.try_lock_for(Duration::MAX, None).await })
+            tokio::spawn(async move { lock.try_lock(Duration::MAX, None).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!waiter.is_finished());
@@ -230,13 +230,9 @@ async fn an_outage_is_told_apart_from_a_held_lock(kind: Kind) {
         let other = LockClient::connect(&server.url()).await.unwrap();
         let holder = kind.lock(&other, "outage").lock().await.unwrap();
         let lock = kind.lock(&client, "outage");
+        assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
         assert!(lock
-            .try_lock_for(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .is_none());
-        assert!(lock
-            .try_lock_for(Duration::from_millis(200), None)
+            .try_lock(Duration::from_millis(200), None)
             .await
             .unwrap()
             .is_none());
@@ -245,7 +241,7 @@ async fn an_outage_is_told_apart_from_a_held_lock(kind: Kind) {
         server.kill();
         tokio::time::sleep(Duration::from_millis(200)).await;
         let started = Instant::now();
-        let error = lock.try_lock_for(Duration::ZERO, None).await.unwrap_err();
+        let error = lock.try_lock(Duration::ZERO, None).await.unwrap_err();
         assert!(
             started.elapsed() < Duration::from_secs(1),
             "a single attempt waited {:?} (the command timeout is 5 s)",
@@ -254,7 +250,7 @@ async fn an_outage_is_told_apart_from_a_held_lock(kind: Kind) {
         assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
         let started = Instant::now();
         let error = lock
-            .try_lock_for(Duration::from_millis(700), None)
+            .try_lock(Duration::from_millis(700), None)
             .await
             .unwrap_err();
         let waited = started.elapsed();
@@ -273,7 +269,7 @@ async fn an_outage_is_told_apart_from_a_held_lock(kind: Kind) {
         // Back within the wait: acquired.
         let waiting = {
             let lock = kind.lock(&client, "outage");
-            tokio::spawn(async move { lock.try_lock_for(Duration::from_secs(20), None).await })
+            tokio::spawn(async move { lock.try_lock(Duration::from_secs(20), None).await })
         };
         tokio::time::sleep(Duration::from_millis(500)).await;
         server.start_again();
@@ -297,7 +293,7 @@ async fn a_stalled_server_is_unavailable_not_busy() {
         let lock = client.lock("stalled");
         proxy.stall();
         let started = Instant::now();
-        let outcome = lock.try_lock_for(Duration::from_millis(300), None).await;
+        let outcome = lock.try_lock(Duration::from_millis(300), None).await;
         let waited = started.elapsed();
         match outcome {
             Err(Error::Unavailable { source: None, .. }) => {}
@@ -484,7 +480,7 @@ async fn a_broken_fair_line_names_its_wrong_key() {
                 other => panic!("expected WrongType naming {broken}, got {other:?}"),
             }
             let error = lock
-                .try_lock_for(Duration::from_millis(100), None)
+                .try_lock(Duration::from_millis(100), None)
                 .await
                 .unwrap_err();
             assert!(error.to_string().contains(broken), "{error}");
@@ -568,7 +564,7 @@ async fn key_prefixes_keep_applications_apart() {
         let a = one.lock("job").lock().await.unwrap();
         let b = two
             .lock("job")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap();
         let b = b.expect("another namespace's lock of the same name is another lock");
@@ -694,7 +690,7 @@ async fn bad_input_sweep() {
                         guard.unlock().await.unwrap();
                     }
                     for lease in [None, Some(duration), Some(Duration::from_secs(5))] {
-                        let call = lock.try_lock_for(duration, lease);
+                        let call = lock.try_lock(duration, lease);
                         if let Ok(Some(guard)) = ends(&what("try_lock"), limit, call).await {
                             guard.unlock().await.unwrap();
                         }
@@ -715,7 +711,7 @@ async fn bad_input_sweep() {
                     let outcome = ends(
                         "multi try_lock",
                         limit,
-                        multi.try_lock_for(wait, Some(duration)),
+                        multi.try_lock(wait, Some(duration)),
                     )
                     .await;
                     is_invalid(outcome);
@@ -725,7 +721,7 @@ async fn bad_input_sweep() {
                 let outcome = ends(
                     "multi try_lock",
                     limit,
-                    multi.try_lock_for(Duration::from_millis(300), Some(Duration::from_secs(5))),
+                    multi.try_lock(Duration::from_millis(300), Some(Duration::from_secs(5))),
                 )
                 .await;
                 match outcome {
@@ -771,7 +767,7 @@ async fn bad_input_sweep() {
                     {
                         guard.unlock().await.unwrap();
                     }
-                    let call = redlock.try_lock_for(duration, Some(Duration::from_secs(5)));
+                    let call = redlock.try_lock(duration, Some(Duration::from_secs(5)));
                     if let Ok(Some(guard)) = ends("redlock try_lock", limit, call).await {
                         guard.unlock().await.unwrap();
                     }
@@ -816,7 +812,7 @@ async fn the_reconnect_policy_given_is_followed() {
         let cut = Instant::now();
         server.start_again();
         let back = loop {
-            match lock.try_lock_for(Duration::ZERO, None).await {
+            match lock.try_lock(Duration::ZERO, None).await {
                 Ok(Some(guard)) => {
                     guard.unlock().await.unwrap();
                     break cut.elapsed();

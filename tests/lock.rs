@@ -97,7 +97,7 @@ async fn reentrant_hold_count_and_foreign_unlock(kind: Kind) {
     // Another owner (another task) holds nothing and cannot take it meanwhile.
     let other = lock.clone();
     let seen = tokio::spawn(async move {
-        let none = other.try_lock_for(Duration::ZERO, None).await.unwrap();
+        let none = other.try_lock(Duration::ZERO, None).await.unwrap();
         (none.is_none(), other.hold_count().await.unwrap())
     })
     .await
@@ -152,7 +152,7 @@ async fn watchdog_keeps_lock_and_stops_after_unlock(kind: Kind) {
     while started.elapsed() < Duration::from_secs(5) {
         let attempt = kind
             .lock(&other, "watched")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap();
         assert!(attempt.is_none(), "lock taken while its holder lived");
@@ -183,7 +183,7 @@ async fn fixed_lease_expires(kind: Kind) {
     let started = Instant::now();
     let taken = kind
         .lock(&other, "leased")
-        .try_lock_for(Duration::from_secs(3), None)
+        .try_lock(Duration::from_secs(3), None)
         .await
         .unwrap()
         .expect("acquired after the lease ended");
@@ -260,7 +260,7 @@ async fn try_lock_waits_about_wait(kind: Kind) {
     let free = Instant::now();
     let guard = kind
         .lock(&holder, "try")
-        .try_lock_for(Duration::from_secs(2), None)
+        .try_lock(Duration::from_secs(2), None)
         .await
         .unwrap()
         .expect("free lock");
@@ -269,7 +269,7 @@ async fn try_lock_waits_about_wait(kind: Kind) {
     let started = Instant::now();
     let none = kind
         .lock(&other, "try")
-        .try_lock_for(Duration::from_millis(500), None)
+        .try_lock(Duration::from_millis(500), None)
         .await
         .unwrap();
     let waited = started.elapsed();
@@ -341,7 +341,7 @@ async fn crashed_holder_frees_lock() {
         let killed = Instant::now();
         let guard = client
             .lock("crash")
-            .try_lock_for(Duration::from_secs(5), None)
+            .try_lock(Duration::from_secs(5), None)
             .await
             .unwrap()
             .expect("the crashed holder's lock frees itself");
@@ -399,7 +399,7 @@ async fn dropped_and_moved_guards_release(kind: Kind) {
     let started = Instant::now();
     let taken = kind
         .lock(&other, "dropped")
-        .try_lock_for(Duration::from_secs(2), None)
+        .try_lock(Duration::from_secs(2), None)
         .await
         .unwrap()
         .expect("the dropped guard released the lock");
@@ -468,7 +468,7 @@ async fn interoperates_with_redisson_layout() {
 
         assert!(client
             .lock("shared")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap()
             .is_none());
@@ -561,7 +561,7 @@ async fn waiter_survives_redis_restart(kind: Kind) {
     // While Redis is down, a single attempt reports the outage.
     let down = kind
         .lock(&waiter_client, "other")
-        .try_lock_for(Duration::ZERO, None)
+        .try_lock(Duration::ZERO, None)
         .await;
     assert!(matches!(down, Err(Error::Unavailable { .. })), "{down:?}");
     server.start_again();
@@ -589,7 +589,7 @@ async fn bad_input_is_rejected() {
         let empty = client.lock("");
         assert!(matches!(empty.lock().await, Err(Error::InvalidArgument(_))));
         assert!(matches!(
-            empty.try_lock_for(Duration::ZERO, None).await,
+            empty.try_lock(Duration::ZERO, None).await,
             Err(Error::InvalidArgument(_))
         ));
         assert!(matches!(empty.is_locked().await, Err(Error::InvalidArgument(_))));
@@ -599,7 +599,7 @@ async fn bad_input_is_rejected() {
             Err(Error::InvalidArgument(_))
         ));
         assert!(matches!(
-            lock.try_lock_for(Duration::ZERO, Some(Duration::ZERO)).await,
+            lock.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
             Err(Error::InvalidArgument(_))
         ));
         let zero_watchdog = LockClient::builder()
@@ -620,7 +620,7 @@ async fn bad_input_is_rejected() {
         let string = client.lock("a-string");
         let wrong = |r: &Result<_, Error>| matches!(r, Err(Error::WrongType { lock, key }) if lock == "a-string" && key == "a-string");
         assert!(wrong(&string.lock().await.map(|_| ())));
-        assert!(wrong(&string.try_lock_for(Duration::from_millis(200), None).await.map(|_| ())));
+        assert!(wrong(&string.try_lock(Duration::from_millis(200), None).await.map(|_| ())));
         assert!(wrong(&string.lock_with_lease(Duration::from_secs(1)).await.map(|_| ())));
         assert!(wrong(&string.hold_count().await.map(|_| ())));
         assert!(wrong(&string.force_unlock().await.map(|_| ())));
@@ -745,7 +745,7 @@ async fn pinned_owner_reenters_across_tasks() {
         };
         let second = {
             let lock = lock.clone();
-            tokio::spawn(async move { lock.try_lock_for(Duration::ZERO, None).await.unwrap() })
+            tokio::spawn(async move { lock.try_lock(Duration::ZERO, None).await.unwrap() })
                 .await
                 .unwrap()
                 .expect("the same pinned owner reenters from another task")
@@ -755,7 +755,7 @@ async fn pinned_owner_reenters_across_tasks() {
         // The current task is another owner and is excluded.
         let unpinned = client.lock("pinned");
         assert!(unpinned
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap()
             .is_none());
@@ -1233,7 +1233,7 @@ mod spans {
             let other = client.lock("spans:lock");
             let timed_out = tokio::spawn(async move {
                 other
-                    .try_lock_for(Duration::from_millis(50), None)
+                    .try_lock(Duration::from_millis(50), None)
                     .await
                     .unwrap()
                     .is_none()
@@ -1502,8 +1502,8 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         let refused = [
             lock.lock().await.err(),
             lock.lock_with_lease(Duration::from_secs(5)).await.err(),
-            lock.try_lock_for(Duration::from_secs(5), None).await.err(),
-            lock.try_lock_for(Duration::ZERO, None).await.err(),
+            lock.try_lock(Duration::from_secs(5), None).await.err(),
+            lock.try_lock(Duration::ZERO, None).await.err(),
             lock.with_lock(|_| async {}).await.err(),
             lock.clone()
                 .with_owner(OwnerId::current())
@@ -1541,7 +1541,7 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         let other = tokio::spawn({
             let lock = lock.clone();
             async move {
-                lock.try_lock_for(Duration::from_millis(200), None)
+                lock.try_lock(Duration::from_millis(200), None)
                     .await
                     .unwrap()
                     .is_none()
@@ -1558,7 +1558,7 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
         let _: i64 = raw.hset("once", (java, 1)).await.unwrap();
         let _: bool = raw.pexpire("once", 30_000, None).await.unwrap();
         assert!(lock
-            .try_lock_for(Duration::from_millis(100), None)
+            .try_lock(Duration::from_millis(100), None)
             .await
             .unwrap()
             .is_none());
@@ -1568,7 +1568,7 @@ async fn a_non_reentrant_lock_refuses_its_holder_and_keeps_redissons_layout() {
             let other = client.lock("once");
             async move {
                 other
-                    .try_lock_for(Duration::from_millis(100), None)
+                    .try_lock(Duration::from_millis(100), None)
                     .await
                     .unwrap()
             }
@@ -1599,12 +1599,12 @@ async fn quick_forms_take_at_once_or_run_within_a_wait(kind: Kind) {
     let lock = kind.lock(&holder, "quick");
     let theirs = kind.lock(&other, "quick");
     let guard = lock
-        .try_lock()
+        .try_lock_now()
         .await
         .unwrap()
         .expect("a free lock is taken");
     let again = lock
-        .try_lock()
+        .try_lock_now()
         .await
         .unwrap()
         .expect("its holder re-enters");
@@ -1614,7 +1614,7 @@ async fn quick_forms_take_at_once_or_run_within_a_wait(kind: Kind) {
     common::warmed_up(&raw, &other).await;
     let calls = common::command_calls(&raw).await;
     let started = Instant::now();
-    assert!(theirs.try_lock().await.unwrap().is_none());
+    assert!(theirs.try_lock_now().await.unwrap().is_none());
     let answered = started.elapsed();
     assert!(
         answered < Duration::from_millis(200),

@@ -181,7 +181,7 @@ async fn every_metric_counts_what_happened() {
         let other = client.lock("m:contended");
         let gave_up = tokio::spawn(async move {
             other
-                .try_lock_for(Duration::from_millis(100), None)
+                .try_lock(Duration::from_millis(100), None)
                 .await
                 .unwrap()
                 .is_none()

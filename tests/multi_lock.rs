@@ -124,7 +124,7 @@ async fn a_failed_member_releases_the_others() {
 
         // One round: a and c are taken, b is not, so a and c are given back before it returns.
         assert!(multi
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap()
             .is_none());
@@ -134,7 +134,7 @@ async fn a_failed_member_releases_the_others() {
         // Waiting holds nothing: a and c stay free all along, and are free when it gives up.
         let waiting = tokio::spawn({
             let multi = multi.clone();
-            async move { multi.try_lock_for(Duration::from_millis(600), None).await }
+            async move { multi.try_lock(Duration::from_millis(600), None).await }
         });
         // Its first round takes a and c for a moment; after that it waits for b alone.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -152,7 +152,7 @@ async fn a_failed_member_releases_the_others() {
         // Once b is given back, the waiting multi-lock gets all three.
         let waiting = tokio::spawn({
             let multi = multi.clone();
-            async move { multi.try_lock_for(Duration::from_secs(5), None).await }
+            async move { multi.try_lock(Duration::from_secs(5), None).await }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         let released = Instant::now();
@@ -179,7 +179,7 @@ async fn a_member_error_releases_the_others_and_is_returned() {
         let raw = setup.servers[0].raw().await;
         let _: () = raw.set("c", "not a lock", None, None, false).await.unwrap();
         let multi = setup.multi(0, &["a", "b", "c"]);
-        let outcome = multi.try_lock_for(Duration::from_secs(1), None).await;
+        let outcome = multi.try_lock(Duration::from_secs(1), None).await;
         assert!(
             matches!(&outcome, Err(Error::WrongType { lock, .. }) if lock == "c"),
             "{outcome:?}"
@@ -314,7 +314,7 @@ async fn fair_members_keep_their_order() {
             let order = order.clone();
             async move {
                 assert!(multi
-                    .try_lock_for(Duration::ZERO, None)
+                    .try_lock(Duration::ZERO, None)
                     .await
                     .unwrap()
                     .is_none());
@@ -346,16 +346,10 @@ async fn empty_and_duplicate_sets_are_refused() {
         let client_a = &setup.instances[0][0];
         let client_b = &setup.instances[0][1];
         let multi = MultiLock::new(vec![client_a.lock("x"), client_b.lock("x")]).unwrap();
-        let guard = multi
-            .try_lock_for(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .unwrap();
+        let guard = multi.try_lock(Duration::ZERO, None).await.unwrap().unwrap();
         guard.unlock().await.unwrap();
         assert!(matches!(
-            multi
-                .try_lock_for(Duration::ZERO, Some(Duration::ZERO))
-                .await,
+            multi.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
             Err(Error::InvalidArgument(_))
         ));
     })
@@ -383,7 +377,7 @@ async fn a_lease_holds_every_member_for_that_long() {
                 pttl > 0 && pttl <= lease.as_millis() as i64,
                 "{name}: {pttl}"
             );
-            let taken = other.lock(name).try_lock_for(Duration::ZERO, None).await;
+            let taken = other.lock(name).try_lock(Duration::ZERO, None).await;
             assert!(taken.unwrap().is_none(), "{name} was free while held");
         }
         // Not renewed: both free once the lease has passed, with the guard still alive.

@@ -78,10 +78,7 @@ async fn racing_redlocks_never_both_hold() {
                     let guard = if task % 4 < 2 {
                         redlock.lock().await.unwrap()
                     } else {
-                        match redlock
-                            .try_lock_for(Duration::from_secs(20), Some(lease))
-                            .await
-                        {
+                        match redlock.try_lock(Duration::from_secs(20), Some(lease)).await {
                             Ok(Some(guard)) => guard,
                             other => panic!("task {task}: no guard after 20 s: {other:?}"),
                         }
@@ -133,7 +130,7 @@ async fn two_dead_nodes_are_tolerated_three_are_reported() {
         servers[3].kill();
 
         let guard = redlock
-            .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(5)))
+            .try_lock(Duration::from_secs(2), Some(Duration::from_secs(5)))
             .await
             .unwrap()
             .expect("three of five nodes are enough");
@@ -144,9 +141,7 @@ async fn two_dead_nodes_are_tolerated_three_are_reported() {
         servers[4].kill();
         let wait = Duration::from_millis(300);
         let started = Instant::now();
-        let outcome = redlock
-            .try_lock_for(wait, Some(Duration::from_secs(5)))
-            .await;
+        let outcome = redlock.try_lock(wait, Some(Duration::from_secs(5))).await;
         let elapsed = started.elapsed();
         println!("three dead nodes: try_lock({wait:?}) returned after {elapsed:?}");
         // The wait, plus at most the attempt in flight at its end: no attempt starts after the
@@ -241,10 +236,7 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
 
         // Two stalled nodes: the three others are a majority, and nobody waits for the stalled.
         let started = Instant::now();
-        let guard = redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
-            .await
-            .unwrap();
+        let guard = redlock.try_lock(Duration::ZERO, Some(lease)).await.unwrap();
         let elapsed = started.elapsed();
         let guard = guard.expect("three live nodes are a majority");
         println!("acquired past two stalled nodes in {elapsed:?}");
@@ -260,7 +252,7 @@ async fn a_stalled_node_costs_at_most_the_node_timeout() {
         let raw = servers[0].raw().await;
         assert!(raw_set(&raw, "foreign", lease).await);
         let started = Instant::now();
-        let outcome = redlock.try_lock_for(Duration::ZERO, Some(lease)).await;
+        let outcome = redlock.try_lock(Duration::ZERO, Some(lease)).await;
         let elapsed = started.elapsed();
         println!("failed on two stalled nodes in {elapsed:?}: {outcome:?}");
         assert!(
@@ -308,7 +300,7 @@ async fn validity_is_below_ttl_minus_elapsed() {
         for _ in 0..20 {
             let started = Instant::now();
             let guard = redlock
-                .try_lock_for(Duration::ZERO, Some(lease))
+                .try_lock(Duration::ZERO, Some(lease))
                 .await
                 .unwrap()
                 .unwrap();
@@ -330,7 +322,7 @@ async fn validity_is_below_ttl_minus_elapsed() {
         // just gone: never after the nodes dropped them.
         let started = Instant::now();
         let guard = redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -358,7 +350,7 @@ async fn validity_is_below_ttl_minus_elapsed() {
         // A lease that the drift allowance eats whole is refused before anything is sent.
         assert!(matches!(
             redlock
-                .try_lock_for(Duration::ZERO, Some(Duration::from_millis(2)))
+                .try_lock(Duration::ZERO, Some(Duration::from_millis(2)))
                 .await,
             Err(Error::InvalidArgument(_))
         ));
@@ -385,7 +377,7 @@ async fn extension_keeps_it_for_five_ttls_and_losing_a_majority_is_reported() {
             assert!(guard.validity() > Duration::ZERO);
             assert!(
                 rival
-                    .try_lock_for(Duration::ZERO, None)
+                    .try_lock(Duration::ZERO, None)
                     .await
                     .unwrap()
                     .is_none(),
@@ -481,7 +473,7 @@ async fn max_hold_stops_the_extensions() {
             "{lost_after:?}"
         );
         let rival_guard = rival
-            .try_lock_for(Duration::from_millis(500), None)
+            .try_lock(Duration::from_millis(500), None)
             .await
             .unwrap()
             .expect("the limited lock did not end on the nodes");
@@ -508,13 +500,13 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
             assert!(raw_set(raw, "foreign-token", lease).await);
         }
         assert!(redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .is_none());
         let started = Instant::now();
         assert!(redlock
-            .try_lock_for(Duration::from_millis(300), Some(lease))
+            .try_lock(Duration::from_millis(300), Some(lease))
             .await
             .unwrap()
             .is_none());
@@ -526,7 +518,7 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         // We hold it: the raw writer gets no node, and sees one token of at least 20 random
         // bytes, new for every acquisition.
         let guard = redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -542,7 +534,7 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         assert!(guard.token().len() >= 40 && guard.token().chars().all(|c| c.is_ascii_hexdigit()));
         guard.unlock().await.unwrap();
         let guard = redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -555,7 +547,7 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
             assert!(raw_set(raw, "foreign-token", lease).await);
         }
         let guard = redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
@@ -726,7 +718,7 @@ async fn a_release_nobody_waits_for_still_runs_its_eval_fallback() {
         for proxy in &proxies {
             proxy.stall();
         }
-        let outcome = redlock.try_lock_for(Duration::ZERO, Some(lease)).await;
+        let outcome = redlock.try_lock(Duration::ZERO, Some(lease)).await;
         assert!(
             matches!(outcome, Err(Error::NoQuorum { .. })),
             "{outcome:?}"
@@ -853,7 +845,7 @@ async fn unconfirmed_releases_name_each_node_and_its_reason() {
             node.shutdown().await;
         }
         match redlock
-            .try_lock_for(Duration::from_millis(200), Some(lease))
+            .try_lock(Duration::from_millis(200), Some(lease))
             .await
         {
             Err(Error::NoQuorum { failures, .. }) => {

@@ -74,7 +74,7 @@ async fn with_replica_sync_a_held_lock_survives_the_failover() {
         link.stall();
         let started = Instant::now();
         let error = lock
-            .try_lock_for(Duration::from_millis(800), None)
+            .try_lock(Duration::from_millis(800), None)
             .await
             .expect_err("an acquire the replica never confirmed is not reported as held");
         let took = started.elapsed();
@@ -177,7 +177,7 @@ async fn a_slow_wait_stalls_no_other_task() {
         let slow_lock = client.lock("stall-slow");
         let slow = tokio::spawn(async move {
             let started = Instant::now();
-            let outcome = slow_lock.try_lock_for(Duration::ZERO, None).await;
+            let outcome = slow_lock.try_lock(Duration::ZERO, None).await;
             (outcome.map(|guard| guard.is_some()), started.elapsed())
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -324,11 +324,11 @@ async fn replica_sync_on_a_cluster_waits_for_the_slots_replicas() {
         signal(pid, "STOP");
         let blocked = client
             .lock(name)
-            .try_lock_for(Duration::from_millis(500), None)
+            .try_lock(Duration::from_millis(500), None)
             .await;
         let other = client
             .lock(elsewhere.as_str())
-            .try_lock_for(Duration::from_secs(2), None)
+            .try_lock(Duration::from_secs(2), None)
             .await;
         signal(pid, "CONT");
         println!("paused replica's master: {blocked:?}; another master: {other:?}");
@@ -366,7 +366,7 @@ async fn connections_bound_the_changes_that_wait_at_once() {
                 .map(|i| {
                     let lock = client.lock(format!("pool-{connections}-{i}"));
                     tokio::spawn(async move {
-                        let outcome = lock.try_lock_for(Duration::ZERO, None).await;
+                        let outcome = lock.try_lock(Duration::ZERO, None).await;
                         assert!(
                             matches!(outcome, Err(Error::NotReplicated { .. })),
                             "{outcome:?}"

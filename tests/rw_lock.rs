@@ -49,10 +49,7 @@ async fn all_keys(raw: &Client) -> Vec<String> {
 
 /// One attempt at `lock` (a read or a write side), for "may it be had right now".
 async fn take_now(lock: impl Into<fredlock::Lock>) -> Option<fredlock::LockGuard> {
-    lock.into()
-        .try_lock_for(Duration::ZERO, None)
-        .await
-        .unwrap()
+    lock.into().try_lock(Duration::ZERO, None).await.unwrap()
 }
 
 /// A client whose waiting writers keep their place `place` without trying again.
@@ -262,7 +259,7 @@ async fn writer_amid_readers(
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let asked = Instant::now();
-    let got = rw.write_lock().try_lock_for(wait, None).await.unwrap();
+    let got = rw.write_lock().try_lock(wait, None).await.unwrap();
     let waited = asked.elapsed();
     stop.store(true, Ordering::SeqCst);
     let outcome = match got {
@@ -773,12 +770,12 @@ async fn bad_input_is_refused_and_changes_nothing() {
             client
                 .rw_lock("taken")
                 .read_lock()
-                .try_lock_for(Duration::ZERO, None)
+                .try_lock(Duration::ZERO, None)
                 .await,
             client
                 .rw_lock("taken")
                 .write_lock()
-                .try_lock_for(Duration::ZERO, None)
+                .try_lock(Duration::ZERO, None)
                 .await,
         ] {
             assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
@@ -835,9 +832,7 @@ async fn a_waiting_writer_keeps_readers_out_until_it_goes() {
             .write_lock();
         // The writer waits 300 ms, keeping readers out meanwhile, then leaves.
         let waiting =
-            tokio::spawn(
-                async move { writer.try_lock_for(Duration::from_millis(300), None).await },
-            );
+            tokio::spawn(async move { writer.try_lock(Duration::from_millis(300), None).await });
         assert!(
             eventually(Duration::from_secs(2), || async {
                 let count: i64 = raw.zcard(writers_key("queued")).await.unwrap();
@@ -933,7 +928,7 @@ async fn inspections_show_modes_holders_and_orphans() {
             .with_owner(fredlock::OwnerId::from_raw(3))
             .write_lock();
         let waiting =
-            tokio::spawn(async move { writer.try_lock_for(Duration::from_secs(10), None).await });
+            tokio::spawn(async move { writer.try_lock(Duration::from_secs(10), None).await });
         assert!(
             eventually(Duration::from_secs(2), || async {
                 let count: i64 = raw.zcard(writers_key("seen")).await.unwrap();

@@ -130,7 +130,7 @@ async fn survive_failover(fail: impl FnOnce(&mut RedisSentinel) -> u16) {
             let name = format!("sentinel-fresh-{round}");
             let lock = prober_client.lock(name.as_str());
             let Ok(Some(guard)) = lock
-                .try_lock_for(Duration::from_millis(500), Some(Duration::from_secs(5)))
+                .try_lock(Duration::from_millis(500), Some(Duration::from_secs(5)))
                 .await
             else {
                 continue;
@@ -290,7 +290,7 @@ async fn sentinels_and_servers_with_passwords() {
         let guard = by_url.lock("sentinel-auth").lock().await.unwrap();
         assert!(by_builder
             .lock("sentinel-auth")
-            .try_lock_for(Duration::ZERO, None)
+            .try_lock(Duration::ZERO, None)
             .await
             .unwrap()
             .is_none());
@@ -303,7 +303,7 @@ async fn sentinels_and_servers_with_passwords() {
         let lock = by_builder.lock("sentinel-auth-after");
         let taken = loop {
             let guard = lock
-                .try_lock_for(Duration::from_millis(200), None)
+                .try_lock(Duration::from_millis(200), None)
                 .await
                 .ok()
                 .flatten();

@@ -174,7 +174,7 @@ async fn cancelled_spin_acquisitions_leave_nothing() {
         let started = Instant::now();
         let none = client
             .spin_lock("spin-cancel")
-            .try_lock_for(Duration::from_millis(300), None)
+            .try_lock(Duration::from_millis(300), None)
             .await
             .unwrap();
         assert!(none.is_none());

@@ -126,7 +126,7 @@ pub async fn redlock(sizes: Sizes) -> Vec<Row> {
             let redlock = redlock.clone();
             async move {
                 let guard = redlock
-                    .try_lock_for(Duration::ZERO, Some(TTL))
+                    .try_lock(Duration::ZERO, Some(TTL))
                     .await
                     .expect("try_lock")
                     .expect("uncontended");

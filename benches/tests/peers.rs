@@ -27,13 +27,13 @@ async fn rslock_and_our_redlock_exclude_each_other() {
         let rslock = rslock::LockManager::new(urls(&servers));
         let theirs = rslock.lock(NAME, lease).await.expect("rslock lock");
         assert!(redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .is_none());
         rslock.unlock(&theirs).await;
         let ours = redlock
-            .try_lock_for(Duration::ZERO, Some(lease))
+            .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();

@@ -278,6 +278,23 @@ impl PermitSemaphore {
         self.take(None, Lease::Fixed(lease)).await.and_then(waited)
     }
 
+    /// Takes a permit only if one is free now, without waiting: `Ok(None)` when none is. It is
+    /// renewed by the watchdog until the guard goes. Redisson's `tryAcquire()`; the same as
+    /// [`try_acquire(Duration::ZERO, None)`](Self::try_acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire): [`Error::Unavailable`](crate::Error::Unavailable)
+    /// at once while Redis cannot be reached, never `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    #[doc(alias = "tryAcquire")]
+    pub async fn try_acquire_now(&self) -> Result<Option<LeasedPermit>> {
+        self.try_acquire(Duration::ZERO, None).await
+    }
+
     /// Tries to take a permit within `wait`: `Ok(None)` when none came free that long. `lease`
     /// `None` renews it with the watchdog until the guard goes; `Some(lease)` holds it that
     /// long at most. A zero `wait` makes one attempt.
@@ -291,13 +308,17 @@ impl PermitSemaphore {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
+    #[doc(alias = "tryAcquire")]
     pub async fn try_acquire(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<LeasedPermit>> {
-        self.take(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
-            .await
+        self.take(
+            Some(wait),
+            lease.into().map_or(Lease::Watchdog, Lease::Fixed),
+        )
+        .await
     }
 
     /// What Redis holds of the semaphore now: the permits available (in

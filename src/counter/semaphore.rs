@@ -249,8 +249,26 @@ impl Semaphore {
         self.take(permits, None).await.and_then(waited)
     }
 
+    /// Takes `permits` permits only if that many are available now, without waiting:
+    /// `Ok(None)` when not. Redisson's `tryAcquire(permits)`; the same as
+    /// [`try_acquire(permits, Duration::ZERO)`](Self::try_acquire).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire): [`Error::Unavailable`](crate::Error::Unavailable)
+    /// at once while Redis cannot be reached, never `Ok(None)`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`acquire`](Self::acquire).
+    #[doc(alias = "tryAcquire")]
+    pub async fn try_acquire_now(&self, permits: u32) -> Result<Option<SemaphorePermit>> {
+        self.take(permits, Some(Duration::ZERO)).await
+    }
+
     /// Tries to take `permits` permits within `wait`: `Ok(None)` when not enough were available
     /// that long. A zero `wait` makes one attempt.
+    /// Redisson's `tryAcquire(permits, waitTime, unit)`.
     ///
     /// # Errors
     ///
@@ -260,6 +278,7 @@ impl Semaphore {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`acquire`](Self::acquire).
+    #[doc(alias = "tryAcquire")]
     pub async fn try_acquire(
         &self,
         permits: u32,

@@ -196,7 +196,22 @@ impl FencedLock {
     }
 
     /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
-    /// another owner does. See [`Lock::try_lock`].
+    /// another owner does. See [`Lock::try_lock_now`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_lock_now`], and as [`lock`](Self::lock) for the counter.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`lock`](Self::lock).
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock_now(&self) -> Result<Option<FencedGuard>> {
+        self.try_lock(Duration::ZERO, None).await
+    }
+
+    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See
+    /// [`Lock::try_lock`].
     ///
     /// # Errors
     ///
@@ -205,27 +220,17 @@ impl FencedLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self) -> Result<Option<FencedGuard>> {
-        self.try_lock_for(Duration::ZERO, None).await
-    }
-
-    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See
-    /// [`Lock::try_lock_for`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock_for`], and as [`lock`](Self::lock) for the counter.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock_for(
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<FencedGuard>> {
-        self.lock_within(Some(wait), lease.map_or(Lease::Watchdog, Lease::Fixed))
-            .await
+        self.lock_within(
+            Some(wait),
+            lease.into().map_or(Lease::Watchdog, Lease::Fixed),
+        )
+        .await
     }
 
     /// Runs `work` while holding the lock, handing it the fencing token and the guard's
@@ -272,14 +277,14 @@ impl FencedLock {
     pub async fn try_with_lock<F, Fut, T>(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
         work: F,
     ) -> Result<Option<T>>
     where
         F: FnOnce(u64, tokio_util::sync::CancellationToken) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        let Some(guard) = self.try_lock_for(wait, lease).await? else {
+        let Some(guard) = self.try_lock(wait, lease).await? else {
             return Ok(None);
         };
         let work = work(guard.token(), guard.cancellation_token());

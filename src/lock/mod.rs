@@ -68,7 +68,7 @@ const REENTRY_REFUSED: &str = concat!(
 /// guard.unlock().await?;                          // released; waiters wake
 ///
 /// // At most 2 s of waiting; held for at most 10 s, without renewal.
-/// if let Some(guard) = lock.try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
+/// if let Some(guard) = lock.try_lock(Duration::from_secs(2), Some(Duration::from_secs(10))).await? {
 ///     guard.unlock().await?;
 /// }
 /// # Ok(()) }
@@ -281,11 +281,11 @@ impl Lock {
     ///
     /// This is tokio's [`Mutex::try_lock`](tokio::sync::Mutex::try_lock) and Redisson's
     /// `tryLock()`: one attempt, one round trip. The same as
-    /// [`try_lock_for(Duration::ZERO, None)`](Self::try_lock_for).
+    /// [`try_lock(Duration::ZERO, None)`](Self::try_lock).
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// match client.lock("reports:nightly").try_lock().await? {
+    /// match client.lock("reports:nightly").try_lock_now().await? {
     ///     Some(guard) => {
     ///         // ... this instance builds the report ...
     ///         guard.unlock().await?;
@@ -297,20 +297,39 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`try_lock_for`](Self::try_lock_for): [`Error::Unavailable`] at once while Redis
+    /// As [`try_lock`](Self::try_lock): [`Error::Unavailable`] at once while Redis
     /// cannot be reached (never `Ok(None)`, which always means that another owner holds it).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.try_lock_for(Duration::ZERO, None).await
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock_now(&self) -> Result<Option<LockGuard>> {
+        self.try_lock(Duration::ZERO, None).await
     }
 
     /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
     ///
-    /// `wait` zero makes exactly one attempt. `lease` `None` renews the lock with the watchdog
-    /// until the guard goes; `Some(lease)` holds it for that long at most.
+    /// This is Redisson's `tryLock(waitTime, leaseTime, unit)`. `wait` zero makes exactly one
+    /// attempt. `lease` is a [`Duration`] (or `Some(d)`): the lock ends by itself that long
+    /// after it was taken and is never renewed; or `None`: the watchdog renews it until the
+    /// guard goes (Redisson's `leaseTime` of -1).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let lock = client.lock("orders:1001");
+    /// // Wait up to 2 s; held for 10 s at most, never renewed.
+    /// if let Some(guard) = lock.try_lock(Duration::from_secs(2), Duration::from_secs(10)).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// // Wait up to 2 s; renewed by the watchdog until the guard goes.
+    /// if let Some(guard) = lock.try_lock(Duration::from_secs(2), None).await? {
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -323,13 +342,14 @@ impl Lock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock_for(
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<LockGuard>> {
         self.refuse_reentry()?;
-        let lease = lease.map_or(Lease::Watchdog, Lease::Fixed);
+        let lease = lease.into().map_or(Lease::Watchdog, Lease::Fixed);
         lock_guard(self.win(Some(wait), lease).await)
     }
 
@@ -376,7 +396,7 @@ impl Lock {
 
     /// Runs `work` while holding the lock if it can be had within `wait`: `Ok(None)` (and
     /// `work` is not called) when another owner held it that long. The bounded form of
-    /// [`with_lock`](Self::with_lock), acquiring as [`try_lock_for`](Self::try_lock_for) does:
+    /// [`with_lock`](Self::with_lock), acquiring as [`try_lock`](Self::try_lock) does:
     /// `wait` zero makes one attempt, `lease` `None` renews the lock with the watchdog while the
     /// work runs, `Some(lease)` holds it for that long at most (the work is dropped and
     /// [`Error::Lost`] returned if it outlives it).
@@ -398,7 +418,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`try_lock_for`](Self::try_lock_for) when the lock cannot be acquired, and as
+    /// As [`try_lock`](Self::try_lock) when the lock cannot be acquired, and as
     /// [`with_lock`](Self::with_lock) once it is: [`Error::Lost`] when it was lost while the work
     /// ran.
     ///
@@ -410,14 +430,14 @@ impl Lock {
     pub async fn try_with_lock<F, Fut, T>(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
         work: F,
     ) -> Result<Option<T>>
     where
         F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
-        let Some(guard) = self.try_lock_for(wait, lease).await? else {
+        let Some(guard) = self.try_lock(wait, lease).await? else {
             return Ok(None);
         };
         let work = work(guard.cancellation_token());
@@ -690,7 +710,7 @@ impl fmt::Debug for Lock {
 
 /// The acquisitions every lock of the reentrant family that returns a [`LockGuard`] shares with
 /// [`Lock`], for a handle whose field `lock` is the `Lock` it wraps: `$waits` says how its waiter
-/// waits, `$cancel` what a dropped wait gives up, `$try_lock` what `try_lock_for` adds.
+/// waits, `$cancel` what a dropped wait gives up, `$try_lock` what `try_lock` adds.
 macro_rules! lock_acquires {
     (waits: $waits:literal, cancel: $cancel:literal, try_lock: $try_lock:literal $(,)?) => {
         /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the
@@ -727,7 +747,24 @@ macro_rules! lock_acquires {
         }
 
         /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)`
-        /// when another owner does. See [`Lock::try_lock`](crate::Lock::try_lock).
+        /// when another owner does. See [`Lock::try_lock_now`](crate::Lock::try_lock_now).
+        ///
+        /// # Errors
+        ///
+        /// As [`Lock::try_lock_now`](crate::Lock::try_lock_now).
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe, as [`lock`](Self::lock).
+        #[doc(alias = "tryLock")]
+        pub async fn try_lock_now(&self) -> $crate::Result<Option<$crate::LockGuard>> {
+            self.lock.try_lock_now().await
+        }
+
+        /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
+        /// See [`Lock::try_lock`](crate::Lock::try_lock).
+        ///
+        #[doc = $try_lock]
         ///
         /// # Errors
         ///
@@ -736,28 +773,13 @@ macro_rules! lock_acquires {
         /// # Cancel safety
         ///
         /// Cancel safe, as [`lock`](Self::lock).
-        pub async fn try_lock(&self) -> $crate::Result<Option<$crate::LockGuard>> {
-            self.lock.try_lock().await
-        }
-
-        /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
-        /// See [`Lock::try_lock_for`](crate::Lock::try_lock_for).
-        ///
-        #[doc = $try_lock]
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::try_lock_for`](crate::Lock::try_lock_for).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe, as [`lock`](Self::lock).
-        pub async fn try_lock_for(
+        #[doc(alias = "tryLock")]
+        pub async fn try_lock(
             &self,
             wait: std::time::Duration,
-            lease: Option<std::time::Duration>,
+            lease: impl Into<Option<std::time::Duration>>,
         ) -> $crate::Result<Option<$crate::LockGuard>> {
-            self.lock.try_lock_for(wait, lease).await
+            self.lock.try_lock(wait, lease).await
         }
 
         /// Runs `work` while holding the lock; see [`Lock::with_lock`](crate::Lock::with_lock).
@@ -791,7 +813,7 @@ macro_rules! lock_acquires {
         pub async fn try_with_lock<F, Fut, T>(
             &self,
             wait: std::time::Duration,
-            lease: Option<std::time::Duration>,
+            lease: impl Into<Option<std::time::Duration>>,
             work: F,
         ) -> $crate::Result<Option<T>>
         where

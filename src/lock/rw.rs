@@ -87,7 +87,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 /// // ... read the configuration ...
 /// read.unlock().await?;
 ///
-/// if let Some(write) = config.write_lock().try_lock_for(Duration::from_secs(2), None).await? {
+/// if let Some(write) = config.write_lock().try_lock(Duration::from_secs(2), None).await? {
 ///     // ... one writer alone ...
 ///     write.unlock().await?;                            // every waiting reader wakes
 /// }

@@ -97,7 +97,7 @@ impl State {
 }
 
 /// One acquisition of a [`RedLock`](crate::RedLock), from [`lock`](crate::RedLock::lock),
-/// [`lock_with_lease`](crate::RedLock::lock_with_lease) or [`try_lock`](crate::RedLock::try_lock_for).
+/// [`lock_with_lease`](crate::RedLock::lock_with_lease) or [`try_lock`](crate::RedLock::try_lock).
 ///
 /// - [`validity`](Self::validity) is how much longer the lock is safe by this process's clock:
 ///   check it before work that must not overlap another holder's.

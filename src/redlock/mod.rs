@@ -65,7 +65,7 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// // ... critical section ...
 /// guard.unlock().await?;
 ///
-/// if let Some(guard) = redlock.try_lock_for(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
+/// if let Some(guard) = redlock.try_lock(Duration::from_secs(1), Some(Duration::from_secs(10))).await? {
 ///     // Safe for guard.validity() from now on, at most 10 s minus the time acquiring took.
 ///     guard.unlock().await?;
 /// }
@@ -383,17 +383,18 @@ impl RedLock {
 
     /// Takes the lock in one attempt, without waiting: `Ok(None)` when other holders kept a
     /// majority of the nodes. The same as
-    /// [`try_lock_for(Duration::ZERO, None)`](Self::try_lock_for).
+    /// [`try_lock(Duration::ZERO, None)`](Self::try_lock).
     ///
     /// # Errors
     ///
-    /// As [`try_lock_for`](Self::try_lock_for).
+    /// As [`try_lock`](Self::try_lock).
     ///
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock(&self) -> Result<Option<RedLockGuard>> {
-        self.try_lock_for(Duration::ZERO, None).await
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock_now(&self) -> Result<Option<RedLockGuard>> {
+        self.try_lock(Duration::ZERO, None).await
     }
 
     /// Tries to acquire the lock within `wait`: `Ok(None)` when other holders kept a majority
@@ -412,12 +413,13 @@ impl RedLock {
     /// # Cancel safety
     ///
     /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn try_lock_for(
+    #[doc(alias = "tryLock")]
+    pub async fn try_lock(
         &self,
         wait: Duration,
-        lease: Option<Duration>,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<RedLockGuard>> {
-        self.lock_within(Some(wait), lease).await
+        self.lock_within(Some(wait), lease.into()).await
     }
 
     async fn lock_within(

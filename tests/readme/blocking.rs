@@ -9,7 +9,7 @@ fn blocking(url: &str) -> fredlock::Result<()> {
     let again = lock.lock()?; // the owner is the thread: the same thread takes it again
     again.unlock()?;
     guard.unlock()?;
-    if let Some(guard) = lock.try_lock_for(Duration::from_millis(100), None)? {
+    if let Some(guard) = lock.try_lock(Duration::from_millis(100), None)? {
         drop(guard); // dropping gives it back too
     }
     client.shutdown()

@@ -7,7 +7,7 @@ async fn composites(masters: Vec<LockClient>, client: &LockClient) -> fredlock::
     let guard = redlock.lock().await?; // held on a majority, extended every lease / 3
     guard.unlock().await?;
     let (wait, lease) = (Duration::from_secs(2), Duration::from_secs(10));
-    if let Some(g) = redlock.try_lock_for(wait, Some(lease)).await? {
+    if let Some(g) = redlock.try_lock(wait, lease).await? {
         // safe for g.validity() from now
         g.unlock().await?;
     }

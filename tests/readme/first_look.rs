@@ -13,11 +13,16 @@ async fn first_look(url: &str) -> fredlock::Result<()> {
     }
     guard.unlock().await?; // released; waiters are woken
 
-    if let Some(g) = lock
-        .try_lock_for(Duration::from_secs(2), Some(Duration::from_secs(10)))
-        .await?
-    {
-        // held for at most 10 s (no watchdog), after waiting at most 2 s
+    // Redisson's tryLock(waitTime, leaseTime): wait at most 2 s, hold at most 10 s (no watchdog)
+    if let Some(g) = lock.try_lock(Duration::from_secs(2), Duration::from_secs(10)).await? {
+        g.unlock().await?;
+    }
+    // A lease of None: the watchdog renews the hold until the guard goes
+    if let Some(g) = lock.try_lock(Duration::from_secs(2), None).await? {
+        g.unlock().await?;
+    }
+    // One attempt, no wait (Redisson's tryLock())
+    if let Some(g) = lock.try_lock_now().await? {
         g.unlock().await?;
     }
     Ok(())

@@ -136,13 +136,21 @@ impl LockClient {
 
     /// Stops the watchdog and the background tasks and closes the connections.
     ///
-    /// Every hold still alive is handed over at once: its lock, permits or term are given back
-    /// (all at once, within 2 s; one not confirmed by then ends with its lease), so that a
-    /// rolling deploy does not stall the other instances for a lease. Then its guards are marked
-    /// lost (their [`lost`](crate::LockGuard::lost) futures complete) and a later `unlock`
-    /// says [`Error::Shutdown`](crate::Error::Shutdown). Guards dropped before the call are
+    /// Every hold still alive is handed over at once, cancel first: its guards are marked lost
+    /// (their [`lost`](crate::LockGuard::lost) futures complete, their cancellation tokens are
+    /// cancelled) and the work running under it (`with_lock`, [`JobLock::run`](crate::JobLock::run)
+    /// and `run_tick`, [`LeaderElection::run`](crate::LeaderElection::run)) is dropped; only
+    /// then is its lock, permits or term given back (all at once, within 2 s; one not
+    /// confirmed by then ends with its lease), so that another instance never starts that work
+    /// while this one's still runs, and a rolling deploy does not stall the other instances
+    /// for a lease. Work that does not reach an await within 2 s of the loss keeps every hold
+    /// from being handed over: they end with their leases. A later `unlock` says
+    /// [`Error::Shutdown`](crate::Error::Shutdown). Guards dropped before the call are
     /// released too, and waiters give up their queue places. Waiters and later operations fail
     /// with `Error::Shutdown`. Calling it again does nothing.
+    ///
+    /// Your own work beside a guard (outside `with_lock`) learns of the loss through the guard's
+    /// `lost()` or cancellation token, before the hand-over is sent; stop it there.
     ///
     /// # Cancel safety
     ///

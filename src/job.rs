@@ -746,7 +746,8 @@ impl JobLock {
                 }
             };
             // Lost first: a job that ends as its lock does is reported lost.
-            tokio::select! {
+            let engine = self.client.engine();
+            engine.track_work(async { tokio::select! {
                 biased;
                 () = guard.lost() => {
                     tracing::warn!(job = %self.key(), owner = %run.field, "job lock lost while the job ran; the job was cancelled");
@@ -757,7 +758,7 @@ impl JobLock {
                     None
                 }
                 output = job => Some(output),
-            }
+            } }).await
         };
         let ran_for = started.elapsed();
         let released = Box::pin(guard.unlock()).await;

@@ -283,11 +283,17 @@ impl LeaderElection {
             let lost = ours.lost.clone();
             let outcome = {
                 let work = CatchUnwind(Box::pin(work(term)));
-                tokio::select! {
-                    biased;
-                    _ = lost.cancelled() => None,
-                    outcome = work => Some(outcome),
-                }
+                self.lock
+                    .client()
+                    .engine()
+                    .track_work(async {
+                        tokio::select! {
+                            biased;
+                            _ = lost.cancelled() => None,
+                            outcome = work => Some(outcome),
+                        }
+                    })
+                    .await
             };
             // The work is gone (returned, panicked or dropped): only now is the term given up.
             let resigned = ours.resign().await;

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Child;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use common::history::{check, Call, Checked, History, Op, Outcome, Violation};
-use common::{bounded, eventually, Kind, RedisServer, StallingProxy};
+use common::{bounded, eventually, KillOnDrop, Kind, RedisServer, StallingProxy};
 
 async fn client(
     url: String,
@@ -642,16 +641,6 @@ async fn paused_holder_learns_of_loss_on_resume() {
         println!("SIGSTOP: lost() {told_after} ms after SIGCONT");
     })
     .await;
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = common::signal_quietly(self.0.id(), "CONT");
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// 2. Reconnects of the subscriber while fair waiters come and go: afterwards the server's

@@ -1743,3 +1743,196 @@ async fn one_task_is_one_owner_and_the_ways_out_take_turns() {
     })
     .await
 }
+
+/// The work each side of `shutdown_stops_the_work_before_handing_over` runs under a hold.
+const SHUTDOWN_WORKS: [&str; 3] = ["job", "lock", "leader"];
+/// Rounds of `shutdown_stops_the_work_before_handing_over`.
+const SHUTDOWN_ROUNDS: u32 = 50;
+
+/// Issue 42, point 2: a process runs a job (`JobLock::run`), work under a lock
+/// (`Lock::with_lock`) and a leader's work (`LeaderElection::run`), and calls `shutdown()` while
+/// this process waits for all three; 50 rounds. Cancel first, then give back: on the machine's
+/// monotonic clock, the child's work futures were dropped before this process's work on the
+/// same lock started, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_stops_the_work_before_handing_over() {
+    bounded(async {
+        use common::history::monotonic_ns;
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        let mut child = common::KillOnDrop(
+            common::test_child(
+                "shutdown_child_runs_the_work",
+                &[("FREDLOCK_SHUTDOWN_URL", server.url())],
+            )
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+        );
+        let mut stdout = child.0.stdout.take().unwrap();
+        let output = tokio::task::spawn_blocking(move || {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut stdout, &mut text).map(|_| text)
+        });
+        let mut started = std::collections::HashMap::new();
+        for round in 0..SHUTDOWN_ROUNDS {
+            let held = eventually(Duration::from_secs(20), || async {
+                raw.get::<Option<u32>, _>("shutdown:held").await.unwrap() == Some(round)
+            })
+            .await;
+            assert!(held, "the child never held everything in round {round}");
+            let job = {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let job = client.job_lock("shutdown:job");
+                    match job
+                        .run_waiting(Duration::from_secs(10), async { monotonic_ns() })
+                        .await
+                        .unwrap()
+                    {
+                        fredlock::JobRun::Ran(at) => at,
+                        other => panic!("the job was not handed over: {other:?}"),
+                    }
+                })
+            };
+            let lock = {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    client
+                        .lock("shutdown:lock")
+                        .with_lock(|_| async { monotonic_ns() })
+                        .await
+                        .unwrap()
+                })
+            };
+            let leader = {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let term = client
+                        .leader_election("shutdown:leader")
+                        .campaign()
+                        .await
+                        .unwrap();
+                    let at = monotonic_ns();
+                    term.resign().await.unwrap();
+                    at
+                })
+            };
+            // The waiters are waiting (the job's polls, the others subscribed) before the
+            // child shuts down.
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            let _: () = raw
+                .set("shutdown:waiting", round, None, None, false)
+                .await
+                .unwrap();
+            for (what, task) in SHUTDOWN_WORKS.iter().zip([job, lock, leader]) {
+                started.insert((*what, round), task.await.unwrap());
+            }
+            let _: () = raw
+                .set("shutdown:done", round, None, None, false)
+                .await
+                .unwrap();
+        }
+        let status = tokio::task::spawn_blocking(move || child.0.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        let output = output.await.unwrap().unwrap();
+        let mut dropped = std::collections::HashMap::new();
+        for line in output.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["dropped", what, round, at] = words[..] {
+                let what = SHUTDOWN_WORKS.iter().find(|w| **w == what).unwrap();
+                dropped.insert(
+                    (*what, round.parse::<u32>().unwrap()),
+                    at.parse::<u64>().unwrap(),
+                );
+            }
+        }
+        let mut overlaps = Vec::new();
+        for (key, started) in &started {
+            let dropped = dropped
+                .get(key)
+                .unwrap_or_else(|| panic!("the child's {key:?} was never dropped"));
+            if started <= dropped {
+                overlaps.push((key, (dropped - started) / 1000));
+            }
+        }
+        overlaps.sort();
+        assert!(
+            overlaps.is_empty(),
+            "work started here before the child's was dropped (µs before): {overlaps:?}"
+        );
+    })
+    .await;
+}
+
+/// Helper process for `shutdown_stops_the_work_before_handing_over`: each round, a new client
+/// runs the three works (each until it is dropped, printing when), waits for the parent's
+/// waiters, shuts down, and waits for the parent to finish the round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by shutdown_stops_the_work_before_handing_over as a child process"]
+async fn shutdown_child_runs_the_work() {
+    use common::history::monotonic_ns;
+    let Ok(url) = std::env::var("FREDLOCK_SHUTDOWN_URL") else {
+        return;
+    };
+    /// Prints when the work that owns it is dropped.
+    struct Dropped(&'static str, u32);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            println!("dropped {} {} {}", self.0, self.1, monotonic_ns());
+        }
+    }
+    let raw = common::raw_client(&url).await;
+    for round in 0..SHUTDOWN_ROUNDS {
+        let client = LockClient::builder().url(&url).build().await.unwrap();
+        let (running, mut ran) = tokio::sync::mpsc::unbounded_channel();
+        let work_of = |what: &'static str| {
+            let running = running.clone();
+            async move {
+                let _dropped = Dropped(what, round);
+                running.send(()).unwrap();
+                std::future::pending::<()>().await
+            }
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        {
+            let job = client.job_lock("shutdown:job");
+            let work = work_of("job");
+            tasks.spawn(async move {
+                let _ = job.run(work).await;
+            });
+            let lock = client.lock("shutdown:lock");
+            let work = work_of("lock");
+            tasks.spawn(async move {
+                let _ = lock.with_lock(|_| work).await;
+            });
+            let leader = client.leader_election("shutdown:leader");
+            let work = work_of("leader");
+            tasks.spawn(async move {
+                let mut work = Some(work);
+                let _ = leader
+                    .run(|_term| work.take().expect("one term a round"))
+                    .await;
+            });
+        }
+        for _ in SHUTDOWN_WORKS {
+            ran.recv().await.unwrap();
+        }
+        let _: () = raw
+            .set("shutdown:held", round, None, None, false)
+            .await
+            .unwrap();
+        while raw.get::<Option<u32>, _>("shutdown:waiting").await.unwrap() != Some(round) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        client.shutdown().await;
+        while tasks.join_next().await.is_some() {}
+        while raw.get::<Option<u32>, _>("shutdown:done").await.unwrap() != Some(round) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

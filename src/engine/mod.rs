@@ -40,6 +40,7 @@ use fred::types::{Builder, Value};
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -111,6 +112,9 @@ pub(crate) struct Core {
     pubsub: pubsub::PubSub,
     undos: UnboundedSender<undo::Undo>,
     shutdown: CancellationToken,
+    /// The work running under holds (`with_lock`, a job, a leader's work): a shutdown waits
+    /// until every one has been dropped before it gives the holds back.
+    works: TaskTracker,
 }
 
 impl Core {
@@ -199,9 +203,10 @@ impl Drop for Handle {
     }
 }
 
-/// Hands every hold over (gives it back at once), waits for the background tasks to end (the
-/// undo task first sends the undos queued by dropped guards and waiters), marks every remaining
-/// hold lost, and closes the connections.
+/// Hands every hold over (marks it lost, waits until the work under it is dropped, then gives it
+/// back at once), waits for the background tasks to end (the undo task first sends the undos
+/// queued by dropped guards and waiters), marks every remaining hold lost, and closes the
+/// connections.
 async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
     undo::hand_over(&core).await;
     for task in tasks {
@@ -380,6 +385,7 @@ impl Engine {
             pubsub,
             undos: undo_tx,
             shutdown: shutdown.clone(),
+            works: TaskTracker::new(),
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),
@@ -406,6 +412,17 @@ impl Engine {
             subscriptions: core.pubsub.subscriptions(),
             unsettled: core.ledger.len(),
         }
+    }
+
+    /// `work`, counted as work under a hold until it is dropped: a shutdown marks every hold
+    /// lost, then waits for such work to be dropped before it hands the holds over, so that no
+    /// other instance takes a hold while this one's work still runs. `work` must end once its
+    /// hold is lost (a `select!` on the loss).
+    pub(crate) fn track_work<F: std::future::Future>(
+        &self,
+        work: F,
+    ) -> tokio_util::task::task_tracker::TrackedFuture<F> {
+        self.core().works.track_future(work)
     }
 
     /// How many holds `owner` has on `kind` by this client's count (none once lost), with the

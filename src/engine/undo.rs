@@ -30,6 +30,12 @@ const HAND_OVER_LIMIT: Duration = Duration::from_secs(2);
 
 /// Gives back every live hold of the client at once, each keeping none: a shutdown hands its
 /// locks, permits and terms over to whoever waits instead of leaving them for their leases.
+///
+/// Cancel first, then give back: every hold is marked lost (its guards' `lost()` complete, their
+/// tokens are cancelled) and the work running under holds is dropped before any release is
+/// sent, so another instance never takes a hold while this one's work still runs. Work that
+/// does not stop within [`HAND_OVER_LIMIT`] (it never reaches an await) keeps every hold from
+/// being handed over: they end with their leases.
 pub(crate) async fn hand_over(core: &Arc<Core>) {
     let mut holds = Vec::new();
     core.holds.each(|hold| {
@@ -37,6 +43,19 @@ pub(crate) async fn hand_over(core: &Arc<Core>) {
             holds.push(hold.clone());
         }
     });
+    core.holds.lose_all();
+    core.works.close();
+    if tokio::time::timeout(HAND_OVER_LIMIT, core.works.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            running = core.works.len(),
+            "shutdown: work under a lock did not stop within {HAND_OVER_LIMIT:?} of its loss; \
+             no hold is handed over, each ends with its lease"
+        );
+        return;
+    }
     if holds.is_empty() || !core.redis().is_connected() {
         return;
     }

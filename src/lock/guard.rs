@@ -224,11 +224,17 @@ impl LockGuard {
         self,
         work: impl std::future::Future<Output = T>,
     ) -> Result<T> {
-        let outcome = tokio::select! {
-            biased;
-            _ = self.lost() => None,
-            value = work => Some(value),
-        };
+        let outcome = self
+            .guard
+            .engine()
+            .track_work(async {
+                tokio::select! {
+                    biased;
+                    _ = self.lost() => None,
+                    value = work => Some(value),
+                }
+            })
+            .await;
         match outcome {
             Some(value) => {
                 let name = self.name().to_owned();

@@ -130,6 +130,18 @@ pub fn test_child(test: &str, env: &[(&str, String)]) -> Command {
     command
 }
 
+/// A child process killed (after a SIGCONT, should it be stopped) and reaped when the test
+/// ends, failed or not.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = signal_quietly(self.0.id(), "CONT");
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Kills a child with SIGKILL (no chance to clean up) and reaps it.
 pub fn sigkill(mut child: Child) {
     child.kill().expect("SIGKILL the child");

@@ -2,13 +2,15 @@
 //!
 //! ```text
 //! cargo run --example sentinel
-//! REDIS_SENTINELS=10.0.0.1:26379,10.0.0.2:26379 REDIS_SERVICE=locks cargo run --example sentinel
+//! REDIS_SENTINELS=10.0.0.1:26379,10.0.0.2:26379 REDIS_SERVICE=locks REDIS_REPLICAS=2 cargo run --example sentinel
 //! ```
 //!
-//! Uses the sentinels in `REDIS_SENTINELS` watching `REDIS_SERVICE` when they are set (and then
-//! does not fail anything over); otherwise starts a throw-away master, two replicas and a sentinel
+//! Uses the sentinels in `REDIS_SENTINELS` watching `REDIS_SERVICE`, whose master has
+//! `REDIS_REPLICAS` replicas (2 unless set), when they are set (and then does not fail anything
+//! over); otherwise starts a throw-away master, two replicas and a sentinel
 //! (`redis-server` must be on PATH), and has the sentinel fail the master over while the lock is
-//! held. Every change waits for one replica (replica sync), so the lock survives the failover.
+//! held. Every change waits for every replica (replica sync), so the lock survives the failover
+//! whichever replica Sentinel promotes.
 
 use std::time::Duration;
 
@@ -49,13 +51,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `redis-sentinel://10.0.0.1:26379?sentinelServiceName=locks&node=10.0.0.2:26379`.
     //
     // Replication is asynchronous: a replica promoted before a lock reached it comes up
-    // without it. Replica sync makes every change wait until a replica has it, so a lock that
-    // `lock()` returned survives the failover. (Renewals need a replica too: with one replica
-    // only, the promoted master would have none until the old one rejoins, seconds later.)
+    // without it. Replica sync makes every change wait until every replica has it, so a lock
+    // that `lock()` returned survives the failover whichever replica is promoted (Sentinel
+    // picks by an `INFO` up to a second old, so waiting for fewer is a gamble). Renewals wait
+    // for every replica too, and right after a failover the new master has fewer: Sentinel
+    // turns the old master into its replica only at its next look (10-20 s later). The lease
+    // leaves room for that: its renew deadline (two thirds of it, 40 s) is well past it.
+    let replicas = std::env::var("REDIS_REPLICAS").map_or(Ok(2), |count| count.parse())?;
     let client = LockClient::builder()
         .sentinel(service.as_str(), sentinels.iter().cloned())
-        .watchdog_lease(Duration::from_secs(6))
-        .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_secs(1)))
+        .watchdog_lease(Duration::from_secs(60))
+        .replica_sync(ReplicaSync::replicas(replicas).timeout(Duration::from_secs(1)))
         .build()
         .await?;
     println!("connected to the master of {service:?}");
@@ -66,8 +72,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     if _setup.is_some() {
         fail_over(&sentinels[0], &service).await?;
-        // Two watchdog leases: without renewals on the new master the lock would be gone.
-        tokio::time::sleep(Duration::from_secs(12)).await;
+        // Past the renewal that needs the old master back as a replica (every 20 s, retried
+        // each second while it fails): the lock is renewed on the new master.
+        tokio::time::sleep(Duration::from_secs(25)).await;
         println!(
             "after the failover: lost = {}, still held = {}, TTL {:?}",
             guard.is_lost(),

@@ -23,9 +23,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Called from inside an async runtime (a tokio task, or a thread inside `block_on`), every
-//! method returns [`Error::InvalidArgument`] at once, naming the async method to use instead:
-//! blocking there would stall the runtime's thread, and deadlock a current-thread runtime.
+//! Where it may block: plain threads; and every thread of a multi-thread tokio runtime, its
+//! `spawn_blocking` threads (where it simply blocks) and its workers (through
+//! [`tokio::task::block_in_place`], which first moves the worker's other tasks to another
+//! thread). Inside a current-thread runtime (`#[tokio::main(flavor = "current_thread")]`,
+//! `#[tokio::test]`), where blocking would stall every task of the runtime and deadlock it on a
+//! lock one of them holds, every method returns [`Error::InvalidArgument`] at once, naming the
+//! call and the async API to use instead; tokio does not tell such a runtime's
+//! `spawn_blocking` threads from its own, so they are refused too.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,13 +53,12 @@ struct Shared {
 
 impl Shared {
     /// Runs `call` to its end on this client's runtime, blocking the calling thread; refused
-    /// inside an async runtime, where blocking would stall it.
+    /// where blocking would stall an async runtime (see [`blocking`]).
     fn block_on<T>(&self, what: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
-        refuse_inside_runtime(what)?;
-        match &self.runtime {
-            Some(runtime) => runtime.block_on(call),
-            None => Err(Error::Shutdown),
-        }
+        let Some(runtime) = &self.runtime else {
+            return Err(Error::Shutdown);
+        };
+        blocking(what, || runtime.block_on(call))
     }
 }
 
@@ -65,26 +69,47 @@ impl Drop for Shared {
         let Some(runtime) = self.runtime.take() else {
             return;
         };
-        if tokio::runtime::Handle::try_current().is_ok() {
-            // Dropped inside an async runtime, which must not block: the holds end with their
-            // leases, as when a process dies.
+        let client = &self.client;
+        let mut runtime = Some(runtime);
+        let stopped = blocking("LockClient (dropped)", || {
+            if let Some(runtime) = runtime.take() {
+                runtime.block_on(client.shutdown());
+            }
+            Ok(())
+        });
+        if let (Err(error), Some(runtime)) = (stopped, runtime) {
+            // Dropped inside a current-thread runtime, which must not block (nor drop a
+            // runtime there): the holds end with their leases, as when a process dies.
+            tracing::debug!(%error, "a blocking client dropped inside a current-thread runtime");
             runtime.shutdown_background();
-            return;
         }
-        runtime.block_on(self.client.shutdown());
     }
 }
 
-/// [`Error::InvalidArgument`] when the calling thread is inside an async runtime.
-fn refuse_inside_runtime(what: &str) -> Result<()> {
-    if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(Error::InvalidArgument(format!(
-            "fredlock::blocking::{what} was called from inside an async runtime, where blocking \
-             would stall the runtime's thread (and deadlock a current-thread runtime): use the \
-             async API (fredlock::LockClient) there"
-        )));
+/// Runs `block`, which blocks the calling thread, where that is safe:
+/// - outside any runtime (a plain thread), as it is;
+/// - on a thread of a multi-thread runtime, a worker or one of its `spawn_blocking` threads,
+///   through [`tokio::task::block_in_place`], which moves the worker's other tasks elsewhere
+///   first (on a `spawn_blocking` thread it only runs `block`);
+/// - never on a current-thread runtime's thread, where it would stall every task of the
+///   runtime (and deadlock it on a lock one of them holds): [`Error::InvalidArgument`] naming
+///   `what`. Its `spawn_blocking` threads are refused too: tokio gives no way to tell them from
+///   the runtime's own thread.
+fn blocking<T>(what: &str, block: impl FnOnce() -> Result<T>) -> Result<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Err(_) => block(),
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(block)
+        }
+        Ok(_) => Err(Error::InvalidArgument(format!(
+            "fredlock::blocking::{what} was called inside a current-thread tokio runtime (or \
+             one of its spawn_blocking threads, which tokio does not tell apart), where \
+             blocking would stall every task of the runtime: use the async API \
+             (fredlock::LockClient) there, or call it from a plain thread or a multi-thread \
+             runtime"
+        ))),
     }
-    Ok(())
 }
 
 /// A blocking lock client: [`crate::LockClient`] on a runtime of its own. Clones share the
@@ -109,19 +134,28 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// As [`crate::LockClient::connect`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::LockClient::connect`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn connect(url: &str) -> Result<LockClient> {
-        LockClient::build(crate::LockClient::builder().url(url))
+        LockClient::build_as("LockClient::connect", crate::LockClient::builder().url(url))
     }
 
     /// Connects with the settings of `builder`; see [`LockClientBuilder::build`].
     ///
     /// # Errors
     ///
-    /// As [`LockClientBuilder::build`]; [`Error::InvalidArgument`] inside an async runtime, or
+    /// As [`LockClientBuilder::build`]; [`Error::InvalidArgument`] inside a current-thread runtime, or
     /// when the runtime cannot be started.
     pub fn build(builder: LockClientBuilder) -> Result<LockClient> {
-        refuse_inside_runtime("LockClient::build")?;
+        LockClient::build_as("LockClient::build", builder)
+    }
+
+    /// [`build`](Self::build), for the public call `what`, which an error names.
+    fn build_as(what: &str, builder: LockClientBuilder) -> Result<LockClient> {
+        blocking(what, || LockClient::start(builder))
+    }
+
+    /// Starts the runtime and connects the client on it, blocking the calling thread.
+    fn start(builder: LockClientBuilder) -> Result<LockClient> {
         // One worker: the client's own tasks (connections, watchdog, releases) are light, and
         // the calling threads drive their calls themselves.
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -191,7 +225,7 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] inside an async runtime.
+    /// [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn shutdown(&self) -> Result<()> {
         self.shared.block_on("LockClient::shutdown", async {
             self.shared.client.shutdown().await;
@@ -244,7 +278,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::lock`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::lock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn lock(&self) -> Result<LockGuard> {
         let lock = self.owned();
         self.guard(self.shared.block_on("Lock::lock", lock.lock()))
@@ -254,7 +288,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::lock_with_lease`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::lock_with_lease`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         let lock = self.owned();
         self.guard(
@@ -268,7 +302,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::try_lock_now`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::try_lock_now`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     #[doc(alias = "tryLock")]
     pub fn try_lock_now(&self) -> Result<Option<LockGuard>> {
         self.try_lock(Duration::ZERO, None)
@@ -279,7 +313,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::try_lock`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::try_lock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     #[doc(alias = "tryLock")]
     pub fn try_lock(
         &self,
@@ -297,7 +331,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::is_locked`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::is_locked`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn is_locked(&self) -> Result<bool> {
         self.shared
             .block_on("Lock::is_locked", self.lock.is_locked())
@@ -308,7 +342,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::hold_count`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::hold_count`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn hold_count(&self) -> Result<u32> {
         let lock = self.owned();
         self.shared.block_on("Lock::hold_count", lock.hold_count())
@@ -318,7 +352,7 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::force_unlock`]; [`Error::InvalidArgument`] inside an async runtime.
+    /// As [`crate::Lock::force_unlock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn force_unlock(&self) -> Result<bool> {
         self.shared
             .block_on("Lock::force_unlock", self.lock.force_unlock())
@@ -365,10 +399,9 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// As [`crate::LockGuard::unlock`]; [`Error::InvalidArgument`] inside an async runtime
-    /// (the guard is then given back in the background, as a drop does).
+    /// As [`crate::LockGuard::unlock`]; [`Error::InvalidArgument`] inside a current-thread
+    /// runtime (the guard is then given back in the background, as a drop does).
     pub fn unlock(mut self) -> Result<()> {
-        refuse_inside_runtime("LockGuard::unlock")?;
         match self.guard.take() {
             Some(guard) => self.shared.block_on("LockGuard::unlock", guard.unlock()),
             None => Ok(()),

@@ -362,7 +362,11 @@ impl LockClientBuilder {
             (None, Some(url), _) => {
                 check_scheme(url)?;
                 let config = Config::from_url(url).map_err(|error| {
-                    Error::InvalidArgument(format!("Redis URL {url:?}: {}", error.details()))
+                    Error::InvalidArgument(format!(
+                        "Redis URL {url:?} is malformed ({}): write it as \
+                         redis://[user:password@]host:port[/db]",
+                        error.details()
+                    ))
                 })?;
                 check_tls_scheme(url, config.uses_tls())?;
                 config
@@ -423,7 +427,9 @@ const SCHEMES: &str = "redis://, rediss:// (TLS), redis-cluster://, rediss-clust
 /// for a plain `redis://` without a word.
 fn check_scheme(url: &str) -> Result<()> {
     let Some((scheme, _)) = url.split_once("://") else {
-        return Ok(()); // no scheme at all: fred says what is wrong with it
+        return Err(Error::InvalidArgument(format!(
+            "Redis URL {url:?} has no scheme: write it as redis://host:port (schemes: {SCHEMES})"
+        )));
     };
     let lower = scheme.to_ascii_lowercase();
     let base = ["-cluster", "-sentinel", "+unix"]

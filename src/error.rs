@@ -309,7 +309,9 @@ impl Error {
     }
 
     /// Converts a fred error met on `server` while working on `lock`, recognising a refused
-    /// replica sync (the refusals scripts raise are the engine's to decode).
+    /// replica sync (the refusals scripts raise are the engine's to decode). A failure to reach
+    /// the server (no connection, no reply within the command timeout) is
+    /// [`Unavailable`](Self::Unavailable), whatever the call: one outage, one answer.
     pub(crate) fn from_redis(
         server: &str,
         lock: &str,
@@ -323,6 +325,13 @@ impl Error {
                 server: server.to_owned(),
                 acked,
                 needed,
+            };
+        }
+        if is_transient(&source) {
+            return Error::Unavailable {
+                lock: lock.to_owned(),
+                server: server.to_owned(),
+                source: Some(source),
             };
         }
         Error::Redis {
@@ -569,8 +578,9 @@ mod tests {
         let text = Error::from_redis("127.0.0.1:6399", "a", None, refused).to_string();
         assert_eq!(
             text,
-            "Redis at 127.0.0.1:6399, lock \"a\": connection failed: Connection refused; check \
-             that redis-server is running and listening at that address"
+            "lock \"a\": Redis at 127.0.0.1:6399 could not be reached (last failure: connection \
+             failed: Connection refused; check that redis-server is running and listening at \
+             that address); whether the lock is held is unknown"
         );
     }
 }

@@ -424,6 +424,7 @@ impl JobLock {
         let span = self.span("run_waiting");
         async {
             self.check()?;
+            durations::check_wait(self.key(), Some(wait))?;
             let run = self.new_run();
             if let Ok(guard) = Box::pin(self.take(&run)).await? {
                 return Ok(self.execute(&run, guard, job).await);
@@ -589,7 +590,7 @@ impl JobLock {
         // The name, not the key: a name may end with ':', and the key of an empty one does.
         if self.name.is_empty() {
             return Err(Error::InvalidArgument(format!(
-                "job lock name {key:?} must not be empty"
+                "a job lock's name must not be empty (its key would be {key:?})"
             )));
         }
         if self.host.is_empty()

@@ -184,13 +184,16 @@ impl LeaderElection {
         &self.identity
     }
 
-    /// Waits until this instance leads, and returns its term.
+    /// Waits until this instance leads, and returns its term. Like [`Lock::lock`], it waits
+    /// through outages: while Redis is unreachable it keeps trying, with backoff, and wins once
+    /// Redis is back and the term is free (see "Outages" in the crate docs).
     ///
     /// # Errors
     ///
     /// As [`Lock::lock`]: [`Error::Shutdown`] when the client shuts down,
-    /// [`Error::InvalidArgument`] for an empty name, [`Error::Unavailable`] when Redis stays
-    /// unreachable, [`Error::WrongType`] when the name holds something else.
+    /// [`Error::InvalidArgument`] for an empty name, [`Error::WrongType`] when the name holds
+    /// something else. Never [`Error::Unavailable`]: use
+    /// [`try_campaign`](Self::try_campaign) for an answer within a bound.
     ///
     /// # Cancel safety
     ///
@@ -207,7 +210,8 @@ impl LeaderElection {
     ///
     /// # Errors
     ///
-    /// As [`campaign`](Self::campaign).
+    /// As [`campaign`](Self::campaign), and [`Error::Unavailable`] when the wait ended with no
+    /// attempt reaching Redis (never `Ok(None)`, which means another instance leads).
     ///
     /// # Cancel safety
     ///
@@ -217,6 +221,13 @@ impl LeaderElection {
     }
 
     async fn campaign_within(&self, wait: Option<Duration>) -> Result<Option<Term>> {
+        if self.identity.trim().is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "the identity of leader election {:?} must not be empty: it tells observers and \
+                 operators which instance leads (leave it unset for the host name and process id)",
+                self.name()
+            )));
+        }
         // A term of its own per campaign: a new term never re-enters an old one.
         let lock = self.lock.clone().with_owner(OwnerId::unique());
         let Some(win) = lock.win(wait, engine::Lease::Watchdog).await? else {
@@ -318,8 +329,9 @@ impl LeaderElection {
     ///
     /// # Errors
     ///
-    /// [`Error::Unavailable`] or [`Error::Redis`] when Redis cannot be read,
-    /// [`Error::WrongType`] when the name holds something else.
+    /// [`Error::Unavailable`] when Redis cannot be reached (within the command timeout),
+    /// [`Error::Redis`] when it refuses the read, [`Error::WrongType`] when the name holds
+    /// something else.
     ///
     /// # Cancel safety
     ///
@@ -328,10 +340,24 @@ impl LeaderElection {
         self.watch.leader(self.lock.client().engine()).await
     }
 
-    /// The current leader now and after every change (a new term, a resignation, an expiry):
-    /// announced through pub/sub within a round trip; a missed message is made up for within
-    /// the term's lease. The watch ends when every receiver is dropped or the client shuts
-    /// down.
+    /// The current leader now and after every change (a new term, a resignation, an expiry),
+    /// as a [`tokio::sync::watch::Receiver`]`<Option<`[`Leader`]`>>`: `borrow()` reads the
+    /// leader now (`None` while nobody leads), `changed().await` waits for the next change.
+    /// Changes are announced through pub/sub within a round trip; a missed message is made up
+    /// for within the term's lease. The watch ends (`changed()` returns `Err`) when every
+    /// receiver is dropped or the client shuts down.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// let mut leaders = client.leader_election("scheduler").observe().await?;
+    /// while leaders.changed().await.is_ok() {
+    ///     match &*leaders.borrow() {
+    ///         Some(leader) => println!("{} leads (term {})", leader.identity, leader.epoch),
+    ///         None => println!("nobody leads"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///

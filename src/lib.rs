@@ -38,7 +38,9 @@
 //! do **not** exclude each other. Spawn a task per contender; or give each attempt (or work that
 //! hops tasks) an owner of its own with [`Lock::with_owner`]`(`[`OwnerId::unique`]`())`; or take
 //! a [non-reentrant lock](LockClient::non_reentrant_lock), which refuses its holder a second
-//! hold with [`Error::WouldDeadlock`] and makes joined attempts take turns.
+//! hold with [`Error::WouldDeadlock`]: joined attempts never hold it together (of
+//! `tokio::join!(lock.lock(), lock.lock())` one gets the guard, the other `WouldDeadlock`, since
+//! it would wait for a hold its own task keeps until the join ends).
 //!
 //! ```no_run
 //! # async fn demo() -> fredlock::Result<()> {
@@ -127,10 +129,34 @@
 //!
 //! Every lease and timeout is checked where it enters the API (at least 1 ms, at most
 //! [`MAX_DURATION`]), so nothing out of range reaches Redis and no lock key is ever left without
-//! a TTL; a `try_lock` wait too long for any deadline waits for ever. A wait that ends with no
+//! a TTL. Waits are checked the same way (at most [`MAX_DURATION`]; zero makes one attempt). A wait that ends with no
 //! attempt reaching Redis fails with [`Error::Unavailable`]: `Ok(None)` always means another
 //! owner held the lock. Error messages fit on one line and name the lock, the owner, the server
 //! and what to check.
+//!
+//! # Outages
+//!
+//! One rule per family of calls, the same for every primitive, when Redis cannot be reached
+//! (down, unreachable, or not answering):
+//!
+//! - **Calls that wait without a bound wait through it**: [`Lock::lock`] and `lock_with_lease`,
+//!   `with_lock`, a semaphore's `acquire`, [`LeaderElection::campaign`] and `run`,
+//!   [`MultiLock::lock`], [`CountDownLatch::wait`]. They keep trying, with backoff, and go on
+//!   once Redis is back; they never answer [`Error::Unavailable`]. Bound them yourself
+//!   (`tokio::time::timeout`, they are cancel safe) or call the bounded form.
+//! - **Every other call answers [`Error::Unavailable`] within a bound**: a bounded try
+//!   (`try_lock(wait, lease)`, `try_acquire`, `try_campaign`, `wait_timeout`, `run_waiting`)
+//!   when its wait ends (never `Ok(None)`, which means another owner holds it); a call without
+//!   a wait (`try_lock_now`, a job's `run` and `run_tick`, reads such as `is_locked` or
+//!   `leader()`, changes such as `add_permits` or `count_down`, `force_unlock`, inspections,
+//!   an unlock or a release) within the client's
+//!   [`command_timeout`](LockClientBuilder::command_timeout) (5 s by default), at once where the
+//!   client already knows it has no connection. An `Unavailable` unlock says nothing of the
+//!   hold: it ends with its lease at the latest. [`RedLock`] answers [`Error::NoQuorum`]
+//!   instead, listing each node; [`LockClient::check_deployment`] answers [`Error::Redis`], its
+//!   own diagnosis of the connection.
+//!
+//! `tests/outage.rs` calls each of them against a killed server.
 //!
 //! # Features
 //!

@@ -195,28 +195,100 @@ fn try_lock_waits_its_wait_and_leases_end() {
     });
 }
 
-/// From inside an async runtime every blocking call fails at once with a clear error, instead of
-/// panicking or deadlocking the runtime; a blocking client dropped there does not panic either.
+/// From inside a current-thread runtime every blocking call fails at once with a clear error
+/// naming the call, instead of panicking or deadlocking the runtime; a blocking client dropped
+/// there does not panic either.
 #[tokio::test(flavor = "current_thread")]
-async fn inside_an_async_runtime_it_refuses_instead_of_blocking() {
+async fn inside_a_current_thread_runtime_it_refuses_instead_of_blocking() {
     let server = RedisServer::start();
-    let refused = |result: fredlock::Result<()>| match result {
+    let refused = |result: fredlock::Result<()>, call: &str| match result {
         Err(Error::InvalidArgument(message)) => {
-            assert!(message.contains("inside an async runtime"), "{message}");
+            assert!(
+                message.contains("inside a current-thread tokio runtime"),
+                "{message}"
+            );
             assert!(message.contains("fredlock::LockClient"), "{message}");
+            assert!(
+                message.contains(&format!("fredlock::blocking::{call} ")),
+                "{message}"
+            );
         }
         other => panic!("not refused: {other:?}"),
     };
-    refused(LockClient::connect(&server.url()).map(drop));
+    refused(
+        LockClient::connect(&server.url()).map(drop),
+        "LockClient::connect",
+    );
+    refused(
+        LockClient::build(fredlock::LockClient::builder().url(server.url())).map(drop),
+        "LockClient::build",
+    );
     // A client made on a plain thread, then used (and dropped) inside the runtime.
     let url = server.url();
     let client = thread::spawn(move || LockClient::connect(&url).unwrap())
         .join()
         .unwrap();
     let lock = client.lock("inside");
-    refused(lock.lock().map(drop));
-    refused(lock.try_lock(Duration::ZERO, None).map(drop));
-    refused(client.shutdown());
+    refused(lock.lock().map(drop), "Lock::lock");
+    refused(
+        lock.try_lock(Duration::ZERO, None).map(drop),
+        "Lock::try_lock",
+    );
+    refused(client.shutdown(), "LockClient::shutdown");
     drop(lock);
     drop(client);
+}
+
+/// Issue 42, point 4: on a multi-thread runtime the blocking API works where reqwest's blocking
+/// client does: on `spawn_blocking` threads (made to block), and even on a worker (through
+/// `block_in_place`, so the runtime's other tasks go on: here, the task that holds the lock and
+/// gives it back while the worker blocks for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_thread_runtime_may_block_on_spawn_blocking_threads_and_workers() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = tokio::task::spawn_blocking(move || LockClient::connect(&url))
+        .await
+        .unwrap()
+        .expect("connects on a spawn_blocking thread");
+    let on_blocking_thread = client.clone();
+    tokio::task::spawn_blocking(move || {
+        let lock = on_blocking_thread.lock("multi");
+        let guard = lock.lock().unwrap();
+        assert!(
+            lock.try_lock(Duration::ZERO, None).unwrap().is_some(),
+            "reentrant on its thread"
+        );
+        guard.unlock().unwrap();
+    })
+    .await
+    .unwrap();
+
+    // Held by another owner (a task of this runtime), which lets go 300 ms later: a worker
+    // blocking for it must not keep that task from running.
+    let holder = client.as_async().lock("multi");
+    let held = holder.lock().await.unwrap();
+    let released = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.unlock().await.unwrap();
+    });
+    let on_worker = client.clone();
+    let took = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = on_worker
+            .lock("multi")
+            .try_lock(Duration::from_secs(10), None)
+            .unwrap()
+            .expect("given back while this worker blocked");
+        guard.unlock().unwrap();
+        started.elapsed()
+    })
+    .await
+    .unwrap();
+    released.await.unwrap();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    tokio::task::spawn_blocking(move || client.shutdown())
+        .await
+        .unwrap()
+        .unwrap();
 }

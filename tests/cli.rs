@@ -283,13 +283,22 @@ async fn list_and_inspect_show_every_kind_with_its_holders() {
         assert!(output.status.success());
         let mut lines = table.lines();
         let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-        assert_eq!(header, ["NAME", "KIND", "HOLDERS", "TTL", "WAITERS"]);
+        // One unit a column (issue 42): waiters with a queue place, clients listening.
+        assert_eq!(
+            header,
+            ["NAME", "KIND", "HOLDERS", "TTL", "QUEUED", "LISTENING"]
+        );
         let fair_row = lines.next().unwrap();
         assert!(
             fair_row.starts_with("cli:fair ") && fair_row.contains("fair_lock"),
             "{table}"
         );
-        assert!(fair_row.trim_end().ends_with('1'), "one waiter: {table}");
+        let cells: Vec<&str> = fair_row.split_whitespace().collect();
+        assert_eq!(
+            cells[cells.len() - 2..],
+            ["1", "-"],
+            "one queued waiter: {table}"
+        );
 
         // Everything about one lock: the fair lock's queue with each place's time left.
         let (status, fair_seen) = run_json(&url, &["inspect", "cli:fair"]).await;
@@ -521,6 +530,8 @@ async fn watch_prints_acquire_and_release_events() {
             .unwrap()
             .unwrap();
         assert!(first.starts_with("watching \"cli:watched\""), "{first}");
+        // Past its first reading, which shows what stood (nothing, here) when it began.
+        tokio::time::sleep(Duration::from_millis(300)).await;
         let guard = lock.lock().await.unwrap();
         let acquired = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
             .await
@@ -544,6 +555,27 @@ async fn watch_prints_acquire_and_release_events() {
             "still watching"
         );
         endless.kill().await.unwrap();
+
+        // A hold that stood before the watch began is shown as `held`, not as an acquisition
+        // at the watch's start (issue 42).
+        let mut late = fredlock(&url, &["--json", "watch", "cli:watched", "--count", "1"])
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(late.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let event: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(event["event"], "held", "{line}");
+        assert_eq!(event["owner"], guard.owner_field(), "{line}");
+        assert_eq!(event["count"], 1, "{line}");
+        let status = tokio::time::timeout(Duration::from_secs(5), late.wait())
+            .await
+            .expect("watch ends after --count events")
+            .unwrap();
+        assert!(status.success());
         guard.unlock().await.unwrap();
         client.shutdown().await;
     })
@@ -696,10 +728,10 @@ async fn a_rw_lock_is_listed_inspected_and_its_orphans_found() {
             .ends_with(":write"));
         let (output, table) = run(&url, &["list"]).await;
         assert!(output.status.success());
-        assert!(
-            table.contains("rw_lock (read)") && table.contains("1 writer(s)"),
-            "{table}"
-        );
+        assert!(table.contains("rw_lock (read)"), "{table}");
+        // One waiting writer queued; one client listening for the unlock.
+        let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(row[row.len() - 2..], ["1", "1"], "{table}");
 
         let (status, seen) = run_json(&url, &["inspect", "cli:rw"]).await;
         assert_eq!(status, 0);

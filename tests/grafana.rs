@@ -96,3 +96,80 @@ fn the_check_reads_names_as_prometheus_writes_them() {
     );
     assert!(!fredlock::metrics::ALL.contains(&"fredlock_made_up"));
 }
+
+/// What a query measures, for its panel's axis: seconds (a histogram of `_seconds`, read as a
+/// quantile or a sum) or a count (of events, or per second).
+fn measures_seconds(expr: &str) -> bool {
+    metrics_in(expr)
+        .iter()
+        .all(|name| name.ends_with("_seconds"))
+        && !expr.contains("_seconds_count")
+}
+
+/// Issue 42: one unit an axis. A panel's queries all measure seconds (and its unit says `s`)
+/// or all count (and its unit does not); and every `${variable}` the dashboard uses is one it
+/// declares, with no import input left unused.
+#[test]
+fn every_panel_has_one_unit_and_every_variable_is_declared() {
+    let dashboard: Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        let title = panel["title"].as_str().unwrap_or_default();
+        let unit = panel["fieldConfig"]["defaults"]["unit"].as_str();
+        let seconds: BTreeSet<bool> = panel["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|target| measures_seconds(target["expr"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(seconds.len(), 1, "panel {title:?} mixes seconds and counts");
+        assert_eq!(
+            seconds.contains(&true),
+            unit == Some("s"),
+            "panel {title:?}: unit {unit:?}"
+        );
+    }
+    let declared: BTreeSet<String> = dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|variable| variable["name"].as_str().map(str::to_owned))
+        .collect();
+    let inputs: BTreeSet<String> = dashboard["__inputs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|input| input["name"].as_str().map(str::to_owned))
+        .collect();
+    let mut used = BTreeSet::new();
+    let mut rest = DASHBOARD;
+    while let Some(start) = rest.find("${") {
+        let tail = &rest[start + 2..];
+        let end = tail.find('}').expect("a closed ${..}");
+        used.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    for name in &used {
+        assert!(
+            declared.contains(name) || inputs.contains(name),
+            "${{{name}}} is used but neither a variable nor an input"
+        );
+    }
+    for input in &inputs {
+        assert!(
+            used.contains(input),
+            "input {input} is declared but never used"
+        );
+    }
+}
+
+/// The unit check reads a query as Prometheus computes it.
+#[test]
+fn the_unit_check_tells_seconds_from_counts() {
+    assert!(measures_seconds(
+        "histogram_quantile(0.99, sum by (le) (rate(fredlock_job_run_seconds_bucket[1m])))"
+    ));
+    assert!(!measures_seconds("increase(fredlock_job_runs_total[1m])"));
+    assert!(!measures_seconds(
+        "rate(fredlock_job_run_seconds_count[1m])"
+    ));
+}

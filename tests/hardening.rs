@@ -45,7 +45,8 @@ async fn key_count(raw: &Client) -> u64 {
     raw.dbsize().await.unwrap()
 }
 
-/// 1. Leases and timeouts out of range are refused before anything is written; huge waits wait.
+/// 1. Leases, timeouts and waits out of range are refused before anything is written; the
+/// longest accepted wait waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_range_durations_are_refused_and_write_nothing() {
     bounded(async {
@@ -132,11 +133,54 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
         }
         longest.shutdown().await;
 
-        // A wait no deadline can represent waits for ever: here, until the holder lets go.
+        // Waits are checked as leases are (issue 42): over MAX_DURATION is refused by every
+        // bounded try, before anything is written.
+        for wait in [Duration::MAX, MAX_DURATION + Duration::from_millis(1)] {
+            let named = |message: String| {
+                assert!(
+                    message.contains("wait") && message.contains("365 days"),
+                    "{message}"
+                );
+            };
+            named(is_invalid(client.lock("waits").try_lock(wait, None).await));
+            named(is_invalid(
+                client
+                    .lock("waits")
+                    .try_with_lock(wait, None, |_| async {})
+                    .await,
+            ));
+            named(is_invalid(
+                client.fair_lock("waits").try_lock(wait, None).await,
+            ));
+            named(is_invalid(
+                client.semaphore("waits").try_acquire(1, wait).await,
+            ));
+            named(is_invalid(
+                client
+                    .permit_semaphore("waits")
+                    .try_acquire(wait, None)
+                    .await,
+            ));
+            named(is_invalid(
+                client.leader_election("waits").try_campaign(wait).await,
+            ));
+            named(is_invalid(
+                client.count_down_latch("waits").wait_timeout(wait).await,
+            ));
+            named(is_invalid(
+                client.job_lock("waits").run_waiting(wait, async {}).await,
+            ));
+            let multi = MultiLock::new(vec![client.lock("waits:a"), client.lock("waits:b")]);
+            named(is_invalid(multi.unwrap().try_lock(wait, None).await));
+            let redlock = RedLock::new(vec![client.clone()], "waits").unwrap();
+            named(is_invalid(redlock.try_lock(wait, None).await));
+            assert_eq!(key_count(&raw).await, 0, "wait {wait:?} wrote something");
+        }
+        // The longest accepted wait waits: here, until the holder lets go.
         let holder = lock.lock().await.unwrap();
         let waiter = {
             let lock = client.lock("leases");
-            tokio::spawn(async move { lock.try_lock(Duration::MAX, None).await })
+            tokio::spawn(async move { lock.try_lock(MAX_DURATION, None).await })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!waiter.is_finished());
@@ -542,8 +586,20 @@ async fn errors_name_the_server_and_what_to_check() {
         );
         assert!(!error.contains("Os {"), "Debug form: {error}");
         assert!(!error.contains('\n'));
-        let error = LockClient::connect("http//nonsense").await.unwrap_err();
-        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+        // Malformed URLs say what is wrong in words and how to write one (issue 42): no url
+        // crate error names (RelativeUrlWithoutBase, InvalidPort).
+        for (url, says) in [
+            ("http//nonsense", "has no scheme"),
+            ("127.0.0.1:6379", "has no scheme"),
+            ("redis://127.0.0.1:notaport", "is malformed"),
+        ] {
+            let error = LockClient::connect(url).await.unwrap_err();
+            let message = error.to_string();
+            assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+            assert!(message.contains(says), "{message}");
+            assert!(message.contains("redis://"), "{message}");
+            assert!(!message.contains("RelativeUrlWithoutBase"), "{message}");
+        }
     })
     .await;
 }

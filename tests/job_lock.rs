@@ -728,7 +728,10 @@ async fn bad_settings_are_refused_and_change_nothing() {
             other => panic!("not refused: {other:?}"),
         };
         let message = refused(client.job_lock("").run(async {}).await);
-        assert!(message.contains("must not be empty"), "{message}");
+        assert!(
+            message.contains("a job lock's name must not be empty"),
+            "names the name, not the key: {message}"
+        );
         let message = refused(client.job_lock("j").host("a:b").run(async {}).await);
         assert!(message.contains("\"a:b\""), "{message}");
         let message = refused(

@@ -342,6 +342,35 @@ fn the_default_identity_is_host_and_pid() {
     assert!(identity.len() > 2);
 }
 
+/// Issue 42, point 4: an empty identity is refused as a job lock's empty host is, before
+/// anything is written, by every way to campaign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_identity_is_refused_and_writes_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(LEASE).await;
+        for identity in ["", "  "] {
+            let election = client.leader_election("nameless").identity(identity);
+            let refused = |error: fredlock::Error| match error {
+                fredlock::Error::InvalidArgument(message) => {
+                    assert!(
+                        message.contains("identity") && message.contains("nameless"),
+                        "{message}"
+                    )
+                }
+                other => panic!("not refused: {other:?}"),
+            };
+            refused(election.campaign().await.unwrap_err());
+            refused(election.try_campaign(Duration::ZERO).await.unwrap_err());
+            refused(election.run(|_| async {}).await.unwrap_err());
+        }
+        let keys = common::all_keys(&raw).await;
+        assert!(keys.is_empty(), "{keys:?}");
+    })
+    .await;
+}
+
 /// 2. A leader in a child process killed with SIGKILL is replaced within its lease + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease() {

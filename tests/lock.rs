@@ -1744,6 +1744,46 @@ async fn one_task_is_one_owner_and_the_ways_out_take_turns() {
     .await
 }
 
+/// Issue 42, point 4: what README says of joined attempts on a non-reentrant lock:
+/// `tokio::join!(lock.lock(), lock.lock())` gives one guard and one `WouldDeadlock`, every time,
+/// in either order, and Redis records one hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joined_attempts_on_a_non_reentrant_lock_give_one_guard_and_one_refusal() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        for kind in ["lock", "fair"] {
+            for round in 0..20 {
+                let lock = match kind {
+                    "lock" => client.non_reentrant_lock("joined"),
+                    _ => client.non_reentrant_fair_lock("joined").into(),
+                };
+                let (a, b) = tokio::time::timeout(Duration::from_secs(10), async {
+                    tokio::join!(lock.lock(), lock.lock())
+                })
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("{kind} round {round}: a joined attempt waited for itself")
+                });
+                let (guard, refused) = match (a, b) {
+                    (Ok(guard), Err(refused)) | (Err(refused), Ok(guard)) => (guard, refused),
+                    (a, b) => panic!("{kind} round {round}: {a:?} and {b:?}"),
+                };
+                assert!(
+                    matches!(refused, Error::WouldDeadlock { .. }),
+                    "{kind} round {round}: {refused:?}"
+                );
+                let holds: std::collections::HashMap<String, String> =
+                    raw.hgetall("joined").await.unwrap();
+                assert_eq!(holds.len(), 1, "{kind} round {round}: {holds:?}");
+                guard.unlock().await.unwrap();
+            }
+        }
+    })
+    .await
+}
+
 /// The work each side of `shutdown_stops_the_work_before_handing_over` runs under a hold.
 const SHUTDOWN_WORKS: [&str; 3] = ["job", "lock", "leader"];
 /// Rounds of `shutdown_stops_the_work_before_handing_over`.

@@ -221,6 +221,9 @@ async fn watch(
     json: bool,
 ) -> fredlock::Result<()> {
     let mut before: Option<(Inspection, std::time::Instant)> = None;
+    // The first reading shows what stood when the watch began: `held` and `waiting`, not an
+    // acquisition or a join seen to happen.
+    let mut first = true;
     let mut printed = 0u64;
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -235,7 +238,13 @@ async fn watch(
         let previous = before
             .as_ref()
             .map(|(inspection, at)| (inspection, read_at.duration_since(*at)));
-        for event in changes(previous, now.as_ref()) {
+        let events = if first {
+            standing(now.as_ref())
+        } else {
+            changes(previous, now.as_ref())
+        };
+        first = false;
+        for event in events {
             if json {
                 let at_ms = seen_at
                     .duration_since(std::time::UNIX_EPOCH)
@@ -289,13 +298,35 @@ fn clock(at: std::time::SystemTime) -> String {
 }
 
 /// One change `watch` reports: what happened (`acquired`, `reentered`, `released_one`,
-/// `released`, `expired`, `queued`, `left_queue`), to which owner (and its client's name), and
+/// `released`, `expired`, `queued`, `left_queue`; `held` and `waiting` for what stood when the
+/// watch began), to which owner (and its client's name), and
 /// its holds after it.
 struct Event<'a> {
     what: &'static str,
     owner: &'a str,
     client: Option<&'a str>,
     count: Option<u64>,
+}
+
+/// What a lock's first reading shows: each holder `held` (with its holds), each waiter in its
+/// queue `waiting`.
+fn standing(now: Option<&Inspection>) -> Vec<Event<'_>> {
+    let Some(now) = now else {
+        return Vec::new();
+    };
+    let held = now.holders.iter().map(|holder| Event {
+        what: "held",
+        owner: &holder.owner,
+        client: holder.client_name.as_deref(),
+        count: Some(holder.count),
+    });
+    let waiting = now.queue.iter().map(|waiter| Event {
+        what: "waiting",
+        owner: &waiter.owner,
+        client: None,
+        count: None,
+    });
+    held.chain(waiting).collect()
 }
 
 /// The events between a reading of a lock (`before`, read that long ago) and the next, in the
@@ -484,21 +515,25 @@ fn holders_text(inspection: &Inspection) -> String {
 
 /// Waiters: a fair lock's queue, a read-write lock's waiting writers and the clients
 /// subscribed to its channel, else those clients.
-fn waiters_text(inspection: &Inspection) -> String {
-    match (inspection.kind, inspection.listeners) {
-        ("fair_lock", _) => inspection.queue.len().to_string(),
-        ("rw_lock", listeners) => format!(
-            "{} writer(s), {} client(s)",
-            inspection.queue.len(),
-            listeners.unwrap_or(0)
-        ),
-        (_, Some(listeners)) => format!("{listeners} client(s)"),
-        (_, None) => "-".to_owned(),
+/// The waiters with a place in the lock's queue (a fair lock's, a read-write lock's waiting
+/// writers): a count of waiters; `-` for a kind without a queue.
+fn queued_text(inspection: &Inspection) -> String {
+    match inspection.kind {
+        "fair_lock" | "rw_lock" => inspection.queue.len().to_string(),
+        _ => "-".to_owned(),
     }
 }
 
+/// The clients listening on the lock's channel for its unlock (each client once for all its
+/// waiting tasks): a count of clients; `-` for a kind whose waiters do not listen there.
+fn listening_text(inspection: &Inspection) -> String {
+    inspection
+        .listeners
+        .map_or_else(|| "-".to_owned(), |listeners| listeners.to_string())
+}
+
 fn print_table(found: &[Inspection]) {
-    let rows: Vec<[String; 5]> = found
+    let rows: Vec<[String; 6]> = found
         .iter()
         .map(|inspection| {
             let ttl = inspection
@@ -511,11 +546,13 @@ fn print_table(found: &[Inspection]) {
                 kind_text(inspection),
                 holders_text(inspection),
                 ttl,
-                waiters_text(inspection),
+                queued_text(inspection),
+                listening_text(inspection),
             ]
         })
         .collect();
-    let header = ["NAME", "KIND", "HOLDERS", "TTL", "WAITERS"].map(str::to_owned);
+    // One unit a column: waiters with a queue place, and clients listening for the unlock.
+    let header = ["NAME", "KIND", "HOLDERS", "TTL", "QUEUED", "LISTENING"].map(str::to_owned);
     let mut widths = header.clone().map(|title| title.len());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {

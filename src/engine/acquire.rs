@@ -143,6 +143,7 @@ async fn acquire_loop(
     engine.core().ensure_open()?;
     check_primitive(&*kind)?;
     lease.check(kind.profile().name())?;
+    durations::check_wait(kind.profile().name(), wait)?;
     let single_attempt = wait == Some(Duration::ZERO);
     // The deadline and the queue place are worked out where needed from what the future
     // keeps anyway, rather than kept (closures would keep their references).
@@ -401,6 +402,7 @@ pub(crate) async fn wait_until(
     core.ensure_open()?;
     check_primitive(kind)?;
     let name = kind.profile().name();
+    durations::check_wait(name, wait)?;
     let listens = channel(kind, &Field::from_static(""));
     let started = Instant::now();
     let mut waiter: Option<Waiter> = None;

@@ -15,8 +15,9 @@ use crate::error::{Error, Result};
 /// Redis refuses an expiry that overflows its clock, and a value that does not fit its signed
 /// milliseconds wraps to a negative TTL, which deletes the key at once; tokio's timers panic on
 /// deadlines they cannot represent. A year is far inside all of these, and longer than any lock
-/// should live without a renewal. Waits (`try_lock`'s `wait`) are not bounded by it: a wait
-/// longer than any deadline means waiting for ever.
+/// should live without a renewal. Waits (`try_lock`'s `wait`, `try_acquire`'s, ..) are
+/// bounded by it too: a longer one is refused, as a lease is (wait as long as it takes with
+/// `lock()` or `acquire`).
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// The shortest lease: Redis counts expiry in whole milliseconds.
@@ -34,6 +35,15 @@ pub(crate) fn check(what: impl fmt::Display, value: Duration, min: Duration) -> 
         )));
     }
     Ok(())
+}
+
+/// Fails with [`Error::InvalidArgument`] for a wait over [`MAX_DURATION`] (zero is one
+/// attempt); `name` names the primitive.
+pub(crate) fn check_wait(name: &str, wait: Option<Duration>) -> Result<()> {
+    match wait {
+        Some(wait) => check(format_args!("the wait for {name:?}"), wait, Duration::ZERO),
+        None => Ok(()),
+    }
 }
 
 /// The deadline of a wait of `wait` from `start`; `None`, waiting for ever, when no instant can

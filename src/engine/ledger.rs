@@ -198,7 +198,7 @@ impl Turn {
     }
 
     /// Sends the call `send` makes of a request, and sends it again (fencing the lost one) while
-    /// its reply is lost, within a command timeout from the first loss: for calls safe to repeat
+    /// its reply is lost, within a command timeout from the first send: for calls safe to repeat
     /// (a release, a leave), whose callers want an answer rather than an unknown outcome. Also
     /// says whether it was sent again: then a reply that finds nothing to change may mean that
     /// an earlier send changed it.
@@ -213,13 +213,14 @@ impl Turn {
         Fut: Future<Output = (Request, Result<T, fred::error::Error>)>,
     {
         let mut resend: Option<Resend> = None;
+        let first_sent = tokio::time::Instant::now();
         loop {
             let (request, outcome) = send(self.request()).await;
             self.record_as(request, &outcome, fencing);
             if !outcome.as_ref().is_err_and(reply_lost) {
                 return (outcome, resend.is_some());
             }
-            let resend = resend.get_or_insert_with(|| Resend::new(redis));
+            let resend = resend.get_or_insert_with(|| Resend::new(redis, first_sent));
             if !Box::pin(resend.wait(redis)).await {
                 return (outcome, true);
             }

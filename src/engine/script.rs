@@ -202,10 +202,11 @@ where
     writer
         .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
+            let first_sent = Instant::now();
             loop {
                 match send(redis).await {
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
-                        let resend = resend.get_or_insert_with(|| Resend::new(redis));
+                        let resend = resend.get_or_insert_with(|| Resend::new(redis, first_sent));
                         if !Box::pin(resend.wait(redis)).await {
                             return Err(error);
                         }
@@ -217,7 +218,7 @@ where
         .await
 }
 
-/// Sending a call again, within one command timeout from the first failure: a call fred could
+/// Sending a call again, within one command timeout from its first send: a call fred could
 /// not send (here), or a call safe to repeat whose reply was lost (a release, a leave).
 pub(crate) struct Resend {
     until: Instant,
@@ -225,9 +226,11 @@ pub(crate) struct Resend {
 }
 
 impl Resend {
-    pub(crate) fn new(redis: &Client) -> Resend {
+    /// Sending again until one command timeout after `first_sent`: a call's answer, sent once
+    /// or many times, comes within that bound (and the one attempt still on its way).
+    pub(crate) fn new(redis: &Client, first_sent: Instant) -> Resend {
         Resend {
-            until: Instant::now() + redis.perf_config().default_command_timeout,
+            until: first_sent + redis.perf_config().default_command_timeout,
             pause: Duration::from_millis(20),
         }
     }

@@ -430,6 +430,7 @@ impl RedLock {
         let shared = &self.shared;
         let lease = fixed_lease.unwrap_or(shared.settings.lease);
         check_lease(&shared.name, &shared.settings, lease)?;
+        durations::check_wait(&shared.name, wait)?;
         let started = Instant::now();
         let deadline = wait.and_then(|wait| durations::deadline(started, wait));
         let mut warned = false;

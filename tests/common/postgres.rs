@@ -87,12 +87,17 @@ impl PostgresServer {
         panic!("could not start postgres");
     }
 
-    /// A connection to the `postgres` database; its driver task runs until the server goes.
-    pub async fn client(&self) -> tokio_postgres::Client {
-        let config = format!(
+    /// The connection string of its `postgres` database, as `DATABASE_URL` takes it.
+    pub fn conninfo(&self) -> String {
+        format!(
             "host=127.0.0.1 port={} user=postgres dbname=postgres connect_timeout=10",
             self.port
-        );
+        )
+    }
+
+    /// A connection to the `postgres` database; its driver task runs until the server goes.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let config = self.conninfo();
         // The server may still be starting up behind its open port.
         for _ in 0..100 {
             if let Ok((client, connection)) =

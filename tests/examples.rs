@@ -1,0 +1,106 @@
+//! Every example runs to success as a new user runs it (issue 42, point 4): each program of
+//! `examples/` that `cargo test` built, with `REDIS_URL` unset so that it starts its own
+//! throw-away servers, exits with status 0 within its bound; the failover examples (`sentinel`,
+//! `redlock`) three times each. `metrics` serves until Ctrl-C: `tests/metrics_http.rs` runs its
+//! exporter. `fencing` gets a throw-away PostgreSQL in `DATABASE_URL`.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The example `name` as `cargo test` built it: `target/<profile>/examples/<name>`, beside this
+/// test's own `deps` folder.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    let path = profile.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run the tests as README says (`cargo test --all-features`), which \
+         builds the examples",
+        path.display()
+    );
+    path
+}
+
+/// Runs the example `name` `times` times with `env` set, each run in a process group of its
+/// own killed (with the servers it started) should it outlive `limit`; every run must succeed.
+fn runs_to_success(name: &str, times: u32, limit: Duration, env: &[(&str, String)]) {
+    let path = example(name);
+    for run in 1..=times {
+        let started = Instant::now();
+        let child = Command::new(&path)
+            .env_remove("REDIS_URL")
+            .env_remove("REDIS_SENTINELS")
+            .env_remove("REDLOCK_URLS")
+            .envs(env.iter().map(|(key, value)| (key, value)))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|error| panic!("{name}: {error}"));
+        let pid = child.id() as i32;
+        let (done, finished) = std::sync::mpsc::channel();
+        let watchdog = std::thread::spawn(move || {
+            if finished.recv_timeout(limit).is_err() {
+                // SAFETY: kill(2) with a negative pid signals the child's process group, which
+                // it leads (process_group(0)); it touches no memory.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+        });
+        let output = child.wait_with_output().expect("wait for the example");
+        let _ = done.send(());
+        watchdog.join().unwrap();
+        let took = started.elapsed();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{name}, run {run} of {times}: {} after {took:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            output.status
+        );
+        println!("{name}, run {run}: ok in {took:.1?}");
+    }
+}
+
+macro_rules! examples {
+    ($($name:ident: $times:literal within $secs:literal),* $(,)?) => {$(
+        #[test]
+        fn $name() {
+            runs_to_success(stringify!($name), $times, Duration::from_secs($secs), &[]);
+        }
+    )*};
+}
+
+examples!(
+    quickstart: 1 within 60,
+    fair_lock: 1 within 60,
+    spin_lock: 1 within 60,
+    rw_lock: 1 within 60,
+    semaphore: 1 within 60,
+    permit_semaphore: 1 within 60,
+    count_down_latch: 1 within 60,
+    leader_election: 1 within 60,
+    multi_lock: 1 within 60,
+    redlock: 3 within 60,
+    sentinel: 3 within 90,
+    scheduled_job: 1 within 60,
+    axum: 1 within 60,
+);
+
+#[test]
+fn fencing() {
+    let postgres = common::PostgresServer::start();
+    runs_to_success(
+        "fencing",
+        1,
+        Duration::from_secs(60),
+        &[("DATABASE_URL", postgres.conninfo())],
+    );
+}

@@ -143,7 +143,10 @@ async fn acquire_loop(
     engine.core().ensure_open()?;
     check_primitive(&*kind)?;
     lease.check(kind.profile().name())?;
-    durations::check_wait(kind.profile().name(), wait)?;
+    if wait.is_some() {
+        // Only a bounded wait has one to check: `lock()` pays nothing for it.
+        durations::check_wait(kind.profile().name(), wait)?;
+    }
     let single_attempt = wait == Some(Duration::ZERO);
     // The deadline and the queue place are worked out where needed from what the future
     // keeps anyway, rather than kept (closures would keep their references).

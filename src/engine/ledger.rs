@@ -202,10 +202,14 @@ impl Turn {
     /// (a release, a leave), whose callers want an answer rather than an unknown outcome. Also
     /// says whether it was sent again: then a reply that finds nothing to change may mean that
     /// an earlier send changed it.
+    ///
+    /// `first_sent` is when the caller set out (a clock read it has anyway): resends end one
+    /// command timeout after it.
     pub(crate) async fn send_again_while_lost<T, F, Fut>(
         &mut self,
         redis: &Client,
         fencing: Fencing,
+        first_sent: tokio::time::Instant,
         send: F,
     ) -> (Result<T, fred::error::Error>, bool)
     where
@@ -213,7 +217,6 @@ impl Turn {
         Fut: Future<Output = (Request, Result<T, fred::error::Error>)>,
     {
         let mut resend: Option<Resend> = None;
-        let first_sent = tokio::time::Instant::now();
         loop {
             let (request, outcome) = send(self.request()).await;
             self.record_as(request, &outcome, fencing);
@@ -321,6 +324,7 @@ mod tests {
             .send_again_while_lost(
                 &fred::prelude::Client::default(),
                 Fencing::Only,
+                tokio::time::Instant::now(),
                 |request| {
                     let fences = request.fences.clone();
                     async move {

@@ -202,11 +202,13 @@ where
     writer
         .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
-            let first_sent = Instant::now();
             loop {
                 match send(redis).await {
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
-                        let resend = resend.get_or_insert_with(|| Resend::new(redis, first_sent));
+                        // A call fred could not send fails at once: its first failure is its
+                        // first send, and the clock is read only on this path.
+                        let resend =
+                            resend.get_or_insert_with(|| Resend::new(redis, Instant::now()));
                         if !Box::pin(resend.wait(redis)).await {
                             return Err(error);
                         }

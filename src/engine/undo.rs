@@ -85,8 +85,8 @@ async fn give_back(core: &Arc<Core>, hold: &Arc<Hold>) {
         &mut turn,
         &hold.kind,
         &hold.pair.field,
-        0,
-        &Value::from(0),
+        (0, &Value::from(0)),
+        Instant::now(),
     )
     .await;
     match reply {
@@ -104,25 +104,30 @@ async fn give_back(core: &Arc<Core>, hold: &Arc<Hold>) {
 /// Sends `kind`'s release of `field`'s holds, keeping `left` (with `lease` set again while some
 /// remain), in `turn`. A release is safe to send again, so a lost reply gets an answer here when
 /// one comes within a command timeout; only then is the outcome left to the settle. Also
-/// whether it was sent again.
+/// whether it was sent again. Resends end one command timeout after `first_sent`.
 async fn send_release(
     core: &Core,
     turn: &mut Turn,
     kind: &Arc<dyn Kind>,
     field: &Field,
-    left: usize,
-    lease: &Value,
+    (left, lease): (usize, &Value),
+    first_sent: Instant,
 ) -> (Result<Option<i64>, fred::error::Error>, bool) {
-    turn.send_again_while_lost(core.redis(), Fencing::Settles, |request| async {
-        let args = ReleaseArgs {
-            field,
-            left,
-            lease,
-            request: &request,
-        };
-        let reply = Call::run_made(&core.writer, || kind.release(&args)).await;
-        (request, reply)
-    })
+    turn.send_again_while_lost(
+        core.redis(),
+        Fencing::Settles,
+        first_sent,
+        |request| async {
+            let args = ReleaseArgs {
+                field,
+                left,
+                lease,
+                request: &request,
+            };
+            let reply = Call::run_made(&core.writer, || kind.release(&args)).await;
+            (request, reply)
+        },
+    )
     .await
 }
 
@@ -208,13 +213,18 @@ impl Leave {
             .turn(&Pair::new(name.clone(), self.field.clone()))
             .await;
         let (left, _) = turn
-            .send_again_while_lost(core.redis(), Fencing::Only, |request| async {
-                let left = match self.kind.leave(&self.field, &request) {
-                    Some(call) => call.run::<i64>(&core.writer).await.map(|left| left == 1),
-                    None => Ok(false),
-                };
-                (request, left)
-            })
+            .send_again_while_lost(
+                core.redis(),
+                Fencing::Only,
+                Instant::now(),
+                |request| async {
+                    let left = match self.kind.leave(&self.field, &request) {
+                        Some(call) => call.run::<i64>(&core.writer).await.map(|left| left == 1),
+                        None => Ok(false),
+                    };
+                    (request, left)
+                },
+            )
             .await;
         settle_later(&core, &self.kind, turn);
         match left {
@@ -428,8 +438,15 @@ impl Release {
             (hold.guards().saturating_sub(1), core.lease_arg(self.lease))
         };
         let sent_at = Instant::now();
-        let (reply, resent) =
-            send_release(core, &mut turn, &self.kind, &hold.pair.field, left, &lease).await;
+        let (reply, resent) = send_release(
+            core,
+            &mut turn,
+            &self.kind,
+            &hold.pair.field,
+            (left, &lease),
+            sent_at,
+        )
+        .await;
         let reply = if lost {
             reply.map(|_| None)
         } else {

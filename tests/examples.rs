@@ -29,44 +29,62 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-/// Runs the example `name` `times` times with `env` set, each run in a process group of its
-/// own killed (with the servers it started) should it outlive `limit`; every run must succeed.
+/// Runs the example `name` `times` times at once (each with servers of its own) with `env`
+/// set, each run in a process group of its own killed (with the servers it started) should it
+/// outlive `limit`; every run must succeed.
 fn runs_to_success(name: &str, times: u32, limit: Duration, env: &[(&str, String)]) {
-    let path = example(name);
-    for run in 1..=times {
-        let started = Instant::now();
-        let child = Command::new(&path)
-            .env_remove("REDIS_URL")
-            .env_remove("REDIS_SENTINELS")
-            .env_remove("REDLOCK_URLS")
-            .envs(env.iter().map(|(key, value)| (key, value)))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|error| panic!("{name}: {error}"));
-        let pid = child.id() as i32;
-        let (done, finished) = std::sync::mpsc::channel();
-        let watchdog = std::thread::spawn(move || {
-            if finished.recv_timeout(limit).is_err() {
-                // SAFETY: kill(2) with a negative pid signals the child's process group, which
-                // it leads (process_group(0)); it touches no memory.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-            }
-        });
-        let output = child.wait_with_output().expect("wait for the example");
-        let _ = done.send(());
-        watchdog.join().unwrap();
-        let took = started.elapsed();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "{name}, run {run} of {times}: {} after {took:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-            output.status
-        );
-        println!("{name}, run {run}: ok in {took:.1?}");
+    let runs: Vec<_> = (1..=times)
+        .map(|run| {
+            let (name, env) = (name.to_owned(), env.to_vec());
+            let env: Vec<(String, String)> = env
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value))
+                .collect();
+            std::thread::spawn(move || runs_once(&name, run, times, limit, &env))
+        })
+        .collect();
+    for run in runs {
+        if let Err(panic) = run.join() {
+            std::panic::resume_unwind(panic);
+        }
     }
+}
+
+/// Runs the example `name` once (run `run` of `times`); see [`runs_to_success`].
+fn runs_once(name: &str, run: u32, times: u32, limit: Duration, env: &[(String, String)]) {
+    let path = example(name);
+    let started = Instant::now();
+    let child = Command::new(&path)
+        .env_remove("REDIS_URL")
+        .env_remove("REDIS_SENTINELS")
+        .env_remove("REDLOCK_URLS")
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|error| panic!("{name}: {error}"));
+    let pid = child.id() as i32;
+    let (done, finished) = std::sync::mpsc::channel();
+    let watchdog = std::thread::spawn(move || {
+        if finished.recv_timeout(limit).is_err() {
+            // SAFETY: kill(2) with a negative pid signals the child's process group, which
+            // it leads (process_group(0)); it touches no memory.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+    });
+    let output = child.wait_with_output().expect("wait for the example");
+    let _ = done.send(());
+    watchdog.join().unwrap();
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{name}, run {run} of {times}: {} after {took:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    println!("{name}, run {run}: ok in {took:.1?}");
 }
 
 macro_rules! examples {

@@ -394,8 +394,11 @@ async fn held_only_writes_are_checked_by_the_server() {
             .unwrap();
         assert_eq!(reply, "echo", "the caller's KEYS and ARGV are its own");
 
-        // An operator deletes the lock; the watchdog has not noticed yet.
-        assert!(lock.force_unlock().await.unwrap());
+        // The lock is deleted behind its holder's back (a plain DEL, which tells nobody, unlike
+        // a force unlock, whose notice can reach the holder before this line runs); the
+        // watchdog has not noticed yet.
+        let deleted: i64 = raw.del("held-only").await.unwrap();
+        assert_eq!(deleted, 1);
         assert!(!guard.is_lost());
         let refused = guard
             .eval_while_held::<i64, _, _>(

@@ -49,6 +49,20 @@ pub async fn listen(
     subscriber.init().await.unwrap();
     let messages = subscriber.message_rx();
     subscriber.subscribe(channel).await.unwrap();
+    // Until the server counts the subscription, a PUBLISH can pass it by: semaphore's
+    // wire_layout_matches_redisson heard one of its two messages in two CI runs (stop 39's,
+    // and a fresh-clone run in stop 41), never alone. Asked of the server itself.
+    let raw = raw_client(url).await;
+    let counted = eventually(Duration::from_secs(5), || async {
+        let reply: Vec<fred::types::Value> = raw
+            .custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", channel])
+            .await
+            .unwrap();
+        reply.get(1).and_then(fred::types::Value::as_i64).unwrap_or(0) >= 1
+    })
+    .await;
+    assert!(counted, "the server never counted the subscription to {channel}");
+    let _ = raw.quit().await;
     (subscriber, messages)
 }
 

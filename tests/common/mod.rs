@@ -58,10 +58,17 @@ pub async fn listen(
             .custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", channel])
             .await
             .unwrap();
-        reply.get(1).and_then(fred::types::Value::as_i64).unwrap_or(0) >= 1
+        reply
+            .get(1)
+            .and_then(fred::types::Value::as_i64)
+            .unwrap_or(0)
+            >= 1
     })
     .await;
-    assert!(counted, "the server never counted the subscription to {channel}");
+    assert!(
+        counted,
+        "the server never counted the subscription to {channel}"
+    );
     let _ = raw.quit().await;
     (subscriber, messages)
 }

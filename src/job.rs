@@ -424,7 +424,7 @@ impl JobLock {
         let span = self.span("run_waiting");
         async {
             self.check()?;
-            durations::check_wait(self.key(), Some(wait))?;
+            durations::check_wait(self.key(), wait)?;
             let run = self.new_run();
             if let Ok(guard) = Box::pin(self.take(&run)).await? {
                 return Ok(self.execute(&run, guard, job).await);
@@ -746,20 +746,26 @@ impl JobLock {
                     None => std::future::pending().await,
                 }
             };
+            let capped_job = async {
+                tokio::select! {
+                    biased;
+                    () = capped => {
+                        tracing::warn!(job = %self.key(), owner = %run.field, "the job outran its keep-alive; the job was cancelled");
+                        None
+                    }
+                    output = job => Some(output),
+                }
+            };
             // Lost first: a job that ends as its lock does is reported lost.
             let engine = self.client.engine();
-            engine.track_work(async { tokio::select! {
-                biased;
-                () = guard.lost() => {
+            // Boxed: the job's future inside two selects overflows a debug build's stack.
+            match engine.while_held(guard.lost(), Box::pin(capped_job)).await {
+                Some(output) => output,
+                None => {
                     tracing::warn!(job = %self.key(), owner = %run.field, "job lock lost while the job ran; the job was cancelled");
                     None
                 }
-                () = capped => {
-                    tracing::warn!(job = %self.key(), owner = %run.field, "the job outran its keep-alive; the job was cancelled");
-                    None
-                }
-                output = job => Some(output),
-            } }).await
+            }
         };
         let ran_for = started.elapsed();
         let released = Box::pin(guard.unlock()).await;

@@ -297,13 +297,7 @@ impl LeaderElection {
                 self.lock
                     .client()
                     .engine()
-                    .track_work(async {
-                        tokio::select! {
-                            biased;
-                            _ = lost.cancelled() => None,
-                            outcome = work => Some(outcome),
-                        }
-                    })
+                    .while_held(lost.cancelled(), work)
                     .await
             };
             // The work is gone (returned, panicked or dropped): only now is the term given up.

@@ -176,7 +176,9 @@ impl MultiLock {
         // sure there is one).
         if let Some(first) = self.locks.first() {
             lease.check(first.name())?;
-            durations::check_wait(first.name(), wait)?;
+            if let Some(wait) = wait {
+                durations::check_wait(first.name(), wait)?;
+            }
         }
         let started = Instant::now();
         let deadline = wait.and_then(|wait| durations::deadline(started, wait));

@@ -143,7 +143,7 @@ async fn acquire_loop(
     engine.core().ensure_open()?;
     check_primitive(&*kind)?;
     lease.check(kind.profile().name())?;
-    if wait.is_some() {
+    if let Some(wait) = wait {
         // Only a bounded wait has one to check: `lock()` pays nothing for it.
         durations::check_wait(kind.profile().name(), wait)?;
     }
@@ -405,7 +405,9 @@ pub(crate) async fn wait_until(
     core.ensure_open()?;
     check_primitive(kind)?;
     let name = kind.profile().name();
-    durations::check_wait(name, wait)?;
+    if let Some(wait) = wait {
+        durations::check_wait(name, wait)?;
+    }
     let listens = channel(kind, &Field::from_static(""));
     let started = Instant::now();
     let mut waiter: Option<Waiter> = None;

@@ -39,11 +39,8 @@ pub(crate) fn check(what: impl fmt::Display, value: Duration, min: Duration) -> 
 
 /// Fails with [`Error::InvalidArgument`] for a wait over [`MAX_DURATION`] (zero is one
 /// attempt); `name` names the primitive.
-pub(crate) fn check_wait(name: &str, wait: Option<Duration>) -> Result<()> {
-    match wait {
-        Some(wait) => check(format_args!("the wait for {name:?}"), wait, Duration::ZERO),
-        None => Ok(()),
-    }
+pub(crate) fn check_wait(name: &str, wait: Duration) -> Result<()> {
+    check(format_args!("the wait for {name:?}"), wait, Duration::ZERO)
 }
 
 /// The deadline of a wait of `wait` from `start`; `None`, waiting for ever, when no instant can

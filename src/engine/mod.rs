@@ -414,15 +414,24 @@ impl Engine {
         }
     }
 
-    /// `work`, counted as work under a hold until it is dropped: a shutdown marks every hold
-    /// lost, then waits for such work to be dropped before it hands the holds over, so that no
-    /// other instance takes a hold while this one's work still runs. `work` must end once its
-    /// hold is lost (a `select!` on the loss).
-    pub(crate) fn track_work<F: std::future::Future>(
+    /// Runs `work` while its hold stands: `None` (the work dropped at once) when `lost`
+    /// completes first, as the hold's loss does. Counted as work under a hold until it is
+    /// dropped: a shutdown marks every hold lost, then waits for such work to be dropped before
+    /// it hands the holds over, so that no other instance takes a hold while this one's work
+    /// still runs.
+    pub(crate) async fn while_held<T>(
         &self,
-        work: F,
-    ) -> tokio_util::task::task_tracker::TrackedFuture<F> {
-        self.core().works.track_future(work)
+        lost: impl std::future::Future,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let held = async {
+            tokio::select! {
+                biased;
+                _ = lost => None,
+                value = work => Some(value),
+            }
+        };
+        self.core().works.track_future(held).await
     }
 
     /// How many holds `owner` has on `kind` by this client's count (none once lost), with the

@@ -224,17 +224,7 @@ impl LockGuard {
         self,
         work: impl std::future::Future<Output = T>,
     ) -> Result<T> {
-        let outcome = self
-            .guard
-            .engine()
-            .track_work(async {
-                tokio::select! {
-                    biased;
-                    _ = self.lost() => None,
-                    value = work => Some(value),
-                }
-            })
-            .await;
+        let outcome = self.guard.engine().while_held(self.lost(), work).await;
         match outcome {
             Some(value) => {
                 let name = self.name().to_owned();

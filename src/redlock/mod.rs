@@ -430,7 +430,9 @@ impl RedLock {
         let shared = &self.shared;
         let lease = fixed_lease.unwrap_or(shared.settings.lease);
         check_lease(&shared.name, &shared.settings, lease)?;
-        durations::check_wait(&shared.name, wait)?;
+        if let Some(wait) = wait {
+            durations::check_wait(&shared.name, wait)?;
+        }
         let started = Instant::now();
         let deadline = wait.and_then(|wait| durations::deadline(started, wait));
         let mut warned = false;

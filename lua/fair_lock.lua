@@ -248,4 +248,4 @@ if redis.call('type', KEYS[2])['ok'] == 'list' then
         end
     end
 end
-return {clock_ms(), existing(KEYS), holders, line, ''}
+return {clock_ms(), existing(KEYS), holders, line}

@@ -1,18 +1,18 @@
 -- Shared head of every inspect script (prepended by src/lua.rs): reading a
--- primitive without changing it, in the one reply shape the engine reads:
+-- primitive without changing it. Every reply starts with the head the engine
+-- reads (src/engine/inspect.rs):
 --
 --   {now, {key, pttl, ..}, {owner field, hold count, fencing token or '',
---    remaining lease or '', ..}, {waiter field, place deadline, ..},
---    last fencing token or '', mode or '', count or '', {ended lease, ..},
---    {owner field, identity, since, ..}}
+--    remaining lease or '', ..}, {waiter field, place deadline, ..}, ..}
 --
--- where the parts after the mode are for the primitives that have them (a
--- counter's count, a permit semaphore's ended leases, what a holder calls
--- itself and since when, by the server clock in ms).
+-- and goes on with the primitive's own tail, which only that primitive reads
+-- (its `details`, in its src file) and its script documents: a fenced lock's
+-- last token, a read-write lock's mode, a counter's value, a permit
+-- semaphore's ended leases, what a holder calls itself and since when.
 --
 -- now and deadlines are the server clock in ms; pttl is -1 for a key without
 -- expiry, and only keys that exist are listed. A holder's remaining lease is
--- '' when it is the main key's TTL; the mode is a read-write lock's.
+-- '' when it is the main key's TTL.
 
 local function clock_ms()
     local now = redis.call('time')

@@ -185,8 +185,8 @@ return 1
 -- KEYS[1]  job key
 -- KEYS[2]  last tick
 --
--- Reply: the inspect shape; the holder's identity is its host, and the tenth
--- part the last tick or ''.
+-- Reply: the inspect head; its tail {owner field, host, ''} (the holder's
+-- identity is its host), then the last tick or ''.
 local value, problem = job_value(KEYS[1])
 if problem then
     return problem
@@ -202,4 +202,4 @@ local last = redis.pcall('get', KEYS[2])
 if type(last) ~= 'string' then
     last = ''
 end
-return {clock_ms(), existing({KEYS[1], KEYS[2]}), holders, {}, '', '', '', {}, told, last}
+return {clock_ms(), existing({KEYS[1], KEYS[2]}), holders, {}, told, last}

@@ -62,9 +62,10 @@ end
 return -1
 
 --- script: inspect
--- Reads the latch for an inspection (see inspect.lua for the reply).
+-- Reads the latch for an inspection (see inspect.lua for the reply). Tail:
+-- its count, or ''.
 local kind = redis.call('type', counter)['ok']
 if kind ~= 'none' and kind ~= 'string' then
     return redis.error_reply('WRONGTYPE not a counter (an integer string): ' .. counter)
 end
-return {clock_ms(), existing({counter}), {}, {}, '', '', counter_of(counter)}
+return {clock_ms(), existing({counter}), {}, {}, counter_of(counter)}

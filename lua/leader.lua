@@ -153,7 +153,8 @@ return 1
 
 --- script: inspect
 -- Read an election for an inspection (see inspect.lua for the reply): the
--- leader as the holder, with its epoch as the fencing token.
+-- leader as the holder, with its epoch as the fencing token. Tail: the last
+-- epoch (or ''), then {owner field, identity, since (ms), ..}.
 --
 -- KEYS[1]  election name
 -- KEYS[2]  fences of lost replies
@@ -179,4 +180,4 @@ for i = 1, #fields, 2 do
         told[#told + 1] = tonumber(record[SINCE] or 0)
     end
 end
-return {clock_ms(), existing(KEYS), holders, {}, counter_of(KEYS[3]), '', '', {}, told}
+return {clock_ms(), existing(KEYS), holders, {}, counter_of(KEYS[3]), told}

@@ -112,6 +112,8 @@ return deleted
 -- KEYS[1]  lock name
 -- KEYS[2]  fences of lost replies
 -- KEYS[3]  (fenced lock) the token counter
+--
+-- Tail: (fenced lock) the last token issued, or ''.
 local token = ''
 if KEYS[3] then
     token = counter_of(KEYS[3])
@@ -120,4 +122,8 @@ local holders, wrong = holders_of(KEYS[1], token)
 if wrong then
     return wrong
 end
-return {clock_ms(), existing(KEYS), holders, {}, token}
+local reply = {clock_ms(), existing(KEYS), holders, {}}
+if KEYS[3] then
+    reply[5] = token
+end
+return reply

@@ -170,10 +170,10 @@ end
 return renewed
 
 --- script: inspect
--- Reads the semaphore for an inspection (see inspect.lua for the reply): the
--- permits available, each live lease as a holder with its remaining time
--- ('' for a permit without lease), and the leases that ended but were not
--- given back yet, with when each ended. Ids that are no text (Redisson's 16
+-- Reads the semaphore for an inspection (see inspect.lua for the reply): each
+-- live lease as a holder with its remaining time ('' for a permit without
+-- lease). Tail: the permits available (or ''), then the leases that ended
+-- but were not given back yet, {permit, when it ended (ms), ..}. Ids that are no text (Redisson's 16
 -- bytes) are shown in hex, as Redisson writes them.
 local function shown(id)
     if string.find(id, '[^%w%p ]') then
@@ -208,4 +208,4 @@ if redis.call('type', leases)['ok'] == 'zset' then
         end
     end
 end
-return {now, existing({counter, leases}), holders, {}, '', '', counter_of(counter), ended}
+return {now, existing({counter, leases}), holders, {}, counter_of(counter), ended}

@@ -468,7 +468,7 @@ return count
 --- script: inspect
 -- Read the lock for an inspection (see inspect.lua for the reply, whose
 -- holders carry each one's remaining lease: a reader's longest hold, 0 when
--- all ended) plus its mode last; the waiting writers are its queue.
+-- all ended); the waiting writers are its queue. Tail: its mode, or ''.
 local mode, wrong = read_mode()
 if wrong then
     return wrong
@@ -506,4 +506,4 @@ if not waiting.err then
         line[#line + 1] = tonumber(waiting[i + 1])
     end
 end
-return {clock_ms(), keys, holders, line, '', mode or ''}
+return {clock_ms(), keys, holders, line, mode or ''}

@@ -126,8 +126,8 @@ return available
 
 --- script: inspect
 -- Reads the semaphore for an inspection (see inspect.lua for the reply): the
--- permits available, and fredlock's grants as holders with the permits each
--- took.
+-- fredlock's grants as holders with the permits each took. Tail: the permits
+-- available, or ''.
 local holders = {}
 if redis.call('type', grants)['ok'] == 'hash' then
     local fields = redis.call('hgetall', grants)
@@ -142,4 +142,4 @@ local kind = redis.call('type', counter)['ok']
 if kind ~= 'none' and kind ~= 'string' then
     return redis.error_reply('WRONGTYPE not a counter (an integer string): ' .. counter)
 end
-return {clock_ms(), existing({counter, grants}), holders, {}, '', '', counter_of(counter)}
+return {clock_ms(), existing({counter, grants}), holders, {}, counter_of(counter)}

@@ -9,8 +9,9 @@ use fred::clients::Client;
 use uuid::Uuid;
 
 use crate::config::LockClientBuilder;
-use crate::engine::{self, ClientStats, Engine};
+use crate::engine::{self, Engine};
 use crate::error::Result;
+use crate::inspection::ClientStats;
 use crate::owner::OwnerId;
 
 /// A connection to Redis for locks: create one per process (or per Redis deployment) and share

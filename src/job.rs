@@ -19,6 +19,7 @@ use crate::engine::{
     Primitive, Profile, ProfileOf, ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
+use crate::inspection::{Details, Holder, Tail};
 use crate::layout::{Found, Layout, OwnKey, Pending};
 use crate::lua;
 use crate::names;
@@ -872,6 +873,14 @@ impl Inspect for JobKind {
             keys: vec![keys.get(KEY), keys.get(TICK)],
             args: Vec::new(),
         }
+    }
+
+    /// The host that runs it, then the last tick.
+    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
+        tail.identities(holders)?;
+        Ok(Details::Job {
+            last_tick: tail.time(),
+        })
     }
 }
 

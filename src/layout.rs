@@ -11,8 +11,9 @@ use std::time::Duration;
 use fred::types::scan::ScanType;
 
 use crate::client::LockClient;
-use crate::engine::{Inspect, Inspection, Leak};
+use crate::engine::Inspect;
 use crate::error::{Error, Result};
+use crate::inspection::{Inspection, Leak};
 
 /// A future a [`Found`] returns: boxed, as a handle behind `dyn` returns them.
 pub(crate) type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;

@@ -19,6 +19,7 @@ use crate::engine::{
     ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
+use crate::inspection::{Details, Holder, Tail};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::LOCK_RENEW;
@@ -723,9 +724,16 @@ impl Inspect for LeaderKind {
         }
     }
 
+    /// The last epoch, then what the leader says of itself.
+    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
+        let last_epoch = tail.token();
+        tail.identities(holders)?;
+        Ok(Details::Leader { last_epoch })
+    }
+
     /// The epoch counter never expires by design: epochs must never go backwards.
     fn leaks(&self, inspection: &crate::Inspection, _grace: Duration) -> Vec<crate::Leak> {
-        engine::keys_without_expiry(inspection, &[self.keys().str(EPOCHS)])
+        crate::inspection::keys_without_expiry(inspection, &[self.keys().str(EPOCHS)])
     }
 }
 

@@ -199,6 +199,7 @@ mod counter;
 mod deployment;
 mod engine;
 mod error;
+mod inspection;
 mod job;
 mod layout;
 mod leader;
@@ -223,8 +224,10 @@ pub use counter::semaphore::{Semaphore, SemaphorePermit};
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
-pub use engine::{ClientStats, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
+pub use inspection::{
+    ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter,
+};
 pub use job::{
     JobHolder, JobLock, JobRun, Skipped, DEFAULT_AT_MOST_FOR, DEFAULT_JOB_ENV, DEFAULT_JOB_PREFIX,
     DEFAULT_TICKS_KEPT_FOR, JOB_POLL,

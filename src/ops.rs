@@ -14,8 +14,9 @@ use fred::types::scan::ScanType;
 use fred::types::Value;
 
 use crate::client::LockClient;
-use crate::engine::{Inspection, Leak, Script};
+use crate::engine::Script;
 use crate::error::Result;
+use crate::inspection::{Inspection, Leak};
 use crate::layout::{glob_escaped, Found, Layout};
 use crate::names;
 

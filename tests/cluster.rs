@@ -412,7 +412,7 @@ async fn a_rw_lock_works_on_every_master() {
         let listed = holder.list("rw:*").await.unwrap();
         let found: Vec<(&str, Option<&str>, usize)> = listed
             .iter()
-            .map(|seen| (seen.kind, seen.mode, seen.holders.len()))
+            .map(|seen| (seen.kind, seen.mode(), seen.holders.len()))
             .collect();
         // Three readers of one client, and the watchdog-renewed one.
         assert_eq!(found, vec![("rw_lock", Some("read"), 4); names.len()]);

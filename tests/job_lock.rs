@@ -688,7 +688,7 @@ async fn a_job_is_inspected_listed_and_force_unlocked() {
             assert!(holder.owner.starts_with("ADDED:"), "{}", holder.owner);
             let left = holder.remaining_lease.unwrap();
             assert!(left > Duration::from_secs(55), "{left:?}");
-            assert_eq!(inspection.last_tick, Some(tick + Duration::from_secs(60)));
+            assert_eq!(inspection.last_tick(), Some(tick + Duration::from_secs(60)));
             assert_eq!(inspection.keys.len(), 2, "{:?}", inspection.keys);
         }
         assert!(operator

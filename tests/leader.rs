@@ -304,7 +304,7 @@ async fn leader_and_inspection_name_the_leader() {
         assert_eq!(inspection.holders.len(), 1);
         assert_eq!(inspection.holders[0].owner, term.owner_field());
         assert_eq!(inspection.holders[0].fencing_token, Some(term.epoch()));
-        assert_eq!(inspection.fencing_token, Some(term.epoch()));
+        assert_eq!(inspection.fencing_token(), Some(term.epoch()));
         assert_eq!(
             inspection.holders[0].identity.as_deref(),
             Some("pod-7:8080")

@@ -309,19 +309,19 @@ async fn inspections_show_leases_and_ended_leases() {
 
         let seen = semaphore.inspect().await.unwrap();
         assert_eq!(seen.kind, "permit_semaphore");
-        assert_eq!(seen.count, Some(1));
+        assert_eq!(seen.count(), Some(1));
         assert_eq!(seen.holders.len(), 1);
         assert_eq!(seen.holders[0].owner, live.id());
         assert!(seen.holders[0].remaining_lease.is_some());
-        assert_eq!(seen.ended_leases.len(), 1);
-        assert_eq!(seen.ended_leases[0].permit, short_id);
-        assert!(seen.ended_leases[0].ended_ago >= Duration::from_millis(150));
+        assert_eq!(seen.ended_leases().len(), 1);
+        assert_eq!(seen.ended_leases()[0].permit, short_id);
+        assert!(seen.ended_leases()[0].ended_ago >= Duration::from_millis(150));
 
         let listed = client.list("*").await.unwrap();
         assert_eq!(listed.len(), 1, "{listed:?}");
         assert_eq!(listed[0].kind, "permit_semaphore");
         let by_name = client.inspect("seen").await.unwrap().expect("found");
-        assert_eq!(by_name.ended_leases.len(), 1);
+        assert_eq!(by_name.ended_leases().len(), 1);
         let leaks = client.leaks("*", Duration::from_millis(100)).await.unwrap();
         assert_eq!(leaks.len(), 1, "{leaks:?}");
         assert_eq!(leaks[0].rule, "ended_lease");
@@ -337,7 +337,7 @@ async fn inspections_show_leases_and_ended_leases() {
 
         assert_eq!(semaphore.available_permits().await.unwrap(), 2);
         let seen = semaphore.inspect().await.unwrap();
-        assert!(seen.ended_leases.is_empty());
+        assert!(seen.ended_leases().is_empty());
         live.release().await.unwrap();
     })
     .await;

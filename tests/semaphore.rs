@@ -462,7 +462,7 @@ async fn inspections_show_permits_and_grants() {
         let permit = semaphore.acquire(2).await.unwrap();
         let seen = semaphore.inspect().await.unwrap();
         assert_eq!(seen.kind, "semaphore");
-        assert_eq!(seen.count, Some(3));
+        assert_eq!(seen.count(), Some(3));
         assert_eq!(seen.holders.len(), 1);
         assert_eq!(seen.holders[0].owner, permit.grant());
         assert_eq!(seen.holders[0].count, 2);
@@ -471,7 +471,7 @@ async fn inspections_show_permits_and_grants() {
 
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "semaphore");
-        assert_eq!(by_name.count, Some(3));
+        assert_eq!(by_name.count(), Some(3));
         let listed = client.list("se*").await.unwrap();
         assert_eq!(listed.len(), 1, "{listed:?}");
         assert_eq!(listed[0].kind, "semaphore");
@@ -484,7 +484,7 @@ async fn inspections_show_permits_and_grants() {
         // Without grants, a bare integer string is a semaphore or a latch: a counter.
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "counter");
-        assert_eq!(by_name.count, Some(5));
+        assert_eq!(by_name.count(), Some(5));
     })
     .await;
 }

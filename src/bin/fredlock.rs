@@ -418,7 +418,7 @@ fn inspection_json(inspection: &Inspection) -> Value {
     json!({
         "name": inspection.name,
         "kind": inspection.kind,
-        "mode": inspection.mode,
+        "mode": inspection.mode(),
         "holders": inspection.holders.iter().map(|holder| json!({
             "owner": holder.owner,
             "client_id": holder.client_id().map(|id| id.to_string()),
@@ -434,16 +434,16 @@ fn inspection_json(inspection: &Inspection) -> Value {
             "place_left_ms": millis(waiter.place_left),
             "ended_ago_ms": millis(waiter.ended_ago),
         })).collect::<Vec<_>>(),
-        "fencing_token": inspection.fencing_token,
-        "count": inspection.count,
-        "ended_leases": inspection.ended_leases.iter().map(|lease| json!({
+        "fencing_token": inspection.fencing_token(),
+        "count": inspection.count(),
+        "ended_leases": inspection.ended_leases().iter().map(|lease| json!({
             "permit": lease.permit,
             "ended_ago_ms": lease.ended_ago.as_millis() as u64,
         })).collect::<Vec<_>>(),
         "listeners": inspection.listeners,
         "keys": inspection.keys.iter().map(key_json).collect::<Vec<_>>(),
         "orphans": inspection.orphans.iter().map(key_json).collect::<Vec<_>>(),
-        "last_tick_ms": inspection.last_tick.and_then(|tick| tick.duration_since(std::time::UNIX_EPOCH).ok()).map(|tick| tick.as_millis() as u64),
+        "last_tick_ms": inspection.last_tick().and_then(|tick| tick.duration_since(std::time::UNIX_EPOCH).ok()).map(|tick| tick.as_millis() as u64),
     })
 }
 
@@ -518,9 +518,9 @@ fn holders_text(inspection: &Inspection) -> String {
 /// The waiters with a place in the lock's queue (a fair lock's, a read-write lock's waiting
 /// writers): a count of waiters; `-` for a kind without a queue.
 fn queued_text(inspection: &Inspection) -> String {
-    match inspection.kind {
-        "fair_lock" | "rw_lock" => inspection.queue.len().to_string(),
-        _ => "-".to_owned(),
+    match inspection.details.queue_word() {
+        Some(_) => inspection.queue.len().to_string(),
+        None => "-".to_owned(),
     }
 }
 
@@ -574,7 +574,7 @@ fn print_table(found: &[Inspection]) {
 
 /// The kind, with a read-write lock's mode: `rw_lock (read)`.
 fn kind_text(inspection: &Inspection) -> String {
-    match inspection.mode {
+    match inspection.mode() {
         Some(mode) => format!("{} ({mode})", inspection.kind),
         None => inspection.kind.to_owned(),
     }
@@ -598,52 +598,16 @@ fn print_inspection(inspection: &Inspection) {
         if let Some(token) = holder.fencing_token {
             print!(", fencing token {token}");
         }
-        match (&holder.identity, inspection.kind) {
-            (Some(host), "job") => print!(", host {host}"),
-            (Some(identity), _) => print!(", identity {identity}"),
-            (None, _) => {}
+        if let Some(identity) = &holder.identity {
+            print!(", {} {identity}", inspection.details.identity_word());
         }
         match holder.since.and_then(|since| since.elapsed().ok()) {
             Some(ago) => println!(", since {} ago", shown(Some(ago))),
             None => println!(),
         }
     }
-    if let Some(token) = inspection.fencing_token {
-        println!("  last fencing token {token}");
-    }
-    if let Some(tick) = inspection.last_tick {
-        let ms = tick
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |tick| tick.as_millis());
-        match std::time::SystemTime::now().duration_since(tick) {
-            Ok(ago) => println!(
-                "  last tick {ms} (ms since the Unix epoch), {} ago",
-                shown(Some(ago))
-            ),
-            Err(_) => println!("  last tick {ms} (ms since the Unix epoch), ahead of this clock"),
-        }
-    }
-    match (inspection.kind, inspection.count) {
-        (_, None) => {}
-        ("semaphore" | "permit_semaphore", Some(count)) => println!("  permits available {count}"),
-        ("counter", Some(count)) => {
-            println!("  count {count} (a semaphore's permits available, or a latch's count)")
-        }
-        (_, Some(count)) => println!("  count {count}"),
-    }
-    for lease in &inspection.ended_leases {
-        println!(
-            "  permit {}: lease ended {} ago, not given back yet",
-            lease.permit,
-            shown(Some(lease.ended_ago))
-        );
-    }
-    // A read-write lock's waiting writers are in no order.
-    let queued = if inspection.kind == "rw_lock" {
-        "writer waiting"
-    } else {
-        "queued"
-    };
+    print!("{}", inspection.details);
+    let queued = inspection.details.queue_word().unwrap_or("queued");
     for (place, waiter) in inspection.queue.iter().enumerate() {
         match (waiter.place_left, waiter.ended_ago) {
             (Some(left), _) => println!(

@@ -10,10 +10,10 @@ use fred::types::Value;
 use crate::client::LockClient;
 use crate::counter::read_counter;
 use crate::engine::{
-    self, keys_without_expiry, Call, Class, Inspect, Inspection, Keys, Leak, Primitive, Profile,
-    ProfileOf, Refusal, Script, WakeRule,
+    self, Call, Class, Inspect, Keys, Primitive, Profile, ProfileOf, Refusal, Script, WakeRule,
 };
 use crate::error::{Error, Result};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;
@@ -241,6 +241,7 @@ impl CountDownLatch {
     fn kind(&self) -> LatchKind {
         LatchKind {
             profile: self.profile.clone(),
+            found_by_name: false,
         }
     }
 
@@ -278,6 +279,7 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
         let latch = CountDownLatch::at(client, key);
         let kind = LatchKind {
             profile: ProfileOf::new(&COUNTER, latch.profile.keys().clone()),
+            found_by_name: true,
         };
         Box::new(Counted {
             client: client.clone(),
@@ -289,6 +291,8 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
 /// A latch, as the engine's inspections and name checks see it; nobody acquires it.
 pub(crate) struct LatchKind {
     profile: ProfileOf<[u32; 0]>,
+    /// Whether it is an integer string found by name, which may be a semaphore's as well.
+    found_by_name: bool,
 }
 
 /// The latch's class: reaching zero wakes every waiter.
@@ -325,6 +329,14 @@ impl Primitive for LatchKind {
 impl Inspect for LatchKind {
     fn inspect(&self) -> Call {
         self.call(&LATCH_INSPECT, Vec::new())
+    }
+    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+        let count = tail.number();
+        Ok(if self.found_by_name {
+            Details::Counter { value: count }
+        } else {
+            Details::Latch { count }
+        })
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The count lasts until it reaches zero, by design (Redisson's).

@@ -13,10 +13,13 @@ use crate::client::LockClient;
 use crate::counter::check_permits;
 use crate::counter::semaphore::{SEMAPHORE_ADD, SEMAPHORE_TRY_SET};
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
-    Leak, Lease, Primitive, Profile, ProfileOf, Refusal, ReleaseArgs, Script, WakeRule, Win,
+    self, AcquireArgs, Call, Class, Guard, Inspect, Keys, Kind, Lease, Primitive, Profile,
+    ProfileOf, Refusal, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
+use crate::inspection::{
+    keys_without_expiry, text, Details, EndedLease, Holder, Inspection, Leak, Tail,
+};
 use crate::layout::{Counted, Layout, OwnKey};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;
@@ -503,6 +506,24 @@ impl Inspect for PermitKind {
     fn inspect(&self) -> Call {
         self.call(&PERMIT_INSPECT, Vec::new())
     }
+    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+        let available = tail.number();
+        let now = tail.now;
+        let ended_leases = tail
+            .rows("ended leases", 2)?
+            .iter()
+            .map(|lease| EndedLease {
+                permit: text(&lease[0]),
+                ended_ago: Duration::from_millis(
+                    now.saturating_sub(lease[1].as_i64().unwrap_or(-1)).max(0) as u64,
+                ),
+            })
+            .collect();
+        Ok(Details::PermitSemaphore {
+            available,
+            ended_leases,
+        })
+    }
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         // The counter lasts by design, and the leases while permits are out; what does not
         // end is a permit without lease (Redisson's), and an ended lease nobody gave back.
@@ -524,7 +545,7 @@ impl Inspect for PermitKind {
                 });
             }
         }
-        for ended in &inspection.ended_leases {
+        for ended in inspection.ended_leases() {
             if ended.ended_ago > grace {
                 leaks.push(Leak {
                     name: inspection.name.clone(),

@@ -10,10 +10,11 @@ use fred::types::Value;
 use crate::client::LockClient;
 use crate::counter::{check_permits, read_counter};
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Class, Guard, Inspect, Inspection, Keys, Kind,
-    Leak, Lease, Own, Primitive, Profile, ProfileOf, ReleaseArgs, Script, WakeRule, Win,
+    self, AcquireArgs, Call, Class, Guard, Inspect, Keys, Kind, Lease, Own, Primitive, Profile,
+    ProfileOf, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;
@@ -490,6 +491,11 @@ impl Kind for SemaphoreKind {
 impl Inspect for SemaphoreKind {
     fn inspect(&self) -> Call {
         self.call(&SEMAPHORE_INSPECT, Vec::new())
+    }
+    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+        Ok(Details::Semaphore {
+            available: tail.number(),
+        })
     }
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The counter lasts by design (Redisson's), and so do the grants while permits are out.

@@ -44,13 +44,13 @@ use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::inspection::ClientStats;
 use crate::owner::OwnerId;
 
 pub(crate) use acquire::{acquire, acquire_as, check_name, check_primitive, take, wait_until, Win};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
-pub(crate) use inspect::{keys_without_expiry, Inspect};
-pub use inspect::{EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter};
+pub(crate) use inspect::Inspect;
 pub(crate) use kind::{AcquireArgs, Call, Kind, Primitive, ReleaseArgs};
 pub(crate) use ledger::Request;
 pub(crate) use metrics::Metrics;
@@ -249,21 +249,6 @@ impl Drop for CloseOnDrop {
             });
         }
     }
-}
-
-/// A snapshot of a client's bookkeeping, for metrics and tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ClientStats {
-    /// (lock, owner) pairs this client holds.
-    pub held: usize,
-    /// Lock channels with local waiters.
-    pub wait_entries: usize,
-    /// Channels the subscriber connection is subscribed to.
-    pub subscriptions: usize,
-    /// (lock, owner) pairs with a change on its way to Redis, or with a lost reply still to
-    /// settle (see `docs/RELIABILITY.md`).
-    pub unsettled: usize,
 }
 
 impl Engine {

@@ -8,9 +8,10 @@ use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    keys_without_expiry, AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Leak, Own,
-    Primitive, Profile, ProfileOf, ReleaseArgs, Request, Script, WakeRule,
+    AcquireArgs, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf, ReleaseArgs,
+    Request, Script, WakeRule,
 };
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
@@ -278,6 +279,9 @@ impl Inspect for Fair {
             keys: self.keys().first(4),
             args: Vec::new(),
         }
+    }
+    fn details(&self, _tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+        Ok(Details::Fair)
     }
     /// Besides keys without expiry, a waiter whose place ended more than `grace` ago: every
     /// acquire purges expired waiters, so one that lingers means nobody has asked since, and it

@@ -11,10 +11,11 @@ use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, keys_without_expiry, AcquireArgs, Call, Class, Inspect, Inspection, Kind, Leak, Lease,
-    Primitive, Profile, ReleaseArgs, Script, Win,
+    self, AcquireArgs, Call, Class, Inspect, Kind, Lease, Primitive, Profile, ReleaseArgs, Script,
+    Win,
 };
 use crate::error::{waited, Error, Result};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::{self, Reentrant, MORE};
@@ -111,6 +112,11 @@ impl Inspect for Fenced {
         let mut call = self.lock.inspect();
         call.keys.push(self.counter());
         call
+    }
+    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+        Ok(Details::Fenced {
+            last_token: tail.token(),
+        })
     }
     /// The token counter never expires by design: tokens must never go backwards.
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {

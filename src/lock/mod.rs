@@ -19,10 +19,10 @@ use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    self, AcquireArgs, Call, Inspect, Inspection, Kind, Leak, Lease, Primitive, Profile,
-    ReleaseArgs, Request, Win,
+    self, AcquireArgs, Call, Inspect, Kind, Lease, Primitive, Profile, ReleaseArgs, Request, Win,
 };
 use crate::error::{waited, Error, Result};
+use crate::inspection::{Details, Holder, Inspection, Leak, Tail};
 use crate::layout::{Found, Pending};
 use crate::lock::guard::LockGuard;
 use crate::owner::OwnerId;
@@ -153,6 +153,9 @@ impl Inspect for NonReentrant {
     }
     fn strays(&self) -> Option<String> {
         self.0.strays()
+    }
+    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
+        self.0.details(tail, holders)
     }
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         self.0.leaks(inspection, grace)

@@ -8,10 +8,11 @@ use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::{
-    AcquireArgs, Call, Class, Inspect, Inspection, Keys, Kind, Own, Primitive, Profile, ProfileOf,
-    Refusal, ReleaseArgs, Request, Script, WakeRule,
+    AcquireArgs, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf, Refusal,
+    ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::error::Result;
+use crate::inspection::{Details, Holder, Inspection, Tail};
 use crate::layout::{glob_escaped, Layout};
 use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
 use crate::lua;
@@ -498,6 +499,14 @@ impl Inspect for RwKind {
     }
     fn inspect(&self) -> Call {
         self.call(&RW_INSPECT, &[], None)
+    }
+    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+        let mode = match tail.text().as_deref() {
+            Some("read") => Some("read"),
+            Some("write") => Some("write"),
+            _ => None,
+        };
+        Ok(Details::ReadWrite { mode })
     }
 }
 

@@ -1,0 +1,489 @@
+//! The read model: what an inspection reports of one primitive, what a leak search finds, and
+//! a client's own counts ([`ClientStats`]).
+//!
+//! A floor module: the engine fills the head every primitive shares (its name, kind, holders,
+//! queue, keys, orphans and listeners) from the first four parts of an inspect script's reply
+//! (see `lua/inspect.lua`); each primitive reads the parts after them, its own tail, into its
+//! [`Details`]. A primitive with state of its own adds a variant here and nothing to the engine.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use fred::types::Value;
+use uuid::Uuid;
+
+/// What Redis holds of one primitive at one moment, as [`Lock::inspect`](crate::Lock::inspect)
+/// and [`LockClient::inspect`](crate::LockClient::inspect) read it.
+///
+/// Read in one script call on the master (never a replica), so its parts agree with each other.
+/// Remaining times are the server's, at the moment of the read. What only some kinds have (a
+/// fenced lock's last token, a semaphore's permits, a job's last tick) is in
+/// [`details`](Self::details).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The primitive's name (its main key).
+    pub name: String,
+    /// Its kind, as metrics and the `fredlock` command name it: `lock`, `spin_lock`,
+    /// `fenced_lock`, `fair_lock`, `rw_lock` (whose metrics say `read_lock` and `write_lock`),
+    /// `semaphore`, `permit_semaphore`, `count_down_latch`, `leader_election`, `job` (whose
+    /// holder's identity is the host that runs it), or `counter` for an integer string
+    /// found by name, which is a semaphore or a latch (Redisson's layouts cannot tell them
+    /// apart).
+    pub kind: &'static str,
+    /// Who holds it, with how many holds each. A read-write lock's writer is the owner field
+    /// ending in `:write`; every other holder is a reader. A semaphore's holders are the grants
+    /// of fredlock's acquisitions, each with the permits it took (Redisson's acquisitions
+    /// leave no record); a permit semaphore's are its live leases, by permit id, one each.
+    pub holders: Vec<Holder>,
+    /// A fair lock's waiters, in the order they will be served; a read-write lock's waiting
+    /// writers (who keep new readers out), by when their place ends. Empty for a kind without
+    /// a queue (see [`Details::queue_word`]).
+    pub queue: Vec<QueuedWaiter>,
+    /// Connections subscribed to its unlock channel on the server read (each client subscribes
+    /// once for all its waiting tasks); `None` for a primitive whose waiters do not subscribe to
+    /// a shared channel (a spin lock, a fair lock: see [`queue`](Self::queue)).
+    pub listeners: Option<u64>,
+    /// Every key of the primitive that exists, with its expiry.
+    pub keys: Vec<KeyState>,
+    /// Keys of the primitive that no hold names any more, found by scanning: a read-write
+    /// lock's read-hold timeout keys left behind (by a Java client, or a deletion of the lock).
+    /// Each ends with its TTL; one without is a leak.
+    pub orphans: Vec<KeyState>,
+    /// What this kind has that others do not.
+    pub details: Details,
+}
+
+/// What one kind of primitive reports beside the head every [`Inspection`] has. Its
+/// [`Display`](fmt::Display) writes it for people, one indented line a fact (nothing for a
+/// kind with nothing of its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Details {
+    /// A kind with nothing of its own: a reentrant or spin lock.
+    None,
+    /// A fair lock: its waiters are in [`Inspection::queue`], in the order they will be served.
+    Fair,
+    /// A fenced lock.
+    Fenced {
+        /// The last fencing token issued (the holder's, while it is held); `None` before the
+        /// first.
+        last_token: Option<u64>,
+    },
+    /// A read-write lock.
+    ReadWrite {
+        /// `read` or `write`; `None` when it is free.
+        mode: Option<&'static str>,
+    },
+    /// A semaphore.
+    Semaphore {
+        /// Permits available; `None` when the key is missing.
+        available: Option<i64>,
+    },
+    /// A permit semaphore.
+    PermitSemaphore {
+        /// Permits available; `None` when the key is missing.
+        available: Option<i64>,
+        /// Leases that ended and that no call has given back yet, with how long ago each
+        /// ended: their permits return at the semaphore's next acquire, release or
+        /// `available_permits`.
+        ended_leases: Vec<EndedLease>,
+    },
+    /// A count-down latch.
+    Latch {
+        /// Its count; `None` when the key is missing (a latch at zero or never set).
+        count: Option<i64>,
+    },
+    /// An integer string found by name, a semaphore's or a latch's (Redisson's layouts cannot
+    /// tell them apart).
+    Counter {
+        /// Its value: a semaphore's permits available, or a latch's count.
+        value: Option<i64>,
+    },
+    /// A leader election.
+    Leader {
+        /// The last epoch (fencing token) issued, the leader's while there is one.
+        last_epoch: Option<u64>,
+    },
+    /// A job lock.
+    Job {
+        /// The latest scheduled tick that an instance started (see
+        /// [`JobLock::run_tick`](crate::JobLock::run_tick)); `None` before the first.
+        last_tick: Option<SystemTime>,
+    },
+}
+
+impl Details {
+    /// What a waiter in [`Inspection::queue`] is called for this kind (`queued`, or a
+    /// read-write lock's `writer waiting`: its waiting writers are in no order); `None` for a
+    /// kind that has no queue.
+    pub fn queue_word(&self) -> Option<&'static str> {
+        match self {
+            Details::Fair => Some("queued"),
+            Details::ReadWrite { .. } => Some("writer waiting"),
+            _ => None,
+        }
+    }
+
+    /// What a holder's [`identity`](Holder::identity) is for this kind: a job's `host`, else
+    /// `identity`.
+    pub fn identity_word(&self) -> &'static str {
+        match self {
+            Details::Job { .. } => "host",
+            _ => "identity",
+        }
+    }
+}
+
+impl fmt::Display for Details {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Details::Fenced {
+                last_token: Some(token),
+            }
+            | Details::Leader {
+                last_epoch: Some(token),
+            } => writeln!(f, "  last fencing token {token}"),
+            Details::Semaphore {
+                available: Some(permits),
+            } => writeln!(f, "  permits available {permits}"),
+            Details::PermitSemaphore {
+                available,
+                ended_leases,
+            } => {
+                if let Some(permits) = available {
+                    writeln!(f, "  permits available {permits}")?;
+                }
+                for lease in ended_leases {
+                    writeln!(
+                        f,
+                        "  permit {}: lease ended {} ago, not given back yet",
+                        lease.permit,
+                        seconds(Some(lease.ended_ago))
+                    )?;
+                }
+                Ok(())
+            }
+            Details::Latch { count: Some(count) } => writeln!(f, "  count {count}"),
+            Details::Counter { value: Some(value) } => writeln!(
+                f,
+                "  count {value} (a semaphore's permits available, or a latch's count)"
+            ),
+            Details::Job {
+                last_tick: Some(tick),
+            } => {
+                let ms = tick
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |tick| tick.as_millis());
+                match SystemTime::now().duration_since(*tick) {
+                    Ok(ago) => writeln!(
+                        f,
+                        "  last tick {ms} (ms since the Unix epoch), {} ago",
+                        seconds(Some(ago))
+                    ),
+                    Err(_) => writeln!(
+                        f,
+                        "  last tick {ms} (ms since the Unix epoch), ahead of this clock"
+                    ),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A duration for people: `12.3s`, `none` for no expiry.
+pub(crate) fn seconds(duration: Option<Duration>) -> String {
+    duration.map_or_else(
+        || "none".to_owned(),
+        |duration| format!("{:.1}s", duration.as_secs_f64()),
+    )
+}
+
+/// A snapshot of a client's bookkeeping, for metrics and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// (lock, owner) pairs this client holds.
+    pub held: usize,
+    /// Lock channels with local waiters.
+    pub wait_entries: usize,
+    /// Channels the subscriber connection is subscribed to.
+    pub subscriptions: usize,
+    /// (lock, owner) pairs with a change on its way to Redis, or with a lost reply still to
+    /// settle (see `docs/RELIABILITY.md`).
+    pub unsettled: usize,
+}
+
+/// One owner's holds, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner field, `<client uuid>:<owner id>` (Redisson's form).
+    pub owner: String,
+    /// Its hold count (reentrant holds).
+    pub count: u64,
+    /// How long its hold lives unless renewed; `None` when it never expires (a leak). A
+    /// reader's is its longest read hold's, zero once all ended (its field lingers until the
+    /// next release or the lock's expiry).
+    pub remaining_lease: Option<Duration>,
+    /// Its fencing token, for a fenced lock (a leader election's epoch).
+    pub fencing_token: Option<u64>,
+    /// What the holder calls itself, where the primitive records it (a leader election's
+    /// identity, `<host>:<pid>` by default; a job's host).
+    pub identity: Option<String>,
+    /// When its hold began, by the server's clock, where the primitive records it (a leader
+    /// election's term).
+    pub since: Option<SystemTime>,
+    /// The name its client was given
+    /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)), found among
+    /// the server's connections while that client is connected; `None` for a client without a
+    /// name (a Redisson client, or one that is gone).
+    pub client_name: Option<String>,
+}
+
+impl Holder {
+    /// The client half of the owner field: the [`LockClient::id`](crate::LockClient::id) of
+    /// the holder's client, when the field has Redisson's form.
+    pub fn client_id(&self) -> Option<Uuid> {
+        // `<uuid>:<id>`, and a read-write lock's writer `<uuid>:<id>:write`.
+        let (client, _) = self.owner.split_once(':')?;
+        Uuid::parse_str(client).ok()
+    }
+}
+
+/// A waiter in a fair lock's queue, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiter's owner field.
+    pub owner: String,
+    /// How long its place lasts unless it tries again; `None` once its place has ended (a live
+    /// waiter renews it every third of the place's length).
+    pub place_left: Option<Duration>,
+    /// How long ago its place ended, for a place that has.
+    pub ended_ago: Option<Duration>,
+}
+
+/// A permit semaphore's lease that ended and was not given back yet, in its [`Details`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndedLease {
+    /// The permit id (Redisson's 16-byte ids in hex).
+    pub permit: String,
+    /// How long ago the lease ended, by the server's clock.
+    pub ended_ago: Duration,
+}
+
+/// One key of a primitive, in an [`Inspection`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The Redis key.
+    pub key: String,
+    /// Its time to live; `None` when it never expires.
+    pub ttl: Option<Duration>,
+}
+
+/// Something a primitive left in Redis that nothing will clean up, as
+/// [`LockClient::leaks`](crate::LockClient::leaks) finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leak {
+    /// The primitive's name.
+    pub name: String,
+    /// Its kind.
+    pub kind: &'static str,
+    /// The key at fault.
+    pub key: String,
+    /// Which rule found it: `no_expiry` (a key of the primitive that never expires, and is not
+    /// meant to last), `stale_waiter` (a fair lock's waiter whose place ended long ago).
+    pub rule: &'static str,
+    /// What was found, in words.
+    pub detail: String,
+}
+
+impl fmt::Display for Leak {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:?}: {} ({}, key {:?})",
+            self.kind, self.name, self.detail, self.rule, self.key
+        )
+    }
+}
+
+impl Inspection {
+    /// Whether anyone holds it.
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
+
+    /// Whether any key of it exists.
+    pub fn exists(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The last fencing token issued: a fenced lock's, or a leader election's epoch.
+    pub fn fencing_token(&self) -> Option<u64> {
+        match self.details {
+            Details::Fenced { last_token } => last_token,
+            Details::Leader { last_epoch } => last_epoch,
+            _ => None,
+        }
+    }
+
+    /// A read-write lock's mode, `read` or `write`; `None` when it is free or of another kind.
+    pub fn mode(&self) -> Option<&'static str> {
+        match self.details {
+            Details::ReadWrite { mode } => mode,
+            _ => None,
+        }
+    }
+
+    /// A semaphore's permits available, or a count-down latch's count; `None` for a lock, or
+    /// when the key is missing.
+    pub fn count(&self) -> Option<i64> {
+        match self.details {
+            Details::Semaphore { available }
+            | Details::PermitSemaphore { available, .. }
+            | Details::Latch { count: available }
+            | Details::Counter { value: available } => available,
+            _ => None,
+        }
+    }
+
+    /// A permit semaphore's leases that ended and that no call has given back yet.
+    pub fn ended_leases(&self) -> &[EndedLease] {
+        match &self.details {
+            Details::PermitSemaphore { ended_leases, .. } => ended_leases,
+            _ => &[],
+        }
+    }
+
+    /// A job lock's latest scheduled tick that an instance started; `None` for other kinds, or
+    /// before the first.
+    pub fn last_tick(&self) -> Option<SystemTime> {
+        match self.details {
+            Details::Job { last_tick } => last_tick,
+            _ => None,
+        }
+    }
+}
+
+/// The reader of an inspect script's tail, the parts after the head: each primitive reads its
+/// own, in the order its script writes them.
+pub(crate) struct Tail {
+    /// The server's clock at the read, in ms.
+    pub(crate) now: i64,
+    parts: std::vec::IntoIter<Value>,
+}
+
+impl Tail {
+    pub(crate) fn new(now: i64, parts: std::vec::IntoIter<Value>) -> Tail {
+        Tail { now, parts }
+    }
+
+    /// The next part as a whole number; `None` for `''` or a missing part.
+    pub(crate) fn number(&mut self) -> Option<i64> {
+        self.parts.next().and_then(|part| part.as_i64())
+    }
+
+    /// The next part as a token or epoch; `None` for `''` or a missing part.
+    pub(crate) fn token(&mut self) -> Option<u64> {
+        self.parts.next().and_then(|part| part.as_u64())
+    }
+
+    /// The next part as text; `None` for `''` or a missing part.
+    pub(crate) fn text(&mut self) -> Option<String> {
+        self.parts
+            .next()
+            .and_then(|part| part.as_string())
+            .filter(|text| !text.is_empty())
+    }
+
+    /// The next part as a time in ms by the server's clock.
+    pub(crate) fn time(&mut self) -> Option<SystemTime> {
+        self.token()
+            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+    }
+
+    /// The next part as a flat list of `width`-wide rows.
+    pub(crate) fn rows(&mut self, what: &str, width: usize) -> Result<Vec<Vec<Value>>, String> {
+        match self.parts.next() {
+            Some(Value::Array(items)) if items.len() % width == 0 => {
+                let mut items = items.into_iter();
+                let mut rows = Vec::new();
+                loop {
+                    let row: Vec<Value> = items.by_ref().take(width).collect();
+                    if row.is_empty() {
+                        return Ok(rows);
+                    }
+                    rows.push(row);
+                }
+            }
+            Some(Value::Null) | None => Ok(Vec::new()),
+            other => Err(format!("{what}: {other:?}")),
+        }
+    }
+
+    /// Fills each holder's identity and start from the next part, `{owner field, identity,
+    /// since ms or '', ..}`: what holders say of themselves.
+    pub(crate) fn identities(&mut self, holders: &mut [Holder]) -> Result<(), String> {
+        for told in self.rows("identities", 3)? {
+            let owner = text(&told[0]);
+            for holder in holders.iter_mut().filter(|holder| holder.owner == owner) {
+                holder.identity = Some(text(&told[1]));
+                holder.since = told[2]
+                    .as_u64()
+                    .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A reply part as text (`""` for none).
+pub(crate) fn text(value: &Value) -> String {
+    value.as_string().unwrap_or_default()
+}
+
+/// A PTTL reply as an expiry: `None` for a key without one.
+pub(crate) fn millis(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+/// The leak rule every primitive starts from: each of its keys (orphans included) that never
+/// expires, but for those in `lasting` (keys meant to outlive every hold, such as a fenced
+/// lock's counter).
+pub(crate) fn keys_without_expiry(inspection: &Inspection, lasting: &[&str]) -> Vec<Leak> {
+    inspection
+        .keys
+        .iter()
+        .chain(&inspection.orphans)
+        .filter(|key| key.ttl.is_none() && !lasting.contains(&key.key.as_str()))
+        .map(|key| Leak {
+            name: inspection.name.clone(),
+            kind: inspection.kind,
+            key: key.key.clone(),
+            rule: "no_expiry",
+            detail: if key.key == inspection.name && inspection.is_held() {
+                format!(
+                    "held by {} with no expiry: it is never freed unless force-unlocked",
+                    owners(inspection)
+                )
+            } else {
+                "a key with no expiry, which nothing deletes".to_owned()
+            },
+        })
+        .collect()
+}
+
+fn owners(inspection: &Inspection) -> String {
+    inspection
+        .holders
+        .iter()
+        .map(|holder| holder.owner.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

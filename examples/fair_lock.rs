@@ -15,6 +15,7 @@ use fredlock::LockClient;
 
 mod throwaway;
 
+use fredlock::prelude::*;
 use throwaway::redis_url;
 
 #[tokio::main]

@@ -16,6 +16,7 @@ use fredlock::{LockClient, MultiLock};
 
 mod throwaway;
 
+use fredlock::prelude::*;
 use throwaway::redis_url;
 
 #[tokio::main]

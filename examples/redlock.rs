@@ -15,6 +15,7 @@ use fredlock::{LockClient, RedLock};
 
 mod throwaway;
 
+use fredlock::prelude::*;
 use throwaway::ThrowAwayRedis;
 
 #[tokio::main]

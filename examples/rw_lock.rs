@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 mod throwaway;
 
+use fredlock::prelude::*;
 use throwaway::redis_url;
 
 const CONFIG: &str = "example:tenant-7:config";

@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{LockClient, ReplicaSync};
 
 mod throwaway;

@@ -40,8 +40,10 @@ use tokio::runtime::Runtime;
 
 use crate::config::LockClientBuilder;
 use crate::error::{Error, Result};
+use crate::family::DistributedLock;
 use crate::lock::guard::LockGuard as AsyncGuard;
 use crate::lock::Lock as AsyncLock;
+use crate::lock::LockFamily;
 use crate::owner::OwnerId;
 
 /// The runtime and the async client every handle of one blocking client shares.
@@ -274,21 +276,21 @@ impl Lock {
     }
 
     /// Blocks until the lock is held; the watchdog renews it until the guard goes. See
-    /// [`crate::Lock::lock`].
+    /// [`crate::DistributedLock::lock`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::lock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::DistributedLock::lock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn lock(&self) -> Result<LockGuard> {
         let lock = self.owned();
         self.guard(self.shared.block_on("Lock::lock", lock.lock()))
     }
 
-    /// Blocks until the lock is held, for a fixed `lease`. See [`crate::Lock::lock_with_lease`].
+    /// Blocks until the lock is held, for a fixed `lease`. See [`crate::DistributedLock::lock_with_lease`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::lock_with_lease`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::DistributedLock::lock_with_lease`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
         let lock = self.owned();
         self.guard(
@@ -298,22 +300,22 @@ impl Lock {
     }
 
     /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
-    /// another owner does. See [`crate::Lock::try_lock_now`].
+    /// another owner does. See [`crate::DistributedLock::try_lock_now`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::try_lock_now`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::DistributedLock::try_lock_now`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     #[doc(alias = "tryLock")]
     pub fn try_lock_now(&self) -> Result<Option<LockGuard>> {
         self.try_lock(Duration::ZERO, None)
     }
 
     /// Blocks at most `wait` for the lock: `Ok(None)` when it stayed held that long. See
-    /// [`crate::Lock::try_lock`].
+    /// [`crate::DistributedLock::try_lock`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::try_lock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::DistributedLock::try_lock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     #[doc(alias = "tryLock")]
     pub fn try_lock(
         &self,
@@ -327,32 +329,32 @@ impl Lock {
         Ok(guard.map(|guard| self.wrap(guard)))
     }
 
-    /// Whether anyone holds the lock. See [`crate::Lock::is_locked`].
+    /// Whether anyone holds the lock. See [`crate::LockFamily::is_locked`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::is_locked`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::LockFamily::is_locked`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn is_locked(&self) -> Result<bool> {
         self.shared
             .block_on("Lock::is_locked", self.lock.is_locked())
     }
 
     /// How many holds the calling thread (or the given owner) has. See
-    /// [`crate::Lock::hold_count`].
+    /// [`crate::LockFamily::hold_count`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::hold_count`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::LockFamily::hold_count`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn hold_count(&self) -> Result<u32> {
         let lock = self.owned();
         self.shared.block_on("Lock::hold_count", lock.hold_count())
     }
 
-    /// Deletes the lock whoever holds it. See [`crate::Lock::force_unlock`].
+    /// Deletes the lock whoever holds it. See [`crate::LockFamily::force_unlock`].
     ///
     /// # Errors
     ///
-    /// As [`crate::Lock::force_unlock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
+    /// As [`crate::LockFamily::force_unlock`]; [`Error::InvalidArgument`] inside a current-thread runtime.
     pub fn force_unlock(&self) -> Result<bool> {
         self.shared
             .block_on("Lock::force_unlock", self.lock.force_unlock())

@@ -30,7 +30,7 @@ pub enum Error {
 
     /// A key of the lock exists in Redis with something that is not part of a lock: the lock's
     /// key with a type other than a hash, or (for
-    /// [`force_unlock`](crate::Lock::force_unlock)) a hash without the lock layout of
+    /// [`force_unlock`](crate::LockFamily::force_unlock)) a hash without the lock layout of
     /// `<client uuid>:<owner id>` fields and hold counts; a fair lock's queue that is not a list
     /// or its place timeouts that are not a zset. The key is left untouched.
     #[error(
@@ -82,7 +82,7 @@ pub enum Error {
     },
 
     /// The lock was lost (see [`LockGuard::lost`](crate::LockGuard::lost)) while
-    /// [`with_lock`](crate::Lock::with_lock) ran its work, which was stopped.
+    /// [`with_lock`](crate::DistributedLock::with_lock) ran its work, which was stopped.
     #[error(
         "lock {lock:?} held by owner {owner} was lost while its work ran; the work was stopped"
     )]
@@ -142,7 +142,7 @@ pub enum Error {
     /// A [`RedLock`](crate::RedLock) was not acquired because too many nodes failed (timed out,
     /// were unreachable, rejected the request) for a majority to be reached, or because reaching
     /// it took longer than the lease allowed. A lock that is merely held elsewhere is `Ok(None)`
-    /// from [`try_lock`](crate::RedLock::try_lock), not this error.
+    /// from [`try_lock`](crate::DistributedLock::try_lock), not this error.
     ///
     /// `failures` lists every node that did not grant the lock, and why.
     #[error(

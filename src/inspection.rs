@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use fred::types::Value;
 use uuid::Uuid;
 
-/// What Redis holds of one primitive at one moment, as [`Lock::inspect`](crate::Lock::inspect)
+/// What Redis holds of one primitive at one moment, as [`Lock::inspect`](crate::LockFamily::inspect)
 /// and [`LockClient::inspect`](crate::LockClient::inspect) read it.
 ///
 /// Read in one script call on the master (never a replica), so its parts agree with each other.

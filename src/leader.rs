@@ -23,6 +23,7 @@ use crate::inspection::{Details, Holder, Tail};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::LOCK_RENEW;
+use crate::lock::LockFamily;
 use crate::lock::{Lock, LockKind};
 use crate::lua;
 use crate::names;
@@ -185,13 +186,13 @@ impl LeaderElection {
         &self.identity
     }
 
-    /// Waits until this instance leads, and returns its term. Like [`Lock::lock`], it waits
+    /// Waits until this instance leads, and returns its term. Like [`Lock::lock`](crate::DistributedLock::lock), it waits
     /// through outages: while Redis is unreachable it keeps trying, with backoff, and wins once
     /// Redis is back and the term is free (see "Outages" in the crate docs).
     ///
     /// # Errors
     ///
-    /// As [`Lock::lock`]: [`Error::Shutdown`] when the client shuts down,
+    /// As [`Lock::lock`](crate::DistributedLock::lock): [`Error::Shutdown`] when the client shuts down,
     /// [`Error::InvalidArgument`] for an empty name, [`Error::WrongType`] when the name holds
     /// something else. Never [`Error::Unavailable`]: use
     /// [`try_campaign`](Self::try_campaign) for an answer within a bound.
@@ -403,7 +404,7 @@ impl LeaderElection {
     ///
     /// # Errors
     ///
-    /// As [`Lock::force_unlock`].
+    /// As [`Lock::force_unlock`](crate::LockFamily::force_unlock).
     pub async fn force_unlock(&self) -> Result<bool> {
         self.lock.force_unlock().await
     }
@@ -413,7 +414,7 @@ impl LeaderElection {
     ///
     /// # Errors
     ///
-    /// As [`Lock::inspect`].
+    /// As [`Lock::inspect`](crate::LockFamily::inspect).
     pub async fn inspect(&self) -> Result<crate::Inspection> {
         self.lock.inspect().await
     }

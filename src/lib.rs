@@ -45,6 +45,7 @@
 //! ```no_run
 //! # async fn demo() -> fredlock::Result<()> {
 //! use std::time::Duration;
+//! use fredlock::prelude::*;
 //!
 //! let client = fredlock::LockClient::connect("redis://127.0.0.1:6379").await?;
 //! let lock = client.lock("orders:1001");
@@ -111,7 +112,7 @@
 //!   token than it has seen. For data in Redis, [`LockGuard::eval_while_held`] makes the check
 //!   and the write one step.
 //! - **Leases.** A crashed holder's lock frees itself only when its lease ends (the watchdog
-//!   timeout for [`Lock::lock`]). A connection failure in the middle of an acquire or release
+//!   timeout for [`Lock::lock`](crate::DistributedLock::lock)). A connection failure in the middle of an acquire or release
 //!   leaves its outcome unknown; the lock is then freed by its lease at the latest.
 //! - **Clocks.** Leases are Redis TTLs, measured by the server. The client estimates expiry from
 //!   the moment it sent a command, which errs on the early side.
@@ -139,9 +140,9 @@
 //! One rule per family of calls, the same for every primitive, when Redis cannot be reached
 //! (down, unreachable, or not answering):
 //!
-//! - **Calls that wait without a bound wait through it**: [`Lock::lock`] and `lock_with_lease`,
+//! - **Calls that wait without a bound wait through it**: [`Lock::lock`](crate::DistributedLock::lock) and `lock_with_lease`,
 //!   `with_lock`, a semaphore's `acquire`, [`LeaderElection::campaign`] and `run`,
-//!   [`MultiLock::lock`], [`CountDownLatch::wait`]. They keep trying, with backoff, and go on
+//!   [`MultiLock::lock`](crate::DistributedLock::lock), [`CountDownLatch::wait`]. They keep trying, with backoff, and go on
 //!   once Redis is back; they never answer [`Error::Unavailable`]. Bound them yourself
 //!   (`tokio::time::timeout`, they are cancel safe) or call the bounded form.
 //! - **Every other call answers [`Error::Unavailable`] within a bound**: a bounded try
@@ -171,7 +172,7 @@
 //!
 //! # Observability
 //!
-//! - Inspections: [`Lock::inspect`] (on every primitive) reads its holders, hold counts,
+//! - Inspections: [`Lock::inspect`](crate::LockFamily::inspect) (on every primitive) reads its holders, hold counts,
 //!   remaining leases, a fair lock's queue and a fenced lock's token from the master;
 //!   [`LockClient::inspect`], [`LockClient::list`], [`LockClient::leaks`] and
 //!   [`LockClient::force_unlock`] work by name, and the `fredlock` command (feature `cli`) prints
@@ -199,6 +200,7 @@ mod counter;
 mod deployment;
 mod engine;
 mod error;
+mod family;
 mod inspection;
 mod job;
 mod layout;
@@ -225,6 +227,7 @@ pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
 pub use error::{Error, NodeFailure, NodeFailureReason, Result};
+pub use family::{DistributedGuard, DistributedLock};
 pub use inspection::{
     ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter,
 };
@@ -238,7 +241,7 @@ pub use lock::fenced::{FencedGuard, FencedLock};
 pub use lock::guard::LockGuard;
 pub use lock::rw::{ReadLock, RwLock, WriteLock};
 pub use lock::spin::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
-pub use lock::Lock;
+pub use lock::{Lock, LockFamily};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use ops::DEFAULT_LEAK_GRACE;
 pub use owner::OwnerId;
@@ -265,6 +268,13 @@ pub mod metrics {
         ACQUISITIONS, ALL, ERRORS, HANDOFFS, HELD, JOB_RUN, JOB_RUNS, LOST, RENEWALS,
         RENEWAL_FAILURES, TIMEOUTS, WAIT, WAITING,
     };
+}
+
+/// The traits whose methods every lock has: `use fredlock::prelude::*` brings `lock()`,
+/// `try_lock(wait, lease)`, `with_lock` and the reads of the lock family into scope (as
+/// `fred::prelude` does for fred's command families).
+pub mod prelude {
+    pub use crate::{DistributedGuard, DistributedLock, LockFamily};
 }
 
 /// The fred types that appear in fredlock's API.

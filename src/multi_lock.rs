@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use rand::Rng;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::engine::durations;
 use crate::engine::join::join_all;
 use crate::engine::Lease;
-use crate::error::{waited, Error, Result};
+use crate::error::{Error, Result};
+use crate::family::{after_holding, DistributedGuard, DistributedLock};
 use crate::lock::guard::LockGuard;
 use crate::lock::Lock;
 
@@ -35,11 +37,22 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 ///    it, tries every other member once, all at once. Back to 2.
 ///
 /// Members are acquired by the current task (or their pinned owner), as with [`Lock`]; the
-/// guard holds one [`LockGuard`] per member.
+/// guard holds one [`LockGuard`] per member. Its acquisitions are [`DistributedLock`]'s, each
+/// over every member (each renewed by the watchdog, or each for the same fixed lease):
+///
+/// - **Errors**: the first member error that waiting cannot cure ([`Error::WrongType`],
+///   [`Error::Shutdown`], a rejected script), after every member acquired was released. With a
+///   zero wait a connection failure is returned; with a longer one it is retried within the
+///   wait, and returned (e.g. [`Error::Unavailable`]) if the wait ends without any member
+///   having been found held.
+/// - **Cancel safety**: if an acquisition's future is dropped, every member it acquired is
+///   released in the background, and member attempts in flight undo themselves as a lock's
+///   do. `Ok(None)` from `try_lock` leaves nothing held.
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
+/// use fredlock::prelude::*;
 ///
 /// let transfer = fredlock::MultiLock::new(vec![client.lock("acct:1"), client.lock("acct:2")])?;
 /// let both = transfer.lock().await?;          // all or nothing, renewed by the watchdog
@@ -92,81 +105,6 @@ impl MultiLock {
         &self.locks
     }
 
-    /// Acquires every member, waiting as long as it takes; the watchdog renews each of them
-    /// until the guard is unlocked or dropped.
-    ///
-    /// # Errors
-    ///
-    /// The first member error that waiting cannot cure ([`Error::WrongType`],
-    /// [`Error::Shutdown`], a rejected script), after every member acquired was released.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped, every member it acquired is released in the
-    /// background, and member attempts in flight undo themselves as [`Lock::lock`] does.
-    pub async fn lock(&self) -> Result<MultiLockGuard> {
-        self.lock_within(None, Lease::Watchdog)
-            .await
-            .and_then(waited)
-    }
-
-    /// Acquires every member, waiting as long as it takes, each for a fixed `lease`.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a zero lease.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard> {
-        self.lock_within(None, Lease::Fixed(lease))
-            .await
-            .and_then(waited)
-    }
-
-    /// Takes every member if none is held by another owner now, without waiting: `Ok(None)`,
-    /// with nothing left held, when one is. The same as
-    /// [`try_lock(Duration::ZERO, None)`](Self::try_lock).
-    ///
-    /// # Errors
-    ///
-    /// As [`try_lock`](Self::try_lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock_now(&self) -> Result<Option<MultiLockGuard>> {
-        self.try_lock(Duration::ZERO, None).await
-    }
-
-    /// Tries to acquire every member within `wait`: `Ok(None)` when some member stayed held that
-    /// long, with nothing left held. `wait` zero makes one round: each member tried once.
-    /// `lease` as for [`Lock::try_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_with_lease`](Self::lock_with_lease). With a zero `wait`, a connection failure is
-    /// returned; with a longer one it is retried within the wait, and returned (e.g.
-    /// [`Error::Unavailable`]) if the wait ends without any member having been found held.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: impl Into<Option<Duration>>,
-    ) -> Result<Option<MultiLockGuard>> {
-        self.lock_within(
-            Some(wait),
-            lease.into().map_or(Lease::Watchdog, Lease::Fixed),
-        )
-        .await
-    }
-
     async fn lock_within(
         &self,
         wait: Option<Duration>,
@@ -206,7 +144,10 @@ impl MultiLock {
                     waited_ms = started.elapsed().as_millis() as u64,
                     "multi-lock acquired"
                 );
-                return Ok(Some(MultiLockGuard { guards }));
+                return Ok(Some(MultiLockGuard {
+                    guards,
+                    cancel: CancellationToken::new(),
+                }));
             }
             // Nothing is held while waiting: that is what rules out deadlock.
             release_all(held).await;
@@ -303,6 +244,8 @@ impl fmt::Debug for MultiLock {
 #[must_use = "dropping a guard releases the locks at once"]
 pub struct MultiLockGuard {
     guards: Vec<LockGuard>,
+    /// What `with_lock`'s work receives: cancelled when a member is found lost while it runs.
+    cancel: CancellationToken,
 }
 
 impl MultiLockGuard {
@@ -362,6 +305,50 @@ impl MultiLockGuard {
         } else {
             Err(Error::Members(errors))
         }
+    }
+}
+
+impl DistributedLock for MultiLock {
+    type Guard = MultiLockGuard;
+
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<MultiLockGuard>>> + Send {
+        self.lock_within(wait, lease.map_or(Lease::Watchdog, Lease::Fixed))
+    }
+}
+
+/// `with_lock`'s work receives a token cancelled when a member is found lost while it runs.
+impl DistributedGuard for MultiLockGuard {
+    type Context = CancellationToken;
+
+    fn context(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    async fn run_holding<T: Send>(self, work: impl Future<Output = T> + Send) -> Result<T> {
+        let outcome = {
+            let lost = async {
+                self.lost().await;
+                self.cancel.cancel();
+            };
+            match self.guards.first() {
+                Some(first) => first.engine().while_held(lost, work).await,
+                None => None,
+            }
+        };
+        // The member found lost names the loss; after a work that ended, the first member.
+        let named = self
+            .guards
+            .iter()
+            .find(|guard| guard.is_lost())
+            .or(self.guards.first());
+        let (lock, owner) = named.map_or_else(Default::default, |guard| {
+            (guard.name().to_owned(), guard.owner_field().to_owned())
+        });
+        after_holding(outcome, lock, owner, self.unlock()).await
     }
 }
 

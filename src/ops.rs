@@ -46,7 +46,7 @@ pub const DEFAULT_LEAK_GRACE: Duration = Duration::from_secs(60);
 impl LockClient {
     /// What Redis holds of the primitive named `name` (after the client's key prefix): its
     /// kind, holders, queue and keys; `None` when it has no key at all. The kind is read from
-    /// its keys; see [`Lock::inspect`](crate::Lock::inspect) to read a handle you have.
+    /// its keys; see [`Lock::inspect`](crate::LockFamily::inspect) to read a handle you have.
     ///
     /// # Errors
     ///
@@ -114,11 +114,11 @@ impl LockClient {
     ///
     /// # Errors
     ///
-    /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
+    /// As [`Lock::force_unlock`](crate::LockFamily::force_unlock).
     ///
     /// # Cancel safety
     ///
-    /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
+    /// As [`Lock::force_unlock`](crate::LockFamily::force_unlock).
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         self.find(self.key(name.to_owned()))
             .await?

@@ -50,6 +50,7 @@ use std::time::Duration;
 use ::tower::{BoxError, Layer, Service};
 
 use crate::client::LockClient;
+use crate::family::DistributedLock;
 use crate::owner::OwnerId;
 
 /// How long a request waits for its key's lock unless told otherwise
@@ -189,29 +190,25 @@ where
         let lock = self.layer.client.lock(name).with_owner(OwnerId::unique());
         let wait = self.layer.wait;
         Box::pin(async move {
-            let Some(guard) = lock.try_lock(wait, None).await? else {
-                return Err(Box::new(Locked {
+            // Held while the inner future runs, dropped with this future if the request is
+            // cancelled (the guard's drop gives the lock back then), and dropped at the moment
+            // the lock is lost (the watchdog could not renew it): a request must not go on
+            // beside the next holder.
+            let work = |_lost| async move {
+                let response: Result<S::Response, BoxError> =
+                    inner.call(request).await.map_err(Into::into);
+                response
+            };
+            let held: crate::Result<Option<Result<S::Response, BoxError>>> =
+                lock.try_with_lock(wait, None, work).await;
+            match held {
+                Ok(Some(response)) => response,
+                Ok(None) => Err(Box::new(Locked {
                     lock: lock.name().to_owned(),
                     waited: wait,
-                }) as BoxError);
-            };
-            // Dropped with this future if the request is cancelled: the guard's drop gives
-            // the lock back then. A request whose lock is lost (the watchdog could not renew
-            // it) is dropped too: it must not go on beside the next holder.
-            let response = tokio::select! {
-                biased;
-                () = guard.lost() => {
-                    return Err(Box::new(crate::Error::Lost {
-                        lock: lock.name().to_owned(),
-                        owner: guard.owner_field().to_owned(),
-                    }) as BoxError);
-                }
-                response = inner.call(request) => response.map_err(Into::into),
-            };
-            if let Err(error) = guard.unlock().await {
-                tracing::warn!(lock = %lock.name(), %error, "could not give a request's lock back; its lease ends it");
+                }) as BoxError),
+                Err(error) => Err(Box::new(error) as BoxError),
             }
-            response
         })
     }
 }

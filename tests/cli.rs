@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{bounded, RedisServer};
 use fred::prelude::*;
+use fredlock::prelude::*;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;

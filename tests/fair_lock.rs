@@ -13,6 +13,7 @@ use common::{
     RedisServer,
 };
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{FairLock, LockClient};
 use rand::Rng;
 use tokio::time::Instant;

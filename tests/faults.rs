@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use common::history::{check, Call, Checked, History, Op, Outcome, Violation};
 use common::{bounded, eventually, KillOnDrop, Kind, RedisServer, StallingProxy};
+use fredlock::prelude::*;
 
 async fn client(
     url: String,

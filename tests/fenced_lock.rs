@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{bounded, PostgresServer, RedisCluster, RedisServer};
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{Error, LockClient, DEFAULT_WATCHDOG_LEASE};
 
 /// Guards and locks cross tasks.
@@ -126,7 +127,7 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
         again.unlock().await.unwrap();
         let seen = tokio::time::timeout(
             Duration::from_secs(5),
-            lock.with_lock(|token, _lost| async move { token }),
+            lock.with_lock(|(token, _lost)| async move { token }),
         )
         .await
         .unwrap()

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, Kind, RedisServer};
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{Error, LockClient, OwnerId};
 use rand::Rng;
 use tokio::time::Instant;
@@ -1166,6 +1167,7 @@ mod spans {
     use tracing_subscriber::registry::LookupSpan;
 
     use super::common::{bounded, RedisServer};
+    use fredlock::prelude::*;
 
     type Fields = HashMap<String, String>;
 
@@ -1735,7 +1737,7 @@ async fn one_task_is_one_owner_and_the_ways_out_take_turns() {
 
         let fenced = client.fenced_lock("fenced-job");
         let token = fenced
-            .try_with_lock(Duration::ZERO, None, |token, _| async move { token })
+            .try_with_lock(Duration::ZERO, None, |(token, _)| async move { token })
             .await
             .unwrap()
             .expect("a free lock");

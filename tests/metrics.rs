@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
 use fredlock::metrics;
+use fredlock::prelude::*;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::CompositeKey;
 

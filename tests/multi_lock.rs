@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{bounded, RedisServer};
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{Error, LockClient, MultiLock};
 use tokio::time::Instant;
 

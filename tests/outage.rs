@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use common::{bounded, RedisServer};
+use fredlock::prelude::*;
 use fredlock::{Error, LockClient, MultiLock};
 use tokio::time::Instant;
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{bounded, clients, start_servers, urls, RedisServer, StallingProxy};
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
+use fredlock::prelude::*;
 use fredlock::{Error, LockClient, NodeFailureReason, RedLock};
 use tokio::time::Instant;
 
@@ -326,7 +327,7 @@ async fn validity_is_below_ttl_minus_elapsed() {
             .await
             .unwrap()
             .unwrap();
-        let token = guard.token().to_string();
+        let token = guard.value().to_string();
         guard.lost().await;
         let lost_after = started.elapsed();
         assert!(guard.is_lost());
@@ -530,15 +531,15 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         let first = values(&raws).await;
         assert!(first
             .iter()
-            .all(|value| value.as_deref() == Some(guard.token())));
-        assert!(guard.token().len() >= 40 && guard.token().chars().all(|c| c.is_ascii_hexdigit()));
+            .all(|value| value.as_deref() == Some(guard.value())));
+        assert!(guard.value().len() >= 40 && guard.value().chars().all(|c| c.is_ascii_hexdigit()));
         guard.unlock().await.unwrap();
         let guard = redlock
             .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
-        assert_ne!(first[0].as_deref(), Some(guard.token()));
+        assert_ne!(first[0].as_deref(), Some(guard.value()));
         guard.unlock().await.unwrap();
 
         // A minority held by the foreign writer: we take the rest, and our unlock deletes only

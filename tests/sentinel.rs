@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{bounded, RedisSentinel, SENTINEL_SERVICE};
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{LockClient, LockGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

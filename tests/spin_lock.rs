@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{bounded, command_calls, eventually, RedisServer};
 use fred::prelude::*;
+use fredlock::prelude::*;
 use fredlock::{Error, DEFAULT_SPIN_MAX_PAUSE, DEFAULT_WATCHDOG_LEASE};
 use rand::Rng;
 use tokio::time::Instant;

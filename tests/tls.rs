@@ -171,6 +171,7 @@ async fn right_ca_connects_wrong_ca_is_refused(
     trusting: fn(&std::path::Path) -> fredlock::fred::types::config::TlsConnector,
 ) {
     use fredlock::fred::interfaces::HashesInterface;
+    use fredlock::prelude::*;
     let certs = Certificates::make();
     let (server, port) = tls_server(&certs);
     let config = rediss(port, trusting(&certs.dir.join("ca.pem")));

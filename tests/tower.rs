@@ -15,6 +15,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::{BoxError, Router};
 use common::{bounded, eventually, RedisServer};
+use fredlock::prelude::*;
 use fredlock::tower::{LockLayer, Locked};
 use fredlock::LockClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

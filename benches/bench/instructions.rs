@@ -16,6 +16,7 @@ use fred::types::Value;
 
 use crate::scenarios::{lock_cycle, raw_client, RawScripts};
 use crate::Row;
+use fredlock::prelude::*;
 
 /// The flag that makes the benchmark a child: `--instructions-child <subject> <cycles> <url>`.
 pub const CHILD_FLAG: &str = "--instructions-child";

@@ -1,6 +1,7 @@
 //! One interface over the lock libraries compared: fredlock, `rslock` and the `redisson` crate.
 //! Each is pointed at the benchmark's own loopback server only, with its default retry settings.
 
+use fredlock::prelude::*;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::libs::{self, Library};
 use crate::measure::{self, Summary};
 use crate::Row;
+use fredlock::prelude::*;
 
 /// How much work each scenario does; `--quick` shrinks it for a smoke run.
 #[derive(Clone, Copy)]

@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, clients, start_servers, urls};
+use fredlock::prelude::*;
 use fredlock::RedLock;
 
 const NAME: &str = "peers:redlock";

@@ -184,10 +184,12 @@ impl Semaphore {
             .map(drop)
     }
 
-    /// Gives back `permits` that nobody's guard holds (Redisson's `release(n)`, which has no
-    /// owners): for permits taken by a Java client, or a [`SemaphorePermit`] that was
-    /// forgotten. A guard's permits are given back by the guard. Never checks what was taken:
-    /// releasing more than was taken raises the permits available.
+    /// Adds `permits` to the permits available and wakes the waiters they fit, as Redisson's
+    /// `release(n)` does: Redisson's permits have no owners, so this is
+    /// [`add_permits`](Self::add_permits) under Redisson's name. Use it to give back permits
+    /// that nobody's guard holds (taken by a Java client, or by a [`SemaphorePermit`] that was
+    /// forgotten); a guard's permits are given back by the guard. It never checks what was
+    /// taken: releasing more than was taken raises the permits available for good.
     ///
     /// # Errors
     ///

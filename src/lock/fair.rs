@@ -14,7 +14,7 @@ use crate::engine::{
 use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
-use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
+use crate::lock::{lock_of_family, Lock, LockKind};
 use crate::lua;
 use crate::names::{self, UNLOCK_MESSAGE};
 use crate::owner::OwnerId;
@@ -76,7 +76,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 ///   at most one place's lifetime. Places are timed by the Redis server's clock, never by a client's.
 /// - A waiter that gives up (its `try_lock` wait ends, or its future is dropped) leaves the line
 ///   at once, and the one behind it moves up.
-/// - [`try_lock`](Self::try_lock) with a zero wait never joins the line: it takes the lock only
+/// - [`try_lock`](crate::DistributedLock::try_lock) with a zero wait never joins the line: it takes the lock only
 ///   if it is free and nobody is waiting.
 ///
 /// Reentry by the holder does not queue. Locking the same name as a plain [`Lock`] elsewhere
@@ -93,16 +93,32 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+/// use fredlock::prelude::*;
+///
 /// let tickets = client.fair_lock("tickets");
 /// let guard = tickets.lock().await?;      // served in the order the waiters arrived
 /// // ... serve one customer ...
 /// guard.unlock().await?;                  // the next in line is told, and only it
 /// # Ok(()) }
 /// ```
+///
+/// # Waiting
+///
+/// Granted when the waiter's turn comes: first come, first served. With a bounded wait
+/// ([`try_lock`](crate::DistributedLock::try_lock)), when its turn did not come within `wait`,
+/// its place in the queue is already given up; a zero `wait` takes the lock only if it is free
+/// and nobody is queued, and never queues.
+///
+/// # Cancel safety
+///
+/// Cancel safe: if an acquisition's future is dropped, no hold is left behind and the waiter's
+/// place in the queue is given up within milliseconds.
 #[derive(Clone)]
 pub struct FairLock {
     lock: Lock,
 }
+
+lock_of_family!(FairLock);
 
 impl LockClient {
     /// A fair lock named `name`: reentrant like [`lock`](Self::lock), and granted to waiters in
@@ -159,17 +175,6 @@ impl FairLock {
     pub fn is_reentrant(&self) -> bool {
         self.lock.is_reentrant()
     }
-
-    lock_acquires!(
-        waits: "Granted when the waiter's turn comes: first come, first served.",
-        cancel: "Cancel safe: if the future is dropped, no hold is left behind and the waiter's \
-                 place in the queue is given up within milliseconds.",
-        try_lock: "When its turn did not come within `wait`, its place in the queue is already \
-                   given up. A zero `wait` takes the lock only if it is free and nobody is \
-                   queued, and never queues.",
-    );
-
-    lock_reads!();
 }
 
 impl From<FairLock> for Lock {

@@ -6,6 +6,8 @@ use std::ops::Deref;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use fred::interfaces::KeysInterface;
 use fred::types::{Key, Value};
 
@@ -14,12 +16,13 @@ use crate::engine::{
     self, AcquireArgs, Call, Class, Inspect, Kind, Lease, Primitive, Profile, ReleaseArgs, Script,
     Win,
 };
-use crate::error::{waited, Error, Result};
+use crate::error::{Error, Result};
+use crate::family::{DistributedGuard, DistributedLock};
 use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::{self, Reentrant, MORE};
-use crate::lock::{lock_reads, Lock, LockKind};
+use crate::lock::{Lock, LockFamily, LockKind};
 use crate::lua;
 use crate::names;
 use crate::owner::OwnerId;
@@ -62,13 +65,26 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+/// use fredlock::prelude::*;
+///
 /// let lock = client.fenced_lock("invoices:7");
 /// let guard = lock.lock().await?;
 /// let token = guard.token();           // send it with every write the lock protects
 /// // UPDATE invoices SET .., last_token = $token WHERE id = 7 AND last_token < $token
 /// guard.unlock().await?;
+///
+/// // with_lock hands the work the token beside the cancellation token.
+/// # async fn write_with_token(token: u64) {}
+/// lock.with_lock(|(token, _lost)| async move { write_with_token(token).await })
+///     .await?;
 /// # Ok(()) }
 /// ```
+///
+/// Its acquisitions are [`DistributedLock`]'s, each returning a [`FencedGuard`]. Beside their
+/// errors, each reports [`Error::WrongType`] when the token counter holds something other than
+/// a whole number (nothing is written then). A cancelled acquisition gives up its token: a
+/// token issued to an acquisition whose future was dropped is never handed to anyone (the hold
+/// is given back); the next acquisition gets a greater one.
 #[derive(Clone)]
 pub struct FencedLock {
     lock: Lock,
@@ -166,137 +182,6 @@ impl FencedLock {
         }
     }
 
-    /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the guard
-    /// goes. See [`Lock::lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::lock`], and [`Error::WrongType`] when the token counter holds something other
-    /// than a whole number (nothing is written then).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Lock::lock`]: a token issued to an acquisition whose future was
-    /// dropped is never handed to anyone (the hold is given back); the next acquisition gets a
-    /// greater one.
-    pub async fn lock(&self) -> Result<FencedGuard> {
-        self.lock_within(None, Lease::Watchdog)
-            .await
-            .and_then(waited)
-    }
-
-    /// Acquires the lock, waiting as long as it takes, for a fixed `lease`. See
-    /// [`Lock::lock_with_lease`].
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a lease out of range.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<FencedGuard> {
-        self.lock_within(None, Lease::Fixed(lease))
-            .await
-            .and_then(waited)
-    }
-
-    /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
-    /// another owner does. See [`Lock::try_lock_now`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock_now`], and as [`lock`](Self::lock) for the counter.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock_now(&self) -> Result<Option<FencedGuard>> {
-        self.try_lock(Duration::ZERO, None).await
-    }
-
-    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long. See
-    /// [`Lock::try_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_lock`], and as [`lock`](Self::lock) for the counter.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: impl Into<Option<Duration>>,
-    ) -> Result<Option<FencedGuard>> {
-        self.lock_within(
-            Some(wait),
-            lease.into().map_or(Lease::Watchdog, Lease::Fixed),
-        )
-        .await
-    }
-
-    /// Runs `work` while holding the lock, handing it the fencing token and the guard's
-    /// cancellation token; see [`Lock::with_lock`].
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// # async fn write_with_token(token: u64) {}
-    /// client
-    ///     .fenced_lock("invoices:7")
-    ///     .with_lock(|token, _lost| async move { write_with_token(token).await })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::with_lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`Lock::with_lock`].
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(u64, tokio_util::sync::CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.lock().await?;
-        let work = work(guard.token(), guard.cancellation_token());
-        guard.guard.run_holding(work).await
-    }
-
-    /// Runs `work` with the fencing token if the lock can be had within `wait`: `Ok(None)`
-    /// (and `work` is not called) when another owner held it that long. See
-    /// [`Lock::try_with_lock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Lock::try_with_lock`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Lock::try_with_lock`].
-    pub async fn try_with_lock<F, Fut, T>(
-        &self,
-        wait: Duration,
-        lease: impl Into<Option<Duration>>,
-        work: F,
-    ) -> Result<Option<T>>
-    where
-        F: FnOnce(u64, tokio_util::sync::CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let Some(guard) = self.try_lock(wait, lease).await? else {
-            return Ok(None);
-        };
-        let work = work(guard.token(), guard.cancellation_token());
-        guard.guard.run_holding(work).await.map(Some)
-    }
-
     /// The last token issued on this lock, `None` before the first (or after the counter was
     /// lost). It only reads: the next acquisition gets a greater one.
     ///
@@ -348,8 +233,24 @@ impl FencedLock {
             ))),
         }
     }
+}
 
-    lock_reads!();
+impl DistributedLock for FencedLock {
+    type Guard = FencedGuard;
+
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<Option<FencedGuard>>> + Send {
+        self.lock_within(wait, lease.map_or(Lease::Watchdog, Lease::Fixed))
+    }
+}
+
+impl LockFamily for FencedLock {
+    fn as_lock(&self) -> &Lock {
+        &self.lock
+    }
 }
 
 impl fmt::Debug for FencedLock {
@@ -389,6 +290,22 @@ impl FencedGuard {
     /// The plain guard, for code that takes a [`LockGuard`]; the token is dropped.
     pub fn into_lock_guard(self) -> LockGuard {
         self.guard
+    }
+}
+
+/// `with_lock`'s work receives `(fencing token, cancellation token)`.
+impl DistributedGuard for FencedGuard {
+    type Context = (u64, CancellationToken);
+
+    fn context(&self) -> (u64, CancellationToken) {
+        (self.token, self.guard.cancellation_token())
+    }
+
+    fn run_holding<T: Send>(
+        self,
+        work: impl std::future::Future<Output = T> + Send,
+    ) -> impl std::future::Future<Output = Result<T>> + Send {
+        self.guard.run_holding(work)
     }
 }
 

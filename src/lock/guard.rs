@@ -9,8 +9,9 @@ use fred::interfaces::ClientLike;
 use fred::types::{FromValue, Key, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{Guard, Script};
+use crate::engine::{Engine, Guard, Script};
 use crate::error::{Error, Result};
+use crate::family::{after_holding, DistributedGuard};
 
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
 const WHILE_HELD: &str = include_str!("../../lua/while_held.lua");
@@ -38,8 +39,8 @@ fn wrapped(script: &str) -> Arc<Script> {
     wrapped
 }
 
-/// One hold of a lock, taken by [`Lock::lock`](crate::Lock::lock),
-/// [`FairLock::lock`](crate::FairLock::lock), [`SpinLock::lock`](crate::SpinLock::lock) and
+/// One hold of a lock, taken by [`Lock::lock`](crate::DistributedLock::lock),
+/// [`FairLock::lock`](crate::DistributedLock::lock), [`SpinLock::lock`](crate::DistributedLock::lock) and
 /// friends.
 ///
 /// - [`unlock`](Self::unlock) gives the hold back, and fails with
@@ -55,6 +56,8 @@ fn wrapped(script: &str) -> Arc<Script> {
 /// ```no_run
 /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
 /// # async fn long_job() {}
+/// use fredlock::prelude::*;
+///
 /// let guard = lock.lock().await?;
 /// tokio::select! {
 ///     _ = long_job() => guard.unlock().await?,
@@ -142,6 +145,8 @@ impl LockGuard {
     ///
     /// ```no_run
     /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
+    /// use fredlock::prelude::*;
+    ///
     /// let guard = lock.lock().await?;
     /// let written: i64 = guard
     ///     .eval_while_held("return redis.call('set', KEYS[1], ARGV[1]) and 1", ["{orders:1001}:state"], ["paid"])
@@ -218,26 +223,27 @@ impl LockGuard {
 }
 
 impl LockGuard {
-    /// Runs `work` while this hold stands, for `with_lock`: its value, and the unlock after it;
-    /// `Error::Lost` (the work dropped at its next await) when the hold is lost first.
-    pub(crate) async fn run_holding<T>(
+    /// The engine of the client this hold is on.
+    pub(crate) fn engine(&self) -> &Engine {
+        self.guard.engine()
+    }
+}
+
+/// `with_lock`'s work receives the guard's cancellation token.
+impl DistributedGuard for LockGuard {
+    type Context = CancellationToken;
+
+    fn context(&self) -> CancellationToken {
+        LockGuard::cancellation_token(self)
+    }
+
+    async fn run_holding<T: Send>(
         self,
-        work: impl std::future::Future<Output = T>,
+        work: impl std::future::Future<Output = T> + Send,
     ) -> Result<T> {
         let outcome = self.guard.engine().while_held(self.lost(), work).await;
-        match outcome {
-            Some(value) => {
-                let name = self.name().to_owned();
-                if let Err(error) = self.unlock().await {
-                    tracing::warn!(lock = %name, %error, "unlock after with_lock's work failed");
-                }
-                Ok(value)
-            }
-            None => Err(Error::Lost {
-                lock: self.name().to_owned(),
-                owner: self.owner_field().to_owned(),
-            }),
-        }
+        let (lock, owner) = (self.name().to_owned(), self.owner_field().to_owned());
+        after_holding(outcome, lock, owner, self.unlock()).await
     }
 }
 

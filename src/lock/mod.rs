@@ -21,7 +21,8 @@ use crate::client::LockClient;
 use crate::engine::{
     self, AcquireArgs, Call, Inspect, Kind, Lease, Primitive, Profile, ReleaseArgs, Request, Win,
 };
-use crate::error::{waited, Error, Result};
+use crate::error::{Error, Result};
+use crate::family::DistributedLock;
 use crate::inspection::{Details, Holder, Inspection, Leak, Tail};
 use crate::layout::{Found, Pending};
 use crate::lock::guard::LockGuard;
@@ -57,6 +58,7 @@ const REENTRY_REFUSED: &str = concat!(
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
+/// use fredlock::prelude::*;
 ///
 /// let lock = client.lock("orders:1001");
 /// let guard = lock.lock().await?;                 // waits as long as needed
@@ -214,6 +216,8 @@ impl Lock {
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// use fredlock::prelude::*;
+    ///
     /// let lock = client.lock("orders:1001").non_reentrant(); // or client.non_reentrant_lock(..)
     /// let guard = lock.lock().await?;
     /// assert!(matches!(lock.lock().await, Err(fredlock::Error::WouldDeadlock { .. })));
@@ -241,224 +245,8 @@ impl Lock {
         self
     }
 
-    /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the guard is
-    /// unlocked or dropped.
-    ///
-    /// Waiting costs no polling: the waiter sleeps until an unlock is published on the lock's
-    /// channel, or at most until the holder's lease would end, so a lost message costs time and
-    /// never a hang. While Redis is unreachable the waiter keeps trying, with backoff.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for an empty name, [`Error::WrongType`] when the key is not a
-    /// hash, [`Error::Redis`] when Redis rejects the script, [`Error::Shutdown`] when the client
-    /// shuts down. Connection failures are not errors here: it keeps trying until Redis is back.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped, no hold is left behind. An acquire request already
-    /// sent runs to completion in a task of its own, which gives the hold back if it won.
-    pub async fn lock(&self) -> Result<LockGuard> {
-        self.refuse_reentry()?;
-        lock_guard(self.win(None, Lease::Watchdog).await).and_then(waited)
-    }
-
-    /// Acquires the lock, waiting as long as it takes, for a fixed `lease`: the lock ends by
-    /// itself that long after it was taken, released or not, and is never renewed.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a lease under 1 ms or over
-    /// [`MAX_DURATION`](crate::MAX_DURATION).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard> {
-        self.refuse_reentry()?;
-        lock_guard(self.win(None, Lease::Fixed(lease)).await).and_then(waited)
-    }
-
-    /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)` when
-    /// another owner does. The lock is renewed by the watchdog until the guard goes.
-    ///
-    /// This is tokio's [`Mutex::try_lock`](tokio::sync::Mutex::try_lock) and Redisson's
-    /// `tryLock()`: one attempt, one round trip. The same as
-    /// [`try_lock(Duration::ZERO, None)`](Self::try_lock).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// match client.lock("reports:nightly").try_lock_now().await? {
-    ///     Some(guard) => {
-    ///         // ... this instance builds the report ...
-    ///         guard.unlock().await?;
-    ///     }
-    ///     None => println!("another instance is on it"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`try_lock`](Self::try_lock): [`Error::Unavailable`] at once while Redis
-    /// cannot be reached (never `Ok(None)`, which always means that another owner holds it).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock_now(&self) -> Result<Option<LockGuard>> {
-        self.try_lock(Duration::ZERO, None).await
-    }
-
-    /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
-    ///
-    /// This is Redisson's `tryLock(waitTime, leaseTime, unit)`. `wait` zero makes exactly one
-    /// attempt. `lease` is a [`Duration`] (or `Some(d)`): the lock ends by itself that long
-    /// after it was taken and is never renewed; or `None`: the watchdog renews it until the
-    /// guard goes (Redisson's `leaseTime` of -1).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let lock = client.lock("orders:1001");
-    /// // Wait up to 2 s; held for 10 s at most, never renewed.
-    /// if let Some(guard) = lock.try_lock(Duration::from_secs(2), Duration::from_secs(10)).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// // Wait up to 2 s; renewed by the watchdog until the guard goes.
-    /// if let Some(guard) = lock.try_lock(Duration::from_secs(2), None).await? {
-    ///     guard.unlock().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`lock_with_lease`](Self::lock_with_lease). A connection failure is retried within the
-    /// wait; when the wait ends and no attempt got an answer from Redis (it was down, refused
-    /// connections, or did not reply), [`Error::Unavailable`] with the last failure, never
-    /// `Ok(None)`, which always means that another owner held the lock. A zero `wait` makes
-    /// one attempt, and fails at once with `Unavailable` while the client is disconnected.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: impl Into<Option<Duration>>,
-    ) -> Result<Option<LockGuard>> {
-        self.refuse_reentry()?;
-        let lease = lease.into().map_or(Lease::Watchdog, Lease::Fixed);
-        lock_guard(self.win(Some(wait), lease).await)
-    }
-
-    /// Runs `work` while holding the lock: acquires it as [`lock`](Self::lock) does (renewed by
-    /// the watchdog), runs the future `work` makes, and unlocks when it ends, returning its
-    /// value.
-    ///
-    /// `work` receives the guard's [`CancellationToken`](crate::CancellationToken), cancelled
-    /// when the lock is lost, for work that wants to stop cleanly at a point of its choosing. If
-    /// the lock is lost while the future runs, the future is dropped at its next await and
-    /// [`Error::Lost`] returned: the work never goes on unprotected past the moment the loss is
-    /// known.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// # async fn charge(order: u64) -> u64 { order }
-    /// let receipt = client
-    ///     .lock("orders:1001")
-    ///     .with_lock(|_lost| async { charge(1001).await })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock) when the lock cannot be acquired (`work` is not called), and
-    /// [`Error::Lost`] when it was lost while the work ran. When the work finished while the lock
-    /// was held, its value is returned even if the unlock afterwards fails (the lock then ends
-    /// with its lease; the failure is logged at `warn`).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future drops the work where it stands and gives the hold back
-    /// in the background, as dropping a [`LockGuard`] does.
-    pub async fn with_lock<F, Fut, T>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let guard = self.lock().await?;
-        let work = work(guard.cancellation_token());
-        guard.run_holding(work).await
-    }
-
-    /// Runs `work` while holding the lock if it can be had within `wait`: `Ok(None)` (and
-    /// `work` is not called) when another owner held it that long. The bounded form of
-    /// [`with_lock`](Self::with_lock), acquiring as [`try_lock`](Self::try_lock) does:
-    /// `wait` zero makes one attempt, `lease` `None` renews the lock with the watchdog while the
-    /// work runs, `Some(lease)` holds it for that long at most (the work is dropped and
-    /// [`Error::Lost`] returned if it outlives it).
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// # async fn rebuild_index() {}
-    /// use std::time::Duration;
-    ///
-    /// let ran = client
-    ///     .lock("search:index")
-    ///     .try_with_lock(Duration::from_secs(2), None, |_lost| rebuild_index())
-    ///     .await?;
-    /// if ran.is_none() {
-    ///     println!("another instance is rebuilding the index");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`try_lock`](Self::try_lock) when the lock cannot be acquired, and as
-    /// [`with_lock`](Self::with_lock) once it is: [`Error::Lost`] when it was lost while the work
-    /// ran.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`with_lock`](Self::with_lock): dropped while waiting, it gives up the
-    /// wait (a fair lock's place in the queue); dropped while the work runs, it drops the work
-    /// and gives the hold back in the background.
-    pub async fn try_with_lock<F, Fut, T>(
-        &self,
-        wait: Duration,
-        lease: impl Into<Option<Duration>>,
-        work: F,
-    ) -> Result<Option<T>>
-    where
-        F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = T>,
-    {
-        let Some(guard) = self.try_lock(wait, lease).await? else {
-            return Ok(None);
-        };
-        let work = work(guard.cancellation_token());
-        guard.run_holding(work).await.map(Some)
-    }
-
-    /// Whether anyone holds the lock. For a side of a [`RwLock`](crate::RwLock), whether the
-    /// lock is in that side's mode, as Redisson says: a writer that took read holds keeps it in
-    /// write mode.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`] when the key holds another type, as [`lock`](Self::lock) says.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn is_locked(&self) -> Result<bool> {
+    /// [`LockFamily::is_locked`].
+    pub(crate) async fn locked(&self) -> Result<bool> {
         let redis = self.ready()?;
         if let Some(locked) = self.kind.locked_mode() {
             let mode: Option<String> = redis
@@ -482,31 +270,8 @@ impl Lock {
         }
     }
 
-    /// Whether the current task (or the pinned owner) holds the lock.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
-    /// cannot be asked; [`Error::Shutdown`] after the client shut down.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn is_held_by_current_task(&self) -> Result<bool> {
-        Ok(self.hold_count().await? > 0)
-    }
-
-    /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
-    /// cannot be asked; [`Error::Shutdown`] after the client shut down.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn hold_count(&self) -> Result<u32> {
+    /// [`LockFamily::hold_count`].
+    pub(crate) async fn holds(&self) -> Result<u32> {
         let redis = self.ready()?;
         let field = self
             .client
@@ -529,17 +294,8 @@ impl Lock {
             .map_err(self.redis_error(Some(&field)))
     }
 
-    /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
-    /// cannot be asked; [`Error::Shutdown`] after the client shut down.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+    /// [`LockFamily::remaining_lease`].
+    pub(crate) async fn lease_left(&self) -> Result<Option<Duration>> {
         let redis = self.ready()?;
         let ttl = redis
             .pttl::<i64, _>(self.kind.profile().name_key())
@@ -548,25 +304,8 @@ impl Lock {
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
     }
 
-    /// Deletes the lock whoever holds it and wakes its waiters (of a fair lock, the first in
-    /// line, which keeps its place); `true` if it was held.
-    ///
-    /// The holder's client is told at once (on its own channel, `fredlock_client:<client id>`,
-    /// which a client listens on from its first hold of a lock): its guards' `lost()` fire
-    /// within a round trip or two. A spin lock's client, which never subscribes, and a Java
-    /// client find the lock gone at their next renewal, within a third of the watchdog lease.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`], deleting nothing, when the key is not a lock: another type, or a
-    /// hash whose fields are not `<client uuid>:<owner id>` owners with hold counts (a user's own
-    /// hash that happens to have the lock's name).
-    ///
-    /// # Cancel safety
-    ///
-    /// Not cancel safe in the sense that the deletion may happen although the future was
-    /// dropped before reporting it.
-    pub async fn force_unlock(&self) -> Result<bool> {
+    /// [`LockFamily::force_unlock`].
+    pub(crate) async fn force(&self) -> Result<bool> {
         self.ready()?;
         let deleted: i64 = self
             .kind
@@ -577,28 +316,8 @@ impl Lock {
         Ok(deleted == 1)
     }
 
-    /// What Redis holds of this lock now: its holders with their hold counts and remaining
-    /// lease, a fair lock's queue with each place's remaining time, a fenced lock's last token,
-    /// and every key with its expiry. Read in one script call on the master.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// let seen = client.lock("orders:1001").inspect().await?;
-    /// for holder in &seen.holders {
-    ///     println!("{} holds it {} time(s), {:?} left", holder.owner, holder.count, holder.remaining_lease);
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the server
-    /// cannot be asked.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it only reads.
-    pub async fn inspect(&self) -> Result<Inspection> {
+    /// [`LockFamily::inspect`].
+    pub(crate) async fn read(&self) -> Result<Inspection> {
         self.client.engine().inspect(&*self.kind, None).await
     }
 
@@ -687,7 +406,7 @@ impl Found for Lock {
     }
 
     fn force_unlock(&self) -> Pending<'_, bool> {
-        Box::pin(Lock::force_unlock(self))
+        Box::pin(self.force())
     }
 
     /// Every holder must be `<client uuid>:<id>`: a hash whose fields are not is a user's own
@@ -711,217 +430,168 @@ impl fmt::Debug for Lock {
     }
 }
 
-/// The acquisitions every lock of the reentrant family that returns a [`LockGuard`] shares with
-/// [`Lock`], for a handle whose field `lock` is the `Lock` it wraps: `$waits` says how its waiter
-/// waits, `$cancel` what a dropped wait gives up, `$try_lock` what `try_lock` adds.
-macro_rules! lock_acquires {
-    (waits: $waits:literal, cancel: $cancel:literal, try_lock: $try_lock:literal $(,)?) => {
-        /// Acquires the lock, waiting as long as it takes; the watchdog renews it until the
-        /// guard goes. See [`Lock::lock`](crate::Lock::lock).
-        ///
-        #[doc = $waits]
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::lock`](crate::Lock::lock).
-        ///
-        /// # Cancel safety
-        ///
-        #[doc = $cancel]
-        pub async fn lock(&self) -> $crate::Result<$crate::LockGuard> {
-            self.lock.lock().await
+impl DistributedLock for Lock {
+    type Guard = LockGuard;
+
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send {
+        self.lock_within(wait, lease.map_or(Lease::Watchdog, Lease::Fixed))
+    }
+}
+
+impl LockFamily for Lock {
+    fn as_lock(&self) -> &Lock {
+        self
+    }
+}
+
+/// What every lock of the reentrant family ([`Lock`] and its fair, spin, fenced, read and write
+/// kinds) has beside its acquisitions: reads of its state, a force unlock and an inspection,
+/// over the [`Lock`] each of them is. Bring it into scope with `use fredlock::prelude::*`.
+pub trait LockFamily {
+    /// This lock as a [`Lock`], for code that takes any lock of the family; it keeps its kind.
+    fn as_lock(&self) -> &Lock;
+
+    /// The lock's Redis key: the name it was made with, after the client's
+    /// [`key_prefix`](crate::LockClientBuilder::key_prefix) if it has one.
+    fn name(&self) -> &str {
+        self.as_lock().name()
+    }
+
+    /// Whether anyone holds the lock. For a side of a [`RwLock`](crate::RwLock), whether the
+    /// lock is in that side's mode, as Redisson says: a writer that took read holds keeps it in
+    /// write mode.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds another type, as
+    /// [`lock`](DistributedLock::lock) says.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn is_locked(&self) -> impl Future<Output = Result<bool>> + Send {
+        self.as_lock().locked()
+    }
+
+    /// Whether the current task (or the pinned owner) holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds another type;
+    /// [`Error::Redis`](crate::Error::Redis) when the server cannot be asked;
+    /// [`Error::Shutdown`](crate::Error::Shutdown) after the client shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn is_held_by_current_task(&self) -> impl Future<Output = Result<bool>> + Send {
+        let count = self.as_lock().holds();
+        async move { Ok(count.await? > 0) }
+    }
+
+    /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
+    ///
+    /// # Errors
+    ///
+    /// As [`is_held_by_current_task`](Self::is_held_by_current_task).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn hold_count(&self) -> impl Future<Output = Result<u32>> + Send {
+        self.as_lock().holds()
+    }
+
+    /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
+    ///
+    /// # Errors
+    ///
+    /// As [`is_held_by_current_task`](Self::is_held_by_current_task).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn remaining_lease(&self) -> impl Future<Output = Result<Option<Duration>>> + Send {
+        self.as_lock().lease_left()
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters (of a fair lock, the first in
+    /// line, which keeps its place); `true` if it was held.
+    ///
+    /// The holder's client is told at once (on its own channel, `fredlock_client:<client id>`,
+    /// which a client listens on from its first hold of a lock): its guards' `lost()` fire
+    /// within a round trip or two. A spin lock's client, which never subscribes, and a Java
+    /// client find the lock gone at their next renewal, within a third of the watchdog lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType), deleting nothing, when the key is not a
+    /// lock: another type, or a hash whose fields are not `<client uuid>:<owner id>` owners
+    /// with hold counts (a user's own hash that happens to have the lock's name).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the sense that the deletion may happen although the future was
+    /// dropped before reporting it.
+    fn force_unlock(&self) -> impl Future<Output = Result<bool>> + Send {
+        self.as_lock().force()
+    }
+
+    /// What Redis holds of this lock now: its holders with their hold counts and remaining
+    /// lease, a fair lock's queue with each place's remaining time, a fenced lock's last token,
+    /// and every key with its expiry. Read in one script call on the master.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// use fredlock::prelude::*;
+    ///
+    /// let seen = client.lock("orders:1001").inspect().await?;
+    /// for holder in &seen.holders {
+    ///     println!("{} holds it {} time(s), {:?} left", holder.owner, holder.count, holder.remaining_lease);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key holds another type;
+    /// [`Error::Redis`](crate::Error::Redis) when the server cannot be asked.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    fn inspect(&self) -> impl Future<Output = Result<Inspection>> + Send {
+        self.as_lock().read()
+    }
+}
+
+/// Makes `$handle`, a lock of the reentrant family whose field `lock` is the [`Lock`] it wraps
+/// and whose guard is a [`LockGuard`], a [`DistributedLock`] and a [`LockFamily`] as its
+/// [`Lock`] is.
+macro_rules! lock_of_family {
+    ($handle:ty) => {
+        impl $crate::DistributedLock for $handle {
+            type Guard = $crate::LockGuard;
+
+            fn acquire(
+                &self,
+                wait: Option<std::time::Duration>,
+                lease: Option<std::time::Duration>,
+            ) -> impl std::future::Future<Output = $crate::Result<Option<$crate::LockGuard>>> + Send
+            {
+                self.lock.acquire(wait, lease)
+            }
         }
 
-        /// Acquires the lock, waiting as long as it takes, for a fixed `lease`. See
-        /// [`Lock::lock_with_lease`](crate::Lock::lock_with_lease).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::lock_with_lease`](crate::Lock::lock_with_lease).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe, as [`lock`](Self::lock).
-        pub async fn lock_with_lease(
-            &self,
-            lease: std::time::Duration,
-        ) -> $crate::Result<$crate::LockGuard> {
-            self.lock.lock_with_lease(lease).await
-        }
-
-        /// Takes the lock only if no other owner holds it now, without waiting: `Ok(None)`
-        /// when another owner does. See [`Lock::try_lock_now`](crate::Lock::try_lock_now).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::try_lock_now`](crate::Lock::try_lock_now).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe, as [`lock`](Self::lock).
-        #[doc(alias = "tryLock")]
-        pub async fn try_lock_now(&self) -> $crate::Result<Option<$crate::LockGuard>> {
-            self.lock.try_lock_now().await
-        }
-
-        /// Tries to acquire the lock within `wait`: `Ok(None)` when it stayed held that long.
-        /// See [`Lock::try_lock`](crate::Lock::try_lock).
-        ///
-        #[doc = $try_lock]
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::try_lock`](crate::Lock::try_lock).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe, as [`lock`](Self::lock).
-        #[doc(alias = "tryLock")]
-        pub async fn try_lock(
-            &self,
-            wait: std::time::Duration,
-            lease: impl Into<Option<std::time::Duration>>,
-        ) -> $crate::Result<Option<$crate::LockGuard>> {
-            self.lock.try_lock(wait, lease).await
-        }
-
-        /// Runs `work` while holding the lock; see [`Lock::with_lock`](crate::Lock::with_lock).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::with_lock`](crate::Lock::with_lock).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe, as [`lock`](Self::lock): dropping the future drops the work where it
-        /// stands and gives the hold back in the background.
-        pub async fn with_lock<F, Fut, T>(&self, work: F) -> $crate::Result<T>
-        where
-            F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
-            Fut: std::future::Future<Output = T>,
-        {
-            self.lock.with_lock(work).await
-        }
-
-        /// Runs `work` while holding the lock if it can be had within `wait`; `Ok(None)` when
-        /// not. See [`Lock::try_with_lock`](crate::Lock::try_with_lock).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::try_with_lock`](crate::Lock::try_with_lock).
-        ///
-        /// # Cancel safety
-        ///
-        /// As [`Lock::try_with_lock`](crate::Lock::try_with_lock).
-        pub async fn try_with_lock<F, Fut, T>(
-            &self,
-            wait: std::time::Duration,
-            lease: impl Into<Option<std::time::Duration>>,
-            work: F,
-        ) -> $crate::Result<Option<T>>
-        where
-            F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
-            Fut: std::future::Future<Output = T>,
-        {
-            self.lock.try_with_lock(wait, lease, work).await
+        impl $crate::LockFamily for $handle {
+            fn as_lock(&self) -> &$crate::Lock {
+                &self.lock
+            }
         }
     };
 }
-pub(crate) use lock_acquires;
-
-/// The reads and the force unlock every lock of the reentrant family shares with [`Lock`],
-/// for a handle whose field `lock` is the `Lock` it wraps.
-macro_rules! lock_reads {
-    () => {
-        /// Whether anyone holds the lock; see [`Lock::is_locked`](crate::Lock::is_locked).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::is_locked`](crate::Lock::is_locked).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe: it only reads.
-        pub async fn is_locked(&self) -> $crate::Result<bool> {
-            self.lock.is_locked().await
-        }
-
-        /// Whether the current task (or the pinned owner) holds the lock.
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::is_held_by_current_task`](crate::Lock::is_held_by_current_task).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe: it only reads.
-        pub async fn is_held_by_current_task(&self) -> $crate::Result<bool> {
-            self.lock.is_held_by_current_task().await
-        }
-
-        /// How many holds the current task (or the pinned owner) has on the lock; 0 if none.
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::hold_count`](crate::Lock::hold_count).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe: it only reads.
-        pub async fn hold_count(&self) -> $crate::Result<u32> {
-            self.lock.hold_count().await
-        }
-
-        /// How long the lock lives unless renewed; `None` when it is not held or has no expiry.
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::remaining_lease`](crate::Lock::remaining_lease).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe: it only reads.
-        pub async fn remaining_lease(&self) -> $crate::Result<Option<std::time::Duration>> {
-            self.lock.remaining_lease().await
-        }
-
-        /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held. See
-        /// [`Lock::force_unlock`](crate::Lock::force_unlock).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
-        ///
-        /// # Cancel safety
-        ///
-        /// As [`Lock::force_unlock`](crate::Lock::force_unlock).
-        pub async fn force_unlock(&self) -> $crate::Result<bool> {
-            self.lock.force_unlock().await
-        }
-
-        /// What Redis holds of the lock now; see [`Lock::inspect`](crate::Lock::inspect).
-        ///
-        /// # Errors
-        ///
-        /// As [`Lock::inspect`](crate::Lock::inspect).
-        ///
-        /// # Cancel safety
-        ///
-        /// Cancel safe: it only reads.
-        pub async fn inspect(&self) -> $crate::Result<$crate::Inspection> {
-            self.lock.inspect().await
-        }
-
-        /// The lock's Redis key; see [`Lock::name`](crate::Lock::name).
-        pub fn name(&self) -> &str {
-            self.lock.name()
-        }
-
-        /// This lock as a [`Lock`](crate::Lock), for code that takes any lock of the family;
-        /// it keeps its kind.
-        pub fn as_lock(&self) -> &crate::Lock {
-            &self.lock
-        }
-    };
-}
-pub(crate) use lock_reads;
+pub(crate) use lock_of_family;

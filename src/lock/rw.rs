@@ -14,7 +14,8 @@ use crate::engine::{
 use crate::error::Result;
 use crate::inspection::{Details, Holder, Inspection, Tail};
 use crate::layout::{glob_escaped, Layout};
-use crate::lock::{lock_acquires, lock_reads, Lock, LockKind};
+use crate::lock::LockFamily;
+use crate::lock::{lock_of_family, Lock, LockKind};
 use crate::lua;
 use crate::names;
 use crate::owner::OwnerId;
@@ -82,6 +83,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
+/// use fredlock::prelude::*;
 ///
 /// let config = client.rw_lock("config:tenant-7");
 /// let read = config.read_lock().lock().await?;          // many readers at once
@@ -145,17 +147,45 @@ pub struct RwLock {
 
 /// The read side of an [`RwLock`]: shared with other readers, excluded by a writer. Its
 /// methods are [`Lock`]'s.
+///
+/// # Waiting
+///
+/// Granted at once while the lock is free or in read mode and no writer waits (with writer
+/// preference); otherwise the reader sleeps until a write unlock wakes every reader, or at
+/// most until the writer's hold or place would end. A zero `wait` makes one attempt.
+///
+/// # Cancel safety
+///
+/// Cancel safe: if an acquisition's future is dropped, no read hold is left behind, nor its
+/// timeout key.
 #[derive(Clone)]
 pub struct ReadLock {
     lock: Lock,
 }
 
+lock_of_family!(ReadLock);
+
 /// The write side of an [`RwLock`]: excludes every reader and other writers. Its methods are
 /// [`Lock`]'s.
+///
+/// # Waiting
+///
+/// Granted once no reader and no other writer holds the lock. With writer preference the
+/// waiter keeps new readers out from its first attempt on. An owner that holds a read lock
+/// gets `Error::WouldDeadlock` at once. With a bounded wait
+/// ([`try_lock`](crate::DistributedLock::try_lock)), when the wait ends, the waiter's place is
+/// already given up; a zero `wait` makes one attempt and keeps nobody out.
+///
+/// # Cancel safety
+///
+/// Cancel safe: if an acquisition's future is dropped, no write hold is left behind, and the
+/// waiter's place (which keeps readers out) is given up within milliseconds.
 #[derive(Clone)]
 pub struct WriteLock {
     lock: Lock,
 }
+
+lock_of_family!(WriteLock);
 
 impl LockClient {
     /// A read-write lock named `name`, preferring writers (see [`RwLock`]). Creating it costs
@@ -242,7 +272,7 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::inspect`].
+    /// As [`Lock::inspect`](crate::LockFamily::inspect).
     ///
     /// # Cancel safety
     ///
@@ -262,7 +292,7 @@ impl RwLock {
     ///
     /// # Cancel safety
     ///
-    /// As [`Lock::force_unlock`].
+    /// As [`Lock::force_unlock`](crate::LockFamily::force_unlock).
     pub async fn force_unlock(&self) -> Result<bool> {
         let client = self.read.lock.client();
         let either = RwKind::new(client, self.name().to_owned(), Side::Either, true);
@@ -277,17 +307,6 @@ impl ReadLock {
             lock: self.lock.with_owner(owner),
         }
     }
-
-    lock_acquires!(
-        waits: "Granted at once while the lock is free or in read mode and no writer waits \
-                (with writer preference); otherwise the reader sleeps until a write unlock \
-                wakes every reader, or at most until the writer's hold or place would end.",
-        cancel: "Cancel safe: if the future is dropped, no read hold is left behind, nor its \
-                 timeout key.",
-        try_lock: "A zero `wait` makes one attempt.",
-    );
-
-    lock_reads!();
 }
 
 impl WriteLock {
@@ -297,18 +316,6 @@ impl WriteLock {
             lock: self.lock.with_owner(owner),
         }
     }
-
-    lock_acquires!(
-        waits: "Granted once no reader and no other writer holds the lock. With writer \
-                preference the waiter keeps new readers out from its first attempt on. An \
-                owner that holds a read lock gets `Error::WouldDeadlock` at once.",
-        cancel: "Cancel safe: if the future is dropped, no write hold is left behind, and the \
-                 waiter's place (which keeps readers out) is given up within milliseconds.",
-        try_lock: "When the wait ends, the waiter's place is already given up. A zero `wait` \
-                   makes one attempt and keeps nobody out.",
-    );
-
-    lock_reads!();
 }
 
 impl From<ReadLock> for Lock {

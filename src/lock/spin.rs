@@ -8,7 +8,7 @@ use crate::client::LockClient;
 use crate::engine::{durations, Backoff};
 use crate::error::{Error, Result};
 use crate::lock::reentrant::{Reentrant, DEFAULT_BACKOFF};
-use crate::lock::{lock_acquires, lock_reads, Lock};
+use crate::lock::{lock_of_family, Lock};
 use crate::owner::OwnerId;
 
 /// The first pause of a spin lock's waiter (Redisson's default).
@@ -32,6 +32,7 @@ pub const DEFAULT_SPIN_MAX_PAUSE: Duration = DEFAULT_BACKOFF.cap;
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
+/// use fredlock::prelude::*;
 ///
 /// let lock = client
 ///     .spin_lock("reports:nightly")
@@ -40,10 +41,24 @@ pub const DEFAULT_SPIN_MAX_PAUSE: Duration = DEFAULT_BACKOFF.cap;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
+///
+/// # Waiting
+///
+/// A waiter tries again after each pause of its backoff, never subscribing. With a bounded
+/// wait ([`try_lock`](crate::DistributedLock::try_lock)), the attempts follow the backoff, so
+/// the last one may come up to a pause (128 ms by default) before the wait ends.
+///
+/// # Cancel safety
+///
+/// Cancel safe: if an acquisition's future is dropped, no hold is left behind (an attempt
+/// already sent finishes in a task of its own and gives back what it won). A waiter holds
+/// nothing in Redis between attempts.
 #[derive(Clone)]
 pub struct SpinLock {
     lock: Lock,
 }
+
+lock_of_family!(SpinLock);
 
 impl LockClient {
     /// A spin lock named `name`: reentrant like [`lock`](Self::lock), with waiters that back off
@@ -103,17 +118,6 @@ impl SpinLock {
             lock: self.lock.with_owner(owner),
         }
     }
-
-    lock_acquires!(
-        waits: "A waiter tries again after each pause of its backoff, never subscribing.",
-        cancel: "Cancel safe: if the future is dropped, no hold is left behind (an attempt \
-                 already sent finishes in a task of its own and gives back what it won). A \
-                 waiter holds nothing in Redis between attempts.",
-        try_lock: "The attempts within `wait` follow the backoff, so the last one may come up \
-                   to a pause (128 ms by default) before the wait ends.",
-    );
-
-    lock_reads!();
 }
 
 impl From<SpinLock> for Lock {

@@ -13,6 +13,7 @@ use super::nodes::{Tally, Token, Until};
 use super::RedLockState;
 use crate::engine::durations::millis;
 use crate::error::{Error, NodeFailureReason, Result};
+use crate::family::{after_holding, DistributedGuard};
 
 /// Keys an attempt may have written: deleted on every node unless a guard takes them over, also
 /// when the attempt is dropped half-way.
@@ -96,8 +97,8 @@ impl State {
     }
 }
 
-/// One acquisition of a [`RedLock`](crate::RedLock), from [`lock`](crate::RedLock::lock),
-/// [`lock_with_lease`](crate::RedLock::lock_with_lease) or [`try_lock`](crate::RedLock::try_lock).
+/// One acquisition of a [`RedLock`](crate::RedLock), from [`lock`](crate::DistributedLock::lock),
+/// [`lock_with_lease`](crate::DistributedLock::lock_with_lease) or [`try_lock`](crate::DistributedLock::try_lock).
 ///
 /// - [`validity`](Self::validity) is how much longer the lock is safe by this process's clock:
 ///   check it before work that must not overlap another holder's.
@@ -202,8 +203,11 @@ impl RedLockGuard {
         &self.shared.name
     }
 
-    /// The random token this acquisition wrote on the nodes (40 hex digits).
-    pub fn token(&self) -> &str {
+    /// The random value this acquisition wrote on the nodes (40 hex digits): what proves the
+    /// hold to each node, not a fencing token (it is not ordered; see [`FencedLock`] for one).
+    ///
+    /// [`FencedLock`]: crate::FencedLock
+    pub fn value(&self) -> &str {
         self.token.as_str()
     }
 
@@ -284,6 +288,27 @@ fn log_released(shared: &RedLockState, tally: &Tally, acquired_at: Instant) {
             held_ms = acquired_at.elapsed().as_millis() as u64,
             "Redlock released"
         );
+    }
+}
+
+/// `with_lock`'s work receives [`cancellation_token`](RedLockGuard::cancellation_token).
+impl DistributedGuard for RedLockGuard {
+    type Context = CancellationToken;
+
+    fn context(&self) -> CancellationToken {
+        self.cancellation_token()
+    }
+
+    async fn run_holding<T: Send>(
+        self,
+        work: impl std::future::Future<Output = T> + Send,
+    ) -> Result<T> {
+        let outcome = match self.shared.nodes.clients.first() {
+            Some(node) => node.engine().while_held(self.lost(), work).await,
+            None => None,
+        };
+        let (lock, owner) = (self.name().to_owned(), self.value().to_owned());
+        after_holding(outcome, lock, owner, self.unlock()).await
     }
 }
 

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::client::LockClient;
 use crate::engine::durations::{self, millis};
 use crate::error::{Error, Result};
+use crate::family::DistributedLock;
 pub use guard::RedLockGuard;
 use nodes::{Nodes, Tally, Token, Until};
 
@@ -50,13 +51,14 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// Redlock implementations exclude each other on the same key. It is not Redisson's `RedLock`,
 /// which is a [`MultiLock`](crate::MultiLock) of hash locks.
 ///
-/// [`lock`](Self::lock) extends the lock on every node every `lease / 3`. An extension counts only
+/// [`lock`](DistributedLock::lock) extends the lock on every node every `lease / 3`. An extension counts only
 /// if a majority confirmed it before the current validity ran out; otherwise the guard is lost
 /// ([`RedLockGuard::lost`]).
 ///
 /// ```no_run
 /// # async fn demo(nodes: Vec<fredlock::LockClient>) -> fredlock::Result<()> {
 /// use std::time::Duration;
+/// use fredlock::prelude::*;
 ///
 /// // Five LockClients, each connected to an independent master.
 /// let redlock = fredlock::RedLock::new(nodes, "payments:42")?;
@@ -71,6 +73,18 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// }
 /// # Ok(()) }
 /// ```
+///
+/// Its acquisitions are [`DistributedLock`]'s. Attempts are retried after a random delay for as
+/// long as the wait allows, also while too many nodes are down for a majority; each failed
+/// attempt is logged at debug level. An attempt already on its way when a wait ends is
+/// finished, so `try_lock` may take up to one per-node timeout longer than its wait. They
+/// report [`Error::NoQuorum`] when so many nodes reject the request (a key of another type) or
+/// have shut-down clients that a majority is out of reach for good, and, for a bounded wait,
+/// when the last attempt failed for node failures rather than because the lock was held
+/// (listing each node and why); [`Error::InvalidArgument`] for a lease that leaves no validity.
+/// A fixed lease ends by itself and is never extended; [`RedLockGuard::validity`] says how much
+/// of it is left. Cancel safe: if an acquisition's future is dropped, whatever an attempt in
+/// flight wrote is deleted on every node in the background.
 ///
 /// # Safety conditions
 ///
@@ -162,7 +176,7 @@ pub struct RedLockBuilder {
 }
 
 impl RedLockBuilder {
-    /// The lease of a lock taken without one ([`RedLock::lock`], or `try_lock` with `None`): how
+    /// The lease of a lock taken without one ([`RedLock::lock`](crate::DistributedLock::lock), or `try_lock` with `None`): how
     /// long it lives on the nodes without an extension. It is extended every third of this; a
     /// crashed holder's lock frees itself after at most this long. Default
     /// [`DEFAULT_REDLOCK_LEASE`] (30 s).
@@ -341,87 +355,6 @@ impl RedLock {
         self.shared.nodes.quorum()
     }
 
-    /// Acquires the lock, waiting as long as it takes; it is extended every `lease / 3` until the
-    /// guard is unlocked or dropped (or the [`max_hold`](RedLockBuilder::max_hold) limit ends
-    /// it).
-    ///
-    /// Attempts are retried after a random delay for as long as it takes, also while too many
-    /// nodes are down for a majority; each failed attempt is logged at debug level.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NoQuorum`] when so many nodes reject the request (a key of another type) or have
-    /// shut-down clients that a majority is out of reach for good.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: if the future is dropped, whatever an attempt in flight wrote is deleted on
-    /// every node in the background.
-    pub async fn lock(&self) -> Result<RedLockGuard> {
-        match self.lock_within(None, None).await? {
-            Some(guard) => Ok(guard),
-            None => unreachable_without_deadline(&self.shared.name),
-        }
-    }
-
-    /// Acquires the lock, waiting as long as it takes, for a fixed `lease`: it ends by itself then
-    /// and is never extended. [`RedLockGuard::validity`] says how much of it is left.
-    ///
-    /// # Errors
-    ///
-    /// As [`lock`](Self::lock), and [`Error::InvalidArgument`] for a lease that leaves no validity.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<RedLockGuard> {
-        match self.lock_within(None, Some(lease)).await? {
-            Some(guard) => Ok(guard),
-            None => unreachable_without_deadline(&self.shared.name),
-        }
-    }
-
-    /// Takes the lock in one attempt, without waiting: `Ok(None)` when other holders kept a
-    /// majority of the nodes. The same as
-    /// [`try_lock(Duration::ZERO, None)`](Self::try_lock).
-    ///
-    /// # Errors
-    ///
-    /// As [`try_lock`](Self::try_lock).
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock_now(&self) -> Result<Option<RedLockGuard>> {
-        self.try_lock(Duration::ZERO, None).await
-    }
-
-    /// Tries to acquire the lock within `wait`: `Ok(None)` when other holders kept a majority
-    /// of the nodes that long. `wait` zero makes exactly one attempt. `lease` `None` extends the
-    /// lock until the guard goes; `Some(lease)` holds it for that long at most.
-    ///
-    /// An attempt already on its way when the wait ends is finished, so the call may take up
-    /// to one per-node timeout longer than `wait`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NoQuorum`] when the last attempt failed for node failures (timeouts, unreachable
-    /// nodes, rejected requests) rather than because the lock was held, listing each node and
-    /// why; [`Error::InvalidArgument`] for a lease that leaves no validity.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe, as [`lock`](Self::lock).
-    #[doc(alias = "tryLock")]
-    pub async fn try_lock(
-        &self,
-        wait: Duration,
-        lease: impl Into<Option<Duration>>,
-    ) -> Result<Option<RedLockGuard>> {
-        self.lock_within(Some(wait), lease.into()).await
-    }
-
     async fn lock_within(
         &self,
         wait: Option<Duration>,
@@ -524,11 +457,16 @@ impl RedLock {
     }
 }
 
-/// A wait without a deadline ends only with a guard or an error.
-fn unreachable_without_deadline(name: &str) -> Result<RedLockGuard> {
-    Err(Error::InvalidArgument(format!(
-        "Redlock {name:?}: a wait without a deadline ended without a guard"
-    )))
+impl DistributedLock for RedLock {
+    type Guard = RedLockGuard;
+
+    fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> impl std::future::Future<Output = Result<Option<RedLockGuard>>> + Send {
+        self.lock_within(wait, lease)
+    }
 }
 
 impl fmt::Debug for RedLock {

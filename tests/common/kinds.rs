@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
+use fredlock::prelude::*;
 
 /// A fair lock's queue key, as Redisson names it (the library's own naming is private).
 pub fn queue_key(name: &str) -> String {

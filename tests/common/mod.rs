@@ -24,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fred::prelude::*;
+use fredlock::prelude::*;
 
 /// Upper bound for any single test.
 pub const TEST_LIMIT: Duration = Duration::from_secs(90);

@@ -1,4 +1,5 @@
 use fredlock::LockClient;
+use fredlock::prelude::*;
 
 async fn fencing(client: &LockClient) -> fredlock::Result<(u64, String)> {
     let guard = client.fenced_lock("invoices:7").lock().await?;

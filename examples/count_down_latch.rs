@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Not done within 200 ms: only two workers have finished by then.
-    if !phase.wait_timeout(Duration::from_millis(200)).await? {
+    if !phase.try_wait(Duration::from_millis(200)).await? {
         println!("after 200 ms the count is {}", phase.count().await?);
     }
     phase.wait().await?;

@@ -146,7 +146,7 @@
 //!   once Redis is back; they never answer [`Error::Unavailable`]. Bound them yourself
 //!   (`tokio::time::timeout`, they are cancel safe) or call the bounded form.
 //! - **Every other call answers [`Error::Unavailable`] within a bound**: a bounded try
-//!   (`try_lock(wait, lease)`, `try_acquire`, `try_campaign`, `wait_timeout`, `run_waiting`)
+//!   (`try_lock(wait, lease)`, `try_acquire`, `try_campaign`, `try_wait`, `run_waiting`)
 //!   when its wait ends (never `Ok(None)`, which means another owner holds it); a call without
 //!   a wait (`try_lock_now`, a job's `run` and `run_tick`, reads such as `is_locked` or
 //!   `leader()`, changes such as `add_permits` or `count_down`, `force_unlock`, inspections,
@@ -204,7 +204,6 @@ mod family;
 mod inspection;
 mod job;
 mod layout;
-mod leader;
 mod lock;
 mod lua;
 mod multi_lock;
@@ -235,10 +234,10 @@ pub use job::{
     JobHolder, JobLock, JobRun, Skipped, DEFAULT_AT_MOST_FOR, DEFAULT_JOB_ENV, DEFAULT_JOB_PREFIX,
     DEFAULT_TICKS_KEPT_FOR, JOB_POLL,
 };
-pub use leader::{default_identity, Leader, LeaderElection, Term};
 pub use lock::fair::FairLock;
 pub use lock::fenced::{FencedGuard, FencedLock};
 pub use lock::guard::LockGuard;
+pub use lock::leader::{default_identity, Leader, LeaderElection, Term};
 pub use lock::rw::{ReadLock, RwLock, WriteLock};
 pub use lock::spin::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 pub use lock::{Lock, LockFamily};
@@ -265,9 +264,27 @@ pub use ops::source as script_source;
 /// place, the engine every primitive runs on, so a primitive added later has them all.
 pub mod metrics {
     pub use crate::engine::metrics::{
-        ACQUISITIONS, ALL, ERRORS, HANDOFFS, HELD, JOB_RUN, JOB_RUNS, LOST, RENEWALS,
-        RENEWAL_FAILURES, TIMEOUTS, WAIT, WAITING,
+        ACQUISITIONS, ERRORS, HANDOFFS, HELD, LOST, RENEWALS, RENEWAL_FAILURES, TIMEOUTS, WAIT,
+        WAITING,
     };
+    pub use crate::job::{JOB_RUN, JOB_RUNS};
+
+    /// Every metric name, for documentation and tests: those recorded for every primitive,
+    /// and the job lock's runs (named by the job lock, recorded by the engine).
+    pub const ALL: [&str; 12] = [
+        ACQUISITIONS,
+        HANDOFFS,
+        TIMEOUTS,
+        ERRORS,
+        LOST,
+        RENEWALS,
+        RENEWAL_FAILURES,
+        WAIT,
+        HELD,
+        WAITING,
+        JOB_RUNS,
+        JOB_RUN,
+    ];
 }
 
 /// The traits whose methods every lock has: `use fredlock::prelude::*` brings `lock()`,

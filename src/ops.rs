@@ -29,7 +29,7 @@ use crate::names;
 /// string too, known by its key (`job-lock:..`) or its tick key: first, before the counters.
 const LAYOUTS: [&Layout; 9] = [
     &crate::job::LAYOUT,
-    &crate::leader::LAYOUT,
+    &crate::lock::leader::LAYOUT,
     &crate::lock::rw::LAYOUT,
     &crate::lock::fair::LAYOUT,
     &crate::lock::fenced::LAYOUT,
@@ -316,7 +316,7 @@ pub fn source(name: &str) -> Option<&'static str> {
     } else if let Some(rest) = name.strip_prefix("job_") {
         crate::job::script(rest)?
     } else if let Some(rest) = name.strip_prefix("leader_") {
-        crate::leader::script(rest)?
+        crate::lock::leader::script(rest)?
     } else if let Some(rest) = name.strip_prefix("redlock_") {
         crate::redlock::script(rest)?
     } else {

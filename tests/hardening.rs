@@ -166,7 +166,7 @@ async fn out_of_range_durations_are_refused_and_write_nothing() {
                 client.leader_election("waits").try_campaign(wait).await,
             ));
             named(is_invalid(
-                client.count_down_latch("waits").wait_timeout(wait).await,
+                client.count_down_latch("waits").try_wait(wait).await,
             ));
             named(is_invalid(
                 client.job_lock("waits").run_waiting(wait, async {}).await,

@@ -72,7 +72,7 @@ async fn every_waiter_is_released_when_the_count_reaches_zero() {
     .await;
 }
 
-/// 4. `wait` on a missing latch returns at once; `wait_timeout` says false while it counts and
+/// 4. `wait` on a missing latch returns at once; `try_wait` says false while it counts and
 ///    true once it is done; `delete` releases waiters as zero does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_on_missing_and_deleted_latches() {
@@ -82,21 +82,17 @@ async fn waits_on_missing_and_deleted_latches() {
         let latch = client.count_down_latch("missing");
         let started = Instant::now();
         latch.wait().await.unwrap();
-        assert!(latch.wait_timeout(Duration::ZERO).await.unwrap());
+        assert!(latch.try_wait(Duration::ZERO).await.unwrap());
         // At once: a waiter would sleep up to a third of the watchdog lease (10 s) between looks.
         assert!(started.elapsed() < DEFAULT_WATCHDOG_LEASE / 30);
         assert_eq!(client.stats().subscriptions, 0, "no subscription needed");
 
         latch.try_set_count(3).await.unwrap();
         let started = Instant::now();
-        assert!(!latch
-            .wait_timeout(Duration::from_millis(200))
-            .await
-            .unwrap());
+        assert!(!latch.try_wait(Duration::from_millis(200)).await.unwrap());
         assert!(started.elapsed() >= Duration::from_millis(200));
         let waiter = latch.clone();
-        let waiting =
-            tokio::spawn(async move { waiter.wait_timeout(Duration::from_secs(10)).await });
+        let waiting = tokio::spawn(async move { waiter.try_wait(Duration::from_secs(10)).await });
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(latch.delete().await.unwrap());
         let done = tokio::time::timeout(WAKE_LIMIT, waiting)
@@ -146,10 +142,7 @@ async fn bad_input_changes_nothing() {
         for outcome in [
             latch.count_down().await.map(drop),
             latch.count().await.map(drop),
-            latch
-                .wait_timeout(Duration::from_millis(50))
-                .await
-                .map(drop),
+            latch.try_wait(Duration::from_millis(50)).await.map(drop),
             latch.delete().await.map(drop),
         ] {
             assert!(

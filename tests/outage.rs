@@ -182,7 +182,7 @@ async fn every_call_follows_the_outage_rule() {
             answer("CountDownLatch::try_set_count", t, latch.try_set_count(2)).await,
             answer("CountDownLatch::count_down", t, latch.count_down()).await,
             answer("CountDownLatch::count", t, latch.count()).await,
-            answer("CountDownLatch::wait_timeout", tw, latch.wait_timeout(WAIT)).await,
+            answer("CountDownLatch::try_wait", tw, latch.try_wait(WAIT)).await,
             answer("CountDownLatch::delete", t, latch.delete()).await,
             answer("CountDownLatch::inspect", t, latch.inspect()).await,
             answer(

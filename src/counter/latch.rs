@@ -55,7 +55,7 @@ static LATCH_INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCRIPTS
 /// phase.count_down().await?;
 /// // ... whoever waits for all of them:
 /// phase.wait().await?;
-/// let done = phase.wait_timeout(Duration::from_secs(10)).await?; // false if still counting
+/// let done = phase.try_wait(Duration::from_secs(10)).await?; // false if still counting
 /// # Ok(()) }
 /// ```
 ///
@@ -181,18 +181,20 @@ impl CountDownLatch {
         self.wait_for(None).await.map(drop)
     }
 
-    /// Waits at most `timeout` for the count to be zero: `true` when it is.
+    /// Waits at most `wait` for the count to be zero: `true` when it is (Redisson's
+    /// `await(timeout, unit)`). A zero `wait` looks once.
     ///
     /// # Errors
     ///
-    /// As [`wait`](Self::wait); when no look got an answer from Redis within `timeout`,
+    /// As [`wait`](Self::wait); when no look got an answer from Redis within `wait`,
     /// [`Error::Unavailable`], never `Ok(false)`.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe, as [`wait`](Self::wait).
-    pub async fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.wait_for(Some(timeout)).await
+    #[doc(alias = "await")]
+    pub async fn try_wait(&self, wait: Duration) -> Result<bool> {
+        self.wait_for(Some(wait)).await
     }
 
     /// Deletes the latch, releasing its waiters as reaching zero does; `true` when it existed.

@@ -33,28 +33,16 @@ pub const WAIT: &str = "fredlock_acquire_wait_seconds";
 pub const HELD: &str = "fredlock_held";
 /// Tasks waiting for a primitive that another owner holds (gauge).
 pub const WAITING: &str = "fredlock_waiting_tasks";
-/// Runs of a job lock's job, by `outcome`: `ran`, `skipped` (another instance had it, or the
-/// tick was run) or `lost` (the lock ended under the job, which was cancelled) (counter).
-/// ShedLock's Micrometer timer is the model; attempts are the acquisitions and timeouts above.
-pub const JOB_RUNS: &str = "fredlock_job_runs_total";
-/// How long a job lock's jobs ran, in seconds, by `outcome`: `ran` or `lost` (histogram).
-pub const JOB_RUN: &str = "fredlock_job_run_seconds";
-
-/// Every metric name, for documentation and tests.
-pub const ALL: [&str; 12] = [
-    ACQUISITIONS,
-    HANDOFFS,
-    TIMEOUTS,
-    ERRORS,
-    LOST,
-    RENEWALS,
-    RENEWAL_FAILURES,
-    WAIT,
-    HELD,
-    WAITING,
-    JOB_RUNS,
-    JOB_RUN,
-];
+/// The metrics of a primitive that runs work under its holds (a job lock's runs), named by the
+/// primitive: a counter of the runs by `outcome`, and a histogram of how long the work ran.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) struct WorkMetrics {
+    /// The counter of runs, by `outcome`.
+    pub(crate) runs: &'static str,
+    /// The histogram of how long the work ran, in seconds, by `outcome`.
+    pub(crate) ran_for: &'static str,
+}
 
 /// How an acquire call ended, for the wait histogram and the counters.
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -260,10 +248,12 @@ mod record {
             Waiting(gauge)
         }
 
-        /// A job's run ended with `outcome`, after running for `ran_for` if it ran. Jobs run
-        /// minutes apart: registered each time.
-        pub(crate) fn job_ended(
+        /// A primitive's run of work ended with `outcome`, after running for `ran_for` if it
+        /// ran, recorded in the primitive's own `metrics`. Runs come minutes apart (a job's):
+        /// registered each time.
+        pub(crate) fn work_ended(
             &self,
+            metrics: WorkMetrics,
             kind: &'static str,
             name: &str,
             outcome: &'static str,
@@ -272,9 +262,9 @@ mod record {
             let mut labels = self.labels(kind, name);
             labels.push(Label::from_static_parts("outcome", outcome));
             if let Some(ran_for) = ran_for {
-                histogram!(JOB_RUN, labels.clone()).record(ran_for.as_secs_f64());
+                histogram!(metrics.ran_for, labels.clone()).record(ran_for.as_secs_f64());
             }
-            counter!(JOB_RUNS, labels).increment(1);
+            counter!(metrics.runs, labels).increment(1);
         }
     }
 
@@ -315,8 +305,9 @@ mod record {
             Waiting
         }
         #[inline(always)]
-        pub(crate) fn job_ended(
+        pub(crate) fn work_ended(
             &self,
+            _: WorkMetrics,
             _: &'static str,
             _: &str,
             _: &'static str,

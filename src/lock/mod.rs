@@ -5,6 +5,7 @@
 pub(crate) mod fair;
 pub(crate) mod fenced;
 pub(crate) mod guard;
+pub(crate) mod leader;
 pub(crate) mod reentrant;
 pub(crate) mod rw;
 pub(crate) mod spin;
@@ -15,22 +16,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
-use fred::types::Value;
 
 use crate::client::LockClient;
-use crate::engine::{
-    self, AcquireArgs, Call, Inspect, Kind, Lease, Primitive, Profile, ReleaseArgs, Request, Win,
-};
+use crate::engine::{self, Call, Inspect, Kind, Lease, Win};
 use crate::error::{Error, Result};
 use crate::family::DistributedLock;
-use crate::inspection::{Details, Holder, Inspection, Leak, Tail};
+use crate::inspection::Inspection;
 use crate::layout::{Found, Pending};
 use crate::lock::guard::LockGuard;
 use crate::owner::OwnerId;
 
 /// Why a non-reentrant lock refused its holder. Most who meet it did not mean to ask twice: they
 /// joined or selected two attempts in one task, which are one owner.
-const REENTRY_REFUSED: &str = concat!(
+pub(crate) const REENTRY_REFUSED: &str = concat!(
     "holds this non-reentrant lock and asked for it again, which would wait for itself. ",
     "The owner is the tokio task (futures joined or selected in one task are one owner) ",
     "unless pinned with with_owner: give the hold back first, run the other attempt on a task ",
@@ -113,72 +111,6 @@ pub(crate) trait LockKind: Kind + Inspect {
     }
 }
 
-/// A lock of the family whose owner is refused a second hold (see [`Lock::non_reentrant`]).
-///
-/// [`Lock`] refuses at once, sending nothing, when the client counts a hold of the owner; this
-/// refuses in the owner's turn, where the count is exact, an attempt that set out while another
-/// of the same owner was on its way (futures joined in one task): without it, that attempt
-/// would take a second hold, and both would run.
-struct NonReentrant(Arc<dyn LockKind>);
-
-impl Primitive for NonReentrant {
-    fn profile(&self) -> &Profile {
-        self.0.profile()
-    }
-}
-
-impl Kind for NonReentrant {
-    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
-        if args.holds == 0 {
-            return self.0.acquire(args);
-        }
-        Call {
-            script: &reentrant::LOCK_REFUSE_REENTRY,
-            keys: vec![self.0.profile().keys().get(0)],
-            args: vec![Value::from_static_str(REENTRY_REFUSED)],
-        }
-    }
-    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
-        self.0.release(args)
-    }
-    fn leave(&self, field: &str, request: &Request) -> Option<Call> {
-        self.0.leave(field, request)
-    }
-}
-
-impl Inspect for NonReentrant {
-    fn inspect(&self) -> Call {
-        self.0.inspect()
-    }
-    fn family(&self) -> &'static str {
-        self.0.family()
-    }
-    fn strays(&self) -> Option<String> {
-        self.0.strays()
-    }
-    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
-        self.0.details(tail, holders)
-    }
-    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
-        self.0.leaks(inspection, grace)
-    }
-}
-
-impl LockKind for NonReentrant {
-    fn force_unlock(&self) -> Call {
-        self.0.force_unlock()
-    }
-    fn is_fair(&self) -> bool {
-        self.0.is_fair()
-    }
-    fn hold_count(&self, field: &str) -> Option<Call> {
-        self.0.hold_count(field)
-    }
-    fn locked_mode(&self) -> Option<&'static str> {
-        self.0.locked_mode()
-    }
-}
-
 impl Lock {
     /// A lock of `kind` (of the reentrant family) on `client`.
     pub(crate) fn of_kind<K: LockKind>(client: LockClient, kind: K) -> Lock {
@@ -205,31 +137,6 @@ impl Lock {
     /// How long a waiter keeps its place, for a kind whose waiters have one.
     pub(crate) fn kind_place(&self) -> Option<Duration> {
         self.kind.profile().place()
-    }
-
-    /// The same lock, non-reentrant: an owner that holds it and asks for it again gets
-    /// [`Error::WouldDeadlock`] at once, with nothing sent or changed, instead of a second hold
-    /// (Redisson 4's `RedissonNonReentrantLock`). The layout in Redis is the reentrant lock's
-    /// (an owner's field never counts above 1), so Redisson's clients and reentrant handles
-    /// on the same name exclude it as any lock. For code where taking a lock twice is a bug:
-    /// the second `lock()` of a task that already holds it would otherwise succeed silently.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// use fredlock::prelude::*;
-    ///
-    /// let lock = client.lock("orders:1001").non_reentrant(); // or client.non_reentrant_lock(..)
-    /// let guard = lock.lock().await?;
-    /// assert!(matches!(lock.lock().await, Err(fredlock::Error::WouldDeadlock { .. })));
-    /// guard.unlock().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn non_reentrant(mut self) -> Lock {
-        if !self.non_reentrant {
-            self.kind = Arc::new(NonReentrant(self.kind));
-        }
-        self.non_reentrant = true;
-        self
     }
 
     /// Whether an owner that holds the lock may take it again (see

@@ -1,7 +1,7 @@
 //! The reentrant lock's kind (Redisson's `RLock`): its keys, scripts and layout, which the fair,
 //! fenced and spin locks build on; [`Lock`] is its handle.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use fred::types::{Key, Value};
@@ -9,10 +9,11 @@ use fred::types::{Key, Value};
 use crate::client::LockClient;
 use crate::engine::{
     AcquireArgs, Backoff, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf,
-    ReleaseArgs, Script, WakeRule,
+    ReleaseArgs, Request, Script, WakeRule,
 };
+use crate::inspection::{Details, Holder, Inspection, Leak, Tail};
 use crate::layout::Layout;
-use crate::lock::{Lock, LockKind};
+use crate::lock::{Lock, LockKind, REENTRY_REFUSED};
 use crate::lua;
 use crate::names::{self, UNLOCK_MESSAGE};
 
@@ -234,3 +235,96 @@ pub(crate) const LAYOUT: Layout = Layout {
     of_type: None,
     at_key: |client, key| Box::new(Lock::of_kind(client.clone(), Reentrant::new(key))),
 };
+
+/// A lock of the family whose owner is refused a second hold (see [`Lock::non_reentrant`]).
+///
+/// [`Lock`] refuses at once, sending nothing, when the client counts a hold of the owner; this
+/// refuses in the owner's turn, where the count is exact, an attempt that set out while another
+/// of the same owner was on its way (futures joined in one task): without it, that attempt
+/// would take a second hold, and both would run.
+struct NonReentrant(Arc<dyn LockKind>);
+
+impl Primitive for NonReentrant {
+    fn profile(&self) -> &Profile {
+        self.0.profile()
+    }
+}
+
+impl Kind for NonReentrant {
+    fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
+        if args.holds == 0 {
+            return self.0.acquire(args);
+        }
+        Call {
+            script: &LOCK_REFUSE_REENTRY,
+            keys: vec![self.0.profile().keys().get(0)],
+            args: vec![Value::from_static_str(REENTRY_REFUSED)],
+        }
+    }
+    fn release(&self, args: &ReleaseArgs<'_>) -> Call {
+        self.0.release(args)
+    }
+    fn leave(&self, field: &str, request: &Request) -> Option<Call> {
+        self.0.leave(field, request)
+    }
+}
+
+impl Inspect for NonReentrant {
+    fn inspect(&self) -> Call {
+        self.0.inspect()
+    }
+    fn family(&self) -> &'static str {
+        self.0.family()
+    }
+    fn strays(&self) -> Option<String> {
+        self.0.strays()
+    }
+    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
+        self.0.details(tail, holders)
+    }
+    fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
+        self.0.leaks(inspection, grace)
+    }
+}
+
+impl LockKind for NonReentrant {
+    fn force_unlock(&self) -> Call {
+        self.0.force_unlock()
+    }
+    fn is_fair(&self) -> bool {
+        self.0.is_fair()
+    }
+    fn hold_count(&self, field: &str) -> Option<Call> {
+        self.0.hold_count(field)
+    }
+    fn locked_mode(&self) -> Option<&'static str> {
+        self.0.locked_mode()
+    }
+}
+
+impl Lock {
+    /// The same lock, non-reentrant: an owner that holds it and asks for it again gets
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once, with nothing sent or changed, instead of a second hold
+    /// (Redisson 4's `RedissonNonReentrantLock`). The layout in Redis is the reentrant lock's
+    /// (an owner's field never counts above 1), so Redisson's clients and reentrant handles
+    /// on the same name exclude it as any lock. For code where taking a lock twice is a bug:
+    /// the second `lock()` of a task that already holds it would otherwise succeed silently.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+    /// use fredlock::prelude::*;
+    ///
+    /// let lock = client.lock("orders:1001").non_reentrant(); // or client.non_reentrant_lock(..)
+    /// let guard = lock.lock().await?;
+    /// assert!(matches!(lock.lock().await, Err(fredlock::Error::WouldDeadlock { .. })));
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn non_reentrant(mut self) -> Lock {
+        if !self.non_reentrant {
+            self.kind = Arc::new(NonReentrant(self.kind));
+        }
+        self.non_reentrant = true;
+        self
+    }
+}

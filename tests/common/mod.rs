@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod chaos;
 pub mod history;
 mod kinds;
 mod postgres;
@@ -333,4 +334,14 @@ pub async fn server_millis(raw: &Client) -> u64 {
         .await
         .unwrap();
     time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
+}
+
+pub async fn configured_client(
+    url: String,
+    configure: impl FnOnce(fredlock::LockClientBuilder) -> fredlock::LockClientBuilder,
+) -> fredlock::LockClient {
+    configure(fredlock::LockClient::builder().url(url))
+        .build()
+        .await
+        .unwrap()
 }

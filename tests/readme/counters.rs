@@ -20,6 +20,6 @@ async fn counters(client: &LockClient) -> fredlock::Result<()> {
             phase.count_down().await
         });
     }
-    phase.wait().await?; // or wait_timeout(d) -> bool
+    phase.wait().await?; // or try_wait(d) -> bool
     Ok(())
 }

@@ -44,7 +44,7 @@ pub(crate) const LEADER_EPOCH: &str = "fredlock_leader_epoch";
 const LEADER_CHANNEL: &str = "fredlock_leader__channel";
 
 /// Every script of the leader election: sections of one file.
-const SCRIPTS: &str = include_str!("../lua/leader.lua");
+const SCRIPTS: &str = include_str!("../../lua/leader.lua");
 
 /// Campaigns: takes a term, with a new epoch.
 static LEADER_ACQUIRE: LazyLock<Script> = LazyLock::new(|| lua::tokens_script(SCRIPTS, "acquire"));

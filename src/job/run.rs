@@ -1,0 +1,458 @@
+//! Running a job: taking it (a run's `SET NX PX`, or a tick's script), running the job under
+//! its hold, giving it back, and what the run reports.
+
+use super::*;
+
+impl JobLock {
+    // The calls below are boxed where they are awaited: inline, their futures nest deeper than
+    // rustc's default recursion limit lets a caller's `async fn` compute the layout of.
+
+    /// Runs `job` now, unless another instance runs it (or keeps it for its `at_least_for`):
+    /// one `SET NX PX` to take the job, the job, and one compare-and-delete (or
+    /// compare-and-pexpire while `at_least_for` lasts) to give it back.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty name, a bad host, an `at_most_for` Redis cannot
+    /// take, an `at_least_for` above it, or a keep-alive with an `at_most_for` below the
+    /// watchdog lease; [`Error::Unavailable`] or [`Error::Redis`] when the job could not be
+    /// taken (nothing ran); [`Error::WrongType`] when the key holds something else;
+    /// [`Error::Shutdown`] after the client shut down. Once the job ran, its outcome is
+    /// returned whatever giving the job back said (a failure there is logged; the key's TTL
+    /// ends it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops the job's future where it is, and gives the job back in the
+    /// background as a finished run does (kept until `at_least_for` has passed): nothing leaks.
+    /// A drop while the `SET` is on its way gives back what it took once the reply is in.
+    pub async fn run<T, F>(&self, job: F) -> Result<JobRun<T>>
+    where
+        F: Future<Output = T>,
+    {
+        let span = self.span("run");
+        async {
+            self.check()?;
+            let run = self.new_run();
+            match Box::pin(self.take(&run)).await? {
+                Ok(guard) => Ok(self.execute(&run, guard, job).await),
+                Err(holder) => {
+                    let holder = Box::pin(self.holder_seen(holder)).await;
+                    Ok(self.skipped(holder, None))
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs `job` once the job is free, waiting at most `wait` for the instance that runs it to
+    /// give it back: a release by fredlock wakes the waiting instances at once (pub/sub); a
+    /// ShedLock node's, which publishes nothing, within [`JOB_POLL`]. Skipped when the wait ends
+    /// first.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](Self::run); a cancelled wait gives up its place among the waiting, which
+    /// takes nothing.
+    pub async fn run_waiting<T, F>(&self, wait: Duration, job: F) -> Result<JobRun<T>>
+    where
+        F: Future<Output = T>,
+    {
+        let span = self.span("run_waiting");
+        async {
+            self.check()?;
+            durations::check_wait(self.key(), wait)?;
+            let run = self.new_run();
+            if let Ok(guard) = Box::pin(self.take(&run)).await? {
+                return Ok(self.execute(&run, guard, job).await);
+            }
+            let waited = Box::pin(engine::acquire_as(
+                self.client.engine(),
+                run.clone(),
+                run.field.clone(),
+                Some(wait),
+                self.lease(),
+            ))
+            .await?;
+            match waited {
+                Some(win) => Ok(self.execute(&run, win.guard, job).await),
+                None => Ok(self.skipped(self.holder().await.ok().flatten(), None)),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs `job` for the scheduled tick `tick` (the instant the schedule fired for, the same
+    /// on every instance), only if no instance started that tick or a later one: exactly once
+    /// per tick across the instances, however skewed their clocks and however fast the job.
+    /// While another instance runs an earlier tick, it waits for it (at most `at_most_for`).
+    ///
+    /// The tick is recorded with the acquisition, in one script call, at
+    /// `fredlock_job_tick:{<key>}`, and kept for [`ticks_kept_for`](Self::ticks_kept_for). A
+    /// tick whose run was lost or cancelled counts as run: no instance starts it again.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), and [`Error::InvalidArgument`] for a tick before the Unix epoch.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`run`](Self::run): a cancelled run's tick stays recorded.
+    pub async fn run_tick<T, F>(&self, tick: SystemTime, job: F) -> Result<JobRun<T>>
+    where
+        F: Future<Output = T>,
+    {
+        let span = self.span("run_tick");
+        async {
+            self.check()?;
+            let tick_ms = tick
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_err(|_| {
+                    Error::InvalidArgument(format!(
+                        "the tick of job lock {:?} is before the Unix epoch",
+                        self.key()
+                    ))
+                })
+                .map(durations::millis)?;
+            durations::check(
+                format_args!("the ticks_kept_for of job lock {:?}", self.key()),
+                self.ticks_kept_for,
+                durations::MIN_LEASE,
+            )?;
+            let until = Instant::now() + self.at_most_for;
+            loop {
+                let run = self.new_run();
+                let reply = Box::pin(self.take_tick(&run, tick_ms)).await?;
+                let holder = match reply {
+                    Ok(guard) => return Ok(self.execute(&run, guard, job).await),
+                    Err(Value::Array(parts))
+                        if parts.first().and_then(Value::as_i64) == Some(0) =>
+                    {
+                        let last = parts
+                            .get(1)
+                            .and_then(Value::as_u64)
+                            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+                        return Ok(self.skipped(None, last));
+                    }
+                    Err(Value::Array(parts)) => parts.get(1).and_then(|value| {
+                        Some(JobHolder {
+                            value: value.as_string()?,
+                            remaining: parts
+                                .get(2)
+                                .and_then(Value::as_u64)
+                                .map(Duration::from_millis),
+                        })
+                    }),
+                    Err(_) => None,
+                };
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(self.skipped(holder, None));
+                }
+                let kind = &*self.kind;
+                let free = Box::pin(engine::wait_until(
+                    self.client.engine(),
+                    kind,
+                    || kind.free_call(),
+                    Some(left),
+                ))
+                .await?;
+                if !free {
+                    return Ok(self.skipped(self.holder().await.ok().flatten(), None));
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The run that holds the job now, if one does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Redis`] when the server cannot be asked; [`Error::WrongType`] when the key
+    /// holds something else.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn holder(&self) -> Result<Option<JobHolder>> {
+        Ok(self.inspect().await?.and_then(|inspection| {
+            inspection
+                .holders
+                .into_iter()
+                .next()
+                .map(|holder| JobHolder {
+                    value: holder.owner,
+                    remaining: holder.remaining_lease,
+                })
+        }))
+    }
+
+    /// What Redis holds of the job: its holder (with its host as its identity and its
+    /// remaining time), its keys and the last tick started; `None` when it has no key.
+    ///
+    /// # Errors
+    ///
+    /// As [`holder`](Self::holder).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self) -> Result<Option<crate::Inspection>> {
+        let inspection = self.client.engine().inspect(&*self.kind, None).await?;
+        Ok(inspection.exists().then_some(inspection))
+    }
+
+    /// Ends the current run whoever runs it, as an operator would: deletes the key (a fredlock
+    /// instance's job is cancelled as soon as its client hears of it, at once when it listens
+    /// for force unlocks), and wakes the waiting instances. The last tick stays. `true` if the
+    /// job was taken.
+    ///
+    /// # Errors
+    ///
+    /// As [`holder`](Self::holder).
+    ///
+    /// # Cancel safety
+    ///
+    /// The deletion happens or not as a whole.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.kind.force_unlock(&self.client).await
+    }
+
+    /// Fails for settings a run cannot use, before anything is sent.
+    fn check(&self) -> Result<()> {
+        let key = self.key();
+        // The name, not the key: a name may end with ':', and the key of an empty one does.
+        if self.name.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "a job lock's name must not be empty (its key would be {key:?})"
+            )));
+        }
+        if self.host.is_empty()
+            || self
+                .host
+                .chars()
+                .any(|c| c == ':' || c == '@' || c.is_whitespace())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "the host {:?} of job lock {key:?} must not be empty nor contain ':', '@' or \
+                 whitespace: ShedLock's value reads \"ADDED:<time>@<host>:<id>\"",
+                self.host
+            )));
+        }
+        durations::check(
+            format_args!("the at_most_for of job lock {key:?}"),
+            self.at_most_for,
+            durations::MIN_LEASE,
+        )?;
+        if self.at_least_for > self.at_most_for {
+            return Err(Error::InvalidArgument(format!(
+                "the at_least_for ({:?}) of job lock {key:?} is above its at_most_for ({:?})",
+                self.at_least_for, self.at_most_for
+            )));
+        }
+        let watchdog_lease = self.client.engine().core().watchdog_lease;
+        if self.keep_alive.is_some() && self.at_most_for < watchdog_lease {
+            return Err(Error::InvalidArgument(format!(
+                "job lock {key:?} keeps alive with an at_most_for ({:?}) below the client's \
+                 watchdog lease ({watchdog_lease:?}): its first renewal would come too late",
+                self.at_most_for
+            )));
+        }
+        Ok(())
+    }
+
+    /// A span for one run.
+    fn span(&self, how: &'static str) -> tracing::Span {
+        tracing::info_span!(
+            "job",
+            job = %self.key(), how, host = %self.host,
+            outcome = tracing::field::Empty,
+        )
+    }
+
+    /// How the engine keeps a run's hold: renewed by the watchdog with keep-alive, else fixed.
+    fn lease(&self) -> Lease {
+        if self.keep_alive.is_some() {
+            Lease::Watchdog
+        } else {
+            Lease::Fixed(self.at_most_for)
+        }
+    }
+
+    /// A new run: its value, and the kind the engine keeps its hold with.
+    fn new_run(&self) -> Arc<JobRunKind> {
+        let n = RUNS.fetch_add(1, Ordering::Relaxed);
+        let value = format!(
+            "ADDED:{}@{}:{}:{n}",
+            iso_utc(SystemTime::now()),
+            self.host,
+            self.client.id().hyphenated()
+        );
+        Arc::new(JobRunKind {
+            profile: self.kind.profile.clone(),
+            field: Field::from(value),
+            at_most_for_ms: Value::from(millis(self.at_most_for) as i64),
+            at_least_for: self.at_least_for,
+            started: OnceLock::new(),
+        })
+    }
+
+    /// Takes the job with ShedLock's `SET NX PX` (with `GET`, which says who has it when it
+    /// is taken): `Err` with the holder's value when busy.
+    async fn take(&self, run: &Arc<JobRunKind>) -> Result<std::result::Result<Guard, Value>> {
+        let key = run.profile.keys().get(KEY);
+        let value = run.field.clone();
+        let at_most_for = millis(self.at_most_for) as i64;
+        let won = engine::take(
+            self.client.engine(),
+            run.clone(),
+            run.field.clone(),
+            self.lease(),
+            move |writer| async move {
+                let slot = || {
+                    writer
+                        .client
+                        .is_clustered()
+                        .then(|| fred::util::redis_keyslot(key.as_bytes()))
+                };
+                let reply: Value = write(&writer, Attempts::UntilSent, slot, |redis| {
+                    redis.set(
+                        key.clone(),
+                        Value::String(value.clone()),
+                        Some(Expiration::PX(at_most_for)),
+                        Some(SetOptions::NX),
+                        true,
+                    )
+                })
+                .await?;
+                Ok((!reply.is_null()).then_some(reply))
+            },
+        )
+        .await?;
+        Ok(won.map(|win| win.guard))
+    }
+
+    /// Takes the job for the tick `tick_ms` (see the `tick` script): `Err` with the script's
+    /// reply when the tick was run or someone runs the job.
+    async fn take_tick(
+        &self,
+        run: &Arc<JobRunKind>,
+        tick_ms: u64,
+    ) -> Result<std::result::Result<Guard, Value>> {
+        let keys = run.profile.keys();
+        let call = Call {
+            script: &JOB_TICK_ACQUIRE,
+            keys: vec![keys.get(KEY), keys.get(TICK)],
+            args: vec![
+                Value::String(run.field.clone()),
+                run.at_most_for_ms.clone(),
+                Value::from(tick_ms as i64),
+                Value::from(millis(self.ticks_kept_for) as i64),
+            ],
+        };
+        let won = engine::take(
+            self.client.engine(),
+            run.clone(),
+            run.field.clone(),
+            self.lease(),
+            move |writer| async move {
+                let reply: Value = call.run(&writer).await?;
+                Ok((!reply.is_null()).then_some(reply))
+            },
+        )
+        .await?;
+        Ok(won.map(|win| win.guard))
+    }
+
+    /// Runs `job` under `guard` until it ends or the lock does, then gives the job back.
+    async fn execute<T, F>(&self, run: &JobRunKind, guard: Guard, job: F) -> JobRun<T>
+    where
+        F: Future<Output = T>,
+    {
+        let started = Instant::now();
+        // At-least-for counts from the start, as ShedLock counts it.
+        let _ = run.started.set(started);
+        let cap = self.keep_alive.map(|up_to| started + up_to);
+        let output = {
+            let capped = async {
+                match cap {
+                    Some(cap) => tokio::time::sleep_until(cap).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let capped_job = async {
+                tokio::select! {
+                    biased;
+                    () = capped => {
+                        tracing::warn!(job = %self.key(), owner = %run.field, "the job outran its keep-alive; the job was cancelled");
+                        None
+                    }
+                    output = job => Some(output),
+                }
+            };
+            // Lost first: a job that ends as its lock does is reported lost.
+            let engine = self.client.engine();
+            // Boxed: the job's future inside two selects overflows a debug build's stack.
+            match engine.while_held(guard.lost(), Box::pin(capped_job)).await {
+                Some(output) => output,
+                None => {
+                    tracing::warn!(job = %self.key(), owner = %run.field, "job lock lost while the job ran; the job was cancelled");
+                    None
+                }
+            }
+        };
+        let ran_for = started.elapsed();
+        let released = Box::pin(guard.unlock()).await;
+        if let (Some(_), Err(error)) = (&output, &released) {
+            tracing::warn!(job = %self.key(), %error, "the job ran, but giving it back failed; its TTL ends it");
+        }
+        let outcome = if output.is_some() { "ran" } else { "lost" };
+        tracing::Span::current().record("outcome", outcome);
+        self.client.engine().core().metrics.work_ended(
+            RUN_METRICS,
+            JOB.label,
+            self.key(),
+            outcome,
+            Some(ran_for),
+        );
+        match output {
+            Some(output) => JobRun::Ran(output),
+            None => JobRun::Lost,
+        }
+    }
+
+    /// The holder whose value a `SET .. GET` found, with its remaining time (one `PTTL`; none
+    /// when that read fails or the key went meanwhile).
+    async fn holder_seen(&self, value: Value) -> Option<JobHolder> {
+        let value = value.as_string()?;
+        let pttl: Option<i64> = self.client.redis().pttl(self.key()).await.ok();
+        Some(JobHolder {
+            value,
+            remaining: pttl
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
+        })
+    }
+
+    /// A skipped run, with the holder its caller saw (if any) and `last_tick`.
+    fn skipped<T>(&self, holder: Option<JobHolder>, last_tick: Option<SystemTime>) -> JobRun<T> {
+        tracing::Span::current().record("outcome", "skipped");
+        tracing::debug!(job = %self.key(), holder = ?holder.as_ref().map(JobHolder::value), "job skipped");
+        self.client.engine().core().metrics.work_ended(
+            RUN_METRICS,
+            JOB.label,
+            self.key(),
+            "skipped",
+            None,
+        );
+        JobRun::Skipped(Skipped { holder, last_tick })
+    }
+}

@@ -1,0 +1,105 @@
+//! The differential harness every model's test against the real scripts shares: loading a
+//! model's server state into Redis, reading it back, and the real replies as the model's.
+
+use super::*;
+
+/// One tick of the model, in milliseconds on the real server: long enough that no key expires
+/// while a case runs.
+pub(crate) const TICK_MS: i64 = 10_000;
+
+/// The fenced lock's token counter in the differential test.
+pub(crate) const COUNTER: &str = "{model}:counter";
+
+pub(crate) fn field(owner: Owner) -> String {
+    format!("1b4e28ba-2fa1-11d2-883f-0016d3cca427:{owner}")
+}
+
+/// Writes `server` to Redis at key `name` (its fences at `fences`), as of server tick `now`.
+pub(crate) async fn load(raw: &Client, name: &str, fences: &str, server: &Server, now: u8) {
+    let _: i64 = raw.del(vec![name, fences, COUNTER]).await.unwrap();
+    if let Some(counter) = server.counter {
+        let _: () = raw.set(COUNTER, counter, None, None, false).await.unwrap();
+    }
+    if !server.holds.is_empty() {
+        let fields: Vec<(String, u32)> = server
+            .holds
+            .iter()
+            .map(|(&owner, &count)| (field(owner), count))
+            .collect();
+        let _: i64 = raw.hset(name, fields).await.unwrap();
+        if let Some((owner, epoch)) = server.term {
+            let record = [
+                ("leader:identity", format!("pod-{owner}")),
+                ("leader:epoch", epoch.to_string()),
+                ("leader:since", "1795000000000".to_string()),
+            ];
+            let _: i64 = raw.hset(name, record.to_vec()).await.unwrap();
+        }
+        let ms = i64::from(server.expires - now) * TICK_MS;
+        let _: bool = raw.pexpire(name, ms, None).await.unwrap();
+    }
+    if !server.fences.is_empty() {
+        let members: Vec<String> = server
+            .fences
+            .iter()
+            .map(|&(owner, req)| format!("{}:{req}", field(owner)))
+            .collect();
+        let _: i64 = raw.sadd(fences, members).await.unwrap();
+    }
+}
+
+/// Reads Redis back as the model's server at tick `now`.
+pub(crate) async fn read(raw: &Client, name: &str, fences: &str, now: u8) -> Server {
+    let fields: std::collections::HashMap<String, String> = raw.hgetall(name).await.unwrap();
+    let mut server = Server::default();
+    for (key, value) in &fields {
+        if !key.starts_with("leader:") {
+            let owner = owner_of(key);
+            server.holds.insert(owner, value.parse().unwrap());
+        }
+    }
+    if let (Some(identity), Some(epoch)) =
+        (fields.get("leader:identity"), fields.get("leader:epoch"))
+    {
+        let owner = identity.strip_prefix("pod-").unwrap().parse().unwrap();
+        server.term = Some((owner, epoch.parse().unwrap()));
+    }
+    if !server.holds.is_empty() {
+        let pttl: i64 = raw.pttl(name).await.unwrap();
+        server.expires = now + ((pttl + TICK_MS - 1) / TICK_MS) as u8;
+    }
+    server.counter = raw.get(COUNTER).await.unwrap();
+    let members: Vec<String> = raw.smembers(fences).await.unwrap();
+    for member in members {
+        let mut parts = member.rsplitn(3, ':');
+        let req = parts.next().unwrap().parse().unwrap();
+        let owner = parts.next().unwrap().parse().unwrap();
+        server.fences.insert((owner, req));
+    }
+    server
+}
+
+/// An acquire step of the model: server, now, owner, lease, holds, request id, lost ids.
+pub(crate) type Step = fn(&mut Server, u8, Owner, u8, u32, Req, &[Req]) -> Reply;
+
+/// The real script's reply as the model's.
+pub(crate) fn reply(value: Result<Value, fred::error::Error>, millis: bool) -> Reply {
+    match value {
+        Ok(Value::Null) => Reply::Nil,
+        Ok(Value::Integer(n)) if millis && n > 0 => Reply::Int((n + TICK_MS - 1) / TICK_MS),
+        Ok(Value::Integer(n)) => Reply::Int(n),
+        Ok(Value::Array(pair)) => match pair.as_slice() {
+            [Value::Integer(token), Value::Integer(afresh)] => {
+                Reply::Token(*token as u64, *afresh == 1)
+            }
+            other => panic!("unexpected reply {other:?}"),
+        },
+        Err(error) if error.details().contains("STALE") => Reply::Stale,
+        other => panic!("unexpected reply {other:?}"),
+    }
+}
+
+/// The owner whose field is `field` (see [`field`]).
+pub(crate) fn owner_of(field: &str) -> Owner {
+    field.rsplit(':').next().unwrap().parse().unwrap()
+}

@@ -393,3 +393,81 @@ async fn a_lease_holds_every_member_for_that_long() {
     })
     .await;
 }
+
+/// `with_lock` (from `DistributedLock`) runs the work while every member is held, returns its
+/// value and gives every member back; when a member is lost under the work, the work is
+/// dropped, its token cancelled, and `Error::Lost` names that member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_lock_runs_the_work_under_every_member_and_stops_it_at_a_loss() {
+    bounded(async {
+        let setup = Setup::start().await;
+        let multi = setup.multi(0, &["a", "b"]);
+        let seen = multi
+            .with_lock(|_lost| async {
+                (
+                    setup.lock(1, "a").is_locked().await.unwrap(),
+                    setup.lock(1, "b").is_locked().await.unwrap(),
+                )
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen, (true, true), "the work ran with every member held");
+        assert!(!setup.lock(1, "a").is_locked().await.unwrap());
+        assert!(!setup.lock(1, "b").is_locked().await.unwrap());
+
+        // Busy: try_with_lock within a short wait gives None and does not call the work.
+        let other = setup.lock(1, "b").with_owner(fredlock::OwnerId::unique());
+        let held = other.lock().await.unwrap();
+        let called = Arc::new(AtomicUsize::new(0));
+        let ran = multi
+            .try_with_lock(Duration::from_millis(50), None, |_lost| {
+                called.fetch_add(1, Ordering::SeqCst);
+                async {}
+            })
+            .await
+            .unwrap();
+        assert!(ran.is_none() && called.load(Ordering::SeqCst) == 0);
+        held.unlock().await.unwrap();
+
+        // A member lost under the work.
+        let watchdog = Duration::from_millis(900);
+        let watched = MultiLock::new(vec![
+            setup.servers[0].lock_client(watchdog).await.lock("a"),
+            setup.servers[1].lock_client(watchdog).await.lock("b"),
+        ])
+        .unwrap();
+        let raw = setup.servers[1].raw().await;
+        let cancelled = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let outcome = watched
+            .with_lock(|lost| {
+                let cancelled = cancelled.clone();
+                let raw = raw.clone();
+                async move {
+                    tokio::spawn(async move {
+                        lost.cancelled().await;
+                        cancelled.fetch_add(1, Ordering::SeqCst);
+                    });
+                    let _: i64 = raw.del("b").await.unwrap();
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+            })
+            .await;
+        match outcome {
+            Err(Error::Lost { lock, .. }) => assert_eq!(lock, "b"),
+            other => panic!("expected the loss of b, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the work was not dropped"
+        );
+        assert!(
+            common::eventually(Duration::from_secs(1), || async {
+                cancelled.load(Ordering::SeqCst) == 1
+            })
+            .await,
+            "the work's token was not cancelled"
+        );
+    })
+    .await
+}

@@ -864,3 +864,40 @@ async fn unconfirmed_releases_name_each_node_and_its_reason() {
     })
     .await
 }
+
+/// `with_lock` (from `DistributedLock`) runs the work while a majority holds the value,
+/// returns its value and deletes the key on every node; a fixed lease that ends under the work
+/// drops the work and reports `Error::Lost` naming the Redlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_lock_runs_the_work_under_a_majority_and_stops_it_at_a_loss() {
+    bounded(async {
+        let servers = start_servers(3);
+        let raws = raws(&servers).await;
+        let redlock = quick(clients(&urls(&servers)).await, Duration::from_secs(3));
+        let seen = redlock
+            .with_lock(|_lost| async { values(&raws).await })
+            .await
+            .unwrap();
+        assert!(
+            seen.iter().filter(|value| value.is_some()).count() >= 2,
+            "the work ran without a majority: {seen:?}"
+        );
+        assert_eq!(values(&raws).await, [None, None, None], "not released");
+
+        let started = Instant::now();
+        let outcome = redlock
+            .try_with_lock(Duration::ZERO, Duration::from_millis(300), |_lost| {
+                tokio::time::sleep(Duration::from_secs(30))
+            })
+            .await;
+        match outcome {
+            Err(Error::Lost { lock, .. }) => assert_eq!(lock, NAME),
+            other => panic!("expected the Redlock lost at the end of its lease, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the work was not dropped"
+        );
+    })
+    .await
+}

@@ -53,6 +53,10 @@ pub(crate) const REENTRY_REFUSED: &str = concat!(
 /// lives; if the process dies, the lock frees itself within the client's watchdog lease (30 s
 /// by default). A lock taken with a lease ends when the lease does, held or not.
 ///
+/// Its acquisitions are [`DistributedLock`]'s (`lock`, `try_lock(wait, lease)`, `with_lock`,
+/// ..) and its reads [`LockFamily`]'s (`is_locked`, `hold_count`, `inspect`, ..): bring them
+/// into scope with `use fredlock::prelude::*`.
+///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;

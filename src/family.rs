@@ -193,8 +193,10 @@ pub trait DistributedLock: Send + Sync {
     /// cleanly at a point of its choosing (a fenced lock hands its fencing token beside it).
     /// If the lock is lost while the future runs, the future is dropped at its next await and
     /// [`Error::Lost`](crate::Error::Lost) returned: the work never goes on unprotected past
-    /// the moment the loss is known. A [`shutdown`](crate::LockClient::shutdown) drops the
-    /// work before it gives the hold back.
+    /// the moment the loss is known. For a lock of one client, that client's
+    /// [`shutdown`](crate::LockClient::shutdown) drops the work before it gives the hold back
+    /// (a `MultiLock`'s or a `RedLock`'s work is tracked by its first member's or node's
+    /// client only).
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {

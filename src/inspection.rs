@@ -449,7 +449,7 @@ pub(crate) fn text(value: &Value) -> String {
 }
 
 /// A PTTL reply as an expiry: `None` for a key without one.
-pub(crate) fn millis(pttl: i64) -> Option<Duration> {
+pub(crate) fn expiry(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }
 

@@ -243,7 +243,6 @@ impl CountDownLatch {
     fn kind(&self) -> LatchKind {
         LatchKind {
             profile: self.profile.clone(),
-            found_by_name: false,
         }
     }
 
@@ -281,7 +280,6 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
         let latch = CountDownLatch::at(client, key);
         let kind = LatchKind {
             profile: ProfileOf::new(&COUNTER, latch.profile.keys().clone()),
-            found_by_name: true,
         };
         Box::new(Counted {
             client: client.clone(),
@@ -293,8 +291,6 @@ pub(crate) const COUNTER_LAYOUT: Layout = Layout {
 /// A latch, as the engine's inspections and name checks see it; nobody acquires it.
 pub(crate) struct LatchKind {
     profile: ProfileOf<[u32; 0]>,
-    /// Whether it is an integer string found by name, which may be a semaphore's as well.
-    found_by_name: bool,
 }
 
 /// The latch's class: reaching zero wakes every waiter.
@@ -334,7 +330,8 @@ impl Inspect for LatchKind {
     }
     fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
         let count = tail.number();
-        Ok(if self.found_by_name {
+        // An integer string found by name has the counter's class: it may be a semaphore's.
+        Ok(if std::ptr::eq(self.profile().class(), &COUNTER) {
             Details::Counter { value: count }
         } else {
             Details::Latch { count }

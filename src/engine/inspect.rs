@@ -17,7 +17,7 @@ use crate::engine::profile::Wake;
 use crate::engine::{naming, Engine};
 use crate::error::Result;
 use crate::inspection::{
-    keys_without_expiry, millis, text, Details, Holder, Inspection, KeyState, Leak, QueuedWaiter,
+    expiry, keys_without_expiry, text, Details, Holder, Inspection, KeyState, Leak, QueuedWaiter,
     Tail,
 };
 
@@ -73,7 +73,7 @@ fn parse(kind: &dyn Inspect, reply: Value) -> Result<Inspection, String> {
         .iter()
         .map(|pair| KeyState {
             key: text(&pair[0]),
-            ttl: millis(pair[1].as_i64().unwrap_or(-1)),
+            ttl: expiry(pair[1].as_i64().unwrap_or(-1)),
         })
         .collect();
     let name = kind.profile().name();
@@ -88,7 +88,7 @@ fn parse(kind: &dyn Inspect, reply: Value) -> Result<Inspection, String> {
             owner: text(&holder[0]),
             count: holder[1].as_u64().unwrap_or(0),
             remaining_lease: match &holder[3] {
-                Value::Integer(ms) => millis(*ms),
+                Value::Integer(ms) => expiry(*ms),
                 _ => main_ttl,
             },
             fencing_token: holder[2].as_u64(),
@@ -180,7 +180,7 @@ impl Engine {
                     if ttl != -2 {
                         inspection.orphans.push(KeyState {
                             key,
-                            ttl: millis(ttl),
+                            ttl: expiry(ttl),
                         });
                     }
                 }

@@ -436,9 +436,7 @@ impl JobLock {
         let pttl: Option<i64> = self.client.redis().pttl(self.key()).await.ok();
         Some(JobHolder {
             value,
-            remaining: pttl
-                .and_then(|ms| u64::try_from(ms).ok())
-                .map(Duration::from_millis),
+            remaining: pttl.and_then(crate::inspection::expiry),
         })
     }
 

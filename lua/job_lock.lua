@@ -1,6 +1,6 @@
 -- Job lock: a scheduled job runs on one instance at a time, in ShedLock's
 -- Redis layout (see ../shared/DESIGN.md, section 4b), so that a Spring service
--- and a Rust service share a job. Composed by src/job.rs.
+-- and a Rust service share a job. Composed by src/job/mod.rs.
 --
 --   <prefix>:<env>:<name>              string "ADDED:<ISO-8601 time>@<host>:<id>",
 --                                      a new one per acquisition; its TTL is
@@ -11,8 +11,9 @@
 --                                      any instance started (ms since the Unix
 --                                      epoch), kept for a set time
 --
--- The acquisition itself is ShedLock's `SET NX PX`, sent as a plain command;
--- these scripts do the rest. Every change compares the value first: a key that
+-- A run's single attempt is ShedLock's `SET NX PX` (with GET), sent as a
+-- plain command (src/job/kind.rs); these scripts do the rest. Every attempt
+-- replies in the engine's shape (src/engine/kind.rs, Reply). Every change compares the value first: a key that
 -- is not ours (another node's, after ours expired) is never touched, the bug
 -- of ShedLock's unsafe delete (#2583).
 
@@ -113,17 +114,6 @@ if value == ARGV[1] then
 end
 return sleep_ms(KEYS[1], tonumber(ARGV[3]))
 
---- script: free
--- Whether the job is free, for an instance that waits for it: nil when it is,
--- else how long to sleep at most before looking again (see sleep_ms).
---
--- KEYS[1]  job key
--- ARGV[1]  the longest sleep in ms
-if redis.call('exists', KEYS[1]) == 0 then
-    return nil
-end
-return sleep_ms(KEYS[1], tonumber(ARGV[1]))
-
 --- script: tick
 -- Takes the job for one scheduled tick: only if no instance started that tick
 -- or a later one, and nobody runs the job now. The tick is recorded with the
@@ -135,23 +125,32 @@ return sleep_ms(KEYS[1], tonumber(ARGV[1]))
 -- ARGV[2]  at-most-for in ms
 -- ARGV[3]  the tick (ms since the Unix epoch)
 -- ARGV[4]  how long the last tick is kept, in ms
+-- ARGV[5]  the longest sleep in ms
 --
--- Reply: nil when taken; {0, last tick} when that tick or a later one was
--- started; {1, holder's value, its pttl} when someone runs the job.
+-- Reply, in the engine's shape: nil when taken (or ours already: a resend,
+-- whose tick is recorded); the last tick, a string, when that tick or a later
+-- one was started (refused: waiting would not change it); else, while another
+-- run holds the job, how long to sleep at most before trying again (see
+-- sleep_ms).
+local value, problem = job_value(KEYS[1])
+if problem then
+    return problem
+end
+if value == ARGV[1] then
+    -- As the acquire script's resend.
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return nil
+end
 local last = redis.pcall('get', KEYS[2])
 if type(last) == 'table' and last['err'] then
     return redis.error_reply('WRONGTYPE not a job lock tick (a string): ' .. KEYS[2])
 end
 last = tonumber(last or '')
 if last and last >= tonumber(ARGV[3]) then
-    return {0, tostring(last)}
-end
-local value, problem = job_value(KEYS[1])
-if problem then
-    return problem
+    return tostring(last)
 end
 if value then
-    return {1, value, redis.call('pttl', KEYS[1])}
+    return sleep_ms(KEYS[1], tonumber(ARGV[5]))
 end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])

@@ -817,3 +817,125 @@ async fn an_uncontended_run_is_one_set_and_one_script_call() {
     })
     .await;
 }
+
+/// A run whose reply was lost on the way back fails (it does not know whether it took the job),
+/// and the value its call may have set is deleted at once (the engine's settle of a lost reply),
+/// so the job is free again rather than after `at_most_for`; a tick whose reply was lost counts
+/// as run, as a cancelled one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_reply_was_lost_fails_and_leaves_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = common::StallingProxy::start(server.port());
+        let client =
+            common::configured_client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1)))
+                .await;
+        let job = client
+            .job_lock("lost-reply")
+            .at_most_for(Duration::from_secs(60));
+        let key = "job-lock:default:lost-reply";
+        let quiet = || async {
+            client.redis().wait_for_connect().await.unwrap();
+            let _: String = client.redis().ping(None).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let freed = || async {
+            eventually(Duration::from_secs(5), || async {
+                !raw.exists::<bool, _>(key).await.unwrap()
+            })
+            .await
+        };
+        let tick = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        // The scripts cached and the client's own channel subscribed first, so that the reply
+        // lost below is the attempt's own.
+        assert!(job.run_tick(tick, async {}).await.unwrap().is_ran());
+        assert!(job.run(async {}).await.unwrap().is_ran());
+        common::listening_for_force_unlocks(&raw, &client).await;
+
+        for lost in ["SET", "tick"] {
+            quiet().await;
+            let next = tick + Duration::from_secs(60);
+            proxy.lose_next_reply();
+            let failed = match lost {
+                "SET" => job.run(async { 1 }).await,
+                _ => job.run_tick(next, async { 1 }).await,
+            };
+            assert!(!proxy.reply_pending_loss(), "{lost}: the reply was lost");
+            assert!(failed.is_err(), "{lost}: {failed:?}");
+            assert!(freed().await, "{lost}: the value its call set was deleted");
+        }
+        assert!(matches!(
+            job.run(async { 2 }).await.unwrap(),
+            JobRun::Ran(2)
+        ));
+        let next = tick + Duration::from_secs(60);
+        match job.run_tick(next, async { 3 }).await.unwrap() {
+            JobRun::Skipped(skipped) => assert_eq!(skipped.last_tick(), Some(next)),
+            other => panic!("a tick whose reply was lost ran again: {other:?}"),
+        }
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// The tick script, called by hand: the same run's attempt sent again (after a lost reply, by
+/// a run that waits) finds the job its first attempt took and wins again, restarting the
+/// expiry; another run is refused with the last tick, a string; while another run holds the
+/// job for an earlier tick, an attempt for a later one is told how long to sleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tick_script_replies_in_the_engines_shape_and_takes_a_resend() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let tick = fredlock::script_source("job_tick").unwrap();
+        let keys = vec![
+            "job-lock:default:t",
+            "fredlock_job_tick:{job-lock:default:t}",
+        ];
+        let call = |value: &'static str, at_most_for: i64, tick_ms: i64| {
+            let raw = raw.clone();
+            let keys = keys.clone();
+            async move {
+                let reply: Value = raw
+                    .eval(
+                        tick,
+                        keys,
+                        vec![
+                            value.to_string(),
+                            at_most_for.to_string(),
+                            tick_ms.to_string(),
+                            "60000".into(),
+                            "500".into(),
+                        ],
+                    )
+                    .await
+                    .unwrap();
+                reply
+            }
+        };
+        assert_eq!(call("run-a", 20_000, 1_000).await, Value::Null, "taken");
+        assert_eq!(
+            call("run-a", 40_000, 1_000).await,
+            Value::Null,
+            "the resend wins"
+        );
+        let pttl: i64 = raw.pttl(keys[0]).await.unwrap();
+        assert!(
+            pttl > 20_000,
+            "the resend restarted the expiry (PTTL {pttl} ms)"
+        );
+        assert_eq!(
+            call("run-b", 20_000, 1_000).await,
+            Value::String("1000".into()),
+            "refused with the last tick"
+        );
+        match call("run-b", 20_000, 2_000).await {
+            Value::Integer(ms) => assert!((1..=500).contains(&ms), "{ms}"),
+            other => panic!("a later tick waits for the run of an earlier one: {other:?}"),
+        }
+        let value: String = raw.get(keys[0]).await.unwrap();
+        assert_eq!(value, "run-a");
+    })
+    .await;
+}

@@ -52,6 +52,8 @@ enum Attempt {
     Busy {
         retry_after: Duration,
     },
+    /// Refused for good: what the script said instead.
+    Refused(Value),
     /// The caller's deadline passed before the reply came; the attempt is undone if it won.
     TimedOut,
 }
@@ -63,6 +65,25 @@ enum Outcome {
     Won(Win),
     /// Held by another owner: the PTTL in ms, and for a queueing kind the place in its queue.
     Busy(i64, Option<UndoOnDrop>),
+    Refused(Value),
+}
+
+/// How an acquisition of [`acquire_as`] ended, when it did not fail.
+pub(crate) enum Acquired {
+    Won(Win),
+    /// Busy until the wait ended.
+    Busy,
+    /// Refused for good: what the acquire call said instead (see [`Reply`]).
+    Refused(Value),
+}
+
+impl Acquired {
+    fn won(self) -> Option<Win> {
+        match self {
+            Acquired::Won(win) => Some(win),
+            Acquired::Busy | Acquired::Refused(_) => None,
+        }
+    }
 }
 
 /// Acquires `kind` for `owner`, waiting at most `wait` (`None`: as long as it takes): `Ok(None)`
@@ -86,18 +107,20 @@ pub(crate) fn acquire(
     let field = engine
         .core()
         .field_with(owner, kind.profile().field_suffix());
-    acquire_as(engine, kind, field, wait, lease)
+    let acquired = acquire_as(engine, kind, field, wait, lease);
+    async move { acquired.await.map(Acquired::won) }
 }
 
 /// [`acquire`] for a primitive whose holds are not an owner's but each acquisition's own
-/// `field` (a job lock's run, whose value is new every time).
+/// `field` (a job lock's run, whose value is new every time), and whose acquire call may refuse
+/// for good ([`Acquired::Refused`]).
 pub(crate) fn acquire_as(
     engine: &Engine,
     kind: Arc<dyn Kind>,
     field: Field,
     wait: Option<Duration>,
     lease: Lease,
-) -> impl Future<Output = Result<Option<Win>>> + Send + '_ {
+) -> impl Future<Output = Result<Acquired>> + Send + '_ {
     let pair = Pair::new(kind.profile().name_text(), field);
     // The class, not its label: a pointer is half a `&str` in every waiting task.
     let class = kind.profile().class();
@@ -111,10 +134,10 @@ pub(crate) fn acquire_as(
         let result = acquire_loop(engine, kind, &pair, wait, lease, started).await;
         let waited = started.elapsed();
         let ended = match &result {
-            Ok(Some(win)) => Ended::Acquired {
+            Ok(Acquired::Won(win)) => Ended::Acquired {
                 contended: win.contended,
             },
-            Ok(None) => Ended::TimedOut,
+            Ok(Acquired::Busy | Acquired::Refused(_)) => Ended::TimedOut,
             Err(error) => Ended::Failed(error),
         };
         engine
@@ -137,7 +160,7 @@ async fn acquire_loop(
     wait: Option<Duration>,
     lease: Lease,
     started: Instant,
-) -> Result<Option<Win>> {
+) -> Result<Acquired> {
     // Locals that only name what the pair or the engine hold are not kept: every one would
     // be room in every waiting task.
     engine.core().ensure_open()?;
@@ -194,7 +217,10 @@ async fn acquire_loop(
             )
         })
         .await;
-        if matches!(attempt, Ok(Attempt::Won(_) | Attempt::Busy { .. })) {
+        if matches!(
+            attempt,
+            Ok(Attempt::Won(_) | Attempt::Busy { .. } | Attempt::Refused(_))
+        ) {
             // A reply: it carried the fences of every earlier lost one.
             settle.disarm();
         }
@@ -213,7 +239,11 @@ async fn acquire_loop(
                         waited_ms = started.elapsed().as_millis() as u64,
                         "acquired"
                     );
-                    return Ok(Some(win));
+                    return Ok(Acquired::Won(win));
+                }
+                Ok(Attempt::Refused(said)) => {
+                    boxed(|| leave_now(queued)).await;
+                    return Ok(Acquired::Refused(said));
                 }
                 Ok(Attempt::Busy { retry_after }) => {
                     reached = true;
@@ -251,7 +281,7 @@ async fn acquire_loop(
             }
         };
         if single_attempt {
-            return Ok(None);
+            return Ok(Acquired::Busy);
         }
         let until = bounded(Instant::now() + pause, deadline(started, wait));
         if !engine.core().redis().is_connected() {
@@ -305,87 +335,6 @@ async fn acquire_loop(
     }
 }
 
-/// Takes `kind` as `field` with one command of the primitive's own instead of an acquire script
-/// (a job lock's `SET NX PX`, whose layout is another library's): a single attempt, which the
-/// engine then keeps as it keeps every hold (renewed or checked by the watchdog, released by the
-/// guard, handed over at shutdown). `send` sends the command on the writer it is given and
-/// replies `None` when it took the hold, or what held it instead (`Err` of the outcome: the
-/// holder's value, say).
-///
-/// The outcome is always observed: a caller that goes away mid-call leaves a won hold to its
-/// guard's drop, which gives it back; a reply that was lost may have taken it, and is given back
-/// the same way.
-pub(crate) async fn take<F, Fut>(
-    engine: &Engine,
-    kind: Arc<dyn Kind>,
-    field: Field,
-    lease: Lease,
-    send: F,
-) -> Result<std::result::Result<Win, Value>>
-where
-    F: FnOnce(crate::engine::Writer) -> Fut + Send + 'static,
-    Fut: Future<Output = std::result::Result<Option<Value>, fred::error::Error>> + Send + 'static,
-{
-    let core = engine.core();
-    core.ensure_open()?;
-    check_primitive(&*kind)?;
-    lease.check(kind.profile().name())?;
-    let label = kind.profile().label();
-    let pair = Pair::new(kind.profile().name_text(), field);
-    let started = Instant::now();
-    let result = if core.redis().is_connected() {
-        let task_engine = engine.clone();
-        let task_pair = pair.clone();
-        let call = InFlight::new(|| async move {
-            let engine = task_engine;
-            let core = engine.core();
-            let sent_at = Instant::now();
-            let reply = send(core.writer.clone()).await;
-            let hold = || {
-                let (hold, _) = core.holds.attach(&task_pair, lease, sent_at, &kind, None);
-                if matches!(
-                    kind.profile().class().wake,
-                    WakeRule::Shared(_) | WakeRule::PerWaiter(_)
-                ) {
-                    core.pubsub.listen_own();
-                }
-                Guard::new(engine.clone(), hold, kind.clone(), lease)
-            };
-            match reply {
-                Ok(None) => Ok(Ok(hold())),
-                Ok(Some(holder)) => Ok(Err(holder)),
-                Err(error) => {
-                    // Sent, and maybe done (its reply lost on the way): held only to be given
-                    // back at once by the guard's drop. A refusal took nothing.
-                    if crate::error::reply_lost(&error) {
-                        drop(hold());
-                    }
-                    Err(error)
-                }
-            }
-        });
-        match call.await {
-            Ok(Ok(guard)) => Ok(Ok(Win {
-                guard,
-                value: None,
-                contended: false,
-            })),
-            Ok(Err(holder)) => Ok(Err(holder)),
-            Err(error) => Err(engine.redis_error(&pair.name, Some(&pair.field), error)),
-        }
-    } else {
-        Err(unavailable(engine, &pair.name, Some(not_connected())))
-    };
-    let ended = match &result {
-        Ok(Ok(_)) => Ended::Acquired { contended: false },
-        Ok(Err(_)) => Ended::TimedOut,
-        Err(error) => Ended::Failed(error),
-    };
-    core.metrics
-        .acquire_ended(label, &pair.name, started.elapsed(), &ended);
-    result
-}
-
 /// Waits until a condition of `kind` holds, for a primitive whose waiters take nothing (a
 /// count-down latch's): `check` makes the read-only call that replies nil when it holds, or the
 /// longest to sleep before looking again (ms; -1 for a key without expiry, a watchdog period).
@@ -426,6 +375,8 @@ pub(crate) async fn wait_until(
         };
         let pause = match looked {
             Ok(Reply::Won { .. }) => return Ok(true),
+            // A condition a look refuses for good will not hold.
+            Ok(Reply::Refused(_)) => return Ok(false),
             Ok(Reply::Busy(ms)) => {
                 reached = true;
                 errors = 0;
@@ -551,16 +502,16 @@ async fn join(
     }
 }
 
-/// How a wait that ran out ends: `Ok(None)` when Redis said the lock was held, else what kept
+/// How a wait that ran out ends: busy when Redis said the lock was held, else what kept
 /// every attempt from an answer that counts: an outage, or replicas that never confirmed.
 fn gave_up(
     engine: &Engine,
     name: &str,
     reached: bool,
     last_failure: Option<Box<Error>>,
-) -> Result<Option<Win>> {
+) -> Result<Acquired> {
     if reached {
-        return Ok(None);
+        return Ok(Acquired::Busy);
     }
     match last_failure.map(|failure| *failure) {
         Some(not_replicated @ Error::NotReplicated { .. }) => Err(not_replicated),
@@ -644,6 +595,7 @@ async fn attempt(
                 let queued = place_ms.map(|_| leave_undo(core, &task_kind, task_field));
                 Ok(Outcome::Busy(pttl, queued))
             }
+            Ok(Reply::Refused(said)) => Ok(Outcome::Refused(said)),
             Ok(Reply::Won { afresh, value }) => {
                 if afresh {
                     core.holds.lose(&task_pair);
@@ -685,6 +637,7 @@ async fn attempt(
     };
     match reply {
         Ok(Outcome::Won(win)) => Ok(Attempt::Won(win)),
+        Ok(Outcome::Refused(said)) => Ok(Attempt::Refused(said)),
         Ok(Outcome::Busy(pttl, queued)) => {
             // The waiter's own place (armed since before its first attempt) covers this one.
             if let Some(queued) = queued {

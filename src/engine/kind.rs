@@ -108,14 +108,17 @@ pub(crate) struct ReleaseArgs<'a> {
     pub(crate) request: &'a Request,
 }
 
-/// What one run of an acquire script said. Every primitive's acquire script replies in one of
+/// What one run of an acquire script said. Every primitive's acquire call replies in one of
 /// these shapes: nil (won), an array `{value, afresh}` (won, carrying a value such as a fencing
-/// token), -3 (won afresh), or the longest to sleep before trying again, in ms (-1: the key
-/// has no expiry).
+/// token), -3 (won afresh), the longest to sleep before trying again, in ms (-1: the key has no
+/// expiry), or a string: refused, and trying again would not change it (a job's tick that was
+/// run; a `SET NX GET`'s holder, for a call that cannot say how long to sleep), which the
+/// primitive reads.
 #[derive(Debug)]
 pub(crate) enum Reply {
     Won { afresh: bool, value: Option<Value> },
     Busy(i64),
+    Refused(Value),
 }
 
 impl Reply {
@@ -137,6 +140,7 @@ impl Reply {
                     value: parts.pop(),
                 })
             }
+            refused @ (Value::String(_) | Value::Bytes(_)) => Ok(Reply::Refused(refused)),
             other => Err(fred::error::Error::new(
                 fred::error::ErrorKind::Parse,
                 format!("unexpected reply from an acquire script: {other:?}"),

@@ -47,7 +47,9 @@ use crate::error::{Error, Result};
 use crate::inspection::ClientStats;
 use crate::owner::OwnerId;
 
-pub(crate) use acquire::{acquire, acquire_as, check_name, check_primitive, take, wait_until, Win};
+pub(crate) use acquire::{
+    acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
+};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::Inspect;

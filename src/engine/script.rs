@@ -2,7 +2,8 @@
 //!
 //! A [`Script`] is composed of Lua parts (shared preambles first) and run with `EVALSHA`, falling
 //! back on `EVAL` when the server does not have it cached (after a restart, a `SCRIPT FLUSH` or a
-//! failover). [`write`] is the funnel: every command that changes Redis, a script call or
+//! failover); or, for a primitive whose layout is another library's, it is one plain command
+//! ([`Script::command`]). [`write`] is the funnel: every command that changes Redis, a script call or
 //! Redlock's `SET NX PX`, is sent through it, so that what must happen around every write
 //! (replica sync, see `replicas.rs`; metrics) has exactly one place to live.
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::{FromValue, Key, Value};
+use fred::types::{ClusterHash, CustomCommand, FromValue, Key, Value};
 use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
@@ -31,6 +32,8 @@ pub(crate) struct Script {
     texts: Vec<Text>,
     freeing: bool,
     publishes: bool,
+    /// For a call that is one plain command, its name; its one text is that name.
+    command: Option<&'static str>,
 }
 
 struct Text {
@@ -49,9 +52,13 @@ const PUBLISH_CALL: &str = "redis.call(PUBLISH,";
 
 impl std::fmt::Debug for Script {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Script")
-            .field("sha", &self.text(false, false).sha)
-            .finish()
+        match self.command {
+            Some(name) => f.debug_struct("Script").field("command", &name).finish(),
+            None => f
+                .debug_struct("Script")
+                .field("sha", &self.text(false, false).sha)
+                .finish(),
+        }
     }
 }
 
@@ -66,6 +73,21 @@ impl Script {
     /// without it to older ones, which cannot parse the flags line.
     pub(crate) fn freeing(parts: &[&str]) -> Script {
         Script::compose(parts, true)
+    }
+
+    /// A call that is one plain Redis command instead of a script: `name`, then the call's keys,
+    /// then its arguments, sent through the same funnel (a job lock's `SET NX PX`, which is
+    /// ShedLock's layout, and which costs Redis less than a script doing the same).
+    pub(crate) fn command(name: &'static str) -> Script {
+        Script {
+            texts: vec![Text {
+                sha: String::new(),
+                body: name.to_owned(),
+            }],
+            freeing: false,
+            publishes: false,
+            command: Some(name),
+        }
     }
 
     fn compose(parts: &[&str], freeing: bool) -> Script {
@@ -94,6 +116,7 @@ impl Script {
             texts,
             freeing,
             publishes,
+            command: None,
         }
     }
 
@@ -105,7 +128,7 @@ impl Script {
         &self.texts[sharded * (1 + usize::from(self.freeing)) + flags]
     }
 
-    /// The whole text sent to a current server without sharded pub/sub.
+    /// The whole text sent to a current server without sharded pub/sub (a command's name).
     pub(crate) fn body(&self) -> &str {
         &self.text(true, false).body
     }
@@ -122,7 +145,8 @@ impl Script {
         (&text.sha, &text.body)
     }
 
-    /// Runs the script: one round trip when the server has it cached, two the first time.
+    /// Runs the script: one round trip when the server has it cached, two the first time (a
+    /// command: one).
     ///
     /// `call` makes the keys and arguments; it is called again only for the `EVAL` fallback,
     /// so the common path builds them once. The call goes through [`write`], so a call fred
@@ -146,8 +170,14 @@ impl Script {
             Attempts::UntilSent,
             slot,
             |redis: &'w Client| async move {
-                let (sha, body) = self.for_server(redis, writer.sharded);
                 let (keys, args) = call();
+                if let Some(name) = self.command {
+                    let mut command: Vec<Value> = keys.into_iter().map(Value::from).collect();
+                    command.extend(args);
+                    let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+                    return redis.custom(name, command).await;
+                }
+                let (sha, body) = self.for_server(redis, writer.sharded);
                 match redis.evalsha::<R, _, _, _>(sha, keys, args).await {
                     Err(error) if error.details().starts_with("NOSCRIPT") => {
                         let (keys, args) = call();

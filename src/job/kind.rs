@@ -26,14 +26,6 @@ impl JobKind {
         }
     }
 
-    pub(super) fn free_call(&self) -> Call {
-        Call {
-            script: &JOB_FREE,
-            keys: vec![self.profile.keys().get(KEY)],
-            args: vec![Value::from(millis(JOB_POLL) as i64)],
-        }
-    }
-
     pub(super) async fn force_unlock(&self, client: &LockClient) -> Result<bool> {
         let keys = self.profile.keys();
         let call = Call {
@@ -81,8 +73,21 @@ pub(crate) struct JobRunKind {
     pub(super) field: Field,
     pub(super) at_most_for_ms: Value,
     pub(super) at_least_for: Duration,
+    /// The call its attempts make.
+    pub(super) take: Take,
     /// When the job started; a run whose job never started keeps nothing.
     pub(super) started: OnceLock<Instant>,
+}
+
+/// How a run takes the job: the call each of its attempts makes.
+pub(crate) enum Take {
+    /// ShedLock's `SET NX PX`, with `GET`: refused with the holder's value when busy. For a
+    /// single attempt only (it says nothing of how long to wait).
+    Now,
+    /// The `acquire` script: busy while another run holds the job.
+    Waiting,
+    /// The `tick` script: refused with the last tick started when it is this one or a later one.
+    Tick { tick_ms: Value, kept_for_ms: Value },
 }
 
 impl JobRunKind {
@@ -107,16 +112,41 @@ impl Primitive for JobRunKind {
 }
 
 impl Kind for JobRunKind {
-    /// A waiting instance's attempt, in the engine's acquire loop.
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call {
-        Call {
-            script: &JOB_ACQUIRE,
-            keys: vec![self.profile.keys().get(KEY)],
-            args: vec![
-                Value::String(args.field.clone()),
-                self.at_most_for_ms.clone(),
-                Value::from(millis(JOB_POLL) as i64),
-            ],
+        let keys = self.profile.keys();
+        let value = Value::String(args.field.clone());
+        let poll = || Value::from(millis(JOB_POLL) as i64);
+        match &self.take {
+            Take::Now => Call {
+                script: &JOB_SET,
+                keys: vec![keys.get(KEY)],
+                args: vec![
+                    value,
+                    Value::from_static_str("PX"),
+                    self.at_most_for_ms.clone(),
+                    Value::from_static_str("NX"),
+                    Value::from_static_str("GET"),
+                ],
+            },
+            Take::Waiting => Call {
+                script: &JOB_ACQUIRE,
+                keys: vec![keys.get(KEY)],
+                args: vec![value, self.at_most_for_ms.clone(), poll()],
+            },
+            Take::Tick {
+                tick_ms,
+                kept_for_ms,
+            } => Call {
+                script: &JOB_TICK_ACQUIRE,
+                keys: vec![keys.get(KEY), keys.get(TICK)],
+                args: vec![
+                    value,
+                    self.at_most_for_ms.clone(),
+                    tick_ms.clone(),
+                    kept_for_ms.clone(),
+                    poll(),
+                ],
+            },
         }
     }
 

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use fred::interfaces::{ClientLike, KeysInterface};
+use fred::interfaces::KeysInterface;
 use fred::types::scan::ScanType;
-use fred::types::{Expiration, SetOptions, Value};
+use fred::types::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -16,8 +16,8 @@ use crate::client::LockClient;
 use crate::engine::durations::{self, millis};
 use crate::engine::metrics::WorkMetrics;
 use crate::engine::{
-    self, write, AcquireArgs, Attempts, Call, Class, Field, Guard, Inspect, Keys, Kind, Lease,
-    Primitive, Profile, ProfileOf, ReleaseArgs, Script, WakeRule,
+    self, AcquireArgs, Acquired, Call, Class, Field, Guard, Inspect, Keys, Kind, Lease, Primitive,
+    Profile, ProfileOf, ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
 use crate::inspection::{Details, Holder, Tail};
@@ -79,7 +79,8 @@ static JOB_RELEASE: LazyLock<Script> =
 static JOB_RENEW: LazyLock<Script> = LazyLock::new(|| lua::section_script(SCRIPTS, "renew", true));
 static JOB_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| lua::section_script(SCRIPTS, "acquire", false));
-static JOB_FREE: LazyLock<Script> = LazyLock::new(|| lua::section_script(SCRIPTS, "free", false));
+/// A run's single attempt: ShedLock's `SET <key> <value> PX <at_most_for> NX`, with `GET`.
+static JOB_SET: LazyLock<Script> = LazyLock::new(|| Script::command("SET"));
 static JOB_TICK_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| lua::section_script(SCRIPTS, "tick", false));
 static JOB_FORCE_UNLOCK: LazyLock<Script> =
@@ -92,7 +93,6 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
         "release" => &JOB_RELEASE,
         "renew" => &JOB_RENEW,
         "acquire" => &JOB_ACQUIRE,
-        "free" => &JOB_FREE,
         "tick" => &JOB_TICK_ACQUIRE,
         "force_unlock" => &JOB_FORCE_UNLOCK,
         "inspect" => &JOB_INSPECT,

@@ -33,13 +33,15 @@ impl JobLock {
         let span = self.span("run");
         async {
             self.check()?;
-            let run = self.new_run();
-            match Box::pin(self.take(&run)).await? {
-                Ok(guard) => Ok(self.execute(&run, guard, job).await),
-                Err(holder) => {
+            let run = self.new_run(Take::Now);
+            match Box::pin(self.take(&run, Duration::ZERO)).await? {
+                Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
+                // `SET .. GET`'s refusal is the holder's value.
+                Acquired::Refused(holder) => {
                     let holder = Box::pin(self.holder_seen(holder)).await;
                     Ok(self.skipped(holder, None))
                 }
+                Acquired::Busy => Ok(self.skipped(None, None)),
             }
         }
         .instrument(span)
@@ -67,21 +69,12 @@ impl JobLock {
         async {
             self.check()?;
             durations::check_wait(self.key(), wait)?;
-            let run = self.new_run();
-            if let Ok(guard) = Box::pin(self.take(&run)).await? {
-                return Ok(self.execute(&run, guard, job).await);
-            }
-            let waited = Box::pin(engine::acquire_as(
-                self.client.engine(),
-                run.clone(),
-                run.field.clone(),
-                Some(wait),
-                self.lease(),
-            ))
-            .await?;
-            match waited {
-                Some(win) => Ok(self.execute(&run, win.guard, job).await),
-                None => Ok(self.skipped(self.holder().await.ok().flatten(), None)),
+            let run = self.new_run(Take::Waiting);
+            match Box::pin(self.take(&run, wait)).await? {
+                Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
+                Acquired::Busy | Acquired::Refused(_) => {
+                    Ok(self.skipped(self.holder().await.ok().flatten(), None))
+                }
             }
         }
         .instrument(span)
@@ -125,47 +118,27 @@ impl JobLock {
                 self.ticks_kept_for,
                 durations::MIN_LEASE,
             )?;
-            let until = Instant::now() + self.at_most_for;
-            loop {
-                let run = self.new_run();
-                let reply = Box::pin(self.take_tick(&run, tick_ms)).await?;
-                let holder = match reply {
-                    Ok(guard) => return Ok(self.execute(&run, guard, job).await),
-                    Err(Value::Array(parts))
-                        if parts.first().and_then(Value::as_i64) == Some(0) =>
-                    {
-                        let last = parts
-                            .get(1)
-                            .and_then(Value::as_u64)
-                            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-                        return Ok(self.skipped(None, last));
-                    }
-                    Err(Value::Array(parts)) => parts.get(1).and_then(|value| {
-                        Some(JobHolder {
-                            value: value.as_string()?,
-                            remaining: parts
-                                .get(2)
-                                .and_then(Value::as_u64)
-                                .map(Duration::from_millis),
-                        })
-                    }),
-                    Err(_) => None,
-                };
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(self.skipped(holder, None));
+            let run = self.new_run(Take::Tick {
+                tick_ms: Value::from(tick_ms as i64),
+                kept_for_ms: Value::from(millis(self.ticks_kept_for) as i64),
+            });
+            let mut acquired = Box::pin(self.take(&run, Duration::ZERO)).await?;
+            if matches!(acquired, Acquired::Busy) {
+                // Only a run that found an earlier one holding the job waits for it: one that
+                // cannot reach Redis answers at once, as the outage rule of a call that does not
+                // wait says ("Outages", in the crate docs).
+                acquired = Box::pin(self.take(&run, self.at_most_for)).await?;
+            }
+            match acquired {
+                Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
+                // The tick script's refusal is the last tick started.
+                Acquired::Refused(last) => {
+                    let last = last
+                        .as_u64()
+                        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+                    Ok(self.skipped(None, last))
                 }
-                let kind = &*self.kind;
-                let free = Box::pin(engine::wait_until(
-                    self.client.engine(),
-                    kind,
-                    || kind.free_call(),
-                    Some(left),
-                ))
-                .await?;
-                if !free {
-                    return Ok(self.skipped(self.holder().await.ok().flatten(), None));
-                }
+                Acquired::Busy => Ok(self.skipped(self.holder().await.ok().flatten(), None)),
             }
         }
         .instrument(span)
@@ -287,8 +260,9 @@ impl JobLock {
         }
     }
 
-    /// A new run: its value, and the kind the engine keeps its hold with.
-    fn new_run(&self) -> Arc<JobRunKind> {
+    /// A new run that takes the job as `take` says: its value, and the kind the engine keeps
+    /// its hold with.
+    fn new_run(&self, take: Take) -> Arc<JobRunKind> {
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
         let value = format!(
             "ADDED:{}@{}:{}:{n}",
@@ -301,75 +275,25 @@ impl JobLock {
             field: Field::from(value),
             at_most_for_ms: Value::from(millis(self.at_most_for) as i64),
             at_least_for: self.at_least_for,
+            take,
             started: OnceLock::new(),
         })
     }
 
-    /// Takes the job with ShedLock's `SET NX PX` (with `GET`, which says who has it when it
-    /// is taken): `Err` with the holder's value when busy.
-    async fn take(&self, run: &Arc<JobRunKind>) -> Result<std::result::Result<Guard, Value>> {
-        let key = run.profile.keys().get(KEY);
-        let value = run.field.clone();
-        let at_most_for = millis(self.at_most_for) as i64;
-        let won = engine::take(
-            self.client.engine(),
-            run.clone(),
-            run.field.clone(),
-            self.lease(),
-            move |writer| async move {
-                let slot = || {
-                    writer
-                        .client
-                        .is_clustered()
-                        .then(|| fred::util::redis_keyslot(key.as_bytes()))
-                };
-                let reply: Value = write(&writer, Attempts::UntilSent, slot, |redis| {
-                    redis.set(
-                        key.clone(),
-                        Value::String(value.clone()),
-                        Some(Expiration::PX(at_most_for)),
-                        Some(SetOptions::NX),
-                        true,
-                    )
-                })
-                .await?;
-                Ok((!reply.is_null()).then_some(reply))
-            },
-        )
-        .await?;
-        Ok(won.map(|win| win.guard))
-    }
-
-    /// Takes the job for the tick `tick_ms` (see the `tick` script): `Err` with the script's
-    /// reply when the tick was run or someone runs the job.
-    async fn take_tick(
+    /// Takes the job for `run`, trying again (as the engine's acquire loop does, woken by a
+    /// release) for at most `wait`: every run's one way in.
+    fn take(
         &self,
         run: &Arc<JobRunKind>,
-        tick_ms: u64,
-    ) -> Result<std::result::Result<Guard, Value>> {
-        let keys = run.profile.keys();
-        let call = Call {
-            script: &JOB_TICK_ACQUIRE,
-            keys: vec![keys.get(KEY), keys.get(TICK)],
-            args: vec![
-                Value::String(run.field.clone()),
-                run.at_most_for_ms.clone(),
-                Value::from(tick_ms as i64),
-                Value::from(millis(self.ticks_kept_for) as i64),
-            ],
-        };
-        let won = engine::take(
+        wait: Duration,
+    ) -> impl Future<Output = Result<Acquired>> + Send + '_ {
+        engine::acquire_as(
             self.client.engine(),
             run.clone(),
             run.field.clone(),
+            Some(wait),
             self.lease(),
-            move |writer| async move {
-                let reply: Value = call.run(&writer).await?;
-                Ok((!reply.is_null()).then_some(reply))
-            },
         )
-        .await?;
-        Ok(won.map(|win| win.guard))
     }
 
     /// Runs `job` under `guard` until it ends or the lock does, then gives the job back.

@@ -33,10 +33,16 @@ async fn fixed_lease_holders_learn_of_a_deleted_lock_within_a_period(kind: Kind)
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert!(!guard.is_lost(), "a check must not lose a held lock");
+    // A check leaves the key as it is: still there (PTTL -2 would be a key the check deleted),
+    // and not extended (it ran down since the acquire).
     let ttl: i64 = raw.pttl("fixed-check").await.unwrap();
     assert!(
+        ttl > 0,
+        "a check must leave a fixed lease's key in place (PTTL {ttl})"
+    );
+    assert!(
         ttl <= 20_000 - 400,
-        "a check must not extend a fixed lease: {ttl}"
+        "a check must not extend a fixed lease (PTTL {ttl} ms)"
     );
     let _: i64 = raw.del("fixed-check").await.unwrap();
     let deleted = Instant::now();

@@ -9,13 +9,13 @@
 //! The model runs the scripts of `lua/lock.lua` (acquire, release, the watchdog's renew) as
 //! atomic steps with the same branches (`script.rs`), the client as the engine runs it (one
 //! call at a time per owner, hold counts set not added, lost replies fenced by the owner's next
-//! call, resends, settles, watchdog renewals, the renew deadline and the local loss), a network
-//! that delays, reorders and loses, key expiry on a server clock that may run up to `DRIFT`
-//! ticks ahead of the clients', and crashes. `the_model_matches_the_scripts` runs random
+//! call, resends, settles, watchdog renewals or a fixed lease's checks, the renew deadline and
+//! the local loss), a network that delays, reorders and loses, key expiry on a server clock
+//! that may run up to `DRIFT` ticks ahead of the clients', and crashes. `the_model_matches_the_scripts` runs random
 //! states and calls through both `script` and the real scripts on a real server, and compares
 //! replies and keys, so the model cannot drift from the Lua.
 //!
-//! The bound is CI's (the five checks take about 40 s on two cores: this package is built
+//! The bound is CI's (the six checks take about 55 s on two cores: this package is built
 //! optimised, see its Cargo.toml, the search is depth first and the lock models' clients are
 //! reduced by symmetry); `FREDLOCK_MODEL_CLIENTS`, `FREDLOCK_MODEL_TICKS` and
 //! `FREDLOCK_MODEL_CALLS` raise it for a longer run.
@@ -69,6 +69,37 @@ struct Lock {
     /// Whether a leave's reply settles the lost calls it fences (true only to see the model
     /// fail: the engine's rule until this model found the hold it left).
     leave_settles: bool,
+    /// How the clients' holds last.
+    holds: Holds,
+}
+
+/// How the clients' holds last: renewed by the watchdog, or a fixed lease the watchdog only
+/// checks (`Visit::Check` in `src/engine/watchdog.rs`: the renew script with a lease of 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holds {
+    Renewed,
+    /// A fixed lease of `lease` ticks, never extended: its guard counts it lost at the renew
+    /// deadline after its acquire was sent (the lease less the drift, which the engine's
+    /// `TIMER_SLACK` stands for), or when a check finds it gone.
+    Fixed,
+    /// A fixed lease whose check ends the key (`PEXPIRE key 0`, the renew script without its
+    /// `lease ~= '0'` guard): only to see the model fail.
+    FixedCheckEnds,
+}
+
+impl Holds {
+    /// The lease the watchdog's call sends: 0 for a check.
+    fn renew_lease(self, lease: u8) -> u8 {
+        match self {
+            Holds::Renewed => lease,
+            Holds::Fixed | Holds::FixedCheckEnds => 0,
+        }
+    }
+
+    /// Whether a confirmed call of the watchdog moves the hold's lease on.
+    fn renewed(self) -> bool {
+        self == Holds::Renewed
+    }
 }
 
 /// The fair lock's line in the model: none (the fenced lock), the script's, or one broken on
@@ -293,6 +324,8 @@ enum Seen {
     Expired,
     LostLocally,
     HandedOver,
+    /// A check of a fixed-lease hold found it held.
+    Checked,
     /// A fair lock's first hold went to a waiter from the line.
     ServedInTurn,
     /// A fair lock, free, was refused to one because an earlier waiter came first.
@@ -367,7 +400,7 @@ impl Lock {
             CallKind::Release { left } => {
                 script::release(server, now, owner, self.lease, left, req, lost)
             }
-            CallKind::Renew => script::renew(server, now, owner, self.lease),
+            CallKind::Renew => self.renew(server, now, owner),
             CallKind::Leave => unreachable!("only a fair lock's waiter leaves"),
         }
     }
@@ -399,8 +432,19 @@ impl Lock {
                 script::fair_release(server, now, owner, lease, left, req, lost)
             }
             (CallKind::Leave, _) => script::fair_leave(server, now, owner, req, lost),
-            (CallKind::Renew, _) => script::renew(server, now, owner, lease),
+            (CallKind::Renew, _) => self.renew(server, now, owner),
         }
+    }
+
+    /// The watchdog's call: a renewal, or a fixed-lease hold's check (or its broken form).
+    fn renew(&self, server: &mut Server, now: u8, owner: Owner) -> Reply {
+        let reply = script::renew(server, now, owner, self.holds.renew_lease(self.lease));
+        if self.holds == Holds::FixedCheckEnds && reply == Reply::Int(1) {
+            // `PEXPIRE key 0` deletes the key.
+            server.holds.clear();
+            server.term = None;
+        }
+        reply
     }
 
     /// What a fair lock's script did to the line, against the arrival order kept beside it:
@@ -479,6 +523,7 @@ fn renewal_answered(
     responses: &mut Vec<Response>,
     client: &mut Peer,
     request: &Request,
+    renewed: bool,
 ) -> Option<()> {
     let response = responses
         .iter()
@@ -487,7 +532,8 @@ fn renewal_answered(
     client.renewing = false;
     if !client.crashed {
         match response.reply {
-            Reply::Int(1) if client.believes => {
+            // A check confirms a fixed lease without moving it on.
+            Reply::Int(1) if client.believes && renewed => {
                 client.leased_at = client.leased_at.max(request.sent_at);
             }
             Reply::Int(0) => client.believes = false,
@@ -697,8 +743,11 @@ impl Model for Lock {
                 });
                 state.responses.sort();
                 if request.call == CallKind::Renew {
+                    if self.holds != Holds::Renewed && reply == Reply::Int(1) {
+                        state.seen.insert(Seen::Checked);
+                    }
                     let client = &mut state.clients[request.owner as usize];
-                    renewal_answered(&mut state.responses, client, &request)?;
+                    renewal_answered(&mut state.responses, client, &request, self.holds.renewed())?;
                 }
             }
             Action::Respond(i) => {
@@ -854,6 +903,12 @@ impl Model for Lock {
                 state.seen.contains(&Seen::HandedOver)
             }),
             Property::sometimes(
+                "a check found a fixed-lease hold held",
+                |model: &Lock, state: &State| {
+                    model.holds == Holds::Renewed || state.seen.contains(&Seen::Checked)
+                },
+            ),
+            Property::sometimes(
                 "a waiter was served from the line",
                 |model: &Lock, state: &State| {
                     model.line == Line::None || state.seen.contains(&Seen::ServedInTurn)
@@ -895,7 +950,21 @@ fn bounded_lock() -> Lock {
         line: Line::None,
         place: 0,
         leave_settles: false,
+        holds: Holds::Renewed,
     }
+}
+
+/// Fixed-lease holds (`lock_with_lease`, `try_lock(wait, Some(lease))`): never renewed, checked
+/// by the watchdog with a lease of 0 that must leave the key's expiry alone; the lock's bound.
+#[test]
+fn the_fixed_lease_protocol_holds_to_the_bound() {
+    check_to_the_bound(
+        Lock {
+            holds: Holds::Fixed,
+            ..bounded_lock()
+        },
+        Some(State::representative),
+    );
 }
 
 #[test]
@@ -976,7 +1045,8 @@ fn the_fair_model_fails_with_walk_ins_kept_places_or_a_settling_leave() {
 }
 
 /// The model fails where the protocol would: without fences (a late acquire leaves a hold
-/// nobody counts), and with a renew deadline no shorter than the lease less the drift.
+/// nobody counts), with a check of a fixed lease that ends the key, and with a renew deadline
+/// no shorter than the lease less the drift.
 #[test]
 fn the_model_fails_without_fences_or_margin() {
     let unfenced = Lock {
@@ -989,6 +1059,18 @@ fn the_model_fails_without_fences_or_margin() {
         Some(State::representative),
     );
     println!("without fences: {steps:?}");
+    // A check of a fixed-lease hold that ends its key (the renew script without its guard on
+    // a lease of 0) lets another owner take the lock while the holder, told "held", believes.
+    let check_ends = Lock {
+        holds: Holds::FixedCheckEnds,
+        ..bounded_lock()
+    };
+    let steps = counterexample(
+        check_ends,
+        "no two owners believe they hold the lock",
+        Some(State::representative),
+    );
+    println!("a check that ends the key: {steps:?}");
     let late = Lock {
         renew_deadline: 3,
         ..bounded_lock()
@@ -1116,6 +1198,8 @@ async fn the_model_matches_the_scripts() {
                     (expected, reply(got, false))
                 }
                 _ => {
+                    // A third of the renewals are checks of a fixed-lease hold (a lease of 0).
+                    let lease = if rng.gen_bool(0.3) { 0 } else { lease };
                     let expected = script::renew(&mut model, now, owner, lease);
                     argv.push((i64::from(lease) * TICK_MS).to_string().into());
                     argv.push(field(owner).into());

@@ -96,11 +96,14 @@ pub fn release(
     Reply::Int(1)
 }
 
-/// `renew` for one permit: extended only while its lease has not ended.
+/// `renew` for one permit: extended only while its lease has not ended; a lease of 0 (the check
+/// of a fixed-lease permit) only checks.
 pub fn renew(server: &mut Server, now: u8, lease: u8, id: Permit) -> Reply {
     match server.leases.get_mut(&id) {
         Some(ends) if *ends > now => {
-            *ends = now + lease;
+            if lease > 0 {
+                *ends = now + lease;
+            }
             Reply::Int(1)
         }
         _ => Reply::Int(0),
@@ -727,6 +730,8 @@ async fn the_permit_model_matches_the_scripts() {
                     (expected, reply(got, false))
                 }
                 _ => {
+                    // A third of the renewals are checks of a fixed-lease permit (a lease of 0).
+                    let lease = if rng.gen_bool(0.3) { 0 } else { lease };
                     let expected = permits::renew(&mut model, now, lease, id);
                     let argv: Vec<Value> =
                         vec![(i64::from(lease) * TICK_MS).into(), permit_id(id).into()];

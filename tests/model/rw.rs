@@ -263,7 +263,8 @@ pub fn leave(server: &mut Server, now: u8, owner: Owner, req: Req, lost: &[Req])
     Reply::Int(i64::from(removed))
 }
 
-/// `renew` for one key: a reader's live holds and the hash are extended, a writer's hash.
+/// `renew` for one key: a reader's live holds and the hash are extended, a writer's hash; a
+/// lease of 0 (the check of a fixed-lease hold) only checks.
 pub fn renew(server: &mut Server, now: u8, owner: Owner, lease: u8, writes: bool) -> Reply {
     let held = if writes {
         server.writer.is_some_and(|(writer, _)| writer == owner)
@@ -273,7 +274,7 @@ pub fn renew(server: &mut Server, now: u8, owner: Owner, lease: u8, writes: bool
             .get(&owner)
             .is_some_and(|ends| hold_left(ends, now).is_some())
     };
-    if held {
+    if held && lease > 0 {
         if let Some(ends) = server.readers.get_mut(&owner) {
             for end in ends.iter_mut().filter(|end| **end > now) {
                 *end = now + lease;
@@ -480,7 +481,7 @@ impl Model for RwLock {
                 state.responses.sort();
                 if request.call == CallKind::Renew {
                     let client = &mut state.clients[owner as usize];
-                    super::renewal_answered(&mut state.responses, client, &request)?;
+                    super::renewal_answered(&mut state.responses, client, &request, true)?;
                 }
             }
             Action::Respond(i) => {
@@ -854,6 +855,9 @@ async fn the_read_write_model_matches_the_scripts() {
             let mut argv: Vec<Value> = vec![name.into()];
             let keys = vec![name, channel, fences, writers];
             let (expected, got) = if kind == 5 {
+                // A third of the renewals are checks of a fixed-lease hold (a lease of 0).
+                let lease = if rng.gen_bool(0.3) { 0 } else { lease };
+                let lease_ms = Value::from(i64::from(lease) * TICK_MS);
                 let expected = rw::renew(&mut model, now, owner, lease, writes);
                 let argv: Vec<Value> = vec![lease_ms, who];
                 let got = raw

@@ -275,10 +275,13 @@ pub fn fair_leave(server: &mut Server, now: u8, owner: Owner, req: Req, lost: &[
     Reply::Int(i64::from(queued))
 }
 
-/// `lock.lua` `renew` for one key: extended only while the owner's field is there.
+/// `lock.lua` `renew` for one key: extended only while the owner's field is there; a lease of
+/// 0 (the watchdog's check of a fixed-lease hold) only checks, and leaves the expiry.
 pub fn renew(server: &mut Server, now: u8, owner: Owner, lease: u8) -> Reply {
     if server.holds.contains_key(&owner) {
-        server.expires = now + lease;
+        if lease > 0 {
+            server.expires = now + lease;
+        }
         Reply::Int(1)
     } else {
         Reply::Int(0)

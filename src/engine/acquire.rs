@@ -107,8 +107,7 @@ pub(crate) fn acquire(
     let field = engine
         .core()
         .field_with(owner, kind.profile().field_suffix());
-    let acquired = acquire_as(engine, kind, field, wait, lease);
-    async move { acquired.await.map(Acquired::won) }
+    acquiring(engine, kind, field, wait, lease, Acquired::won)
 }
 
 /// [`acquire`] for a primitive whose holds are not an owner's but each acquisition's own
@@ -121,6 +120,19 @@ pub(crate) fn acquire_as(
     wait: Option<Duration>,
     lease: Lease,
 ) -> impl Future<Output = Result<Acquired>> + Send + '_ {
+    acquiring(engine, kind, field, wait, lease, |acquired| acquired)
+}
+
+/// The acquisition of [`acquire`] and [`acquire_as`], its outcome as `told` tells it: one
+/// future, not one wrapped in another (a layer more on every lock and in every waiting task).
+fn acquiring<T: 'static>(
+    engine: &Engine,
+    kind: Arc<dyn Kind>,
+    field: Field,
+    wait: Option<Duration>,
+    lease: Lease,
+    told: fn(Acquired) -> T,
+) -> impl Future<Output = Result<T>> + Send + '_ {
     let pair = Pair::new(kind.profile().name_text(), field);
     // The class, not its label: a pointer is half a `&str` in every waiting task.
     let class = kind.profile().class();
@@ -147,7 +159,7 @@ pub(crate) fn acquire_as(
         let span = tracing::Span::current();
         span.record("waited_ms", waited.as_millis() as u64);
         span.record("outcome", ended.outcome());
-        result
+        result.map(told)
     }
     .instrument(span)
 }

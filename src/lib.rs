@@ -250,6 +250,8 @@ pub use redlock::{
 };
 
 #[doc(hidden)]
+pub use ops::replay_ledger;
+#[doc(hidden)]
 pub use ops::source as script_source;
 
 /// The names of the metrics fredlock records with the `metrics` feature, through the

@@ -324,3 +324,11 @@ pub fn source(name: &str) -> Option<&'static str> {
     };
     Some(script.body())
 }
+
+/// Replays a recorded sequence of one owner's calls through a new ledger (the engine's record
+/// of lost replies and the fences they need), for the test that ties the model's client to it;
+/// see `tests/model`. `Err` names a step it cannot take.
+#[doc(hidden)]
+pub async fn replay_ledger(steps: &[&str]) -> std::result::Result<Vec<Vec<u64>>, String> {
+    crate::engine::replay_ledger(steps).await
+}

@@ -263,6 +263,53 @@ impl Drop for Turn {
     }
 }
 
+/// Replays a recorded sequence of one owner's calls on one lock through a new ledger, for the
+/// test that ties the model's client to it (`tests/model`): `call` (an acquire, a release, a
+/// settle) and `leave` each take the turn and send a request; `reply`, `lost` and `refused` end
+/// the last one (answered; its reply lost; an error reply, which settles nothing). Returns,
+/// for each request sent, the ones it fences, as send numbers (1: the first).
+pub(crate) async fn replay(steps: &[&str]) -> Result<Vec<Vec<u64>>, String> {
+    let ledger = Ledger::new();
+    let pair = Pair::new("replay".into(), "owner".into());
+    let mut turn = ledger.turn(&pair).await;
+    let mut sent: Vec<Vec<u64>> = Vec::new();
+    let mut on_its_way: Option<(Request, Fencing)> = None;
+    // The ids count from 1 in a new ledger: the n-th request is id n.
+    for (at, &step) in steps.iter().enumerate() {
+        let fencing = match step {
+            "call" => Some(Fencing::Settles),
+            "leave" => Some(Fencing::Only),
+            _ => None,
+        };
+        if let Some(fencing) = fencing {
+            if on_its_way.is_some() {
+                return Err(format!("step {at}: {step} while a call is on its way"));
+            }
+            let request = turn.request();
+            sent.push(request.fences.clone());
+            on_its_way = Some((request, fencing));
+            continue;
+        }
+        let Some((request, fencing)) = on_its_way.take() else {
+            return Err(format!("step {at}: {step} without a call on its way"));
+        };
+        let outcome: Result<(), fred::error::Error> = match step {
+            "reply" => Ok(()),
+            "lost" => Err(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "no reply",
+            )),
+            "refused" => Err(fred::error::Error::new(
+                fred::error::ErrorKind::Unknown,
+                "STALE",
+            )),
+            other => return Err(format!("step {at}: unknown step {other:?}")),
+        };
+        turn.record_as(request, &outcome, fencing);
+    }
+    Ok(sent)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

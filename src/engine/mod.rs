@@ -54,7 +54,7 @@ pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::Inspect;
 pub(crate) use kind::{AcquireArgs, Call, Kind, Primitive, ReleaseArgs};
-pub(crate) use ledger::Request;
+pub(crate) use ledger::{replay as replay_ledger, Request};
 pub(crate) use metrics::Metrics;
 pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
 pub(crate) use replicas::Writer;

@@ -296,7 +296,9 @@ impl Semaphore {
             Vec::new()
         } else {
             client.waiting = Some((req, call, state.now));
-            std::mem::take(&mut client.lost)
+            // Kept until a reply settles them, as `Turn::request` keeps them (see `answered`
+            // in model.rs).
+            client.lost.clone()
         };
         state.requests.push(Request {
             id: (owner, client.acquisition),
@@ -449,6 +451,8 @@ impl Model for Semaphore {
                     return Some(state);
                 }
                 client.waiting = None;
+                // A reply settles the ids its call fenced (`Turn::record_as`).
+                client.lost.clear();
                 match (call, response.reply) {
                     (CallKind::Acquire, Reply::Nil) => {
                         client.phase = Phase::Holding;

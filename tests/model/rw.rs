@@ -442,7 +442,7 @@ impl Model for RwLock {
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut state = last.clone();
-        if super::client_step(&mut state, &action, false, |owner| self.writes(owner)) {
+        if super::client_step(&mut state, &action, |owner| self.writes(owner)) {
             return Some(state);
         }
         match action {
@@ -496,6 +496,7 @@ impl Model for RwLock {
                     return Some(state);
                 }
                 client.waiting = None;
+                super::answered(client, call, false);
                 if let CallKind::Acquire { .. } = call {
                     match response.reply {
                         Reply::Nil | Reply::Int(-3) => {

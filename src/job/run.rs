@@ -31,20 +31,24 @@ impl JobLock {
         F: Future<Output = T>,
     {
         let span = self.span("run");
-        async {
-            self.check()?;
-            let run = self.new_run(Take::Now);
-            match Box::pin(self.take(&run, Duration::ZERO)).await? {
-                Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
-                // `SET .. GET`'s refusal is the holder's value.
-                Acquired::Refused(holder) => {
-                    let holder = Box::pin(self.holder_seen(holder)).await;
-                    Ok(self.skipped(holder, None))
+        // Boxed: the run (its engine calls and the job inside) nests too deep for the
+        // layout of a caller's own `async fn` without it.
+        Box::pin(
+            async {
+                self.check()?;
+                let run = self.new_run(Take::Now);
+                match Box::pin(self.take(&run, Duration::ZERO)).await? {
+                    Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
+                    // `SET .. GET`'s refusal is the holder's value.
+                    Acquired::Refused(holder) => {
+                        let holder = Box::pin(self.holder_seen(holder)).await;
+                        Ok(self.skipped(holder, None))
+                    }
+                    Acquired::Busy => Ok(self.skipped(None, None)),
                 }
-                Acquired::Busy => Ok(self.skipped(None, None)),
             }
-        }
-        .instrument(span)
+            .instrument(span),
+        )
         .await
     }
 
@@ -66,18 +70,22 @@ impl JobLock {
         F: Future<Output = T>,
     {
         let span = self.span("run_waiting");
-        async {
-            self.check()?;
-            durations::check_wait(self.key(), wait)?;
-            let run = self.new_run(Take::Waiting);
-            match Box::pin(self.take(&run, wait)).await? {
-                Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
-                Acquired::Busy | Acquired::Refused(_) => {
-                    Ok(self.skipped(self.holder().await.ok().flatten(), None))
+        // Boxed: the run (its engine calls and the job inside) nests too deep for the
+        // layout of a caller's own `async fn` without it.
+        Box::pin(
+            async {
+                self.check()?;
+                durations::check_wait(self.key(), wait)?;
+                let run = self.new_run(Take::Waiting);
+                match Box::pin(self.take(&run, wait)).await? {
+                    Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
+                    Acquired::Busy | Acquired::Refused(_) => {
+                        Ok(self.skipped(self.holder().await.ok().flatten(), None))
+                    }
                 }
             }
-        }
-        .instrument(span)
+            .instrument(span),
+        )
         .await
     }
 
@@ -102,46 +110,50 @@ impl JobLock {
         F: Future<Output = T>,
     {
         let span = self.span("run_tick");
-        async {
-            self.check()?;
-            let tick_ms = tick
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_err(|_| {
-                    Error::InvalidArgument(format!(
-                        "the tick of job lock {:?} is before the Unix epoch",
-                        self.key()
-                    ))
-                })
-                .map(durations::millis)?;
-            durations::check(
-                format_args!("the ticks_kept_for of job lock {:?}", self.key()),
-                self.ticks_kept_for,
-                durations::MIN_LEASE,
-            )?;
-            let run = self.new_run(Take::Tick {
-                tick_ms: Value::from(tick_ms as i64),
-                kept_for_ms: Value::from(millis(self.ticks_kept_for) as i64),
-            });
-            let mut acquired = Box::pin(self.take(&run, Duration::ZERO)).await?;
-            if matches!(acquired, Acquired::Busy) {
-                // Only a run that found an earlier one holding the job waits for it: one that
-                // cannot reach Redis answers at once, as the outage rule of a call that does not
-                // wait says ("Outages", in the crate docs).
-                acquired = Box::pin(self.take(&run, self.at_most_for)).await?;
-            }
-            match acquired {
-                Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
-                // The tick script's refusal is the last tick started.
-                Acquired::Refused(last) => {
-                    let last = last
-                        .as_u64()
-                        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-                    Ok(self.skipped(None, last))
+        // Boxed: the run (its engine calls and the job inside) nests too deep for the
+        // layout of a caller's own `async fn` without it.
+        Box::pin(
+            async {
+                self.check()?;
+                let tick_ms = tick
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_err(|_| {
+                        Error::InvalidArgument(format!(
+                            "the tick of job lock {:?} is before the Unix epoch",
+                            self.key()
+                        ))
+                    })
+                    .map(durations::millis)?;
+                durations::check(
+                    format_args!("the ticks_kept_for of job lock {:?}", self.key()),
+                    self.ticks_kept_for,
+                    durations::MIN_LEASE,
+                )?;
+                let run = self.new_run(Take::Tick {
+                    tick_ms: Value::from(tick_ms as i64),
+                    kept_for_ms: Value::from(millis(self.ticks_kept_for) as i64),
+                });
+                let mut acquired = Box::pin(self.take(&run, Duration::ZERO)).await?;
+                if matches!(acquired, Acquired::Busy) {
+                    // Only a run that found an earlier one holding the job waits for it: one that
+                    // cannot reach Redis answers at once, as the outage rule of a call that does not
+                    // wait says ("Outages", in the crate docs).
+                    acquired = Box::pin(self.take(&run, self.at_most_for)).await?;
                 }
-                Acquired::Busy => Ok(self.skipped(self.holder().await.ok().flatten(), None)),
+                match acquired {
+                    Acquired::Won(win) => Ok(self.execute(&run, win.guard, job).await),
+                    // The tick script's refusal is the last tick started.
+                    Acquired::Refused(last) => {
+                        let last = last
+                            .as_u64()
+                            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+                        Ok(self.skipped(None, last))
+                    }
+                    Acquired::Busy => Ok(self.skipped(self.holder().await.ok().flatten(), None)),
+                }
             }
-        }
-        .instrument(span)
+            .instrument(span),
+        )
         .await
     }
 

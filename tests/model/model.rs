@@ -1219,6 +1219,11 @@ async fn the_model_matches_the_scripts() {
         let leader_release = fredlock::script_source("leader_release").unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
         let mut kinds = [0usize; 6];
+        // The release's PUBLISH, compared too: one unlock message when the last hold goes.
+        let listener = server.raw().await;
+        let mut unlocks = listener.message_rx();
+        listener.subscribe("{model}:channel").await.unwrap();
+        let mut published_in_all = 0;
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -1329,7 +1334,33 @@ async fn the_model_matches_the_scripts() {
                     (expected, reply(got, false))
                 }
             };
+            // A PING on the listener's connection is answered after every message published
+            // before it.
+            let _: Value = listener.ping(None).await.unwrap();
+            let mut published = 0;
+            while let Ok(message) = unlocks.try_recv() {
+                assert_eq!(message.value.as_string().as_deref(), Some("0"), "case {case}");
+                published += 1;
+            }
+            let releases = matches!(kind, 1 | 5);
+            let expected_published = usize::from(releases && expected == Reply::Int(1));
+            assert_eq!(
+                published, expected_published,
+                "case {case}: call {kind} by {owner} replied {expected:?}: unlock messages"
+            );
+            published_in_all += published;
             let after = read(&raw, name, fences, now).await;
+            // Durations to the millisecond, not only to the tick `read` rounds to: the key's
+            // PTTL is the model's expiry less the moments since the case was loaded (a lease
+            // set 9 s short would round to the same tick).
+            if !after.holds.is_empty() {
+                let pttl: i64 = raw.pttl(name).await.unwrap();
+                let expected = i64::from(model.expires - now) * TICK_MS;
+                assert!(
+                    pttl <= expected && pttl > expected - 1_000,
+                    "case {case}: PTTL {pttl} ms, the model's {expected} ms"
+                );
+            }
             // The model keeps the expiry of a key that is gone; Redis has none.
             let mut model_after = model.clone();
             if model_after.holds.is_empty() {
@@ -1343,7 +1374,7 @@ async fn the_model_matches_the_scripts() {
         }
         println!(
             "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns, \
-             {} resignations",
+             {} resignations; {published_in_all} unlock messages",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );
     })

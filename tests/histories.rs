@@ -159,9 +159,12 @@ impl Hold<'_> {
 /// and its first step after the pause finds the hold lost if its renew deadline passed (the
 /// guard compares the deadline with the clock, whatever the watchdog has done since).
 ///
-/// A hold found lost by its first step never stood (its owner was paused between the call's
-/// answer and that step, past its renew deadline): its loss is recorded at `asked`, an instant
-/// before the acquisition returned, so it holds for no time.
+/// A hold found lost by its first step never stood if that step came at least
+/// [`NEVER_STOOD_AFTER`] after the call was invoked (its owner was paused between the call's
+/// answer and that step, past the deadline the guard counts from the call's send, which is
+/// after `asked`): recorded as [`Call::NeverStood`] at `asked`, so it holds for no time, and
+/// counted. Found lost sooner, the hold cannot have passed its deadline: it stood from the
+/// answer until that step, and is checked as every hold is.
 async fn work_while_held(
     history: &History,
     id: u64,
@@ -172,13 +175,20 @@ async fn work_while_held(
     is_lost: impl Fn() -> bool,
 ) {
     let until = Instant::now() + work;
-    let mut standing = asked;
+    let mut standing: Option<Duration> = None;
     loop {
         if is_lost() {
-            history.lost_at(id, who, name, standing);
+            let now = history.now();
+            match standing {
+                Some(standing) => history.lost_at(id, who, name, standing),
+                None if now.saturating_sub(asked) >= NEVER_STOOD_AFTER => {
+                    history.never_stood(id, who, name, asked)
+                }
+                None => history.lost_at(id, who, name, now),
+            }
             return;
         }
-        standing = history.now();
+        standing = Some(history.now());
         let now = Instant::now();
         if now >= until {
             return;
@@ -186,6 +196,10 @@ async fn work_while_held(
         tokio::time::sleep((until - now).min(Duration::from_millis(5))).await;
     }
 }
+
+/// How long after a call's invoke its hold may have passed its deadline: the renew deadline of
+/// `history_settings` (two thirds of its watchdog lease), below the workers' fixed lease.
+const NEVER_STOOD_AFTER: Duration = Duration::from_millis(1000);
 
 /// A history client's settings: a watchdog lease of 1.5 s (renew deadline 1 s), queue places of
 /// 1 s, a command timeout of 500 ms.
@@ -267,7 +281,9 @@ async fn history_ticks(history: History, client: LockClient, who: String, stop: 
             invoke,
             ret: history.now(),
             outcome: match run {
-                Ok(run) if run.is_ran() => Outcome::Ok,
+                // A run that started and was lost ran its tick as much as one that ended: both
+                // are runs of it.
+                Ok(run) if run.is_ran() || run.is_lost() => Outcome::Ok,
                 Ok(_) => Outcome::Refused,
                 Err(error) => Outcome::Failed(error.to_string()),
             },
@@ -463,7 +479,7 @@ async fn histories_under_pauses_show_no_overlap() {
         };
         let (child_holds, child_losses) = (
             child_ops(Call::Acquire { permits: 1 }),
-            child_ops(Call::Lost),
+            child_ops(Call::Lost) + child_ops(Call::NeverStood),
         );
         println!(
             "pauses: {} operations ({joined} from the paused child: {child_holds} holds, \
@@ -734,9 +750,19 @@ fn the_history_checker_finds_what_it_must() {
         common::history::Checked {
             holds: 3,
             tokens: 3,
-            runs: 2
+            runs: 2,
+            never_stood: 0,
         }
     );
+    // b's hold never stood (found lost by its first step, past its deadline): recorded at its
+    // invoke, it overlaps nothing, and it is counted.
+    let mut paused = clean.clone();
+    paused[2].ret = ms(18);
+    paused[3].call = Call::NeverStood;
+    paused[3].invoke = ms(15);
+    paused[3].ret = ms(15);
+    let checked = check(&paused, &none).unwrap();
+    assert_eq!(checked.never_stood, 1, "{checked:?}");
     // b returns at 18, before a's release is invoked at 20: two holds at once.
     let mut overlap = clean.clone();
     overlap[2].ret = ms(18);

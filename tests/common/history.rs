@@ -28,6 +28,11 @@ pub enum Call {
     Release,
     /// The moment the owner learnt that hold was lost (`lost()` fired).
     Lost,
+    /// The hold was found lost by its owner's first step, after its deadline (counted from
+    /// before the call) had passed: its owner was paused between the answer and that step, and
+    /// did nothing as its holder. Recorded at the call's invoke, so the hold stands for no time,
+    /// and counted ([`Checked::never_stood`]).
+    NeverStood,
     /// A run of a job for a scheduled tick (ms since the epoch).
     Run { tick: u64 },
 }
@@ -177,11 +182,21 @@ impl History {
 
     /// Records that hold `id`'s owner believed it held until `at`, and then learnt it was lost.
     pub fn lost_at(&self, id: u64, client: &str, target: &str, at: Duration) {
+        self.ended(id, client, target, Call::Lost, at);
+    }
+
+    /// Records that hold `id` never stood (see [`Call::NeverStood`]); `asked` is when its
+    /// acquisition was invoked.
+    pub fn never_stood(&self, id: u64, client: &str, target: &str, asked: Duration) {
+        self.ended(id, client, target, Call::NeverStood, asked);
+    }
+
+    fn ended(&self, id: u64, client: &str, target: &str, call: Call, at: Duration) {
         self.record(Op {
             id,
             client: client.to_owned(),
             target: target.to_owned(),
-            call: Call::Lost,
+            call,
             invoke: at,
             ret: at,
             outcome: Outcome::Ok,
@@ -203,6 +218,7 @@ impl History {
                 Call::Acquire { permits } => format!("acquire:{permits}"),
                 Call::Release => "release".into(),
                 Call::Lost => "lost".into(),
+                Call::NeverStood => "never-stood".into(),
                 Call::Run { tick } => format!("run:{tick}"),
             };
             let outcome = match op.outcome {
@@ -244,6 +260,7 @@ impl History {
                     tick: tick.parse().unwrap(),
                 },
                 None if call == "release" => Call::Release,
+                None if call == "never-stood" => Call::NeverStood,
                 _ => Call::Lost,
             };
             let outcome = match outcome.split_once(':') {
@@ -331,6 +348,10 @@ pub struct Checked {
     pub holds: usize,
     pub tokens: usize,
     pub runs: usize,
+    /// Holds found lost by their owner's first step past their deadline, which count as never
+    /// standing ([`Call::NeverStood`]): printed with every run, so that a run where the rule
+    /// hides many holds shows it.
+    pub never_stood: usize,
 }
 
 /// Checks `ops`: on each target, holds never take more than `permits[target]` at once (1 when
@@ -346,6 +367,7 @@ pub fn check(ops: &[Op], permits: &HashMap<String, u32>) -> Result<Checked, Viol
         let limit = permits.get(*target).copied().unwrap_or(1);
         let holds = holds(ops);
         checked.holds += holds.len();
+        checked.never_stood += ops.iter().filter(|op| op.call == Call::NeverStood).count();
         check_permits(target, ops, &holds, limit)?;
         checked.tokens += check_tokens(target, ops)?;
         checked.runs += check_runs(target, ops)?;
@@ -357,7 +379,7 @@ pub fn check(ops: &[Op], permits: &HashMap<String, u32>) -> Result<Checked, Viol
 fn holds(ops: &[&Op]) -> Vec<Hold> {
     let mut ends: HashMap<u64, Duration> = HashMap::new();
     for op in ops {
-        if matches!(op.call, Call::Release | Call::Lost) {
+        if matches!(op.call, Call::Release | Call::Lost | Call::NeverStood) {
             let end = ends.entry(op.id).or_insert(op.invoke);
             *end = (*end).min(op.invoke);
         }

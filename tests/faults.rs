@@ -200,12 +200,15 @@ async fn proxied(kind: Kind, name: &str, timeout: Duration) -> Proxied {
 /// each call beside a `fault` started just before it; after each, once the client is quiet, the
 /// fault must have `struck` and the server must count the holds the client does; at the end
 /// nothing is left unsettled and the lock is gone.
-async fn each_call_takes_effect_once<F: std::future::Future<Output = ()>>(
+async fn each_call_takes_effect_once<F, S>(
     proxied: &Proxied,
     name: &str,
     fault: impl Fn() -> F,
-    struck: impl Fn() -> bool,
-) {
+    struck: impl Fn() -> S,
+) where
+    F: std::future::Future<Output = ()>,
+    S: std::future::Future<Output = bool>,
+{
     let Proxied {
         raw,
         locks,
@@ -216,7 +219,7 @@ async fn each_call_takes_effect_once<F: std::future::Future<Output = ()>>(
     let struck = &struck;
     let after = |step: &'static str, holds: u32| async move {
         quiet(locks).await;
-        assert!(struck(), "{step}: the fault did not strike");
+        assert!(struck().await, "{step}: the fault did not strike");
         assert_eq!(hold_count(raw, name, field).await, holds, "{step}");
     };
     let (_, first) = tokio::join!(fault(), lock.lock());
@@ -243,7 +246,8 @@ async fn lost_replies_take_effect_once(kind: Kind) {
         let proxied = proxied(kind, "cut", Duration::from_secs(1)).await;
         let proxy = &proxied.proxy;
         let fault = || async { proxy.lose_next_reply() };
-        each_call_takes_effect_once(&proxied, "cut", fault, || !proxy.reply_pending_loss()).await;
+        let struck = || async { !proxy.reply_pending_loss() };
+        each_call_takes_effect_once(&proxied, "cut", fault, struck).await;
         let left = kept_by_design(kind, leftovers(&proxied.raw).await);
         assert!(only_fences(&left), "{left:?}");
         assert!(fenced(&proxied.raw, "cut").await > 0, "no reply was lost");
@@ -252,22 +256,36 @@ async fn lost_replies_take_effect_once(kind: Kind) {
     .await;
 }
 
-// 1. A reconnect forced while a call is on the wire (what the Sentinel watcher does when the
-// master switches): fred fails the call with the connection's error, or puts it back in its
-// queue and refuses to write it twice ("Too many failed write attempts."). Either way the call
-// may have run: acquire, re-entry and release each still take effect once.
+// 1. The connection dropped while a call is on the wire, and fred reconnecting under it (what
+// the Sentinel watcher's move to a new master does to the calls it finds on their way): fred
+// fails the call with the connection's error, or puts it back in its queue and refuses to
+// write it twice ("Too many failed write attempts."). Either way the call may have run:
+// acquire, re-entry and release each still take effect once. (A `force_reconnection` from
+// outside does not strike under a call: fred handles it after the call's reply, so the test
+// cuts the connection instead, and checks that every step was struck.)
 for_each_kind!(reconnects_under_a_call_take_effect_once);
 
 async fn reconnects_under_a_call_take_effect_once(kind: Kind) {
     let proxied = proxied(kind, "requeued", Duration::from_secs(2)).await;
     // Each way takes 150 ms: a call runs on the server 150 ms after it is sent, and its reply
-    // is on the way back when the reconnect comes at 220 ms.
+    // is on the way back when the connection drops at 220 ms.
     proxied.proxy.set_latency(Duration::from_millis(150));
     let reconnect = || async {
         tokio::time::sleep(Duration::from_millis(220)).await;
-        proxied.locks.redis().force_reconnection().await.unwrap();
+        proxied.proxy.cut();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxied.proxy.heal();
     };
-    each_call_takes_effect_once(&proxied, "requeued", reconnect, || true).await;
+    // Struck: the call's outcome was lost, so the call after it (its resend) fenced its id,
+    // one more in the lock's fence set at every step.
+    let seen = std::cell::Cell::new(0);
+    let struck = || async {
+        let now = fenced(&proxied.raw, "requeued").await;
+        let grew = now > seen.get();
+        seen.set(now);
+        grew
+    };
+    each_call_takes_effect_once(&proxied, "requeued", reconnect, struck).await;
     proxied.proxy.set_latency(Duration::ZERO);
     another_client_takes(&proxied.server, kind, "requeued").await;
 }

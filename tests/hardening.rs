@@ -219,7 +219,11 @@ async fn names_with_stray_braces_work_on_a_cluster() {
 
                 let holder = lock.lock().await.unwrap();
                 assert!(lock.force_unlock().await.unwrap(), "{name} fair={fair}");
-                assert!(holder.unlock().await.is_err());
+                // Its field is gone: the unlock says so, naming the lock.
+                match holder.unlock().await {
+                    Err(Error::NotHeld { .. }) => {}
+                    other => panic!("{name} fair={fair}: unlock after a force unlock: {other:?}"),
+                }
 
                 // A waiter is woken by the unlock, not by the 30 s lease.
                 let holder = lock.lock().await.unwrap();
@@ -793,7 +797,7 @@ async fn bad_input_sweep() {
                 let built = RedLock::builder(vec![client.clone()], name.clone())
                     .lease(duration)
                     .build();
-                assert!(built.is_err(), "lease {duration:?}");
+                is_invalid(built.map(drop));
                 for (i, built) in [
                     RedLock::builder(vec![client.clone()], name.clone())
                         .node_timeout(duration)
@@ -839,7 +843,7 @@ async fn bad_input_sweep() {
                 LockClient::builder().command_timeout(duration),
             ] {
                 let built = ends("build", limit, builder.url(server.url()).build()).await;
-                assert!(built.is_err(), "{duration:?} accepted");
+                is_invalid(built.map(drop));
             }
         }
         every_key_expires(&raw).await;

@@ -573,12 +573,22 @@ async fn a_cancelled_run_gives_the_job_back() {
 
         let job = client.job_lock("cancelled");
         let key = job.key().to_owned();
-        let cancelled = tokio::time::timeout(
-            Duration::from_millis(200),
-            job.run(tokio::time::sleep(Duration::from_secs(30))),
-        )
-        .await;
+        // The job runs only under the lock: its start says the run took the job.
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let job_of = |started: &Arc<std::sync::atomic::AtomicBool>| {
+            let started = started.clone();
+            async move {
+                started.store(true, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(30)).await
+            }
+        };
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(200), job.run(job_of(&started))).await;
         assert!(cancelled.is_err());
+        assert!(
+            started.load(std::sync::atomic::Ordering::SeqCst),
+            "the run never took the job"
+        );
         assert!(
             eventually(Duration::from_secs(2), || async {
                 raw.exists::<i64, _>(&key).await.unwrap() == 0
@@ -599,12 +609,14 @@ async fn a_cancelled_run_gives_the_job_back() {
         let job = client
             .job_lock("cancelled")
             .at_least_for(Duration::from_millis(1500));
-        let cancelled = tokio::time::timeout(
-            Duration::from_millis(200),
-            job.run(tokio::time::sleep(Duration::from_secs(30))),
-        )
-        .await;
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(200), job.run(job_of(&started))).await;
         assert!(cancelled.is_err());
+        assert!(
+            started.load(std::sync::atomic::Ordering::SeqCst),
+            "the run never took the job"
+        );
         assert!(
             eventually(Duration::from_secs(2), || async {
                 let pttl: i64 = raw.pttl(&key).await.unwrap();

@@ -114,7 +114,13 @@ async fn terms_never_overlap_and_epochs_increase() {
             run.abort();
         }
         for run in runs {
-            let _ = run.await;
+            // Aborted, as asked (a run campaigns until its client shuts down); a run that
+            // panicked or failed fails the test.
+            match run.await {
+                Ok(ended) => ended.unwrap(),
+                Err(aborted) if aborted.is_cancelled() => {}
+                Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
+            }
         }
         // The aborted runs dropped their terms: the last one is resigned in the background.
         let ended = eventually(Duration::from_secs(2), || async {

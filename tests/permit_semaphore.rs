@@ -157,6 +157,8 @@ async fn release_by_id_gives_a_permit_back_and_its_guard_learns_it() {
         let semaphore = holder.permit_semaphore("by-id");
         semaphore.try_set_permits(1).await.unwrap();
         let permit = semaphore.acquire().await.unwrap();
+        let token = permit.cancellation_token();
+        assert!(!token.is_cancelled());
         let other = operator.permit_semaphore("by-id");
         assert!(other.release_by_id(permit.id()).await.unwrap());
         assert!(!other.release_by_id(permit.id()).await.unwrap());
@@ -164,6 +166,10 @@ async fn release_by_id_gives_a_permit_back_and_its_guard_learns_it() {
         tokio::time::timeout(WATCHDOG, permit.lost())
             .await
             .expect("the guard learns of the loss within a watchdog period");
+        assert!(
+            token.is_cancelled(),
+            "the permit's cancellation token lags behind lost()"
+        );
         assert!(matches!(permit.release().await, Err(Error::NotHeld { .. })));
         assert_eq!(other.available_permits().await.unwrap(), 1);
     })

@@ -328,9 +328,15 @@ async fn validity_is_below_ttl_minus_elapsed() {
             .unwrap()
             .unwrap();
         let token = guard.value().to_string();
+        let cancellation = guard.cancellation_token();
+        assert!(!cancellation.is_cancelled());
         guard.lost().await;
         let lost_after = started.elapsed();
         assert!(guard.is_lost());
+        assert!(
+            cancellation.is_cancelled(),
+            "the cancellation token lags behind lost()"
+        );
         assert_eq!(guard.validity(), Duration::ZERO);
         assert!(
             lost_after >= lease - drift - Duration::from_millis(20),

@@ -611,7 +611,8 @@ pub fn redis_cli_auth(port: u16, password: Option<&str>, args: &[&str]) -> Strin
         .stderr(Stdio::null())
         .output()
         .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
-        .unwrap_or_default()
+        // A missing redis-cli is the harness's fault, not an empty answer to read on.
+        .unwrap_or_else(|error| panic!("redis-cli could not run: {error}"))
 }
 
 /// A free port whose cluster bus port (port + 10000) is free too.

@@ -1207,6 +1207,9 @@ fn the_model_fails_without_fences_or_margin() {
 #[tokio::test]
 async fn the_model_matches_the_scripts() {
     use rand::{Rng, SeedableRng};
+    /// The second lock of a renewal batch, in the first one's slot.
+    const SECOND: &str = "{model}:second";
+    const SECOND_FENCES: &str = "{model}:second:fences";
     common::bounded(async {
         let server = common::RedisServer::start();
         let raw = server.raw().await;
@@ -1224,6 +1227,7 @@ async fn the_model_matches_the_scripts() {
         let mut unlocks = listener.message_rx();
         listener.subscribe("{model}:channel").await.unwrap();
         let mut published_in_all = 0;
+        let mut batches = 0;
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -1326,7 +1330,45 @@ async fn the_model_matches_the_scripts() {
                     let expected = script::renew(&mut model, now, owner, lease);
                     argv.push((i64::from(lease) * TICK_MS).to_string().into());
                     argv.push(field(owner).into());
-                    let got = raw.eval::<Value, _, _, _>(renew, vec![name], argv).await;
+                    // Half of them in a batch with a second lock of the slot, as the watchdog
+                    // sends them: each key answered and renewed (or checked) as if alone.
+                    let mut keys = vec![name];
+                    let mut second = None;
+                    if rng.gen_bool(0.5) {
+                        let mut other = Server {
+                            counter: state.counter,
+                            ..Server::default()
+                        };
+                        let other_owner: Owner = rng.gen_range(0..3);
+                        if rng.gen_bool(0.6) {
+                            other.holds.insert(rng.gen_range(0..3), rng.gen_range(1..=3));
+                        }
+                        other.expires = now + rng.gen_range(1..=4);
+                        load(&raw, SECOND, SECOND_FENCES, &other, now).await;
+                        argv.push(field(other_owner).into());
+                        keys.push(SECOND);
+                        let mut model_other = other.clone();
+                        let expected = script::renew(&mut model_other, now, other_owner, lease);
+                        second = Some((model_other, expected));
+                    }
+                    let got = raw.eval::<Value, _, _, _>(renew, keys, argv).await;
+                    if let (Some((mut model_other, expected)), Ok(Value::Array(replies))) =
+                        (second, &got)
+                    {
+                        batches += 1;
+                        let second_reply = replies.get(1).cloned().unwrap_or(Value::Null);
+                        assert_eq!(
+                            reply(Ok(second_reply), false),
+                            expected,
+                            "case {case}: the batch's second key"
+                        );
+                        let after = read(&raw, SECOND, SECOND_FENCES, now).await;
+                        if model_other.holds.is_empty() {
+                            model_other.expires = after.expires;
+                        }
+                        assert_eq!(after, model_other, "case {case}: the batch's second key");
+                        let _: i64 = raw.del(vec![SECOND, SECOND_FENCES]).await.unwrap();
+                    }
                     let got = match got {
                         Ok(Value::Array(replies)) => Ok(replies[0].clone()),
                         other => other,
@@ -1374,7 +1416,8 @@ async fn the_model_matches_the_scripts() {
         }
         println!(
             "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns, \
-             {} resignations; {published_in_all} unlock messages",
+             {} resignations; {published_in_all} unlock messages; {batches} renewals in a batch \
+             of two",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );
     })

@@ -1420,6 +1420,18 @@ async fn the_model_matches_the_scripts() {
                 "case {case}: call {kind} by {owner} replied {expected:?}: unlock messages"
             );
             published_in_all += published;
+            // A new term records when it began on the server's clock (ms); a standing one keeps
+            // what was loaded.
+            if model.term.is_some() {
+                let since: Option<u64> = raw.hget(name, "leader:since").await.unwrap();
+                let since = since.expect("a term's record has its start");
+                if model.term != state.term {
+                    let window = clock_before / 1000..=clock_after / 1000;
+                    assert!(window.contains(&since), "case {case}: since {since}, clock {window:?}");
+                } else {
+                    assert_eq!(since, 1_795_000_000_000, "case {case}: a standing term's start");
+                }
+            }
             let mut after = read(&raw, name, fences, now).await;
             if after.counter.is_some_and(seeded) {
                 after.counter = Some(script::SEED + 1);

@@ -1420,6 +1420,18 @@ async fn the_model_matches_the_scripts() {
                 "case {case}: call {kind} by {owner} replied {expected:?}: unlock messages"
             );
             published_in_all += published;
+            // The fence memory: a call that fenced lost ids (its own id not fenced) keeps the set
+            // for FENCE_MEMORY (15 min) from then; one that fenced nothing leaves its expiry.
+            let fence_pttl: i64 = raw.pttl(fences).await.unwrap();
+            let fenced_some = kind != 2 && !lost.is_empty() && !state.fences.contains(&(owner, req));
+            if fenced_some {
+                assert!(
+                    fence_pttl > 899_000 && fence_pttl <= 900_000,
+                    "case {case}: the fence set's PTTL {fence_pttl} ms"
+                );
+            } else if !state.fences.is_empty() {
+                assert_eq!(fence_pttl, -1, "case {case}: the fence set's expiry was touched");
+            }
             // A new term records when it began on the server's clock (ms); a standing one keeps
             // what was loaded.
             if model.term.is_some() {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use common::chaos::{chaos, Rng};
-use common::{bounded, eventually, KillOnDrop, Kind, RedisServer, StallingProxy};
+use common::{bounded, eventually, quiet, KillOnDrop, Kind, RedisServer, StallingProxy};
 use fredlock::prelude::*;
 
 async fn hold_count(raw: &Client, name: &str, field: &str) -> u32 {
@@ -24,14 +24,6 @@ async fn hold_count(raw: &Client, name: &str, field: &str) -> u32 {
         .await
         .unwrap()
         .unwrap_or_default()
-}
-
-/// Waits until `client` is connected again and whatever its reconnect set off (a renewal of
-/// every hold) has had its reply, so that the next reply the proxy loses is the test's own.
-async fn quiet(client: &LockClient) {
-    client.redis().wait_for_connect().await.unwrap();
-    let _: String = client.redis().ping(None).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
 /// Every key left on `raw`'s server, with its type and TTL in ms.

@@ -847,11 +847,6 @@ async fn a_run_whose_reply_was_lost_fails_and_leaves_nothing() {
             .job_lock("lost-reply")
             .at_most_for(Duration::from_secs(60));
         let key = "job-lock:default:lost-reply";
-        let quiet = || async {
-            client.redis().wait_for_connect().await.unwrap();
-            let _: String = client.redis().ping(None).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        };
         let freed = || async {
             eventually(Duration::from_secs(5), || async {
                 !raw.exists::<bool, _>(key).await.unwrap()
@@ -866,7 +861,7 @@ async fn a_run_whose_reply_was_lost_fails_and_leaves_nothing() {
         common::listening_for_force_unlocks(&raw, &client).await;
 
         for lost in ["SET", "tick"] {
-            quiet().await;
+            common::quiet(&client).await;
             let next = tick + Duration::from_secs(60);
             proxy.lose_next_reply();
             let failed = match lost {

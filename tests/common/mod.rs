@@ -329,11 +329,24 @@ pub fn signal_quietly(pid: u32, signal: &str) -> bool {
 
 /// The server's clock (`TIME`) in milliseconds: one clock for a test and its child processes.
 pub async fn server_millis(raw: &Client) -> u64 {
+    server_micros(raw).await / 1000
+}
+
+/// The server's clock (`TIME`) in microseconds, as the token scripts seed a missing counter.
+pub async fn server_micros(raw: &Client) -> u64 {
     let time: Vec<String> = raw
         .custom(fred::cmd!("TIME"), Vec::<String>::new())
         .await
         .unwrap();
-    time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000
+    time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap()
+}
+
+/// Waits until `client` is connected and quiet: its background calls (a subscription, a
+/// script load) done, so that a fault armed next strikes the caller's own call.
+pub async fn quiet(client: &fredlock::LockClient) {
+    client.redis().wait_for_connect().await.unwrap();
+    let _: String = client.redis().ping(None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
 pub async fn configured_client(

@@ -1201,15 +1201,6 @@ fn the_model_fails_without_fences_or_margin() {
     println!("deadline = lease: {steps:?}");
 }
 
-/// The server's clock in microseconds (`TIME`), as the token scripts seed a missing counter.
-async fn server_clock_us(raw: &Client) -> u64 {
-    let time: Vec<String> = raw
-        .custom(fred::cmd!("TIME"), Vec::<Value>::new())
-        .await
-        .unwrap();
-    time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap()
-}
-
 /// Random states and calls through the model's scripts and the real ones: the same replies
 /// and the same keys after, for every case. A script changed without the model (or the model
 /// without the script) fails here.
@@ -1276,7 +1267,7 @@ async fn the_model_matches_the_scripts() {
             let mut argv: Vec<Value> = Vec::new();
             let kind = rng.gen_range(0..6);
             kinds[kind] += 1;
-            let clock_before = server_clock_us(&raw).await;
+            let clock_before = common::server_micros(&raw).await;
             let (expected, got) = match kind {
                 0 | 3 => {
                     // The reentrant lock's acquire, or the fenced lock's (its counter last).
@@ -1394,7 +1385,7 @@ async fn the_model_matches_the_scripts() {
                     (expected, reply(got, false))
                 }
             };
-            let clock_after = server_clock_us(&raw).await;
+            let clock_after = common::server_micros(&raw).await;
             let seeded = |token: u64| {
                 missing_counter && token > clock_before && token <= clock_after + 1
             };

@@ -118,6 +118,56 @@ async fn with_replica_sync_a_held_lock_survives_the_failover() {
     .await;
 }
 
+/// A wait that fails after its write went out (here the proxy closes the pooled connection
+/// right after it delivers the acquire's reply, so the `WAIT` finds no connection) leaves the
+/// write unconfirmed, never "not sent": the acquire fails and is undone on the master at once,
+/// rather than held there until its lease ends. The replica's link is stalled, so nothing is
+/// ever confirmed. (A wait that goes out on a *new* connection is the engine's unit test
+/// `a_wait_on_a_new_connection_confirms_nothing`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cut_off_after_its_write_leaves_it_unconfirmed_and_undone() {
+    bounded(async {
+        let master = RedisServer::start();
+        let link = StallingProxy::start(master.port());
+        let _replica = RedisServer::start_replica_through(&master, link.port()).await;
+        let front = StallingProxy::start(master.port());
+        let client = LockClient::builder()
+            .url(front.url())
+            .replica_sync(ReplicaSync::replicas(1).timeout(Duration::from_millis(200)))
+            .build()
+            .await
+            .unwrap();
+        link.stall();
+        let mut outcomes = Vec::new();
+        for attempt in 0..12 {
+            let name = format!("moved-wait-{attempt}");
+            // Nothing else talks while no lock is held: the next reply is the acquire's.
+            front.close_after_next_reply();
+            let outcome = client.lock(&name).try_lock_now().await;
+            assert!(
+                !matches!(outcome, Ok(Some(_))),
+                "attempt {attempt}: an acquire no replica has was reported held"
+            );
+            let outcome = outcome
+                .map(|held| held.is_some())
+                .map_err(|error| error.to_string());
+            println!("attempt {attempt}: {outcome:?}");
+            outcomes.push(outcome);
+            assert!(
+                common::eventually(Duration::from_secs(3), || async {
+                    fields(&master, &name).await.is_empty()
+                })
+                .await,
+                "attempt {attempt}: the unconfirmed acquire is undone on the master"
+            );
+        }
+        println!("{outcomes:?}");
+        link.resume();
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// The median of `samples` timings of `op`.
 async fn median<F, Fut>(samples: usize, mut op: F) -> Duration
 where

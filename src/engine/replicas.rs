@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
-use fred::types::config::Options;
+use fred::interfaces::{ClientLike, EventInterface};
+use fred::types::config::{Options, Server};
 use fred::types::{Builder, ClusterHash, Value};
+use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::sync::Semaphore;
 
 use crate::error::not_replicated;
@@ -96,7 +97,7 @@ pub(crate) struct Writer {
 
 struct Syncer {
     connections: Vec<Client>,
-    free: Mutex<Vec<usize>>,
+    free: Mutex<Vec<Pooled>>,
     available: Semaphore,
     needed: u32,
     timeout_ms: i64,
@@ -124,9 +125,14 @@ impl Writer {
         settings: ReplicaSync,
     ) -> Result<Writer, String> {
         let mut connections = Vec::with_capacity(settings.connections);
+        let mut pooled = Vec::with_capacity(settings.connections);
         let result = async {
             for _ in 0..settings.connections {
                 let connection = builder.build().map_err(|error| error.to_string())?;
+                pooled.push(Pooled {
+                    index: connections.len(),
+                    reconnects: connection.reconnect_rx(),
+                });
                 connections.push(connection.clone());
                 connection.init().await.map_err(|error| error.to_string())?;
             }
@@ -153,7 +159,7 @@ impl Writer {
             sharded,
             sync: Some(Arc::new(Syncer {
                 connections,
-                free: Mutex::new((0..count).collect()),
+                free: Mutex::new(pooled),
                 available: Semaphore::new(count),
                 needed: settings.replicas,
                 timeout_ms: i64::try_from(settings.timeout.as_millis())
@@ -199,20 +205,39 @@ impl Writer {
                 "replica sync closed",
             ));
         };
-        let checkout = Checkout {
+        let pooled = sync
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut checkout = Checkout {
             sync,
-            index: sync
-                .free
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop()
-                .unwrap_or(0),
+            pooled: Some(pooled.unwrap_or_else(|| Pooled {
+                index: 0,
+                reconnects: sync.connections[0].reconnect_rx(),
+            })),
             _permit: permit,
         };
-        let connection = &sync.connections[checkout.index];
+        let Some(pooled) = checkout.pooled.as_mut() else {
+            return Err(not_replicated(0, sync.needed));
+        };
+        let connection = &sync.connections[pooled.index];
+        // `WAIT` counts the replicas that have what *its* connection wrote. Sent on a new
+        // connection (the old one closed, or moved to a new master by the Sentinel watcher,
+        // right after the write's reply), it waits for the new connection's writes, none of
+        // which is this one, and on a new master counts replicas that never saw it. fred
+        // announces each new connection before it sends anything on it, so an announcement
+        // between the write and the wait's reply means the write is unconfirmed.
+        pooled.forget_reconnects();
         let reply = send(connection).await;
         if reply.is_ok() {
             sync.confirm(connection, slot()).await?;
+            if pooled.reconnected() {
+                tracing::debug!(
+                    "the connection was replaced between a write and its wait for the replicas"
+                );
+                return Err(not_replicated(0, sync.needed));
+            }
         }
         reply
     }
@@ -222,7 +247,7 @@ impl Writer {
 /// at its deadline) still gives it back.
 struct Checkout<'s> {
     sync: &'s Syncer,
-    index: usize,
+    pooled: Option<Pooled>,
     _permit: tokio::sync::SemaphorePermit<'s>,
 }
 
@@ -232,7 +257,31 @@ impl Drop for Checkout<'_> {
             .free
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(self.index);
+            .extend(self.pooled.take());
+    }
+}
+
+/// A pooled connection, and the announcements of its new connections.
+struct Pooled {
+    index: usize,
+    reconnects: broadcast::Receiver<Server>,
+}
+
+impl Pooled {
+    /// Drops the announcements so far.
+    fn forget_reconnects(&mut self) {
+        loop {
+            match self.reconnects.try_recv() {
+                Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Whether a new connection was announced since [`forget_reconnects`](Self::forget_reconnects)
+    /// (or the client quit, which closes the announcements).
+    fn reconnected(&mut self) -> bool {
+        !matches!(self.reconnects.try_recv(), Err(TryRecvError::Empty))
     }
 }
 
@@ -250,16 +299,14 @@ impl Syncer {
             ..Options::default()
         };
         let connection = connection.with_options(&options);
-        // The change ran; a wait that Redis refuses (`UNBLOCKED` when the master steps down
-        // under it, a connection that landed on a replica) leaves it unconfirmed, as a wait
-        // that timed out does, and it is undone the same way.
+        // The change ran; a wait that failed leaves it unconfirmed, as a wait that timed out
+        // does, and it is undone the same way: a wait that Redis refuses (`UNBLOCKED` when the
+        // master steps down under it, a connection that landed on a replica), and one that
+        // never went out (fred had no connection to route it to), which must not pass for a
+        // change that never went out.
         let unconfirmed = |error: fred::error::Error| {
-            if crate::error::is_transient(&error) {
-                error
-            } else {
-                tracing::debug!(%error, "the wait for the replicas was refused");
-                not_replicated(0, self.needed)
-            }
+            tracing::debug!(%error, "the wait for the replicas failed");
+            not_replicated(0, self.needed)
         };
         if self.aof {
             let acked: Vec<i64> = connection
@@ -312,4 +359,187 @@ pub(crate) async fn config_get<C: ClientLike>(server: &C, name: &str) -> Option<
         .await
         .ok()?;
     pair.into_iter().nth(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+    use std::process::{Child, Command, Stdio};
+    use std::sync::atomic::{AtomicU16, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use fred::interfaces::{ClientLike, KeysInterface};
+    use fred::types::config::{Config, ReconnectPolicy};
+    use fred::types::Builder;
+
+    use super::{ReplicaSync, Writer};
+    use crate::error::parse_not_replicated;
+
+    fn free_port() -> u16 {
+        TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port()
+    }
+
+    /// A throw-away `redis-server` on a free loopback port, killed when dropped (a failing
+    /// assertion included).
+    struct Server {
+        port: u16,
+        child: Child,
+    }
+
+    impl Server {
+        fn start(extra: &[&str]) -> Server {
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server on PATH");
+            let server = Server { port, child };
+            until("the server answers", || {
+                server.cli(&["ping"]).contains("PONG")
+            });
+            server
+        }
+
+        /// A replica of `master`, returned once `master` counts it in a `WAIT`.
+        fn replica_of(master: &Server) -> Server {
+            let replica = Server::start(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+            until("the replica streams", || {
+                master.cli(&["wait", "1", "100"]).trim() == "1"
+            });
+            replica
+        }
+
+        fn cli(&self, args: &[&str]) -> String {
+            let output = Command::new("redis-cli")
+                .args(["-p", &self.port.to_string()])
+                .args(args)
+                .output()
+                .expect("redis-cli on PATH");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A loopback forwarder whose new connections go to the server `target` names at the time:
+    /// the same address before and after a failover, as a DNS name or a load balancer gives.
+    fn forwarder(target: Arc<AtomicU16>) -> u16 {
+        let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let port = target.load(Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+                else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ]
+                .into_iter()
+                .filter_map(|(from, to)| Some((from.ok()?, to.ok()?)))
+                {
+                    std::thread::spawn(move || {
+                        let mut buffer = [0u8; 4096];
+                        while let Ok(read @ 1..) = from.read(&mut buffer) {
+                            if to.write_all(&buffer[..read]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        port
+    }
+
+    /// A write whose connection is replaced before its wait (what the Sentinel watcher's
+    /// `force_reconnection` does when the master switches, at whatever moment) is not
+    /// confirmed. Here the new connection lands on another master, whose replica is in sync
+    /// with it but never saw the write: `WAIT` there counts that replica at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_on_a_new_connection_confirms_nothing() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let first = Server::start(&[]);
+            let _first_replica = Server::replica_of(&first);
+            let second = Server::start(&[]);
+            let _second_replica = Server::replica_of(&second);
+            let target = Arc::new(AtomicU16::new(first.port));
+            let front = forwarder(target.clone());
+            let config = Config::from_url(&format!("redis://127.0.0.1:{front}")).expect("a URL");
+            let mut builder = Builder::from_config(config);
+            builder.set_policy(ReconnectPolicy::new_constant(0, 50));
+            let client = builder.build().expect("a client");
+            client.init().await.expect("connected");
+            let sync = ReplicaSync::replicas(1)
+                .timeout(Duration::from_millis(300))
+                .connections(1);
+            let writer = Writer::synced(client.clone(), false, &builder, sync)
+                .await
+                .expect("replica sync on a master with a replica");
+
+            // On one connection, a write its replica has is confirmed.
+            let confirmed: Result<i64, _> = writer
+                .send(|| None, |redis| redis.incr::<i64, _>("count"))
+                .await;
+            assert_eq!(confirmed.expect("confirmed"), 1);
+
+            // The write goes to the first master; its connection is replaced by one to the
+            // second before the wait.
+            let moved = writer
+                .send(
+                    || None,
+                    |redis| async move {
+                        let written = redis.incr::<i64, _>("count").await;
+                        target.store(second.port, Ordering::SeqCst);
+                        redis.force_reconnection().await.expect("reconnected");
+                        written
+                    },
+                )
+                .await;
+            let error = moved.expect_err("a wait on another connection confirms nothing");
+            assert_eq!(parse_not_replicated(&error), Some((0, 1)), "{error}");
+            assert_eq!(
+                second.cli(&["get", "count"]).trim(),
+                "",
+                "the write went to the first"
+            );
+
+            // On the new connection, a write is confirmed again.
+            let confirmed: Result<i64, _> = writer
+                .send(|| None, |redis| redis.incr::<i64, _>("count"))
+                .await;
+            assert_eq!(confirmed.expect("confirmed"), 1);
+            for connection in writer.own_connections() {
+                let _ = connection.quit().await;
+            }
+            let _ = client.quit().await;
+        })
+        .await
+        .expect("within a minute");
+    }
 }

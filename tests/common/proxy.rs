@@ -23,7 +23,8 @@ pub struct StallingProxy {
     port: u16,
     stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    lose_reply: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What happens to the next reply: [`KEEP`], [`LOSE`] or [`CLOSE_AFTER`].
+    lose_reply: std::sync::Arc<std::sync::atomic::AtomicU8>,
     /// Added to every chunk either way, in ms.
     latency: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -41,7 +42,7 @@ impl StallingProxy {
         let stalled = Arc::new(AtomicBool::new(false));
         let cut = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let lose_reply = Arc::new(AtomicBool::new(false));
+        let lose_reply = Arc::new(std::sync::atomic::AtomicU8::new(KEEP));
         let latency = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (flags, cutting, done) = (stalled.clone(), cut.clone(), stop.clone());
         let losing = lose_reply.clone();
@@ -129,7 +130,14 @@ impl StallingProxy {
     /// ran, its client never learns how. Requests sent meanwhile are forwarded as usual.
     pub fn lose_next_reply(&self) {
         self.lose_reply
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+            .store(LOSE, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The next reply the server sends is delivered, then its connection is closed: the client
+    /// has its answer, and its next command on that connection needs a new one.
+    pub fn close_after_next_reply(&self) {
+        self.lose_reply
+            .store(CLOSE_AFTER, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Holds every chunk, either way, `latency` before forwarding it (zero: none).
@@ -142,7 +150,7 @@ impl StallingProxy {
 
     /// Whether a reply armed by [`lose_next_reply`](Self::lose_next_reply) is still to come.
     pub fn reply_pending_loss(&self) -> bool {
-        self.lose_reply.load(std::sync::atomic::Ordering::SeqCst)
+        self.lose_reply.load(std::sync::atomic::Ordering::SeqCst) != KEEP
     }
 }
 
@@ -152,13 +160,20 @@ impl Drop for StallingProxy {
     }
 }
 
+/// The next reply is forwarded as usual.
+const KEEP: u8 = 0;
+/// The next reply is thrown away and its connection closed.
+const LOSE: u8 = 1;
+/// The next reply is forwarded, then its connection closed.
+const CLOSE_AFTER: u8 = 2;
+
 /// What a proxy's pump applies to the bytes it copies.
 struct Faults<'a> {
     stalled: &'a std::sync::atomic::AtomicBool,
     cut: &'a std::sync::atomic::AtomicBool,
     stop: &'a std::sync::atomic::AtomicBool,
-    /// On the reply side only: when set, the next chunk is thrown away and the connection closed.
-    lose_reply: Option<&'a std::sync::atomic::AtomicBool>,
+    /// On the reply side only: what happens to the next chunk ([`LOSE`], [`CLOSE_AFTER`]).
+    lose_reply: Option<&'a std::sync::atomic::AtomicU8>,
     latency: &'a std::sync::atomic::AtomicU64,
 }
 
@@ -193,13 +208,13 @@ fn pump(mut from: TcpStream, mut to: TcpStream, faults: Faults<'_>) {
         if faults.cut.load(Ordering::SeqCst) || faults.stop.load(Ordering::Relaxed) {
             break;
         }
-        if faults
+        let fault = faults
             .lose_reply
-            .is_some_and(|lose| lose.swap(false, Ordering::SeqCst))
-        {
+            .map_or(KEEP, |fault| fault.swap(KEEP, Ordering::SeqCst));
+        if fault == LOSE {
             break;
         }
-        if to.write_all(&buffer[..read]).is_err() {
+        if to.write_all(&buffer[..read]).is_err() || fault == CLOSE_AFTER {
             break;
         }
     }

@@ -507,8 +507,8 @@ async fn histories_under_pauses_show_no_overlap() {
 }
 
 /// Three clients of three tasks take the locks (each hold lasting up to `work_ms`), the fenced
-/// lock, the permits, the fair and the read-write lock and the job ticks for 12 s while the lock server is killed (SIGKILL) and
-/// restarted on the same port and directory every 1.5 s or so, each time the moment an
+/// lock, the permits, the fair and the read-write lock and the job ticks for [`CRASH_RUN`]
+/// while the lock server is killed (SIGKILL) and restarted on the same port and directory every 1.5 s or so, each time the moment an
 /// acquisition has returned (or after 0.5 s without one), persisting (`appendfsync always`) or
 /// not; what the history checker says, how many crashes there were and how many came right
 /// after an acquisition.
@@ -533,7 +533,7 @@ async fn history_across_crashes(
     };
     let first_run = run_id(server.raw().await).await;
     let history = History::new();
-    let until = Instant::now() + Duration::from_secs(12);
+    let until = Instant::now() + CRASH_RUN;
     let stop = stop_at(until);
     let (clients, tasks) =
         history_clients(&history, |_| url.clone(), &stop, 100, work_ms, |b| b).await;
@@ -572,13 +572,24 @@ async fn history_checked(
     (check(&ops, &history_limits()), ops)
 }
 
+/// How long a hold of the crash runs lasts at most: long enough that, without persistence, one
+/// outlives a restart and its negative control shows two holders; the run with persistence
+/// holds as long, so it passes the same hazard.
+const CRASH_WORK_MS: u64 = 1000;
+
+/// How long a crash run lasts: with holds of up to [`CRASH_WORK_MS`], long enough for the
+/// counts its test asks of it (more than 100 holds and 20 tokens; 12 s gave 113 and 23).
+const CRASH_RUN: Duration = Duration::from_secs(20);
+
 /// 5. Histories across server crashes (issue 35): persisting with `appendfsync always`, every
 /// hold survives the restart or is known lost, so the history shows no two holds at once, no
-/// token out of order, no third permit and no tick twice.
+/// token out of order, no third permit and no tick twice; holds as long as the negative control
+/// needs ([`CRASH_WORK_MS`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn histories_across_server_crashes_show_no_overlap() {
     bounded(async {
-        let (verdict, crashes, right_after, ops) = history_across_crashes(true, 400).await;
+        let (verdict, crashes, right_after, ops) =
+            history_across_crashes(true, CRASH_WORK_MS).await;
         let checked = verdict.unwrap_or_else(|violation| panic!("{violation}"));
         let failed = ops
             .iter()
@@ -598,12 +609,12 @@ async fn histories_across_server_crashes_show_no_overlap() {
 
 /// The negative control of the crash histories: without persistence a restart forgets the
 /// holds and the ticks, another client takes a lock its holder still works under (holds of up
-/// to 1 s here, so that one outlives the restart), and the checker shows it: the hazard of a
-/// server that keeps nothing.
+/// to [`CRASH_WORK_MS`], so that one outlives the restart), and the checker shows it: the hazard
+/// of a server that keeps nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_persistence_a_crash_shows_two_holders_in_the_history() {
     bounded(shows_a_violation(|| async {
-        let (verdict, crashes, right_after, _) = history_across_crashes(false, 1000).await;
+        let (verdict, crashes, right_after, _) = history_across_crashes(false, CRASH_WORK_MS).await;
         let run = format!(
             "{crashes} crashes ({right_after} right after an acquisition) without persistence"
         );

@@ -41,7 +41,7 @@ fn history_limits() -> HashMap<String, u32> {
 }
 
 /// One worker of `histories_under_chaos_show_no_overlap`: takes locks, a fenced lock, the
-/// permit semaphore, a fair lock, a read-write lock (reading or writing) and job ticks at
+/// permit semaphore, a fair lock, a read-write lock (reading or writing), leader terms and job ticks at
 /// random until `stop`, recording every operation, and the moment a hold's `lost()` fires if
 /// it does while held.
 async fn history_worker(
@@ -62,7 +62,7 @@ async fn history_worker(
             who: &who,
             work,
         };
-        match rng.below(8) {
+        match rng.below(9) {
             0 | 1 => {
                 let name = format!("h-lock-{}", rng.below(2));
                 let lock = client.lock(&name);
@@ -95,6 +95,10 @@ async fn history_worker(
                 let call = lock.try_lock(wait, lease);
                 hold.run("h-fair", 1, call, |_| None, |g| g.is_lost(), |g| g.unlock())
                     .await;
+            }
+            8 => {
+                let election = client.leader_election("h-leader");
+                hold.run_term(election.try_campaign(wait)).await;
             }
             6 => {
                 let lock = client.rw_lock("h-rw").read_lock();
@@ -149,6 +153,41 @@ impl Hold<'_> {
         let work = self.work;
         work_while_held(history, id, who, target, asked, work, || is_lost(&guard)).await;
         history.release(id, who, target, release(guard)).await;
+    }
+}
+
+impl Hold<'_> {
+    /// A leader's term, as a hold whose token is its epoch: taken with `call`, worked in while
+    /// it stands, then a guarded write (`eval_while_held`) before it is resigned. A write the
+    /// server refuses (`NotHeld`: the term is over there) while the guard still believes is
+    /// how its owner learns the loss: recorded at the write ([`Call::WriteRefused`]).
+    async fn run_term(
+        &self,
+        call: impl std::future::Future<Output = fredlock::Result<Option<fredlock::Term>>>,
+    ) {
+        let (history, who, target) = (self.history, self.who, "h-leader");
+        let asked = history.now();
+        let epoch = |term: &fredlock::Term| Some(term.epoch());
+        let (id, term) = history.acquire(who, target, 1, call, epoch).await;
+        let Some(term) = term else { return };
+        work_while_held(history, id, who, target, asked, self.work, || {
+            term.is_lost()
+        })
+        .await;
+        if !term.is_lost() {
+            let at = history.now();
+            let write = term
+                .eval_while_held::<i64, _, _>(
+                    "return redis.call('incr', KEYS[1])",
+                    ["{h-leader}:writes"],
+                    Vec::<String>::new(),
+                )
+                .await;
+            if let Err(fredlock::Error::NotHeld { .. }) = write {
+                history.write_refused_at(id, who, target, at);
+            }
+        }
+        history.release(id, who, target, term.resign()).await;
     }
 }
 
@@ -763,7 +802,24 @@ fn the_history_checker_finds_what_it_must() {
             tokens: 3,
             runs: 2,
             never_stood: 0,
+            writes_refused: 0,
         }
+    );
+    // a's guarded write is refused at 14: it believed until then, and b, returning at 15 from
+    // an acquisition invoked at 12, overlaps nothing; the refusal is counted.
+    let mut refused = clean.clone();
+    refused[1] = op(1, "a", "l", Call::WriteRefused, 14, 14, None);
+    refused[2].invoke = ms(12);
+    refused[2].ret = ms(15);
+    let checked = check(&refused, &none).unwrap();
+    assert_eq!(checked.writes_refused, 1, "{checked:?}");
+    // Refused at 16, after b's hold began at 15: two holds at once.
+    refused[1].invoke = ms(16);
+    refused[1].ret = ms(16);
+    let violation = check(&refused, &none).unwrap_err();
+    assert!(
+        violation.what.contains("holds 1 and 2 at once"),
+        "{violation}"
     );
     // b's hold never stood (found lost by its first step, past its deadline): recorded at its
     // invoke, it overlaps nothing, and it is counted.

@@ -33,6 +33,10 @@ pub enum Call {
     /// did nothing as its holder. Recorded at the call's invoke, so the hold stands for no time,
     /// and counted ([`Checked::never_stood`]).
     NeverStood,
+    /// A guarded write of the holder (a leader's `eval_while_held`) was refused: the server
+    /// says the hold is gone, and its owner, which believed it until the write, knows it now.
+    /// Counted ([`Checked::writes_refused`]).
+    WriteRefused,
     /// A run of a job for a scheduled tick (ms since the epoch).
     Run { tick: u64 },
 }
@@ -191,6 +195,12 @@ impl History {
         self.ended(id, client, target, Call::NeverStood, asked);
     }
 
+    /// Records that hold `id`'s owner believed it held until `at`, when the server refused its
+    /// guarded write (see [`Call::WriteRefused`]).
+    pub fn write_refused_at(&self, id: u64, client: &str, target: &str, at: Duration) {
+        self.ended(id, client, target, Call::WriteRefused, at);
+    }
+
     fn ended(&self, id: u64, client: &str, target: &str, call: Call, at: Duration) {
         self.record(Op {
             id,
@@ -219,6 +229,7 @@ impl History {
                 Call::Release => "release".into(),
                 Call::Lost => "lost".into(),
                 Call::NeverStood => "never-stood".into(),
+                Call::WriteRefused => "write-refused".into(),
                 Call::Run { tick } => format!("run:{tick}"),
             };
             let outcome = match op.outcome {
@@ -261,6 +272,7 @@ impl History {
                 },
                 None if call == "release" => Call::Release,
                 None if call == "never-stood" => Call::NeverStood,
+                None if call == "write-refused" => Call::WriteRefused,
                 _ => Call::Lost,
             };
             let outcome = match outcome.split_once(':') {
@@ -352,6 +364,9 @@ pub struct Checked {
     /// standing ([`Call::NeverStood`]): printed with every run, so that a run where the rule
     /// hides many holds shows it.
     pub never_stood: usize,
+    /// Holds whose end their owner learnt from a guarded write the server refused
+    /// ([`Call::WriteRefused`]), not from its guard.
+    pub writes_refused: usize,
 }
 
 /// Checks `ops`: on each target, holds never take more than `permits[target]` at once (1 when
@@ -368,6 +383,10 @@ pub fn check(ops: &[Op], permits: &HashMap<String, u32>) -> Result<Checked, Viol
         let holds = holds(ops);
         checked.holds += holds.len();
         checked.never_stood += ops.iter().filter(|op| op.call == Call::NeverStood).count();
+        checked.writes_refused += ops
+            .iter()
+            .filter(|op| op.call == Call::WriteRefused)
+            .count();
         check_permits(target, ops, &holds, limit)?;
         checked.tokens += check_tokens(target, ops)?;
         checked.runs += check_runs(target, ops)?;
@@ -379,7 +398,10 @@ pub fn check(ops: &[Op], permits: &HashMap<String, u32>) -> Result<Checked, Viol
 fn holds(ops: &[&Op]) -> Vec<Hold> {
     let mut ends: HashMap<u64, Duration> = HashMap::new();
     for op in ops {
-        if matches!(op.call, Call::Release | Call::Lost | Call::NeverStood) {
+        if matches!(
+            op.call,
+            Call::Release | Call::Lost | Call::NeverStood | Call::WriteRefused
+        ) {
             let end = ends.entry(op.id).or_insert(op.invoke);
             *end = (*end).min(op.invoke);
         }

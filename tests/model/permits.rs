@@ -662,6 +662,12 @@ async fn the_permit_model_matches_the_scripts() {
         let renew = fredlock::script_source("permit_semaphore_renew").unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
         let mut kinds = [0usize; 3];
+        // Every change publishes the new count on the channel: compared too.
+        let listener = server.raw().await;
+        let mut messages = listener.message_rx();
+        listener.subscribe(channel).await.unwrap();
+        let mut published_in_all = 0;
+        let mut leases_set = 0;
         for case in 0..300 {
             let now = 1u8;
             let mut state = permits::Server {
@@ -716,6 +722,7 @@ async fn the_permit_model_matches_the_scripts() {
             };
             let kind = rng.gen_range(0..3);
             kinds[kind] += 1;
+            let clock_before = common::server_millis(&raw).await as i64;
             let (expected, got) = match kind {
                 0 => {
                     let expected = permits::acquire(&mut model, now, lease, id, req, &lost, true);
@@ -747,6 +754,31 @@ async fn the_permit_model_matches_the_scripts() {
                     (expected, reply(got, false))
                 }
             };
+            let clock_after = common::server_millis(&raw).await as i64;
+            // The messages: a call that ran gives back the ended leases first, publishing the
+            // count then (if there were any); a release that gives its permit back publishes
+            // the count after it.
+            let _: Value = listener.ping(None).await.unwrap();
+            let mut published = Vec::new();
+            while let Ok(message) = messages.try_recv() {
+                published.push(message.value.as_i64().unwrap());
+            }
+            let mut expected_published = Vec::new();
+            if kind != 2 && expected != Reply::Stale {
+                let ended = state.leases.values().filter(|&&end| end <= now).count() as i64;
+                let available = state.available + ended;
+                if ended > 0 {
+                    expected_published.push(available);
+                }
+                if kind == 1 && expected == Reply::Int(1) {
+                    expected_published.push(available + 1);
+                }
+            }
+            assert_eq!(
+                published, expected_published,
+                "case {case}: call {kind} on {id:?} replied {expected:?}: the counts published"
+            );
+            published_in_all += published.len();
             let mut after = permits::Server {
                 available: raw
                     .get::<Option<i64>, _>(counter)
@@ -761,6 +793,18 @@ async fn the_permit_model_matches_the_scripts() {
                 .unwrap();
             for (member, score) in scored {
                 let ends = (score as i64 - base).div_euclid(TICK_MS) as u8;
+                // To the millisecond: a lease is as loaded, or set by this call to its length
+                // (in the model's ticks) from the server's clock during the call (a lease set
+                // 4 s short rounds to the same tick).
+                let loaded = (base + i64::from(ends) * TICK_MS) as f64;
+                let length = i64::from(ends.saturating_sub(now)) * TICK_MS;
+                let set_now = (clock_before + length) as f64..=(clock_after + length) as f64;
+                assert!(
+                    score == loaded || set_now.contains(&score),
+                    "case {case}: {member}'s lease ends at {score} ms, neither as loaded \
+                     ({loaded}) nor {length} ms from the call ({set_now:?})"
+                );
+                leases_set += usize::from(score != loaded);
                 after.leases.insert(parse_permit(&member), ends);
             }
             let members: Vec<String> = raw.smembers(fences).await.unwrap();
@@ -778,7 +822,8 @@ async fn the_permit_model_matches_the_scripts() {
             );
         }
         println!(
-            "300 cases: {} acquires, {} releases, {} renewals",
+            "300 cases: {} acquires, {} releases, {} renewals; {published_in_all} counts \
+             published; {leases_set} leases set to the millisecond",
             kinds[0], kinds[1], kinds[2]
         );
     })

@@ -721,6 +721,11 @@ async fn the_read_write_model_matches_the_scripts() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
         let mut kinds = [0usize; 6];
         let mut reads_by_writers = 0;
+        // What the releases and leaves publish on the lock's channel: compared too.
+        let listener = server.raw().await;
+        let mut messages = listener.message_rx();
+        listener.subscribe(channel).await.unwrap();
+        let mut published_in_all = 0;
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server {
@@ -964,6 +969,61 @@ async fn the_read_write_model_matches_the_scripts() {
                     .fences
                     .insert((rw_owner(fenced_field), fenced_req.parse().unwrap()));
             }
+            // The messages: a read release that frees the lock tells the waiters ('1' when a
+            // writer still waits, '0' otherwise); the last write hold given back tells every
+            // waiter; a leave by the last waiting writer, unless a writer holds, tells the
+            // readers it kept out.
+            let _: Value = listener.ping(None).await.unwrap();
+            let mut published = Vec::new();
+            while let Ok(message) = messages.try_recv() {
+                published.push(message.value.as_string().unwrap());
+            }
+            let writer_waits = model.waiting.values().any(|&end| end > now);
+            let expected_published: Vec<String> = match kind {
+                2 if expected != Reply::Stale && state.mode.is_some() && model.mode.is_none() => {
+                    vec![if writer_waits { "1" } else { "0" }.into()]
+                }
+                3 if expected == Reply::Int(1) => vec!["1".into()],
+                4 if expected == Reply::Int(1)
+                    && !writer_waits
+                    && model.mode != Some(Mode::Write) =>
+                {
+                    vec!["1".into()]
+                }
+                _ => Vec::new(),
+            };
+            assert_eq!(
+                published, expected_published,
+                "case {case}: call {kind} by {owner} replied {expected:?}: the messages"
+            );
+            published_in_all += published.len();
+            // Durations to the millisecond, not only to the tick they are read in: the hash's
+            // PTTL and each live read hold's are the model's less the moments since the case
+            // was loaded (a lease set 9 s short would read as the same tick).
+            let within = |pttl: i64, ticks: u8| {
+                let expected = i64::from(ticks) * TICK_MS;
+                pttl <= expected && pttl > expected - 1_000
+            };
+            if model.mode.is_some() {
+                let pttl: i64 = raw.pttl(name).await.unwrap();
+                assert!(
+                    within(pttl, model.expires.saturating_sub(now)),
+                    "case {case}: the hash's PTTL {pttl} ms, the model's {} ticks",
+                    model.expires.saturating_sub(now)
+                );
+            }
+            for (&reader, ends) in &model.readers {
+                for (n, &end) in ends.iter().enumerate().filter(|(_, &end)| end > now) {
+                    let pttl: i64 = raw.pttl(timeout_key(reader, n + 1)).await.unwrap();
+                    assert!(
+                        within(pttl, end - now),
+                        "case {case}: {reader}'s read hold {}: PTTL {pttl} ms, the model's {} \
+                         ticks",
+                        n + 1,
+                        end - now
+                    );
+                }
+            }
             // The model keeps what Redis forgets: ended keys (0 there) and a gone hash's expiry.
             for ends in model.readers.values_mut() {
                 for end in ends.iter_mut().filter(|end| **end <= now) {
@@ -982,7 +1042,8 @@ async fn the_read_write_model_matches_the_scripts() {
         }
         println!(
             "400 cases: {} read acquires, {} write acquires, {} read releases, {} write \
-             releases, {} leaves, {} renewals ({reads_by_writers} of the reads by a writer)",
+             releases, {} leaves, {} renewals ({reads_by_writers} of the reads by a writer); \
+             {published_in_all} messages",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );
     })

@@ -1494,6 +1494,7 @@ async fn the_fair_model_matches_the_scripts() {
             .map(|script| fredlock::script_source(script).unwrap());
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
         let mut kinds = [0usize; 3];
+        let mut places_set = 0;
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -1581,7 +1582,9 @@ async fn the_fair_model_matches_the_scripts() {
             argv.push(i64::from(req).into());
             argv.extend(lost.iter().map(|&id| Value::from(i64::from(id))));
             let keys = vec![name, queue, timeouts, fences];
+            let clock_before = common::server_millis(&raw).await as i64;
             let got = reply(raw.eval::<Value, _, _, _>(script, keys, argv).await, millis);
+            let clock_after = common::server_millis(&raw).await as i64;
 
             let mut after = read(&raw, name, fences, now).await;
             let line: Vec<String> = raw.lrange(queue, 0, -1).await.unwrap();
@@ -1592,7 +1595,27 @@ async fn the_fair_model_matches_the_scripts() {
                 .unwrap();
             for (waiter, score) in places {
                 let ends = (score as i64 - base).div_euclid(TICK_MS) as u8;
+                // To the millisecond: a place ends as loaded, or its length (in the model's
+                // ticks) from the server's clock during the call.
+                let loaded = (base + i64::from(ends) * TICK_MS) as f64;
+                let length = i64::from(ends.saturating_sub(now)) * TICK_MS;
+                let set_now = (clock_before + length) as f64..=(clock_after + length) as f64;
+                assert!(
+                    score == loaded || set_now.contains(&score),
+                    "case {case}: {waiter}'s place ends at {score} ms, neither as loaded \
+                     ({loaded}) nor {length} ms from the call ({set_now:?})"
+                );
+                places_set += usize::from(score != loaded);
                 after.places.insert(owner_of(&waiter), ends);
+            }
+            // The lock's PTTL to the millisecond, as the reentrant lock's test reads it.
+            if !after.holds.is_empty() {
+                let pttl: i64 = raw.pttl(name).await.unwrap();
+                let expected = i64::from(model.expires - now) * TICK_MS;
+                assert!(
+                    pttl <= expected && pttl > expected - 1_000,
+                    "case {case}: PTTL {pttl} ms, the model's {expected} ms"
+                );
             }
             // The model keeps the expiry of a key that is gone; Redis has none.
             if model.holds.is_empty() {
@@ -1606,7 +1629,8 @@ async fn the_fair_model_matches_the_scripts() {
             );
         }
         println!(
-            "400 cases: {} acquires, {} releases, {} leaves",
+            "400 cases: {} acquires, {} releases, {} leaves; {places_set} places set to the \
+             millisecond",
             kinds[0], kinds[1], kinds[2]
         );
     })

@@ -96,6 +96,11 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
         assert_eq!(inner.token(), outer.token());
         assert_eq!(innermost.token(), outer.token());
         let first = outer.token();
+        // The last token issued, as `token()` reads it and as an inspection reports it.
+        assert_eq!(lock.token().await.unwrap(), Some(first));
+        let inspection = lock.inspect().await.unwrap();
+        assert_eq!(inspection.fencing_token(), Some(first), "{inspection:?}");
+        assert_eq!(inspection.holders.len(), 1, "{inspection:?}");
         innermost.unlock().await.unwrap();
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();

@@ -7,6 +7,45 @@ use super::*;
 /// while a case runs.
 pub(crate) const TICK_MS: i64 = 10_000;
 
+/// Whether `pttl` (ms) is the model's `ticks` to the millisecond: less the moments since the
+/// case was loaded (under a second), not only the same tick once rounded up (a lease set 9 s
+/// short would read as the same tick).
+pub(crate) fn within_ticks(pttl: i64, ticks: u8) -> bool {
+    let expected = i64::from(ticks) * TICK_MS;
+    pttl <= expected && pttl > expected - 1_000
+}
+
+/// Checks that `key`'s PTTL is the model's `ticks` to the millisecond ([`within_ticks`]).
+pub(crate) async fn assert_pttl(raw: &Client, key: &str, ticks: u8, case: usize) {
+    let pttl: i64 = raw.pttl(key).await.unwrap();
+    assert!(
+        within_ticks(pttl, ticks),
+        "case {case}: {key}'s PTTL {pttl} ms, the model's {ticks} ticks"
+    );
+}
+
+/// Checks an end kept as a zset score (ms on the server's clock: a fair lock's place, a
+/// permit's lease) to the millisecond: as loaded for the model's `ends` (`base + ends` ticks),
+/// or set by the call to its length, `ends - now` ticks, from the server's clock during the
+/// call (`clock`: read before and after it, ms). Whether the call set it.
+pub(crate) fn end_set(
+    case: usize,
+    what: &str,
+    score: f64,
+    (base, now, ends): (i64, u8, u8),
+    clock: (i64, i64),
+) -> bool {
+    let loaded = (base + i64::from(ends) * TICK_MS) as f64;
+    let length = i64::from(ends.saturating_sub(now)) * TICK_MS;
+    let set_now = (clock.0 + length) as f64..=(clock.1 + length) as f64;
+    assert!(
+        score == loaded || set_now.contains(&score),
+        "case {case}: {what} ends at {score} ms, neither as loaded ({loaded}) nor {length} ms \
+         from the call ({set_now:?})"
+    );
+    score != loaded
+}
+
 /// The fenced lock's token counter in the differential test.
 pub(crate) const COUNTER: &str = "{model}:counter";
 

@@ -1442,16 +1442,9 @@ async fn the_model_matches_the_scripts() {
             if let Some((leader, _)) = after.term.filter(|&(_, epoch)| seeded(epoch)) {
                 after.term = Some((leader, script::SEED + 1));
             }
-            // Durations to the millisecond, not only to the tick `read` rounds to: the key's
-            // PTTL is the model's expiry less the moments since the case was loaded (a lease
-            // set 9 s short would round to the same tick).
+            // Durations to the millisecond, not only to the tick `read` rounds to.
             if !after.holds.is_empty() {
-                let pttl: i64 = raw.pttl(name).await.unwrap();
-                let expected = i64::from(model.expires - now) * TICK_MS;
-                assert!(
-                    pttl <= expected && pttl > expected - 1_000,
-                    "case {case}: PTTL {pttl} ms, the model's {expected} ms"
-                );
+                assert_pttl(&raw, name, model.expires - now, case).await;
             }
             // The model keeps the expiry of a key that is gone; Redis has none.
             let mut model_after = model.clone();
@@ -1595,27 +1588,15 @@ async fn the_fair_model_matches_the_scripts() {
                 .unwrap();
             for (waiter, score) in places {
                 let ends = (score as i64 - base).div_euclid(TICK_MS) as u8;
-                // To the millisecond: a place ends as loaded, or its length (in the model's
-                // ticks) from the server's clock during the call.
-                let loaded = (base + i64::from(ends) * TICK_MS) as f64;
-                let length = i64::from(ends.saturating_sub(now)) * TICK_MS;
-                let set_now = (clock_before + length) as f64..=(clock_after + length) as f64;
-                assert!(
-                    score == loaded || set_now.contains(&score),
-                    "case {case}: {waiter}'s place ends at {score} ms, neither as loaded \
-                     ({loaded}) nor {length} ms from the call ({set_now:?})"
-                );
-                places_set += usize::from(score != loaded);
+                let what = format!("{waiter}'s place");
+                let ticks = (base, now, ends);
+                let set = end_set(case, &what, score, ticks, (clock_before, clock_after));
+                places_set += usize::from(set);
                 after.places.insert(owner_of(&waiter), ends);
             }
             // The lock's PTTL to the millisecond, as the reentrant lock's test reads it.
             if !after.holds.is_empty() {
-                let pttl: i64 = raw.pttl(name).await.unwrap();
-                let expected = i64::from(model.expires - now) * TICK_MS;
-                assert!(
-                    pttl <= expected && pttl > expected - 1_000,
-                    "case {case}: PTTL {pttl} ms, the model's {expected} ms"
-                );
+                assert_pttl(&raw, name, model.expires - now, case).await;
             }
             // The model keeps the expiry of a key that is gone; Redis has none.
             if model.holds.is_empty() {

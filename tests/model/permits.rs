@@ -793,18 +793,11 @@ async fn the_permit_model_matches_the_scripts() {
                 .unwrap();
             for (member, score) in scored {
                 let ends = (score as i64 - base).div_euclid(TICK_MS) as u8;
-                // To the millisecond: a lease is as loaded, or set by this call to its length
-                // (in the model's ticks) from the server's clock during the call (a lease set
-                // 4 s short rounds to the same tick).
-                let loaded = (base + i64::from(ends) * TICK_MS) as f64;
-                let length = i64::from(ends.saturating_sub(now)) * TICK_MS;
-                let set_now = (clock_before + length) as f64..=(clock_after + length) as f64;
-                assert!(
-                    score == loaded || set_now.contains(&score),
-                    "case {case}: {member}'s lease ends at {score} ms, neither as loaded \
-                     ({loaded}) nor {length} ms from the call ({set_now:?})"
-                );
-                leases_set += usize::from(score != loaded);
+                // To the millisecond (a lease set 4 s short rounds to the same tick).
+                let what = format!("{member}'s lease");
+                let ticks = (base, now, ends);
+                let set = end_set(case, &what, score, ticks, (clock_before, clock_after));
+                leases_set += usize::from(set);
                 after.leases.insert(parse_permit(&member), ends);
             }
             let members: Vec<String> = raw.smembers(fences).await.unwrap();

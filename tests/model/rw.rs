@@ -998,30 +998,13 @@ async fn the_read_write_model_matches_the_scripts() {
             );
             published_in_all += published.len();
             // Durations to the millisecond, not only to the tick they are read in: the hash's
-            // PTTL and each live read hold's are the model's less the moments since the case
-            // was loaded (a lease set 9 s short would read as the same tick).
-            let within = |pttl: i64, ticks: u8| {
-                let expected = i64::from(ticks) * TICK_MS;
-                pttl <= expected && pttl > expected - 1_000
-            };
+            // PTTL and each live read hold's.
             if model.mode.is_some() {
-                let pttl: i64 = raw.pttl(name).await.unwrap();
-                assert!(
-                    within(pttl, model.expires.saturating_sub(now)),
-                    "case {case}: the hash's PTTL {pttl} ms, the model's {} ticks",
-                    model.expires.saturating_sub(now)
-                );
+                assert_pttl(&raw, name, model.expires.saturating_sub(now), case).await;
             }
             for (&reader, ends) in &model.readers {
                 for (n, &end) in ends.iter().enumerate().filter(|(_, &end)| end > now) {
-                    let pttl: i64 = raw.pttl(timeout_key(reader, n + 1)).await.unwrap();
-                    assert!(
-                        within(pttl, end - now),
-                        "case {case}: {reader}'s read hold {}: PTTL {pttl} ms, the model's {} \
-                         ticks",
-                        n + 1,
-                        end - now
-                    );
+                    assert_pttl(&raw, &timeout_key(reader, n + 1), end - now, case).await;
                 }
             }
             // The model keeps what Redis forgets: ended keys (0 there) and a gone hash's expiry.

@@ -1467,6 +1467,42 @@ async fn the_model_matches_the_scripts() {
     .await;
 }
 
+/// The waiters a fair lock's call tells that the lock is free (its first waiter, on its own
+/// channel), from the state before the call (`state`) and the model's after (`model`): an
+/// acquire not granted on a free lock tells the head its purge made, when that is a new one;
+/// a release that frees the lock (or finds it free) tells the head after its purge; the head
+/// leaving a free lock tells the next.
+fn fair_told(
+    state: &Server,
+    model: &Server,
+    now: u8,
+    kind: usize,
+    owner: Owner,
+    reply: &Reply,
+) -> Vec<Owner> {
+    if *reply == Reply::Stale {
+        return Vec::new();
+    }
+    let free = state.holds.is_empty();
+    let head_after_purge = |caller| script::purge(&mut state.clone(), now, caller);
+    let told = match kind {
+        0 => {
+            let granted = matches!(reply, Reply::Nil | Reply::Int(-3));
+            let head = head_after_purge(Some(owner));
+            (!granted && free && head != state.queue.first().copied())
+                .then_some(head)
+                .flatten()
+        }
+        1 => (*reply == Reply::Int(1) || (*reply == Reply::Nil && free))
+            .then(|| head_after_purge(None))
+            .flatten(),
+        _ => (free && head_after_purge(None) == Some(owner))
+            .then(|| model.queue.first().copied())
+            .flatten(),
+    };
+    told.into_iter().collect()
+}
+
 /// Random states and calls through the fair model's scripts and `lua/fair_lock.lua` (acquire,
 /// release, leave) on a real server: the same replies, holds, fences and line after (its order,
 /// and its places in ticks of the server's clock), for every case.
@@ -1488,6 +1524,12 @@ async fn the_fair_model_matches_the_scripts() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(35);
         let mut kinds = [0usize; 3];
         let mut places_set = 0;
+        // Who is told the lock is free (the first waiter only, on its own channel): compared
+        // too.
+        let listener = server.raw().await;
+        let mut messages = listener.message_rx();
+        listener.psubscribe("{model}:channel:*").await.unwrap();
+        let mut told_in_all = 0;
         for case in 0..400 {
             let now = 1u8;
             let mut state = Server::default();
@@ -1594,6 +1636,24 @@ async fn the_fair_model_matches_the_scripts() {
                 places_set += usize::from(set);
                 after.places.insert(owner_of(&waiter), ends);
             }
+            let _: Value = listener.ping(None).await.unwrap();
+            let mut told = Vec::new();
+            while let Ok(message) = messages.try_recv() {
+                assert_eq!(
+                    message.value.as_string().as_deref(),
+                    Some("0"),
+                    "case {case}"
+                );
+                let waiter = message.channel.strip_prefix("{model}:channel:").unwrap();
+                told.push(owner_of(waiter));
+            }
+            let expected_told = fair_told(&state, &model, now, kind, owner, &expected);
+            assert_eq!(
+                told, expected_told,
+                "case {case}: state {state:?}, call {kind} by {owner} replied {expected:?}: \
+                 the waiters told"
+            );
+            told_in_all += told.len();
             // The lock's PTTL to the millisecond, as the reentrant lock's test reads it.
             if !after.holds.is_empty() {
                 assert_pttl(&raw, name, model.expires - now, case).await;
@@ -1611,7 +1671,7 @@ async fn the_fair_model_matches_the_scripts() {
         }
         println!(
             "400 cases: {} acquires, {} releases, {} leaves; {places_set} places set to the \
-             millisecond",
+             millisecond; {told_in_all} waiters told",
             kinds[0], kinds[1], kinds[2]
         );
     })

@@ -191,7 +191,7 @@ pub fn leader_release(
 
 /// `fair_lock.lua` `purge`: drops the waiters whose places ended by `now`, wherever they
 /// stand, then any head without a place unless it is `caller`; the head after that.
-fn purge(server: &mut Server, now: u8, caller: Option<Owner>) -> Option<Owner> {
+pub(crate) fn purge(server: &mut Server, now: u8, caller: Option<Owner>) -> Option<Owner> {
     let ended: Vec<Owner> = server
         .places
         .iter()

@@ -599,14 +599,16 @@ async fn run_campaigns_through_an_outage() {
 
 /// 4, the rest. An observer that missed the message of a new term (its pub/sub connection
 /// killed and kept down while the term started) sees it once back, and a term that ends by
-/// expiry (its leader cut off, so nobody publishes) is seen ended within the lease.
+/// expiry (its leader cut off, so nobody publishes) is seen ended within the leader's lease:
+/// the observer sleeps until the term's own expiry, not a period of its own client's
+/// watchdog (here the default 30 s lease's, far longer than the leader's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn observers_catch_up_after_a_missed_message_and_an_expiry() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let observer_proxy = StallingProxy::start(server.port());
-        let observer = common::lock_client_at(&observer_proxy.url(), LEASE)
+        let observer = common::lock_client_at(&observer_proxy.url(), fredlock::DEFAULT_WATCHDOG_LEASE)
             .await
             .leader_election("{missed}");
         let mut changes = observer.observe().await.unwrap();

@@ -592,6 +592,78 @@ async fn wire_layout_and_one_message_per_release() {
     .await;
 }
 
+/// A force unlock deletes the lock whoever holds it and tells its first waiter only, who is
+/// served first; before it, an inspection shows the holder and the line in order, each place
+/// with the time it has left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_force_unlock_tells_the_first_waiter_and_an_inspection_shows_the_line() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let place = Duration::from_secs(3);
+        let client = server.fair_client(place).await;
+        let listener = fred::clients::SubscriberClient::new(
+            fred::types::config::Config::from_url(&server.url()).unwrap(),
+            None,
+            None,
+            None,
+        );
+        listener.init().await.unwrap();
+        let mut messages = listener.message_rx();
+        listener
+            .psubscribe("redisson_lock__channel:{forced}*")
+            .await
+            .unwrap();
+
+        let holder = client.fair_lock("forced").lock().await.unwrap();
+        let (tasks, order) = line_up(
+            &[&client],
+            "forced",
+            2,
+            Duration::from_millis(30),
+            Duration::from_millis(30),
+        )
+        .await;
+        assert!(queue_reaches(&raw, "forced", 2).await);
+        let line = queue(&raw, "forced").await;
+        let inspection = client.fair_lock("forced").inspect().await.unwrap();
+        let holders: Vec<&str> = inspection
+            .holders
+            .iter()
+            .map(|h| h.owner.as_str())
+            .collect();
+        assert_eq!(holders, [holder.owner_field()], "{inspection:?}");
+        let waiters: Vec<&String> = inspection.queue.iter().map(|w| &w.owner).collect();
+        assert_eq!(waiters, line.iter().collect::<Vec<_>>(), "{inspection:?}");
+        assert!(
+            inspection.queue.iter().all(|w| w
+                .place_left
+                .is_some_and(|left| left > Duration::ZERO && left <= place)),
+            "{inspection:?}"
+        );
+
+        let other = server.fair_client(place).await;
+        assert!(other.fair_lock("forced").force_unlock().await.unwrap());
+        let told = tokio::time::timeout(Duration::from_secs(2), messages.recv())
+            .await
+            .expect("a message at the force unlock")
+            .unwrap();
+        assert_eq!(
+            told.channel.to_string(),
+            format!("redisson_lock__channel:{{forced}}:{}", line[0]),
+            "the first waiter, and only it, is told"
+        );
+        tokio::time::timeout(Duration::from_secs(5), holder.lost())
+            .await
+            .expect("the holder learns of the force unlock");
+        drop(holder);
+        assert_eq!(served(tasks, order).await, vec![0, 1]);
+        listener.quit().await.unwrap();
+        other.shutdown().await;
+    })
+    .await;
+}
+
 /// 6. Sixteen tasks over two clients contend for 5 s: acquisitions per task differ by at most
 ///    1.5x, and no wait spans more than 16 other tasks' critical sections (with their hand-offs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

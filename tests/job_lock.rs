@@ -946,3 +946,56 @@ async fn the_tick_script_replies_in_the_engines_shape_and_takes_a_resend() {
     })
     .await;
 }
+
+/// The acquire script of a run that waits, called by hand: a free job is taken with the run's
+/// value and its at-most-for; the same run's attempt sent again (after a lost reply) wins
+/// again and restarts the expiry; another run is told how long to sleep, and the job stays
+/// the first run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_acquire_script_takes_the_job_and_a_resend() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let acquire = fredlock::script_source("job_acquire").unwrap();
+        let key = "job-lock:default:w";
+        let call = |value: &'static str, at_most_for: i64| {
+            let raw = raw.clone();
+            async move {
+                let reply: Value = raw
+                    .eval(
+                        acquire,
+                        vec![key],
+                        vec![value.to_string(), at_most_for.to_string(), "500".into()],
+                    )
+                    .await
+                    .unwrap();
+                reply
+            }
+        };
+        assert_eq!(call("run-a", 20_000).await, Value::Null, "taken");
+        let value: Option<String> = raw.get(key).await.unwrap();
+        assert_eq!(
+            value.as_deref(),
+            Some("run-a"),
+            "the job holds the run's value"
+        );
+        let pttl: i64 = raw.pttl(key).await.unwrap();
+        assert!(
+            pttl > 19_000 && pttl <= 20_000,
+            "at-most-for (PTTL {pttl} ms)"
+        );
+        assert_eq!(call("run-a", 40_000).await, Value::Null, "the resend wins");
+        let pttl: i64 = raw.pttl(key).await.unwrap();
+        assert!(
+            pttl > 39_000 && pttl <= 40_000,
+            "the resend restarted the expiry (PTTL {pttl} ms)"
+        );
+        match call("run-b", 20_000).await {
+            Value::Integer(ms) => assert!((1..=500).contains(&ms), "{ms}"),
+            other => panic!("another run waits: {other:?}"),
+        }
+        let value: Option<String> = raw.get(key).await.unwrap();
+        assert_eq!(value.as_deref(), Some("run-a"));
+    })
+    .await;
+}

@@ -1006,6 +1006,71 @@ async fn inspections_show_modes_holders_and_orphans() {
     .await;
 }
 
+/// A force unlock in read mode deletes the hash and every read hold's own key, tells each
+/// reader, and wakes a waiting writer at once: the writer's own next try would come a third of
+/// its 30 s place later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_force_unlock_in_read_mode_leaves_nothing_and_wakes_the_writer() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let readers = [
+            server.lock_client(WATCHDOG).await,
+            server.lock_client(WATCHDOG).await,
+        ];
+        let one = readers[0]
+            .rw_lock("forced")
+            .read_lock()
+            .lock()
+            .await
+            .unwrap();
+        let two = readers[1]
+            .rw_lock("forced")
+            .read_lock()
+            .lock()
+            .await
+            .unwrap();
+        let writer = client_with_place(&server, Duration::from_secs(30)).await;
+        let write = writer.rw_lock("forced").write_lock();
+        let waiting = tokio::spawn(async move { write.lock().await });
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                raw.zcard::<i64, _>(writers_key("forced")).await.unwrap() == 1
+            })
+            .await,
+            "the writer waits"
+        );
+        let forced = Instant::now();
+        assert!(readers[0].rw_lock("forced").force_unlock().await.unwrap());
+        let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting writer is woken by the force unlock")
+            .unwrap()
+            .unwrap();
+        let woken = forced.elapsed();
+        for reader in [&one, &two] {
+            tokio::time::timeout(Duration::from_secs(5), reader.lost())
+                .await
+                .expect("each reader is told");
+        }
+        guard.unlock().await.unwrap();
+        drop((one, two));
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                all_keys(&raw)
+                    .await
+                    .iter()
+                    .all(|key| !key.contains("forced"))
+            })
+            .await,
+            "left behind: {:?}",
+            all_keys(&raw).await
+        );
+        println!("the waiting writer got in {woken:?} after the force unlock");
+    })
+    .await;
+}
+
 /// Read and write guards fit in a `MultiLock`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_sides_fit_in_a_multi_lock() {

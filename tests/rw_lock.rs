@@ -1071,6 +1071,68 @@ async fn a_force_unlock_in_read_mode_leaves_nothing_and_wakes_the_writer() {
     .await;
 }
 
+/// Releases leave no stale read state: a reader whose holds all ended is forgotten by the next
+/// release that passes over the readers, while the lock lives on for a reader still holding;
+/// and a reader giving back one of two holds deletes that hold's own key. (A settle's release,
+/// which keeps fewer holds with a lease of 0, is the differential test's: no read hold key
+/// outlives its reader's count.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_forget_ended_readers_and_the_keys_of_holds_given_back() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(WATCHDOG).await;
+        let rw = client.rw_lock("tidy");
+        let owners = [1, 2, 3].map(fredlock::OwnerId::from_raw);
+        let [ended, releasing, living] = owners.map(|owner| rw.clone().with_owner(owner));
+        let ended_guard = ended.read_lock().lock().await.unwrap();
+        let releasing_guard = releasing.read_lock().lock().await.unwrap();
+        let living_guard = living.read_lock().lock().await.unwrap();
+        let field = |owner| client.owner_field(owner);
+        // The ended reader's hold key goes (as an expiry would take it).
+        let _: i64 = raw
+            .del(timeout_key("tidy", &field(owners[0]), 1))
+            .await
+            .unwrap();
+        releasing_guard.unlock().await.unwrap();
+        let seen = fields(&raw, "tidy").await;
+        assert!(
+            !seen.contains_key(&field(owners[0])),
+            "the ended reader is forgotten: {seen:?}"
+        );
+        assert!(!seen.contains_key(&field(owners[1])), "{seen:?}");
+        assert_eq!(
+            seen.get(&field(owners[2])).map(String::as_str),
+            Some("1"),
+            "{seen:?}"
+        );
+        drop(ended_guard);
+        living_guard.unlock().await.unwrap();
+
+        // Two read holds of one reader; one given back.
+        let reader = rw.clone().with_owner(owners[0]).read_lock();
+        let first = reader
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let second = reader
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert!(pttl(&raw, &timeout_key("tidy", &field(owners[0]), 2)).await > 0);
+        second.unlock().await.unwrap();
+        assert_eq!(
+            pttl(&raw, &timeout_key("tidy", &field(owners[0]), 2)).await,
+            -2,
+            "the key of the hold given back is gone"
+        );
+        assert!(pttl(&raw, &timeout_key("tidy", &field(owners[0]), 1)).await > 0);
+        first.unlock().await.unwrap();
+        assert!(all_keys(&raw).await.iter().all(|key| !key.contains("tidy")));
+    })
+    .await;
+}
+
 /// Read and write guards fit in a `MultiLock`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_sides_fit_in_a_multi_lock() {

@@ -46,6 +46,10 @@ pub(crate) fn end_set(
     score != loaded
 }
 
+/// Random cases each differential test runs: 1000 (about a second each); at 400 a model's
+/// renewal of a writer's read holds, which the script leaves to their own guards, went unseen.
+pub(crate) const CASES: usize = 1000;
+
 /// The fenced lock's token counter in the differential test.
 pub(crate) const COUNTER: &str = "{model}:counter";
 

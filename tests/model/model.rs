@@ -1229,7 +1229,7 @@ async fn the_model_matches_the_scripts() {
         let mut published_in_all = 0;
         let mut batches = 0;
         let mut seeded_tokens = 0;
-        for case in 0..400 {
+        for case in 0..CASES {
             let now = 1u8;
             let mut state = Server::default();
             for owner in 0..3u8 {
@@ -1458,7 +1458,7 @@ async fn the_model_matches_the_scripts() {
             );
         }
         println!(
-            "400 cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns, \
+            "{CASES} cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns, \
              {} resignations; {published_in_all} unlock messages; {batches} renewals in a batch \
              of two; {seeded_tokens} tokens seeded from the server's clock",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
@@ -1530,7 +1530,7 @@ async fn the_fair_model_matches_the_scripts() {
         let mut messages = listener.message_rx();
         listener.psubscribe("{model}:channel:*").await.unwrap();
         let mut told_in_all = 0;
-        for case in 0..400 {
+        for case in 0..CASES {
             let now = 1u8;
             let mut state = Server::default();
             if rng.gen_bool(0.5) {
@@ -1670,7 +1670,7 @@ async fn the_fair_model_matches_the_scripts() {
             );
         }
         println!(
-            "400 cases: {} acquires, {} releases, {} leaves; {places_set} places set to the \
+            "{CASES} cases: {} acquires, {} releases, {} leaves; {places_set} places set to the \
              millisecond; {told_in_all} waiters told",
             kinds[0], kinds[1], kinds[2]
         );

@@ -668,7 +668,7 @@ async fn the_permit_model_matches_the_scripts() {
         listener.subscribe(channel).await.unwrap();
         let mut published_in_all = 0;
         let mut leases_set = 0;
-        for case in 0..300 {
+        for case in 0..CASES {
             let now = 1u8;
             let mut state = permits::Server {
                 available: rng.gen_range(0..=2),
@@ -815,7 +815,7 @@ async fn the_permit_model_matches_the_scripts() {
             );
         }
         println!(
-            "300 cases: {} acquires, {} releases, {} renewals; {published_in_all} counts \
+            "{CASES} cases: {} acquires, {} releases, {} renewals; {published_in_all} counts \
              published; {leases_set} leases set to the millisecond",
             kinds[0], kinds[1], kinds[2]
         );

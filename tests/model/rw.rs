@@ -275,9 +275,14 @@ pub fn renew(server: &mut Server, now: u8, owner: Owner, lease: u8, writes: bool
             .is_some_and(|ends| hold_left(ends, now).is_some())
     };
     if held && lease > 0 {
-        if let Some(ends) = server.readers.get_mut(&owner) {
-            for end in ends.iter_mut().filter(|end| **end > now) {
-                *end = now + lease;
+        // A read hold's own keys, for a reader's renewal only: a writer's read holds beside
+        // its write are renewed by their own guards (found by case 457 of the differential
+        // test, once it ran 1000 cases).
+        if !writes {
+            if let Some(ends) = server.readers.get_mut(&owner) {
+                for end in ends.iter_mut().filter(|end| **end > now) {
+                    *end = now + lease;
+                }
             }
         }
         keep_hash(server, now, lease);
@@ -726,7 +731,7 @@ async fn the_read_write_model_matches_the_scripts() {
         let mut messages = listener.message_rx();
         listener.subscribe(channel).await.unwrap();
         let mut published_in_all = 0;
-        for case in 0..400 {
+        for case in 0..CASES {
             let now = 1u8;
             let mut state = Server {
                 expires: now + rng.gen_range(1..=4),
@@ -753,6 +758,12 @@ async fn the_read_write_model_matches_the_scripts() {
                         if rng.gen_bool(0.6) || (owner == 1 && state.readers.is_empty()) {
                             state.readers.insert(owner, hold_ends(&mut rng));
                         }
+                    }
+                    // Now and then a third reader (a writer's read holds, with no write): a
+                    // release by one reader then settles the others, forgetting one whose
+                    // holds all ended while another lives on.
+                    if rng.gen_bool(0.3) {
+                        state.readers.insert(2, hold_ends(&mut rng));
                     }
                 }
                 _ => {
@@ -792,6 +803,11 @@ async fn the_read_write_model_matches_the_scripts() {
             } else {
                 rng.gen_range(0..2)
             };
+            if writes && state.mode == Some(Mode::Read) {
+                // The third reader does not ask to write: an upgrade is refused before the
+                // model (DEADLOCK, tests/rw_lock.rs).
+                state.readers.remove(&owner);
+            }
             if writer_reads {
                 // Its fences are by the field that called, and the model keeps them by owner:
                 // a writer's loaded fences are its write field's.
@@ -950,6 +966,18 @@ async fn the_read_write_model_matches_the_scripts() {
                 }
                 after.readers.insert(reader, ends);
             }
+            // No read hold key beyond its reader's count: a release that keeps fewer holds
+            // (a settle, whose lease of 0 keeps the others' expiry) deletes the rest.
+            for reader in 0..4u8 {
+                let count = after.readers.get(&reader).map_or(0, Vec::len);
+                for n in count + 1..=3 {
+                    let left: i64 = raw.exists(timeout_key(reader, n)).await.unwrap();
+                    assert_eq!(
+                        left, 0,
+                        "case {case}: {reader}'s read hold {n} outlives its count"
+                    );
+                }
+            }
             if after.mode.is_some() {
                 let pttl: i64 = raw.pttl(name).await.unwrap();
                 after.expires = now + ((pttl + TICK_MS - 1) / TICK_MS) as u8;
@@ -1024,7 +1052,7 @@ async fn the_read_write_model_matches_the_scripts() {
             );
         }
         println!(
-            "400 cases: {} read acquires, {} write acquires, {} read releases, {} write \
+            "{CASES} cases: {} read acquires, {} write acquires, {} read releases, {} write \
              releases, {} leaves, {} renewals ({reads_by_writers} of the reads by a writer); \
              {published_in_all} messages",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]

@@ -1226,7 +1226,10 @@ async fn the_model_matches_the_scripts() {
         let listener = server.raw().await;
         let mut unlocks = listener.message_rx();
         listener.subscribe("{model}:channel").await.unwrap();
+        // And the election's channel of changes, which its observers follow.
+        listener.subscribe("{model}:changes").await.unwrap();
         let mut published_in_all = 0;
+        let mut changes_in_all = 0;
         let mut batches = 0;
         let mut seeded_tokens = 0;
         for case in 0..CASES {
@@ -1399,10 +1402,14 @@ async fn the_model_matches_the_scripts() {
             // A PING on the listener's connection is answered after every message published
             // before it.
             let _: Value = listener.ping(None).await.unwrap();
-            let mut published = 0;
+            let (mut published, mut changes) = (0, 0);
             while let Ok(message) = unlocks.try_recv() {
                 assert_eq!(message.value.as_string().as_deref(), Some("0"), "case {case}");
-                published += 1;
+                if &*message.channel == "{model}:changes" {
+                    changes += 1;
+                } else {
+                    published += 1;
+                }
             }
             let releases = matches!(kind, 1 | 5);
             let expected_published = usize::from(releases && expected == Reply::Int(1));
@@ -1411,6 +1418,17 @@ async fn the_model_matches_the_scripts() {
                 "case {case}: call {kind} by {owner} replied {expected:?}: unlock messages"
             );
             published_in_all += published;
+            // A term that begins (a campaign's first hold) or ends (the last hold resigned)
+            // is announced to the observers.
+            let expected_changes = usize::from(
+                (kind == 4 && matches!(expected, Reply::Token(..)))
+                    || (kind == 5 && expected == Reply::Int(1)),
+            );
+            assert_eq!(
+                changes, expected_changes,
+                "case {case}: call {kind} by {owner} replied {expected:?}: changes announced"
+            );
+            changes_in_all += changes;
             // The fence memory: a call that fenced lost ids (its own id not fenced) keeps the set
             // for FENCE_MEMORY (15 min) from then; one that fenced nothing leaves its expiry.
             let fence_pttl: i64 = raw.pttl(fences).await.unwrap();
@@ -1459,7 +1477,7 @@ async fn the_model_matches_the_scripts() {
         }
         println!(
             "{CASES} cases: {} acquires, {} releases, {} renewals, {} fenced acquires, {} campaigns, \
-             {} resignations; {published_in_all} unlock messages; {batches} renewals in a batch \
+             {} resignations; {published_in_all} unlock messages; {changes_in_all} changes of term; {batches} renewals in a batch \
              of two; {seeded_tokens} tokens seeded from the server's clock",
             kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
         );

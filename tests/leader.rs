@@ -239,6 +239,78 @@ async fn resigning_and_dropping_hand_over_at_once() {
     .await;
 }
 
+/// A force unlock ends the term for everyone at once: an observer sees it ended, and a
+/// waiting candidate leads, within a second, although the term had a 30 s lease (neither
+/// would look again before its expiry without the force unlock's messages).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_tells_the_observers_and_the_candidates_at_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let long = fredlock::DEFAULT_WATCHDOG_LEASE;
+        let leader = server.lock_client(long).await.leader_election("forced");
+        let observer = server.lock_client(long).await.leader_election("forced");
+        let operator = server.lock_client(long).await.leader_election("forced");
+
+        let term = leader.campaign().await.unwrap();
+        let mut changes = observer.observe().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), changes.wait_for(Option::is_some))
+            .await
+            .expect("the observer sees the term")
+            .unwrap();
+        // The observer waits on its channel (it looks once more after subscribing): a force
+        // unlock before that would be seen by a look, not told.
+        let raw = server.raw().await;
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let counts: Vec<Value> = raw
+                    .pubsub_numsub("fredlock_leader__channel:{forced}")
+                    .await
+                    .unwrap();
+                counts.get(1).and_then(Value::as_i64) == Some(1)
+            })
+            .await,
+            "the observer subscribes"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let forced = Instant::now();
+        assert!(operator.force_unlock().await.unwrap());
+        tokio::time::timeout(Duration::from_secs(1), changes.wait_for(Option::is_none))
+            .await
+            .expect("the observer sees the term ended at once")
+            .unwrap();
+        println!(
+            "observed the end {:?} after the force unlock",
+            forced.elapsed()
+        );
+        drop(term);
+
+        let term = leader.campaign().await.unwrap();
+        let candidate = {
+            let observer = observer.clone();
+            tokio::spawn(async move { observer.campaign().await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !candidate.is_finished(),
+            "the candidate led beside the leader"
+        );
+        let forced = Instant::now();
+        assert!(operator.force_unlock().await.unwrap());
+        let next = tokio::time::timeout(Duration::from_secs(1), candidate)
+            .await
+            .expect("the candidate leads at once")
+            .unwrap();
+        println!(
+            "the candidate led {:?} after the force unlock",
+            forced.elapsed()
+        );
+        assert!(next.epoch() > term.epoch());
+        drop(term);
+        next.resign().await.unwrap();
+    })
+    .await;
+}
+
 /// 6. 200 campaigns cancelled at random points leave no term, subscription or wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_campaigns_leave_nothing() {

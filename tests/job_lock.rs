@@ -727,6 +727,54 @@ async fn a_job_is_inspected_listed_and_force_unlocked() {
     .await;
 }
 
+/// A force unlock wakes an instance waiting for the job at once: the waiting run starts within
+/// 250 ms, although the force unlock comes 50 ms after one of its polls (the next is 450 ms
+/// later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_force_unlock_wakes_a_waiting_run() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = server.lock_client(Duration::from_secs(30)).await;
+        let waiter = server.lock_client(Duration::from_secs(30)).await;
+        let operator = server.lock_client(Duration::from_secs(30)).await;
+        let job = holder.job_lock("forced-wait");
+        let (taken, is_taken) = tokio::sync::oneshot::channel();
+        let holding = tokio::spawn(async move {
+            job.run(async move {
+                taken.send(()).unwrap();
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            })
+            .await
+            .unwrap()
+        });
+        is_taken.await.unwrap();
+        let job = waiter.job_lock("forced-wait");
+        let waiting = tokio::spawn(async move {
+            job.run_waiting(Duration::from_secs(10), async { Instant::now() })
+                .await
+                .unwrap()
+                .ran()
+                .expect("ran once the job was free")
+        });
+        // Its polls come every JOB_POLL from its first attempt: 50 ms past the second.
+        tokio::time::sleep(fredlock::JOB_POLL + Duration::from_millis(50)).await;
+        let forced_at = Instant::now();
+        assert!(operator
+            .force_unlock("job-lock:default:forced-wait")
+            .await
+            .unwrap());
+        let started = waiting.await.unwrap();
+        let woken = started.saturating_duration_since(forced_at);
+        assert!(
+            woken < Duration::from_millis(250),
+            "woken {woken:?} after the force unlock"
+        );
+        assert!(holding.await.unwrap().is_lost());
+        println!("the waiting run started {woken:?} after the force unlock");
+    })
+    .await;
+}
+
 /// Bad settings are refused before anything is sent, naming the job; a key of another type
 /// is reported, not overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

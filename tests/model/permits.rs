@@ -668,6 +668,8 @@ async fn the_permit_model_matches_the_scripts() {
         listener.subscribe(channel).await.unwrap();
         let mut published_in_all = 0;
         let mut leases_set = 0;
+        let mut batch_rng = rand::rngs::StdRng::seed_from_u64(44);
+        let mut batches = 0;
         for case in 0..CASES {
             let now = 1u8;
             let mut state = permits::Server {
@@ -744,9 +746,32 @@ async fn the_permit_model_matches_the_scripts() {
                     // A third of the renewals are checks of a fixed-lease permit (a lease of 0).
                     let lease = if rng.gen_bool(0.3) { 0 } else { lease };
                     let expected = permits::renew(&mut model, now, lease, id);
-                    let argv: Vec<Value> =
+                    let mut argv: Vec<Value> =
                         vec![(i64::from(lease) * TICK_MS).into(), permit_id(id).into()];
-                    let got = raw.eval::<Value, _, _, _>(renew, vec![leases], argv).await;
+                    let mut keys = vec![leases];
+                    // Half of them in a batch with another permit of the semaphore, as the
+                    // watchdog sends them: each answered and renewed as if alone. A generator
+                    // of its own, so that the cases' draws stay as they were.
+                    let mut second = None;
+                    if batch_rng.gen_bool(0.5) {
+                        let other: permits::Permit =
+                            (batch_rng.gen_range(0..3), batch_rng.gen_range(1..=2));
+                        if other != id {
+                            argv.push(permit_id(other).into());
+                            keys.push(leases);
+                            second = Some(permits::renew(&mut model, now, lease, other));
+                        }
+                    }
+                    let got = raw.eval::<Value, _, _, _>(renew, keys, argv).await;
+                    if let (Some(expected), Ok(Value::Array(replies))) = (second, &got) {
+                        batches += 1;
+                        let second_reply = replies.get(1).cloned().unwrap_or(Value::Null);
+                        assert_eq!(
+                            reply(Ok(second_reply), false),
+                            expected,
+                            "case {case}: the batch's second permit"
+                        );
+                    }
                     let got = match got {
                         Ok(Value::Array(replies)) => Ok(replies[0].clone()),
                         other => other,
@@ -816,7 +841,8 @@ async fn the_permit_model_matches_the_scripts() {
         }
         println!(
             "{CASES} cases: {} acquires, {} releases, {} renewals; {published_in_all} counts \
-             published; {leases_set} leases set to the millisecond",
+             published; {leases_set} leases set to the millisecond; {batches} renewals in a \
+             batch of two",
             kinds[0], kinds[1], kinds[2]
         );
     })

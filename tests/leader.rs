@@ -311,6 +311,26 @@ async fn a_force_unlock_tells_the_observers_and_the_candidates_at_once() {
     .await;
 }
 
+/// A leader whose process stalls past its renew deadline knows, at its first look, that its
+/// term is lost: `is_lost()` compares the deadline with the clock, before any task has run to
+/// tell it (here the only thread sleeps; the pause histories found a leader believing on).
+#[tokio::test(flavor = "current_thread")]
+async fn a_stalled_leader_finds_its_term_lost_at_its_first_look() {
+    bounded(async {
+        let server = RedisServer::start();
+        let election = server
+            .lock_client(LEASE)
+            .await
+            .leader_election("stalled-look");
+        let term = election.campaign().await.unwrap();
+        assert!(!term.is_lost());
+        // Blocks the runtime's only thread: no renewal, no task that would cancel the term.
+        std::thread::sleep(LEASE + Duration::from_millis(500));
+        assert!(term.is_lost(), "a term believed past its renew deadline");
+    })
+    .await;
+}
+
 /// 6. 200 campaigns cancelled at random points leave no term, subscription or wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_campaigns_leave_nothing() {

@@ -529,7 +529,16 @@ impl Term {
     /// True once the term is known lost (its renewal failed past the renew deadline, or it was
     /// resigned).
     pub fn is_lost(&self) -> bool {
-        self.shared.lost.is_cancelled()
+        if self.shared.lost.is_cancelled() {
+            return true;
+        }
+        // The token is cancelled by a task that may not have run yet (in a process paused past
+        // the renew deadline, until it is scheduled again): the hold itself compares its
+        // deadline with the clock. A hold being taken out is being resigned.
+        match self.shared.guard.try_read() {
+            Ok(guard) => guard.as_ref().is_none_or(LockGuard::is_lost),
+            Err(_) => true,
+        }
     }
 
     /// Completes when the term is lost (see [`LeaderElection`] for when, and what it

@@ -15,6 +15,31 @@ pub(crate) fn within_ticks(pttl: i64, ticks: u8) -> bool {
     pttl <= expected && pttl > expected - 1_000
 }
 
+/// The first key's reply of a renewal batch, after checking the second key's against the
+/// model's `second` (when the batch had one, counted in `batches`): each key is answered as if
+/// renewed alone.
+pub(crate) fn first_of_batch(
+    got: Result<Value, fred::error::Error>,
+    second: Option<Reply>,
+    (case, what): (usize, &str),
+    batches: &mut usize,
+) -> Reply {
+    if let (Some(expected), Ok(Value::Array(replies))) = (second, &got) {
+        *batches += 1;
+        let second_reply = replies.get(1).cloned().unwrap_or(Value::Null);
+        assert_eq!(
+            reply(Ok(second_reply), false),
+            expected,
+            "case {case}: the batch's second {what}"
+        );
+    }
+    let got = match got {
+        Ok(Value::Array(replies)) => Ok(replies[0].clone()),
+        other => other,
+    };
+    reply(got, false)
+}
+
 /// Checks that `key`'s PTTL is the model's `ticks` to the millisecond ([`within_ticks`]).
 pub(crate) async fn assert_pttl(raw: &Client, key: &str, ticks: u8, case: usize) {
     let pttl: i64 = raw.pttl(key).await.unwrap();

@@ -763,20 +763,8 @@ async fn the_permit_model_matches_the_scripts() {
                         }
                     }
                     let got = raw.eval::<Value, _, _, _>(renew, keys, argv).await;
-                    if let (Some(expected), Ok(Value::Array(replies))) = (second, &got) {
-                        batches += 1;
-                        let second_reply = replies.get(1).cloned().unwrap_or(Value::Null);
-                        assert_eq!(
-                            reply(Ok(second_reply), false),
-                            expected,
-                            "case {case}: the batch's second permit"
-                        );
-                    }
-                    let got = match got {
-                        Ok(Value::Array(replies)) => Ok(replies[0].clone()),
-                        other => other,
-                    };
-                    (expected, reply(got, false))
+                    let first = first_of_batch(got, second, (case, "permit"), &mut batches);
+                    (expected, first)
                 }
             };
             let clock_after = common::server_millis(&raw).await as i64;

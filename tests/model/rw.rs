@@ -898,20 +898,8 @@ async fn the_read_write_model_matches_the_scripts() {
                     second = Some(rw::renew(&mut model, now, other, lease, other_writes));
                 }
                 let got = raw.eval::<Value, _, _, _>(scripts[5], keys, argv).await;
-                if let (Some(expected), Ok(Value::Array(replies))) = (second, &got) {
-                    batches += 1;
-                    let second_reply = replies.get(1).cloned().unwrap_or(Value::Null);
-                    assert_eq!(
-                        reply(Ok(second_reply), false),
-                        expected,
-                        "case {case}: the batch's second hold"
-                    );
-                }
-                let got = match got {
-                    Ok(Value::Array(replies)) => Ok(replies[0].clone()),
-                    other => other,
-                };
-                (expected, reply(got, false))
+                let first = first_of_batch(got, second, (case, "hold"), &mut batches);
+                (expected, first)
             } else {
                 let (expected, millis) = match kind {
                     0 => {

@@ -61,6 +61,26 @@ async fn queue_reaches(raw: &Client, name: &str, len: usize) -> bool {
     .await
 }
 
+/// A connection of its own subscribed to the channels `pattern` matches, and its messages.
+async fn listening(
+    server: &RedisServer,
+    pattern: &str,
+) -> (
+    fred::clients::SubscriberClient,
+    tokio::sync::broadcast::Receiver<fred::types::Message>,
+) {
+    let listener = fred::clients::SubscriberClient::new(
+        fred::types::config::Config::from_url(&server.url()).unwrap(),
+        None,
+        None,
+        None,
+    );
+    listener.init().await.unwrap();
+    let messages = listener.message_rx();
+    listener.psubscribe(pattern).await.unwrap();
+    (listener, messages)
+}
+
 /// Who got the lock, in the order they got it.
 type Served = Arc<Mutex<Vec<usize>>>;
 
@@ -514,18 +534,7 @@ async fn wire_layout_and_one_message_per_release() {
         let raw = server.raw().await;
         let place = Duration::from_secs(3);
         let client = server.fair_client(place).await;
-        let listener = fred::clients::SubscriberClient::new(
-            fred::types::config::Config::from_url(&server.url()).unwrap(),
-            None,
-            None,
-            None,
-        );
-        listener.init().await.unwrap();
-        let mut messages = listener.message_rx();
-        listener
-            .psubscribe("redisson_lock__channel:{layout}*")
-            .await
-            .unwrap();
+        let (listener, mut messages) = listening(&server, "redisson_lock__channel:{layout}*").await;
 
         let holder = client.fair_lock("layout").lock().await.unwrap();
         let (tasks, order) = line_up(
@@ -602,18 +611,7 @@ async fn a_force_unlock_tells_the_first_waiter_and_an_inspection_shows_the_line(
         let raw = server.raw().await;
         let place = Duration::from_secs(3);
         let client = server.fair_client(place).await;
-        let listener = fred::clients::SubscriberClient::new(
-            fred::types::config::Config::from_url(&server.url()).unwrap(),
-            None,
-            None,
-            None,
-        );
-        listener.init().await.unwrap();
-        let mut messages = listener.message_rx();
-        listener
-            .psubscribe("redisson_lock__channel:{forced}*")
-            .await
-            .unwrap();
+        let (listener, mut messages) = listening(&server, "redisson_lock__channel:{forced}*").await;
 
         let holder = client.fair_lock("forced").lock().await.unwrap();
         let (tasks, order) = line_up(

@@ -205,22 +205,21 @@ impl Writer {
                 "replica sync closed",
             ));
         };
-        let pooled = sync
-            .free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
         let mut checkout = Checkout {
             sync,
-            pooled: Some(pooled.unwrap_or_else(|| Pooled {
-                index: 0,
-                reconnects: sync.connections[0].reconnect_rx(),
-            })),
+            pooled: sync
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop(),
             _permit: permit,
         };
-        let Some(pooled) = checkout.pooled.as_mut() else {
-            return Err(not_replicated(0, sync.needed));
-        };
+        // The permit leaves one free; the first connection otherwise, as before the pool kept
+        // announcements.
+        let pooled = checkout.pooled.get_or_insert_with(|| Pooled {
+            index: 0,
+            reconnects: sync.connections[0].reconnect_rx(),
+        });
         let connection = &sync.connections[pooled.index];
         // `WAIT` counts the replicas that have what *its* connection wrote. Sent on a new
         // connection (the old one closed, or moved to a new master by the Sentinel watcher,

@@ -779,11 +779,21 @@ async fn unconfirmed_releases_name_each_node_and_its_reason() {
         let held_within_lease = |raws: Vec<Client>, guard: &fredlock::RedLockGuard| {
             assert!(guard.validity() < lease, "{:?}", guard.validity());
             assert!(guard.validity() > lease / 2, "{:?}", guard.validity());
+            // A win needs a majority, not every node: a node that answered after its
+            // node_timeout (a loaded machine) may not have the key yet, or ever. No node has it
+            // without a TTL or for longer than the lease.
             async move {
+                let majority = raws.len() / 2 + 1;
+                let mut pttls = Vec::new();
                 for raw in raws {
-                    let pttl: i64 = raw.pttl(NAME).await.unwrap();
-                    assert!(pttl > 0 && pttl <= lease.as_millis() as i64, "{pttl}");
+                    pttls.push(raw.pttl::<i64, _>(NAME).await.unwrap());
                 }
+                let within = |pttl: &&i64| **pttl > 0 && **pttl <= lease.as_millis() as i64;
+                assert!(pttls.iter().filter(within).count() >= majority, "{pttls:?}");
+                assert!(
+                    pttls.iter().all(|pttl| *pttl == -2 || within(&pttl)),
+                    "{pttls:?}"
+                );
             }
         };
 

@@ -149,7 +149,7 @@ async fn check_node<C: ClientLike>(node: &C, server: String) -> Result<NodeRepor
             .map_err(|source| Error::Redis {
                 context: format!("checking the deployment: INFO {section}"),
                 server: server_name.clone(),
-                source,
+                source: source.into(),
             })?;
         Ok::<_, Error>(parse_info(&text))
     };

@@ -50,15 +50,15 @@ pub enum Error {
     ///
     /// After a connection failure in the middle of an acquire or a release, the outcome on the
     /// server is unknown; see the crate documentation on guarantees.
-    #[error("Redis at {server}, {context}: {}", Described(source))]
+    #[error("Redis at {server}, {context}: {source}")]
     Redis {
         /// What was being done, naming the lock and owner where there is one.
         context: String,
         /// The configured server address(es), `host:port[,host:port..]`.
         server: String,
-        /// The error reported by fred.
+        /// What the client library reported, sorted by what it means for the command.
         #[source]
-        source: fred::error::Error,
+        source: RedisError,
     },
 
     /// Redis could not be reached: a wait for the lock ended without any attempt reaching it,
@@ -78,7 +78,7 @@ pub enum Error {
         server: String,
         /// The last failure seen, if any: `None` when the last attempt simply got no reply.
         #[source]
-        source: Option<fred::error::Error>,
+        source: Option<RedisError>,
     },
 
     /// The lock was lost (see [`LockGuard::lost`](crate::LockGuard::lost)) while
@@ -213,10 +213,10 @@ pub enum NodeFailureReason {
     /// Extending or releasing: the key is gone from the node (expired or deleted).
     NotHeld,
     /// The node could not be reached: its client was not connected (the node is down, refuses
-    /// connections, or fred is reconnecting), or the connection failed under the request.
-    Unreachable(Option<fred::error::Error>),
+    /// connections, or its client is reconnecting), or the connection failed under the request.
+    Unreachable(Option<RedisError>),
     /// The node answered with an error, e.g. `WRONGTYPE` when the key is not a string.
-    Rejected(fred::error::Error),
+    Rejected(RedisError),
     /// The node's [`LockClient`](crate::LockClient) was shut down.
     Shutdown,
 }
@@ -232,10 +232,10 @@ impl fmt::Display for NodeFailure {
                 f.write_str("is unreachable (not connected; refused or reconnecting)")
             }
             NodeFailureReason::Unreachable(Some(error)) => {
-                write!(f, "is unreachable: {}", Described(error))
+                write!(f, "is unreachable: {error}")
             }
             NodeFailureReason::Rejected(error) => {
-                write!(f, "rejected the request: {}", Described(error))
+                write!(f, "rejected the request: {error}")
             }
             NodeFailureReason::Shutdown => f.write_str("has a shut-down client"),
         }
@@ -308,7 +308,7 @@ impl Error {
         }
     }
 
-    /// Converts a fred error met on `server` while working on `lock`, recognising a refused
+    /// Converts a Redis error met on `server` while working on `lock`, recognising a refused
     /// replica sync (the refusals scripts raise are the engine's to decode). A failure to reach
     /// the server (no connection, no reply within the command timeout) is
     /// [`Unavailable`](Self::Unavailable), whatever the call: one outage, one answer.
@@ -316,7 +316,7 @@ impl Error {
         server: &str,
         lock: &str,
         owner: Option<&str>,
-        source: fred::error::Error,
+        source: RedisError,
     ) -> Error {
         if let Some((acked, needed)) = parse_not_replicated(&source) {
             return Error::NotReplicated {
@@ -341,13 +341,13 @@ impl Error {
         }
     }
 
-    /// Converts a fred error of a caller's own script run on `server` for `lock`: always
+    /// Converts a Redis error of a caller's own script run on `server` for `lock`: always
     /// [`Error::Redis`], since a `WRONGTYPE` there is about the caller's keys, not the lock's.
     pub(crate) fn from_script(
         server: &str,
         lock: &str,
         owner: Option<&str>,
-        source: fred::error::Error,
+        source: RedisError,
     ) -> Error {
         Error::Redis {
             context: Context { lock, owner }.to_string(),
@@ -356,8 +356,8 @@ impl Error {
         }
     }
 
-    /// The fred error behind a failure to reach Redis, if there is one.
-    pub(crate) fn into_source(self) -> Option<fred::error::Error> {
+    /// The Redis error behind a failure to reach Redis, if there is one.
+    pub(crate) fn into_source(self) -> Option<RedisError> {
         match self {
             Error::Redis { source, .. } => Some(source),
             Error::Unavailable { source, .. } => source,
@@ -366,7 +366,7 @@ impl Error {
     }
 
     /// True for failures of the connection rather than of the command: worth trying again after
-    /// fred reconnects.
+    /// the client reconnects.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::Redis { source, .. } => is_transient(source),
@@ -376,91 +376,76 @@ impl Error {
     }
 }
 
-/// The start of the message of a change that too few replicas confirmed.
-const NOT_REPLICATED: &str = "NOTREPLICATED";
-
-/// The fred error of a change that `acked` of `needed` replicas confirmed in time: a timeout,
-/// as far as the rules for lost replies go (the change is on the master, but may not survive a
-/// failover, so it is settled as if its reply had been lost).
-pub(crate) fn not_replicated(acked: i64, needed: u32) -> fred::error::Error {
-    fred::error::Error::new(
-        fred::error::ErrorKind::Timeout,
-        format!("{NOT_REPLICATED} acked={acked} needed={needed}"),
-    )
+/// A failure of Redis or of the connection to it, as the client library reported it: sorted
+/// once, where the library's error enters the crate, by what it means for the command that met
+/// it ([`kind`](Self::kind)), and printed in words with what to check.
+#[derive(Clone, Debug)]
+pub struct RedisError {
+    kind: RedisErrorKind,
+    failure: Failure,
+    details: String,
 }
 
-/// `(acked, needed)` of a [`not_replicated`] error.
-pub(crate) fn parse_not_replicated(error: &fred::error::Error) -> Option<(u32, u32)> {
-    let rest = error.details().strip_prefix(NOT_REPLICATED)?;
-    let mut numbers = rest.split_whitespace().filter_map(|part| {
-        part.split_once('=')
-            .and_then(|(_, number)| number.parse::<u32>().ok())
-    });
-    Some((numbers.next()?, numbers.next()?))
+/// What a [`RedisError`] means for the command that met it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisErrorKind {
+    /// The command was never sent: the client had no connection to route it to (it was
+    /// reconnecting), or the cluster refused it before running it (`TRYAGAIN`, `CLUSTERDOWN`).
+    /// It did not run, so sending it again is safe.
+    NotSent,
+    /// No answer came: the connection failed or the command timed out after it was sent (or the
+    /// server is still loading its data set). The command may have run.
+    NoReply,
+    /// An answer that is an error (a refusal, `WRONGTYPE`, `NOPERM`, ..), or a command the
+    /// client library refused to send or whose reply it could not read: not a failure of the
+    /// connection, and nothing to try again.
+    Refused,
 }
 
-/// fred's refusal to write a command a second time.
-const TOO_MANY_WRITES: &str = "Too many failed write attempts.";
-
-/// True when fred did not send the command at all: it had no connection to route it to (it is
-/// reconnecting). Such a command never ran, so sending it again is always safe.
-pub(crate) fn was_not_sent(error: &fred::error::Error) -> bool {
-    let details = error.details();
-    details.starts_with("Failed to route command")
-        // The slot is being migrated and some keys have moved (TRYAGAIN), or the cluster cannot
-        // serve the slot for now (CLUSTERDOWN): refused before running.
-        || details.starts_with("TRYAGAIN")
-        || details.starts_with("CLUSTERDOWN")
+/// What failed, as the message words it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The connection: refused, reset, closed.
+    Connection,
+    /// No reply within the command timeout.
+    Timeout,
+    /// Authentication.
+    Auth,
+    /// Anything else, in the client library's word for it.
+    Other(String),
 }
 
-/// True when a call that failed with `error` may have run without its reply reaching us: it was
-/// sent, and the connection failed or timed out before the reply came. An error reply from
-/// Redis is an answer (the scripts check before they write, so it changed nothing), and a call
-/// fred never sent never ran.
-pub(crate) fn reply_lost(error: &fred::error::Error) -> bool {
-    is_transient(error) && !was_not_sent(error)
-}
-
-/// True when `error` says the connection failed or timed out, not that Redis rejected a command.
-pub(crate) fn is_transient(error: &fred::error::Error) -> bool {
-    use fred::error::ErrorKind;
-    if was_not_sent(error) {
-        return true;
-    }
-    match error.kind() {
-        ErrorKind::IO
-        | ErrorKind::Timeout
-        | ErrorKind::Canceled
-        | ErrorKind::Routing
-        | ErrorKind::Cluster
-        | ErrorKind::Backpressure => true,
-        // Redis answers LOADING while it reads its data set after a restart, and fred reports a
-        // connection closed under a command as Unknown on some paths.
-        _ => {
-            let details = error.details();
-            details.starts_with("LOADING")
-                || details.contains("Connection closed")
-                || details.contains("connection closed")
-                // fred sends each command once (`max_command_attempts` 1) and says this when
-                // it would write one a second time: after a cluster's MOVED or ASK (it did not
-                // run), but also after a reconnect forced under it (the Sentinel watcher's, when
-                // the master switches), which puts the sent command back in the queue: it may
-                // have run. So it counts as a lost reply, never as a call that was not sent.
-                || details == TOO_MANY_WRITES
+impl RedisError {
+    /// An error of `kind`, where `failure` failed, with the client library's `details`.
+    pub(crate) fn new(kind: RedisErrorKind, failure: Failure, details: impl Into<String>) -> Self {
+        RedisError {
+            kind,
+            failure,
+            details: details.into(),
         }
     }
+
+    /// What the error means for the command that met it.
+    pub fn kind(&self) -> RedisErrorKind {
+        self.kind
+    }
+
+    /// The client library's own message, or the server's error reply.
+    pub fn details(&self) -> &str {
+        &self.details
+    }
 }
 
-/// A fred error in one line: what failed, in words, and what to check.
-struct Described<'a>(&'a fred::error::Error);
+impl std::error::Error for RedisError {}
 
-impl fmt::Display for Described<'_> {
+/// In one line: what failed, in words, and what to check.
+impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use fred::error::ErrorKind;
-        let error = self.0;
-        let details = error.details();
-        // fred keeps an io::Error only in its Debug form: `Os { .., message: "Connection
-        // refused" }` or `Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }`.
+        let details = self.details.as_str();
+        // A client library may keep an io::Error only in its Debug form: `Os { .., message:
+        // "Connection refused" }` or `Custom { kind: InvalidData, error:
+        // InvalidCertificate(UnknownIssuer) }`.
         let what = between(details, "message: \"", "\"")
             .or_else(|| between(details, "error: ", " }"))
             .or_else(|| between(details, "Kind(", ")"))
@@ -478,25 +463,69 @@ impl fmt::Display for Described<'_> {
         {
             "the server closed the connection: check that client and server agree on TLS \
              (rediss:// for a TLS port, redis:// otherwise) and that it accepts more clients"
-        } else if matches!(error.kind(), ErrorKind::Timeout) {
+        } else if self.failure == Failure::Timeout {
             "no reply in time: check that the server is up and not blocked (command_timeout sets \
              the limit)"
-        } else if matches!(error.kind(), ErrorKind::Auth) || lower.contains("noauth") {
+        } else if self.failure == Failure::Auth || lower.contains("noauth") {
             "check the user name and password in the URL"
         } else {
             ""
         };
-        let kind = match error.kind() {
-            ErrorKind::IO => "connection failed".to_owned(),
-            ErrorKind::Timeout => "timed out".to_owned(),
-            other => other.to_str().to_ascii_lowercase(),
+        let failed = match &self.failure {
+            Failure::Connection => "connection failed",
+            Failure::Timeout => "timed out",
+            Failure::Auth => "authentication error",
+            Failure::Other(word) => word,
         };
-        write!(f, "{kind}: {what}")?;
+        write!(f, "{failed}: {what}")?;
         if !hint.is_empty() {
             write!(f, "; {hint}")?;
         }
         Ok(())
     }
+}
+
+/// The start of the message of a change that too few replicas confirmed.
+const NOT_REPLICATED: &str = "NOTREPLICATED";
+
+/// The error of a change that `acked` of `needed` replicas confirmed in time: a reply not come,
+/// as far as the rules for lost replies go (the change is on the master, but may not survive a
+/// failover, so it is settled as if its reply had been lost).
+pub(crate) fn not_replicated(acked: i64, needed: u32) -> RedisError {
+    RedisError::new(
+        RedisErrorKind::NoReply,
+        Failure::Timeout,
+        format!("{NOT_REPLICATED} acked={acked} needed={needed}"),
+    )
+}
+
+/// `(acked, needed)` of a [`not_replicated`] error.
+pub(crate) fn parse_not_replicated(error: &RedisError) -> Option<(u32, u32)> {
+    let rest = error.details().strip_prefix(NOT_REPLICATED)?;
+    let mut numbers = rest.split_whitespace().filter_map(|part| {
+        part.split_once('=')
+            .and_then(|(_, number)| number.parse::<u32>().ok())
+    });
+    Some((numbers.next()?, numbers.next()?))
+}
+
+/// True when the command was not sent at all. Such a command never ran, so sending it again is
+/// always safe.
+pub(crate) fn was_not_sent(error: &RedisError) -> bool {
+    error.kind == RedisErrorKind::NotSent
+}
+
+/// True when a call that failed with `error` may have run without its reply reaching us: it was
+/// sent, and the connection failed or timed out before the reply came. An error reply from
+/// Redis is an answer (the scripts check before they write, so it changed nothing), and a call
+/// never sent never ran.
+pub(crate) fn reply_lost(error: &RedisError) -> bool {
+    error.kind == RedisErrorKind::NoReply
+}
+
+/// True when `error` says the connection failed or timed out, not that Redis rejected a command.
+pub(crate) fn is_transient(error: &RedisError) -> bool {
+    error.kind != RedisErrorKind::Refused
 }
 
 /// The text between `start` and the next `end` in `text`.
@@ -507,12 +536,12 @@ fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
 }
 
 /// `": <cause>"` for an [`Error::Unavailable`], or what no cause means.
-struct Cause<'a>(Option<&'a fred::error::Error>);
+struct Cause<'a>(Option<&'a RedisError>);
 
 impl fmt::Display for Cause<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(error) => write!(f, " (last failure: {})", Described(error)),
+            Some(error) => write!(f, " (last failure: {error})"),
             None => f.write_str(" (no reply in time; check that the server is up and not blocked)"),
         }
     }
@@ -536,43 +565,41 @@ impl fmt::Display for Context<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fred::error::{Error as FredError, ErrorKind};
 
     #[test]
     fn not_replicated_errors_carry_their_counts() {
         let error = not_replicated(0, 2);
         assert_eq!(parse_not_replicated(&error), Some((0, 2)));
-        assert!(is_transient(&error));
-        let other = FredError::new(ErrorKind::Timeout, "timed out");
+        assert!(is_transient(&error) && reply_lost(&error));
+        let other = RedisError::new(RedisErrorKind::NoReply, Failure::Timeout, "timed out");
         assert_eq!(parse_not_replicated(&other), None);
     }
 
-    /// fred's answer while it has no connection to route a command to: never sent, so waits keep
-    /// waiting and releases are sent again (issue 11, point 3).
+    /// A command never sent is transient (waits keep waiting, releases are sent again) and its
+    /// reply was not lost; an answer that is an error is neither.
     #[test]
-    fn a_command_fred_could_not_route_was_not_sent_and_is_transient() {
-        let unrouted = FredError::new(ErrorKind::Unknown, "Failed to route command.");
-        assert!(was_not_sent(&unrouted));
-        assert!(is_transient(&unrouted));
-        let error = Error::from_redis("127.0.0.1:6379", "a", Some("u:1"), unrouted);
+    fn each_kind_says_what_the_ledger_and_the_waits_need() {
+        let unsent = RedisError::new(RedisErrorKind::NotSent, Failure::Connection, "no route");
+        assert!(was_not_sent(&unsent) && is_transient(&unsent) && !reply_lost(&unsent));
+        let error = Error::from_redis("127.0.0.1:6379", "a", Some("u:1"), unsent);
         assert!(error.is_transient());
-        let rejected = FredError::new(ErrorKind::Unknown, "ERR unknown command");
-        assert!(!was_not_sent(&rejected) && !is_transient(&rejected));
-    }
-
-    /// A command fred refuses to write again may have run (a reconnect forced under it put it
-    /// back in the queue): its reply counts as lost, so it is fenced, never sent as it was.
-    #[test]
-    fn a_command_fred_would_write_twice_may_have_run() {
-        let requeued = FredError::new(ErrorKind::Unknown, "Too many failed write attempts.");
-        assert!(!was_not_sent(&requeued));
-        assert!(reply_lost(&requeued));
+        let lost = RedisError::new(RedisErrorKind::NoReply, Failure::Connection, "closed");
+        assert!(!was_not_sent(&lost) && is_transient(&lost) && reply_lost(&lost));
+        let refused = RedisError::new(
+            RedisErrorKind::Refused,
+            Failure::Other("unknown".into()),
+            "ERR unknown command",
+        );
+        assert!(!was_not_sent(&refused) && !is_transient(&refused) && !reply_lost(&refused));
+        let error = Error::from_redis("127.0.0.1:6379", "a", None, refused);
+        assert!(matches!(error, Error::Redis { .. }) && !error.is_transient());
     }
 
     #[test]
     fn io_errors_read_as_words_with_the_server_and_a_hint() {
-        let refused = FredError::new(
-            ErrorKind::IO,
+        let refused = RedisError::new(
+            RedisErrorKind::NoReply,
+            Failure::Connection,
             r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
         );
         let text = Error::from_redis("127.0.0.1:6399", "a", None, refused).to_string();

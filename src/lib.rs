@@ -133,7 +133,11 @@
 //! a TTL. Waits are checked the same way (at most [`MAX_DURATION`]; zero makes one attempt). A wait that ends with no
 //! attempt reaching Redis fails with [`Error::Unavailable`]: `Ok(None)` always means another
 //! owner held the lock. Error messages fit on one line and name the lock, the owner, the server
-//! and what to check.
+//! and what to check. The failure behind [`Error::Redis`] and [`Error::Unavailable`] is a
+//! [`RedisError`], whose [`kind`](RedisError::kind) says what it meant for the command:
+//! [`NotSent`](RedisErrorKind::NotSent) (it did not run), [`NoReply`](RedisErrorKind::NoReply)
+//! (it may have run; an `Unavailable` is always one of these two) or
+//! [`Refused`](RedisErrorKind::Refused) (Redis answered with an error).
 //!
 //! # Outages
 //!
@@ -225,7 +229,7 @@ pub use counter::semaphore::{Semaphore, SemaphorePermit};
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
 pub use engine::replicas::ReplicaSync;
-pub use error::{Error, NodeFailure, NodeFailureReason, Result};
+pub use error::{Error, NodeFailure, NodeFailureReason, RedisError, RedisErrorKind, Result};
 pub use family::{DistributedGuard, DistributedLock};
 pub use inspection::{
     ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter,

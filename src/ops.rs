@@ -139,7 +139,7 @@ impl LockClient {
     /// One round trip: an `EXISTS` per layout with own keys, an `HEXISTS` per layout told by its
     /// mode and a `TYPE` per layout told by its type, in one pipeline.
     async fn layouts_of(&self, keys: &[String]) -> Result<Vec<&'static Layout>> {
-        let redis_error = |source| {
+        let redis_error = |source: crate::RedisError| {
             let name = keys.first().map_or("", String::as_str);
             self.engine().redis_error(name, None, source)
         };
@@ -155,15 +155,24 @@ impl LockClient {
                     .collect();
                 own.extend(layout.own_key.as_ref().and_then(|own| (own.of)(key)));
                 if !own.is_empty() {
-                    let _: () = pipeline.exists(own).await.map_err(redis_error)?;
+                    let _: () = pipeline
+                        .exists(own)
+                        .await
+                        .map_err(|error| redis_error(error.into()))?;
                     asked.push(None);
                 }
                 if layout.mode_field {
-                    let _: () = pipeline.hexists(key, "mode").await.map_err(redis_error)?;
+                    let _: () = pipeline
+                        .hexists(key, "mode")
+                        .await
+                        .map_err(|error| redis_error(error.into()))?;
                     asked.push(None);
                 }
                 if let Some(of_type) = layout.of_type {
-                    let _: () = pipeline.r#type(key).await.map_err(redis_error)?;
+                    let _: () = pipeline
+                        .r#type(key)
+                        .await
+                        .map_err(|error| redis_error(error.into()))?;
                     asked.push(Some(of_type));
                 }
             }
@@ -177,7 +186,7 @@ impl LockClient {
         // no.
         let mut answers = Vec::with_capacity(found.len());
         for (reply, wanted) in found.into_iter().zip(asked) {
-            match reply {
+            match reply.map_err(crate::RedisError::from) {
                 Ok(value) => answers.push(match wanted {
                     None => value.as_i64().unwrap_or(0) > 0,
                     Some(of_type) => value.as_str().as_deref() == Some(of_type),

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use common::{bounded, RedisServer};
 use fredlock::prelude::*;
-use fredlock::{Error, LockClient, MultiLock};
+use fredlock::{Error, LockClient, MultiLock, RedisErrorKind};
 use tokio::time::Instant;
 
 /// The clients' command timeout: the bound of an answer while the server is gone.
@@ -46,6 +46,11 @@ where
     let started = Instant::now();
     // Boxed: sixty calls' futures in one test's future overflow a debug build's stack.
     let outcome = match tokio::time::timeout(bound * 4, Box::pin(future)).await {
+        // What the last failure meant for the command: never an answer, which is no outage.
+        Ok(Err(Error::Unavailable {
+            source: Some(source),
+            ..
+        })) if source.kind() == RedisErrorKind::Refused => format!("Unavailable, but {source}"),
         Ok(Err(Error::Unavailable { .. })) => "Unavailable".to_owned(),
         Ok(Err(error)) => format!("Err({error})"),
         Ok(Ok(_)) => "Ok".to_owned(),

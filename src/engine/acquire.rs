@@ -25,7 +25,7 @@ use crate::engine::profile::{Backoff, Wake, WakeRule};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
-use crate::error::{Error, Result};
+use crate::error::{Error, Failure, RedisError, RedisErrorKind, Result};
 use crate::owner::OwnerId;
 
 /// An attempt that began before the wait's deadline may run this much past it, so that a
@@ -536,7 +536,7 @@ fn gave_up(
 }
 
 /// No attempt reached Redis; `source` is the last failure seen, if any.
-fn unavailable(engine: &Engine, name: &str, source: Option<fred::error::Error>) -> Error {
+fn unavailable(engine: &Engine, name: &str, source: Option<RedisError>) -> Error {
     Error::Unavailable {
         lock: name.to_owned(),
         server: engine.core().address.to_string(),
@@ -691,9 +691,10 @@ fn retry_after(pttl: i64, watchdog_lease: Duration) -> Duration {
 }
 
 /// What an attempt that could not be sent failed with.
-fn not_connected() -> fred::error::Error {
-    fred::error::Error::new(
-        fred::error::ErrorKind::IO,
+fn not_connected() -> RedisError {
+    RedisError::new(
+        RedisErrorKind::NoReply,
+        Failure::Connection,
         "not connected (the server refused the connection, or fred is reconnecting)",
     )
 }

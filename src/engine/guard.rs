@@ -14,7 +14,7 @@ use crate::engine::inflight::InFlight;
 use crate::engine::kind::Kind;
 use crate::engine::undo::{Release, Undo};
 use crate::engine::Engine;
-use crate::error::{is_transient, Error, Result};
+use crate::error::{is_transient, Error, RedisError, Result};
 
 /// One hold of one owner on one primitive.
 pub(crate) struct Guard {
@@ -137,7 +137,7 @@ impl Guard {
 
     /// `Error::Unavailable` for this hold: its release did not reach Redis (`source`, if it was
     /// sent), which is told once it answers again (the release is followed up by a settle).
-    fn unavailable(&self, source: Option<fred::error::Error>) -> Error {
+    fn unavailable(&self, source: Option<RedisError>) -> Error {
         Error::Unavailable {
             lock: self.hold.pair.name.to_string(),
             server: self.engine.core().address.to_string(),

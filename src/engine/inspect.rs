@@ -15,7 +15,7 @@ use fred::types::Value;
 use crate::engine::kind::{Call, Primitive};
 use crate::engine::profile::Wake;
 use crate::engine::{naming, Engine};
-use crate::error::Result;
+use crate::error::{Failure, RedisError, RedisErrorKind, Result};
 use crate::inspection::{
     expiry, keys_without_expiry, text, Details, Holder, Inspection, KeyState, Leak, QueuedWaiter,
     Tail,
@@ -136,15 +136,17 @@ impl Engine {
         let core = self.core();
         core.ensure_open()?;
         crate::engine::check_primitive(kind)?;
-        let redis_error = |source| self.redis_error(kind.profile().name(), None, source);
+        let redis_error =
+            |source: RedisError| self.redis_error(kind.profile().name(), None, source);
         let reply: Value = kind
             .inspect()
             .run(&core.reads())
             .await
             .map_err(redis_error)?;
         let mut inspection = parse(kind, reply).map_err(|problem| {
-            redis_error(fred::error::Error::new(
-                fred::error::ErrorKind::Parse,
+            redis_error(RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("parse error".into()),
                 format!("unexpected reply from an inspect script: {problem}"),
             ))
         })?;
@@ -156,7 +158,7 @@ impl Engine {
             } else {
                 core.redis().pubsub_numsub(&*channel).await
             }
-            .map_err(redis_error)?;
+            .map_err(|error| redis_error(error.into()))?;
             inspection.listeners = counts.get(1).and_then(Value::as_u64);
         }
         // A caller inspecting many after one scan names their holders once, if it wants them
@@ -176,7 +178,11 @@ impl Engine {
             };
             for key in strays {
                 if inspection.keys.iter().all(|known| known.key != key) {
-                    let ttl: i64 = core.redis().pttl(&key).await.map_err(redis_error)?;
+                    let ttl: i64 = core
+                        .redis()
+                        .pttl(&key)
+                        .await
+                        .map_err(|error| redis_error(error.into()))?;
                     if ttl != -2 {
                         inspection.orphans.push(KeyState {
                             key,
@@ -218,7 +224,7 @@ impl Engine {
         let core = self.core();
         core.ensure_open()?;
         let redis = core.redis();
-        let redis_error = |source| self.redis_error(pattern, None, source);
+        let redis_error = |source: fred::error::Error| self.redis_error(pattern, None, source);
         let mut keys = Vec::new();
         if redis.is_clustered() {
             for master in core.masters() {

@@ -14,6 +14,7 @@ use crate::engine::ledger::Request;
 use crate::engine::replicas::Writer;
 use crate::engine::script::Script;
 use crate::engine::Field;
+use crate::error::{Failure, RedisError, RedisErrorKind};
 
 /// The reply of an acquire script that granted a first hold although the owner's client counted
 /// more: those holds were gone.
@@ -31,7 +32,7 @@ impl Call {
     pub(crate) async fn run<R: fred::types::FromValue>(
         self,
         writer: &Writer,
-    ) -> Result<R, fred::error::Error> {
+    ) -> Result<R, RedisError> {
         self.script.call(writer, self.keys, self.args).await
     }
 
@@ -40,7 +41,7 @@ impl Call {
     pub(crate) async fn run_made<R: fred::types::FromValue>(
         writer: &Writer,
         make: impl Fn() -> Call,
-    ) -> Result<R, fred::error::Error> {
+    ) -> Result<R, RedisError> {
         let first = make();
         let script = first.script;
         let first = TakeOnce::new((first.keys, first.args));
@@ -122,7 +123,7 @@ pub(crate) enum Reply {
 }
 
 impl Reply {
-    pub(crate) fn parse(reply: Value) -> Result<Reply, fred::error::Error> {
+    pub(crate) fn parse(reply: Value) -> Result<Reply, RedisError> {
         match reply {
             Value::Null => Ok(Reply::Won {
                 afresh: false,
@@ -141,8 +142,9 @@ impl Reply {
                 })
             }
             refused @ (Value::String(_) | Value::Bytes(_)) => Ok(Reply::Refused(refused)),
-            other => Err(fred::error::Error::new(
-                fred::error::ErrorKind::Parse,
+            other => Err(RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("parse error".into()),
                 format!("unexpected reply from an acquire script: {other:?}"),
             )),
         }

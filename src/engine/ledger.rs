@@ -51,7 +51,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::engine::script::Resend;
 use crate::engine::{Field, HashState, Name};
-use crate::error::reply_lost;
+use crate::error::{reply_lost, Failure, RedisError, RedisErrorKind};
 
 /// Request ids whose replies were lost, for one (lock, owner).
 #[derive(Debug, Default)]
@@ -173,14 +173,14 @@ impl Turn {
     /// Records how `request` ended: a reply settles every id it fenced; a lost reply adds its
     /// own id to them. After any other error (an error reply, a call never sent) they stay for
     /// the next call.
-    pub(crate) fn record<T>(&mut self, request: Request, outcome: &Result<T, fred::error::Error>) {
+    pub(crate) fn record<T>(&mut self, request: Request, outcome: &Result<T, RedisError>) {
         self.record_as(request, outcome, Fencing::Settles);
     }
 
     fn record_as<T>(
         &mut self,
         request: Request,
-        outcome: &Result<T, fred::error::Error>,
+        outcome: &Result<T, RedisError>,
         fencing: Fencing,
     ) {
         let ids = &mut self.unsettled.ids;
@@ -211,10 +211,10 @@ impl Turn {
         fencing: Fencing,
         first_sent: tokio::time::Instant,
         send: F,
-    ) -> (Result<T, fred::error::Error>, bool)
+    ) -> (Result<T, RedisError>, bool)
     where
         F: Fn(Request) -> Fut,
-        Fut: Future<Output = (Request, Result<T, fred::error::Error>)>,
+        Fut: Future<Output = (Request, Result<T, RedisError>)>,
     {
         let mut resend: Option<Resend> = None;
         loop {
@@ -293,14 +293,16 @@ pub(crate) async fn replay(steps: &[&str]) -> Result<Vec<Vec<u64>>, String> {
         let Some((request, fencing)) = on_its_way.take() else {
             return Err(format!("step {at}: {step} without a call on its way"));
         };
-        let outcome: Result<(), fred::error::Error> = match step {
+        let outcome: Result<(), RedisError> = match step {
             "reply" => Ok(()),
-            "lost" => Err(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
+            "lost" => Err(RedisError::new(
+                RedisErrorKind::NoReply,
+                Failure::Timeout,
                 "no reply",
             )),
-            "refused" => Err(fred::error::Error::new(
-                fred::error::ErrorKind::Unknown,
+            "refused" => Err(RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("unknown error".into()),
                 "STALE",
             )),
             other => return Err(format!("step {at}: unknown step {other:?}")),
@@ -314,9 +316,10 @@ pub(crate) async fn replay(steps: &[&str]) -> Result<Vec<Vec<u64>>, String> {
 mod tests {
     use super::*;
 
-    fn lost_reply() -> Result<(), fred::error::Error> {
-        Err(fred::error::Error::new(
-            fred::error::ErrorKind::Timeout,
+    fn lost_reply() -> Result<(), RedisError> {
+        Err(RedisError::new(
+            RedisErrorKind::NoReply,
+            Failure::Timeout,
             "no reply",
         ))
     }
@@ -345,15 +348,16 @@ mod tests {
         let third = turn.request();
         assert_eq!(third.fences, vec![first_id, second_id]);
         // An error reply is an answer that changed nothing, not a delivery of the fences.
-        let refused: Result<(), _> = Err(fred::error::Error::new(
-            fred::error::ErrorKind::InvalidArgument,
+        let refused: Result<(), _> = Err(RedisError::new(
+            RedisErrorKind::Refused,
+            Failure::Other("invalid argument".into()),
             "WRONGTYPE",
         ));
         turn.record(third, &refused);
         assert!(turn.is_unsettled());
 
         let fourth = turn.request();
-        turn.record(fourth, &Ok::<(), fred::error::Error>(()));
+        turn.record(fourth, &Ok::<(), RedisError>(()));
         assert!(!turn.is_unsettled());
         drop(turn);
         assert_eq!(ledger.len(), 0, "a settled pair is forgotten");
@@ -376,7 +380,7 @@ mod tests {
                     let fences = request.fences.clone();
                     async move {
                         assert_eq!(fences, vec![acquire_id], "the leave carries the fences");
-                        (request, Ok::<bool, fred::error::Error>(true))
+                        (request, Ok::<bool, RedisError>(true))
                     }
                 },
             )
@@ -386,7 +390,7 @@ mod tests {
 
         let settle = turn.request();
         assert_eq!(settle.fences, vec![acquire_id]);
-        turn.record(settle, &Ok::<(), fred::error::Error>(()));
+        turn.record(settle, &Ok::<(), RedisError>(()));
         assert!(!turn.is_unsettled());
     }
 

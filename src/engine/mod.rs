@@ -10,6 +10,7 @@
 
 mod acquire;
 pub(crate) mod durations;
+mod fred_client;
 mod guard;
 mod holds;
 mod inflight;
@@ -43,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisError, Result};
 use crate::inspection::ClientStats;
 use crate::owner::OwnerId;
 
@@ -287,10 +288,10 @@ impl Engine {
             .set_performance_config(performance)
             .set_connection_config(connection)
             .set_policy(settings.reconnect_policy);
-        let connect_error = |source| Error::Redis {
+        let connect_error = |source: fred::error::Error| Error::Redis {
             context: "connecting".into(),
             server: address.clone(),
-            source,
+            source: source.into(),
         };
         let redis = builder.build().map_err(connect_error)?;
         let subscriber = builder.build_subscriber_client().map_err(connect_error)?;
@@ -487,8 +488,9 @@ impl Engine {
         &self,
         name: &str,
         owner: Option<&str>,
-        source: fred::error::Error,
+        source: impl Into<RedisError>,
     ) -> Error {
+        let source = source.into();
         let server = &self.handle.core.address;
         refusal::decode(&source, server, name, owner)
             .unwrap_or_else(|| Error::from_redis(server, name, owner, source))

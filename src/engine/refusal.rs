@@ -8,9 +8,7 @@
 //! The codes are the engine's, not any primitive's: a new primitive raises them with its own
 //! sentences, and nothing here changes.
 
-use fred::error::Error as FredError;
-
-use crate::error::Error;
+use crate::error::{Error, RedisError};
 
 /// The code of a key of the wrong type.
 const WRONG_TYPE: &str = "WRONGTYPE";
@@ -20,13 +18,13 @@ const DEADLOCK: &str = "DEADLOCK";
 /// A script's refusal, if `source` is one, as the crate's error about `lock` of `owner` on
 /// `server`.
 pub(crate) fn decode(
-    source: &FredError,
+    source: &RedisError,
     server: &str,
     lock: &str,
     owner: Option<&str>,
 ) -> Option<Error> {
     let details = source.details();
-    // fred may put its own words before the server's reply; the first code starts the reply.
+    // A client library may put its own words before the server's reply; the first code starts the reply.
     let at = [WRONG_TYPE, DEADLOCK]
         .iter()
         .filter_map(|code| details.find(code))
@@ -53,12 +51,15 @@ pub(crate) fn decode(
 
 #[cfg(test)]
 mod tests {
-    use fred::error::ErrorKind;
-
     use super::*;
+    use crate::error::{Failure, RedisErrorKind};
 
-    fn reply(text: &str) -> FredError {
-        FredError::new(ErrorKind::Unknown, text.to_owned())
+    fn reply(text: &str) -> RedisError {
+        RedisError::new(
+            RedisErrorKind::Refused,
+            Failure::Other("unknown error".into()),
+            text,
+        )
     }
 
     #[test]

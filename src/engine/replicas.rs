@@ -20,7 +20,7 @@ use fred::types::{Builder, ClusterHash, Value};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::sync::Semaphore;
 
-use crate::error::not_replicated;
+use crate::error::{not_replicated, Failure, RedisError, RedisErrorKind};
 
 /// Replica sync: every change a lock makes (an acquisition, a release, a renewal, a fair queue's
 /// change, a fencing token) is confirmed by this many replicas before it counts. Off unless
@@ -191,17 +191,18 @@ impl Writer {
         &'w self,
         slot: impl FnOnce() -> Option<u16>,
         send: F,
-    ) -> Result<R, fred::error::Error>
+    ) -> Result<R, RedisError>
     where
         F: FnOnce(&'w Client) -> Fut,
-        Fut: std::future::Future<Output = Result<R, fred::error::Error>>,
+        Fut: std::future::Future<Output = Result<R, RedisError>>,
     {
         let Some(sync) = &self.sync else {
             return send(&self.client).await;
         };
         let Ok(permit) = sync.available.acquire().await else {
-            return Err(fred::error::Error::new(
-                fred::error::ErrorKind::Canceled,
+            return Err(RedisError::new(
+                RedisErrorKind::NoReply,
+                Failure::Other("canceled".into()),
                 "replica sync closed",
             ));
         };
@@ -287,11 +288,7 @@ impl Pooled {
 impl Syncer {
     /// Waits for `needed` replicas to acknowledge what `connection` wrote (on a cluster, to
     /// the master of `slot`).
-    async fn confirm(
-        &self,
-        connection: &Client,
-        slot: Option<u16>,
-    ) -> Result<(), fred::error::Error> {
+    async fn confirm(&self, connection: &Client, slot: Option<u16>) -> Result<(), RedisError> {
         let needed = i64::from(self.needed);
         let options = Options {
             cluster_hash: slot.map(ClusterHash::Custom),
@@ -333,7 +330,7 @@ impl Syncer {
 /// Whether a server runs the commands replica sync waits with.
 pub(crate) struct WaitSupport {
     /// `WAIT`, or what refused it (a proxy, a managed service).
-    pub(crate) wait: Result<(), fred::error::Error>,
+    pub(crate) wait: Result<(), RedisError>,
     /// `WAITAOF` (Redis 7.2 and later).
     pub(crate) waitaof: bool,
 }
@@ -345,7 +342,7 @@ impl WaitSupport {
         let wait: Result<Value, _> = server.custom(fred::cmd!("WAIT"), vec![0, 1]).await;
         let waitaof: Result<Value, _> = server.custom(fred::cmd!("WAITAOF"), vec![0, 0, 1]).await;
         WaitSupport {
-            wait: wait.map(drop),
+            wait: wait.map(drop).map_err(RedisError::from),
             waitaof: waitaof.is_ok(),
         }
     }
@@ -503,7 +500,10 @@ mod tests {
 
             // On one connection, a write its replica has is confirmed.
             let confirmed: Result<i64, _> = writer
-                .send(|| None, |redis| redis.incr::<i64, _>("count"))
+                .send(
+                    || None,
+                    |redis| async move { Ok(redis.incr::<i64, _>("count").await?) },
+                )
                 .await;
             assert_eq!(confirmed.expect("confirmed"), 1);
 
@@ -516,7 +516,7 @@ mod tests {
                         let written = redis.incr::<i64, _>("count").await;
                         target.store(second.port, Ordering::SeqCst);
                         redis.force_reconnection().await.expect("reconnected");
-                        written
+                        Ok(written?)
                     },
                 )
                 .await;
@@ -530,7 +530,10 @@ mod tests {
 
             // On the new connection, a write is confirmed again.
             let confirmed: Result<i64, _> = writer
-                .send(|| None, |redis| redis.incr::<i64, _>("count"))
+                .send(
+                    || None,
+                    |redis| async move { Ok(redis.incr::<i64, _>("count").await?) },
+                )
                 .await;
             assert_eq!(confirmed.expect("confirmed"), 1);
             for connection in writer.own_connections() {

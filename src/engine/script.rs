@@ -17,7 +17,7 @@ use fred::util::redis_keyslot;
 use tokio::time::Instant;
 
 use crate::engine::replicas::Writer;
-use crate::error::was_not_sent;
+use crate::error::{was_not_sent, RedisError};
 
 /// A script whose SHA1s are computed once per process.
 ///
@@ -155,7 +155,7 @@ impl Script {
         &self,
         writer: &'w Writer,
         call: impl Fn() -> (Vec<Key>, Vec<Value>),
-    ) -> Result<R, fred::error::Error> {
+    ) -> Result<R, RedisError> {
         let call = &call;
         // With replica sync on a cluster, where to wait: the slot of the first key (every key of
         // a call is in one slot). Asked for only then, off the common path.
@@ -196,7 +196,7 @@ impl Script {
         writer: &Writer,
         keys: Vec<Key>,
         args: Vec<Value>,
-    ) -> Result<R, fred::error::Error> {
+    ) -> Result<R, RedisError> {
         self.run(writer, || (keys.clone(), args.clone())).await
     }
 }
@@ -217,13 +217,13 @@ pub(crate) enum Attempts {
 /// the connection the writer gives it (with replica sync, one that then waits for the replicas).
 ///
 /// `slot` says which cluster slot the command writes to; it is asked only when the writer syncs
-/// replicas.
+/// replicas. fred's errors are sorted here, as they come out of the command.
 pub(crate) async fn write<'w, R, F, Fut>(
     writer: &'w Writer,
     attempts: Attempts,
     slot: impl FnOnce() -> Option<u16>,
     send: F,
-) -> Result<R, fred::error::Error>
+) -> Result<R, RedisError>
 where
     F: Fn(&'w Client) -> Fut,
     Fut: Future<Output = Result<R, fred::error::Error>>,
@@ -233,7 +233,7 @@ where
         .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
             loop {
-                match send(redis).await {
+                match send(redis).await.map_err(RedisError::from) {
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
                         // A call fred could not send fails at once: its first failure is its
                         // first send, and the clock is read only on this path.

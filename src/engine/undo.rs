@@ -18,7 +18,7 @@ use crate::engine::inflight::InFlight;
 use crate::engine::kind::{Call, Kind, ReleaseArgs};
 use crate::engine::ledger::{Fencing, Pair, Turn};
 use crate::engine::{Core, Field};
-use crate::error::is_transient;
+use crate::error::{is_transient, RedisError};
 
 /// How long shutdown waits for queued requests before giving up on them (leases and queue
 /// places still end what they would have undone).
@@ -112,7 +112,7 @@ async fn send_release(
     field: &Field,
     (left, lease): (usize, &Value),
     first_sent: Instant,
-) -> (Result<Option<i64>, fred::error::Error>, bool) {
+) -> (Result<Option<i64>, RedisError>, bool) {
     turn.send_again_while_lost(
         core.redis(),
         Fencing::Settles,
@@ -415,7 +415,7 @@ impl Release {
     /// A lost reply is sent again within a command timeout (the count it carries makes that
     /// safe); after that the settle queued for the turn sets the count again and fences the lost
     /// calls (see `ledger`).
-    pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, fred::error::Error> {
+    pub(crate) async fn run(&self, core: &Arc<Core>) -> Result<Option<i64>, RedisError> {
         let hold = &self.hold;
         let mut turn = core.ledger.turn(&hold.pair).await;
         let lost = hold.is_lost();

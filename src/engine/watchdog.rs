@@ -33,6 +33,7 @@ use tokio_util::time::DelayQueue;
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::script::Script;
 use crate::engine::Core;
+use crate::error::{Failure, RedisError, RedisErrorKind};
 
 /// Keys per renewal script call, as Redisson does.
 const BATCH: usize = 100;
@@ -56,12 +57,7 @@ enum Visit {
     Check,
 }
 
-type BatchResult = (
-    Vec<Arc<Hold>>,
-    Visit,
-    Instant,
-    Result<Vec<i64>, fred::error::Error>,
-);
+type BatchResult = (Vec<Arc<Hold>>, Visit, Instant, Result<Vec<i64>, RedisError>);
 
 /// Holds to visit, by cluster hash slot, visit and renewal script (by address), with the script.
 type Groups = BTreeMap<(u16, Visit, usize), (&'static Script, Vec<Arc<Hold>>)>;
@@ -259,8 +255,9 @@ impl Watchdog {
             let renewal = script.run::<Vec<i64>>(&writer, arguments);
             let result = match tokio::time::timeout_at(limit, renewal).await {
                 Ok(result) => result,
-                Err(_) => Err(fred::error::Error::new(
-                    fred::error::ErrorKind::Timeout,
+                Err(_) => Err(RedisError::new(
+                    RedisErrorKind::NoReply,
+                    Failure::Timeout,
                     "no reply before the renew deadline",
                 )),
             };

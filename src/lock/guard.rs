@@ -10,7 +10,7 @@ use fred::types::{FromValue, Key, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, Guard, Script};
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisError, Result};
 use crate::family::{after_holding, DistributedGuard};
 
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
@@ -211,12 +211,12 @@ impl LockGuard {
             }
             Err(error) => return Err(self.script_error(error)),
         };
-        R::from_value(reply).map_err(|error| self.script_error(error))
+        R::from_value(reply).map_err(|error| self.script_error(error.into()))
     }
 
     /// An error of the caller's script (or of converting its reply), naming the lock, the owner
     /// and the server.
-    fn script_error(&self, source: fred::error::Error) -> Error {
+    fn script_error(&self, source: RedisError) -> Error {
         let server = &self.guard.engine().core().address;
         Error::from_script(server, self.name(), Some(self.owner_field()), source)
     }

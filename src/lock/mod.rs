@@ -19,7 +19,7 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 
 use crate::client::LockClient;
 use crate::engine::{self, Call, Inspect, Kind, Lease, Win};
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisError, Result};
 use crate::family::DistributedLock;
 use crate::inspection::Inspection;
 use crate::layout::{Found, Pending};
@@ -194,11 +194,10 @@ impl Lock {
                 call.run::<Option<u32>>(&self.client.engine().core().reads())
                     .await
             }
-            None => {
-                redis
-                    .hget::<Option<u32>, _, _>(self.kind.profile().name_key(), &*field)
-                    .await
-            }
+            None => redis
+                .hget::<Option<u32>, _, _>(self.kind.profile().name_key(), &*field)
+                .await
+                .map_err(RedisError::from),
         };
         count
             .map(Option::unwrap_or_default)
@@ -296,12 +295,12 @@ impl Lock {
         lock_guard(self.win(wait, lease).await)
     }
 
-    /// Converts a fred error about this lock, naming its server and, where there is one, the
+    /// Converts a Redis error about this lock, naming its server and, where there is one, the
     /// owner.
-    fn redis_error<'a>(
+    fn redis_error<'a, E: Into<RedisError>>(
         &'a self,
         owner: Option<&'a str>,
-    ) -> impl FnOnce(fred::error::Error) -> Error + 'a {
+    ) -> impl FnOnce(E) -> Error + 'a {
         move |source| self.client.engine().redis_error(self.name(), owner, source)
     }
 }

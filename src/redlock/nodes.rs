@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::client::LockClient;
 use crate::engine::join::join_all;
 use crate::engine::{write, Attempts};
-use crate::error::{is_transient, NodeFailure, NodeFailureReason};
+use crate::error::{is_transient, NodeFailure, NodeFailureReason, RedisError};
 use crate::lua;
 
 /// Both scripts of a Redlock node: the token check, then a section each.
@@ -177,7 +177,7 @@ impl Nodes {
     fn on_every_node<F, Fut>(&self, token: &Token, timeout: Duration, request: F) -> Replies
     where
         F: Fn(Writer, Key, Token) -> Fut,
-        Fut: Future<Output = Result<NodeReply, fred::error::Error>> + Send + 'static,
+        Fut: Future<Output = Result<NodeReply, RedisError>> + Send + 'static,
     {
         let calls = self
             .clients

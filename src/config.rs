@@ -124,6 +124,29 @@ impl LockClientBuilder {
         self
     }
 
+    /// The servers, credentials, TLS and protocol of a fred client the service already has, so
+    /// that they are written once: the same as [`config`](Self::config) with
+    /// `client.client_config()`. fredlock opens connections of its own with them (its commands
+    /// are sent once each, never again after a reconnect, and its pub/sub needs a connection of
+    /// its own), so the service's client is left as it is. Timeouts and the reconnect policy
+    /// stay this builder's ([`command_timeout`](Self::command_timeout),
+    /// [`reconnect_policy`](Self::reconnect_policy)).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// use fredlock::fred::prelude::*;
+    ///
+    /// let config = Config::from_url("redis://:secret@127.0.0.1:6379").expect("a valid URL");
+    /// let redis = Builder::from_config(config).build().expect("a client");
+    /// redis.init().await.expect("connected");
+    /// let locks = fredlock::LockClient::builder().fred_client(&redis).build().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fred_client(self, client: &fred::clients::Client) -> Self {
+        use fred::interfaces::ClientLike;
+        self.config(client.client_config())
+    }
+
     /// Finds the master through Redis Sentinel: `sentinels` are the sentinels' addresses (one is
     /// enough to start; the client learns the rest from it) and `service_name` the name they
     /// monitor the master by (`sentinel monitor <service_name> ..` in their configuration).

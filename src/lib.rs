@@ -172,7 +172,8 @@
 //!
 //! Without a TLS feature a `rediss://` URL is refused with [`Error::InvalidArgument`]. For a
 //! private CA, build a fred `Config` whose `tls` holds a `TlsConnector` that trusts it, and pass
-//! it to [`LockClientBuilder::config`].
+//! it to [`LockClientBuilder::config`]; or hand over the fred client the service already has
+//! ([`LockClientBuilder::fred_client`]), so that servers, credentials and TLS are written once.
 //!
 //! # Observability
 //!

@@ -170,7 +170,7 @@ fn native_tls_trusting(ca: &std::path::Path) -> fredlock::fred::types::config::T
 async fn right_ca_connects_wrong_ca_is_refused(
     trusting: fn(&std::path::Path) -> fredlock::fred::types::config::TlsConnector,
 ) {
-    use fredlock::fred::interfaces::HashesInterface;
+    use fredlock::fred::interfaces::{ClientLike, HashesInterface};
     use fredlock::prelude::*;
     let certs = Certificates::make();
     let (server, port) = tls_server(&certs);
@@ -185,6 +185,35 @@ async fn right_ca_connects_wrong_ca_is_refused(
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
     client.shutdown().await;
+
+    // The service's own client, TLS set up once: handed over, its settings serve the locks
+    // (over the TLS port), and the service's client is left working.
+    let service = fredlock::fred::types::Builder::from_config(rediss(
+        port,
+        trusting(&certs.dir.join("ca.pem")),
+    ))
+    .build()
+    .unwrap();
+    service.init().await.unwrap();
+    let client = LockClient::builder()
+        .fred_client(&service)
+        .build()
+        .await
+        .unwrap();
+    let guard = client.lock("tls-handed-over").lock().await.unwrap();
+    let count: u32 = raw
+        .hget("tls-handed-over", guard.owner_field())
+        .await
+        .unwrap();
+    assert_eq!(count, 1, "the hold is on the server behind the TLS port");
+    guard.unlock().await.unwrap();
+    client.shutdown().await;
+    let still: u32 = service.hlen("tls-handed-over").await.unwrap();
+    assert_eq!(
+        still, 0,
+        "the service's own client still works, and the hold is gone"
+    );
+    service.quit().await.unwrap();
 
     let wrong = rediss(port, trusting(&certs.dir.join("other-ca.pem")));
     let error = LockClient::builder()

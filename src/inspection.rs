@@ -9,7 +9,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use fred::types::Value;
+use crate::engine::value::Value;
 use uuid::Uuid;
 
 /// What Redis holds of one primitive at one moment, as [`Lock::inspect`](crate::LockFamily::inspect)

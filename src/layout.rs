@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::scan::ScanType;
+use crate::engine::ScanType;
 
 use crate::client::LockClient;
 use crate::engine::Inspect;

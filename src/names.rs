@@ -28,7 +28,7 @@ pub(crate) fn suffixed(prefix: &str, name: &str) -> String {
     } else if !name.contains('}') {
         format!("{prefix}:{{{name}}}")
     } else {
-        let slot = fred::util::redis_keyslot(name.as_bytes());
+        let slot = crate::engine::key_slot(name.as_bytes());
         format!("{prefix}:{{{}}}:{name}", slot_tag(slot))
     }
 }
@@ -63,7 +63,7 @@ fn slot_tag(slot: u16) -> u32 {
         for n in 0..u32::MAX {
             text.clear();
             let _ = write!(text, "{n}");
-            let tag = &mut tags[usize::from(fred::util::redis_keyslot(text.as_bytes()))];
+            let tag = &mut tags[usize::from(crate::engine::key_slot(text.as_bytes()))];
             if *tag == u32::MAX {
                 *tag = n;
                 missing -= 1;
@@ -254,17 +254,17 @@ mod tests {
             "a{b}c", "{a}{b}", "é{ü", "{}{}",
         ];
         for name in names {
-            let slot = fred::util::redis_keyslot(name.as_bytes());
+            let slot = crate::engine::key_slot(name.as_bytes());
             for key in [lock_channel(name), fair_queue(name), fair_timeouts(name)] {
                 assert_eq!(
-                    fred::util::redis_keyslot(key.as_bytes()),
+                    crate::engine::key_slot(key.as_bytes()),
                     slot,
                     "{key:?} is not in the slot of {name:?}"
                 );
             }
         }
         assert_eq!(lock_channel("a{b"), "redisson_lock__channel:{a{b}");
-        let tag = slot_tag(fred::util::redis_keyslot(b"}{x"));
+        let tag = slot_tag(crate::engine::key_slot(b"}{x"));
         assert_eq!(
             lock_channel("}{x"),
             format!("redisson_lock__channel:{{{tag}}}:}}{{x")
@@ -277,12 +277,12 @@ mod tests {
         for slot in [0, 1, 8000, 16383] {
             let tag = slot_tag(slot);
             assert!(tag < 300_000, "{tag}");
-            assert_eq!(fred::util::redis_keyslot(tag.to_string().as_bytes()), slot);
+            assert_eq!(crate::engine::key_slot(tag.to_string().as_bytes()), slot);
         }
         let mut reached = vec![false; 16384];
         let mut missing = reached.len();
         for n in 0..300_000u32 {
-            let slot = fred::util::redis_keyslot(n.to_string().as_bytes()) as usize;
+            let slot = crate::engine::key_slot(n.to_string().as_bytes()) as usize;
             if !reached[slot] {
                 reached[slot] = true;
                 missing -= 1;

@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::engine::ScanType;
+use crate::engine::Value;
 use fred::interfaces::{HashesInterface, KeysInterface};
-use fred::types::scan::ScanType;
-use fred::types::Value;
 
 use crate::client::LockClient;
 use crate::engine::Script;

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::types::Value;
+use crate::engine::{FromValue, Value};
 
 use crate::client::LockClient;
 use crate::counter::read_counter;
@@ -250,11 +250,7 @@ impl CountDownLatch {
         self.kind().call(script, args)
     }
 
-    async fn run<R: fred::types::FromValue>(
-        &self,
-        script: &'static Script,
-        args: Vec<Value>,
-    ) -> Result<R> {
+    async fn run<R: FromValue>(&self, script: &'static Script, args: Vec<Value>) -> Result<R> {
         let call = self.call(script, args);
         self.client.engine().send(&self.kind(), call).await
     }

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::types::scan::ScanType;
-use fred::types::Value;
+use crate::engine::ScanType;
+use crate::engine::{FromValue, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
@@ -358,7 +358,7 @@ impl PermitSemaphore {
         self.kind().call(script, args)
     }
 
-    async fn send<R: fred::types::FromValue>(&self, call: Call) -> Result<R> {
+    async fn send<R: FromValue>(&self, call: Call) -> Result<R> {
         self.client.engine().send(&self.kind(), call).await
     }
 }

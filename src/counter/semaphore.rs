@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::types::Value;
+use crate::engine::{FromValue, Value};
 
 use crate::client::LockClient;
 use crate::counter::{check_permits, read_counter};
@@ -328,11 +328,7 @@ impl Semaphore {
     }
 
     /// Runs one of the semaphore's scripts that take the permits as their one argument.
-    async fn run<R: fred::types::FromValue>(
-        &self,
-        script: &'static Script,
-        permits: Option<u32>,
-    ) -> Result<R> {
+    async fn run<R: FromValue>(&self, script: &'static Script, permits: Option<u32>) -> Result<R> {
         let kind = self.kind(1);
         let call = kind.call(script, permits.map(Value::from).into_iter().collect());
         self.client.engine().send(&kind, call).await

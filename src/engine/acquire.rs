@@ -8,8 +8,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::Value;
 use fred::interfaces::ClientLike;
-use fred::types::Value;
 use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;

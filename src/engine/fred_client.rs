@@ -1,7 +1,8 @@
 //! What the crate needs of fred, its client library, kept in one place so that a second client
-//! library can stand beside it (issue 45's seam). For now: fred's errors, sorted once, where they
-//! enter the crate, into what the ledger and the waits need to know
-//! ([`RedisErrorKind`]): never sent, sent without a reply (may have run), or answered.
+//! library can stand beside it (issue 45's seam). So far, fred's errors, sorted once, where they
+//! enter the crate, into what the ledger and the waits need to know ([`RedisErrorKind`]): never
+//! sent, sent without a reply (may have run), or answered. The vocabulary of calls is in
+//! `value.rs`.
 
 use fred::error::{Error as FredError, ErrorKind};
 

@@ -10,9 +10,9 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use crate::engine::Value;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
-use fred::types::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

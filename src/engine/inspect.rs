@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::engine::ScanType;
+use crate::engine::Value;
 use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
-use fred::types::scan::ScanType;
-use fred::types::Value;
 
 use crate::engine::kind::{Call, Primitive};
 use crate::engine::profile::Wake;

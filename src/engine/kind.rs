@@ -6,7 +6,7 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use fred::types::{Key, Value};
+use crate::engine::{FromValue, Key, Value};
 
 use crate::engine::profile::Profile;
 
@@ -29,16 +29,13 @@ pub(crate) struct Call {
 
 impl Call {
     /// Runs the call, cloning its keys and arguments for a resend: for calls off the hot path.
-    pub(crate) async fn run<R: fred::types::FromValue>(
-        self,
-        writer: &Writer,
-    ) -> Result<R, RedisError> {
+    pub(crate) async fn run<R: FromValue>(self, writer: &Writer) -> Result<R, RedisError> {
         self.script.call(writer, self.keys, self.args).await
     }
 
     /// Runs the call `make` makes, built once on the common path and made again only for the
     /// `EVAL` fallback or a resend, instead of cloned for them.
-    pub(crate) async fn run_made<R: fred::types::FromValue>(
+    pub(crate) async fn run_made<R: FromValue>(
         writer: &Writer,
         make: impl Fn() -> Call,
     ) -> Result<R, RedisError> {

@@ -42,8 +42,8 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
+use crate::engine::Value;
 use dashmap::DashMap;
-use fred::types::Value;
 use std::future::Future;
 
 use fred::clients::Client;

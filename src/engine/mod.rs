@@ -27,6 +27,7 @@ pub(crate) mod replicas;
 mod script;
 mod sentinel;
 mod undo;
+pub(crate) mod value;
 mod watchdog;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,7 +38,7 @@ use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{
     Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig,
 };
-use fred::types::{Builder, Value};
+use fred::types::Builder;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -60,6 +61,7 @@ pub(crate) use metrics::Metrics;
 pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
+pub(crate) use value::{key_slot, FromValue, Key, ScanType, Str, Value};
 
 /// The hasher of the engine's maps, which every lock and unlock visits: foldhash, seeded at
 /// random per map (so that nobody can prepare names that collide), at about a tenth of the
@@ -68,10 +70,10 @@ type HashState = foldhash::fast::RandomState;
 
 /// An owner field (`<client uuid>:<owner id>`), as every script call that changes a hold sends
 /// it: shared, not copied, into each call and renewal.
-pub(crate) type Field = fred::bytes_utils::Str;
+pub(crate) type Field = Str;
 
 /// A primitive's name as holds and calls keep it: a slice of the primitive's keys.
-pub(crate) type Name = fred::bytes_utils::Str;
+pub(crate) type Name = Str;
 
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
@@ -451,25 +453,17 @@ impl Engine {
     /// Sends one of `kind`'s calls outside the acquire loop (setting permits, counting down,
     /// ..) through the write funnel, once the client is open and the name checked; an error
     /// names the primitive and the server.
-    pub(crate) async fn send<R: fred::types::FromValue>(
-        &self,
-        kind: &dyn Primitive,
-        call: Call,
-    ) -> Result<R> {
+    pub(crate) async fn send<R: FromValue>(&self, kind: &dyn Primitive, call: Call) -> Result<R> {
         self.call_on(&self.core().writer, kind, call).await
     }
 
     /// Runs one of `kind`'s read-only calls as [`send`](Self::send) does, on the command
     /// connection: never waiting for replicas, which replica sync would make a write do.
-    pub(crate) async fn read<R: fred::types::FromValue>(
-        &self,
-        kind: &dyn Primitive,
-        call: Call,
-    ) -> Result<R> {
+    pub(crate) async fn read<R: FromValue>(&self, kind: &dyn Primitive, call: Call) -> Result<R> {
         self.call_on(&self.core().reads(), kind, call).await
     }
 
-    async fn call_on<R: fred::types::FromValue>(
+    async fn call_on<R: FromValue>(
         &self,
         writer: &Writer,
         kind: &dyn Primitive,

@@ -7,8 +7,8 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use fred::bytes_utils::Str;
-use fred::types::Key;
+use crate::engine::Key;
+use crate::engine::Str;
 
 use crate::engine::pubsub::Channel;
 use crate::engine::script::Script;

@@ -28,12 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::key_slot;
+use crate::engine::Value;
 use dashmap::DashMap;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
 use fred::types::config::{Options, Server};
-use fred::types::{ClusterHash, Value};
-use fred::util::redis_keyslot;
+use fred::types::ClusterHash;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Notify, Semaphore};
@@ -44,7 +45,7 @@ use crate::engine::HashState;
 
 /// A channel's name: a slice of its primitive's keys where it has one, so that naming it
 /// (a lock handle's wake, a registry entry) copies nothing.
-pub(crate) type Channel = fred::bytes_utils::Str;
+pub(crate) type Channel = crate::engine::Str;
 
 /// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
 const WAKE_ALL_MESSAGE: i64 = 1;
@@ -625,7 +626,7 @@ fn by_slot(channels: &[Channel]) -> HashMap<u16, Vec<String>> {
     let mut groups: HashMap<u16, Vec<String>> = HashMap::new();
     for channel in channels {
         groups
-            .entry(redis_keyslot(channel.as_bytes()))
+            .entry(key_slot(channel.as_bytes()))
             .or_default()
             .push(channel.to_string());
     }
@@ -671,7 +672,7 @@ async fn unsubscribe_all(
 fn slot_owner(subscriber: &SubscriberClient, channel: &Channel) -> Option<Server> {
     subscriber
         .cached_cluster_state()?
-        .get_server(redis_keyslot(channel.as_bytes()))
+        .get_server(key_slot(channel.as_bytes()))
         .cloned()
 }
 
@@ -703,7 +704,7 @@ async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Err
     let options = Options {
         cluster_hash: subscriber
             .is_clustered()
-            .then(|| ClusterHash::Custom(redis_keyslot(subscriber.id().as_bytes()))),
+            .then(|| ClusterHash::Custom(key_slot(subscriber.id().as_bytes()))),
         ..Options::default()
     };
     subscriber

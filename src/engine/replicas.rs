@@ -13,10 +13,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::engine::Value;
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Options, Server};
-use fred::types::{Builder, ClusterHash, Value};
+use fred::types::{Builder, ClusterHash};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::sync::Semaphore;
 

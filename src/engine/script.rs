@@ -10,10 +10,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::engine::key_slot;
+use crate::engine::{FromValue, Key, Value};
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::{ClusterHash, CustomCommand, FromValue, Key, Value};
-use fred::util::redis_keyslot;
+use fred::types::{ClusterHash, CustomCommand};
 use tokio::time::Instant;
 
 use crate::engine::replicas::Writer;
@@ -163,7 +164,7 @@ impl Script {
             if !writer.client.is_clustered() {
                 return None;
             }
-            call().0.first().map(|key| redis_keyslot(key.as_bytes()))
+            call().0.first().map(|key| key_slot(key.as_bytes()))
         };
         write(
             writer,

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::Value;
 use fred::interfaces::ClientLike;
-use fred::types::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinSet;
 use tokio::time::Instant;

@@ -22,8 +22,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::Value;
 use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -203,7 +203,7 @@ impl Watchdog {
                 Visit::Check
             };
             let hash_slot = if clustered {
-                fred::util::redis_keyslot(hold.pair.name.as_bytes())
+                super::key_slot(hold.pair.name.as_bytes())
             } else {
                 0
             };

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use crate::engine::ScanType;
+use crate::engine::Value;
 use fred::interfaces::KeysInterface;
-use fred::types::scan::ScanType;
-use fred::types::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 

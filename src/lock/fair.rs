@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use fred::types::Value;
+use crate::engine::Value;
 
 use crate::client::LockClient;
 use crate::engine::{

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::{Key, Value};
 use fred::interfaces::KeysInterface;
-use fred::types::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{

@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::engine::{FromValue, Key, Value};
 use dashmap::DashMap;
 use fred::interfaces::ClientLike;
-use fred::types::{FromValue, Key, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, Guard, Script};
@@ -184,10 +184,10 @@ impl LockGuard {
         let redis = engine.core().redis();
         let mut keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
         if redis.is_clustered() {
-            let hash_slot = fred::util::redis_keyslot(self.name().as_bytes());
+            let hash_slot = crate::engine::key_slot(self.name().as_bytes());
             if let Some(key) = keys
                 .iter()
-                .find(|key| fred::util::redis_keyslot(key.as_bytes()) != hash_slot)
+                .find(|key| crate::engine::key_slot(key.as_bytes()) != hash_slot)
             {
                 return Err(Error::InvalidArgument(format!(
                     "eval_while_held on lock {:?}: key {:?} is in another cluster hash slot \

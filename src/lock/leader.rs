@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use fred::types::{FromValue, Key, Value};
+use crate::engine::{FromValue, Key, Value};
 use tokio::sync::{watch, RwLock};
 use tokio_util::sync::CancellationToken;
 

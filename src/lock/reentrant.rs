@@ -4,7 +4,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use fred::types::{Key, Value};
+use crate::engine::{Key, Value};
 
 use crate::client::LockClient;
 use crate::engine::{

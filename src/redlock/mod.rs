@@ -9,7 +9,7 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Key;
+use crate::engine::Key;
 use rand::Rng;
 use tokio::time::Instant;
 

@@ -17,9 +17,10 @@ use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::engine::{Key, Value};
 use crate::engine::{Script, Writer};
 use fred::interfaces::{ClientLike, KeysInterface};
-use fred::types::{Expiration, Key, SetOptions, Value};
+use fred::types::{Expiration, SetOptions};
 use rand::RngCore;
 use tokio::time::Instant;
 
@@ -122,7 +123,7 @@ impl Nodes {
     ) -> Replies {
         self.on_every_node(token, timeout, move |writer, key, token| async move {
             // Sent once: the release that may follow must come after it on the wire.
-            let slot = || Some(fred::util::redis_keyslot(key.as_bytes()));
+            let slot = || Some(crate::engine::key_slot(key.as_bytes()));
             let reply: Option<String> = write(&writer, Attempts::Once, slot, |redis| {
                 redis.set(
                     key.clone(),

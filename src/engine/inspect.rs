@@ -224,7 +224,7 @@ impl Engine {
         let core = self.core();
         core.ensure_open()?;
         let redis = core.redis();
-        let redis_error = |source: fred::error::Error| self.redis_error(pattern, None, source);
+        let redis_error = |source: RedisError| self.redis_error(pattern, None, source);
         let mut keys = Vec::new();
         if redis.is_clustered() {
             for master in core.masters() {
@@ -254,7 +254,7 @@ async fn scan_node<C: KeysInterface + Sync>(
     pattern: &str,
     of_type: Option<ScanType>,
     keys: &mut Vec<String>,
-) -> Result<(), fred::error::Error> {
+) -> Result<(), RedisError> {
     let mut cursor = "0".to_owned();
     loop {
         let (next, page): (String, Vec<String>) = node

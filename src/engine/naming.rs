@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, RedisError, Result};
 
 /// The longest name taken: a label, not a document (every connection of the client carries it).
 pub(crate) const MAX_NAME: usize = 64;
@@ -71,7 +71,7 @@ pub(crate) async fn name_connections(
     clients: &[Client],
     name: &str,
     id: Uuid,
-) -> std::result::Result<(), fred::error::Error> {
+) -> std::result::Result<(), RedisError> {
     let connection = connection_name(name, id);
     for client in clients {
         if client.is_clustered() {

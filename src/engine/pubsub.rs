@@ -42,6 +42,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::HashState;
+use crate::error::RedisError;
 
 /// A channel's name: a slice of its primitive's keys where it has one, so that naming it
 /// (a lock handle's wake, a registry entry) copies nothing.
@@ -643,7 +644,7 @@ async fn subscribe_all(
     subscriber: &SubscriberClient,
     sharded: bool,
     channels: &[Channel],
-) -> Result<(), fred::error::Error> {
+) -> Result<(), RedisError> {
     if !sharded {
         subscriber.subscribe(names(channels)).await?;
         return in_effect(subscriber).await;
@@ -658,9 +659,9 @@ async fn unsubscribe_all(
     subscriber: &SubscriberClient,
     sharded: bool,
     channels: &[Channel],
-) -> Result<(), fred::error::Error> {
+) -> Result<(), RedisError> {
     if !sharded {
-        return subscriber.unsubscribe(names(channels)).await;
+        return Ok(subscriber.unsubscribe(names(channels)).await?);
     }
     for names in by_slot(channels).into_values() {
         subscriber.sunsubscribe(names).await?;
@@ -700,7 +701,7 @@ async fn moved_channels(
 /// possibly before the subscription exists, and miss an unlock published in between. Redis runs
 /// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
 /// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
-async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Error> {
+async fn in_effect(subscriber: &SubscriberClient) -> Result<(), RedisError> {
     let options = Options {
         cluster_hash: subscriber
             .is_clustered()
@@ -710,8 +711,8 @@ async fn in_effect(subscriber: &SubscriberClient) -> Result<(), fred::error::Err
     subscriber
         .with_options(&options)
         .ping::<Value>(None)
-        .await
-        .map(drop)
+        .await?;
+    Ok(())
 }
 
 /// Sleeps until `deadline`, or forever without one.

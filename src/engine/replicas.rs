@@ -302,6 +302,7 @@ impl Syncer {
         // never went out (fred had no connection to route it to), which must not pass for a
         // change that never went out.
         let unconfirmed = |error: fred::error::Error| {
+            let error = RedisError::from(error);
             tracing::debug!(%error, "the wait for the replicas failed");
             not_replicated(0, self.needed)
         };

@@ -19,6 +19,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::RedisError;
+
 /// The sentinels' channel announcing a new master:
 /// `<service> <old ip> <old port> <new ip> <new port>`.
 const SWITCH_MASTER: &str = "+switch-master";
@@ -100,7 +102,7 @@ impl Watcher {
         &self,
         sentinel: &Server,
         shutdown: &CancellationToken,
-    ) -> Result<(), fred::error::Error> {
+    ) -> Result<(), RedisError> {
         let config = Config {
             server: ServerConfig::Centralized {
                 server: sentinel.clone(),

@@ -102,6 +102,14 @@ async fn every_call_follows_the_outage_rule() {
         })
         .await;
         assert!(dropped, "the client never saw the server go");
+        // A client that knows it has no connection sends nothing, and its answer says so.
+        match c.lock("o:unsent").try_lock_now().await {
+            Err(Error::Unavailable {
+                source: Some(source),
+                ..
+            }) => assert_eq!(source.kind(), RedisErrorKind::NotSent, "{source}"),
+            other => panic!("expected Unavailable with its cause, got {other:?}"),
+        }
 
         let t = COMMAND_TIMEOUT;
         let tw = WAIT + COMMAND_TIMEOUT;

@@ -693,7 +693,7 @@ fn retry_after(pttl: i64, watchdog_lease: Duration) -> Duration {
 /// What an attempt that could not be sent failed with.
 fn not_connected() -> RedisError {
     RedisError::new(
-        RedisErrorKind::NoReply,
+        RedisErrorKind::NotSent,
         Failure::Connection,
         "not connected (the server refused the connection, or fred is reconnecting)",
     )

@@ -426,6 +426,16 @@ impl RedisError {
         }
     }
 
+    /// A reply the crate cannot read (`what` says whose and how): an answer, so
+    /// [`Refused`](RedisErrorKind::Refused).
+    pub(crate) fn unreadable(what: String) -> Self {
+        RedisError::new(
+            RedisErrorKind::Refused,
+            Failure::Other("parse error".into()),
+            what,
+        )
+    }
+
     /// What the error means for the command that met it.
     pub fn kind(&self) -> RedisErrorKind {
         self.kind

@@ -15,7 +15,7 @@ use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 use crate::engine::kind::{Call, Primitive};
 use crate::engine::profile::Wake;
 use crate::engine::{naming, Engine};
-use crate::error::{Failure, RedisError, RedisErrorKind, Result};
+use crate::error::{RedisError, Result};
 use crate::inspection::{
     expiry, keys_without_expiry, text, Details, Holder, Inspection, KeyState, Leak, QueuedWaiter,
     Tail,
@@ -144,11 +144,9 @@ impl Engine {
             .await
             .map_err(redis_error)?;
         let mut inspection = parse(kind, reply).map_err(|problem| {
-            redis_error(RedisError::new(
-                RedisErrorKind::Refused,
-                Failure::Other("parse error".into()),
-                format!("unexpected reply from an inspect script: {problem}"),
-            ))
+            redis_error(RedisError::unreadable(format!(
+                "unexpected reply from an inspect script: {problem}"
+            )))
         })?;
         if let Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) =
             kind.profile().wake()

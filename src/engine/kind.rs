@@ -14,7 +14,7 @@ use crate::engine::ledger::Request;
 use crate::engine::replicas::Writer;
 use crate::engine::script::Script;
 use crate::engine::Field;
-use crate::error::{Failure, RedisError, RedisErrorKind};
+use crate::error::RedisError;
 
 /// The reply of an acquire script that granted a first hold although the owner's client counted
 /// more: those holds were gone.
@@ -139,11 +139,9 @@ impl Reply {
                 })
             }
             refused @ (Value::String(_) | Value::Bytes(_)) => Ok(Reply::Refused(refused)),
-            other => Err(RedisError::new(
-                RedisErrorKind::Refused,
-                Failure::Other("parse error".into()),
-                format!("unexpected reply from an acquire script: {other:?}"),
-            )),
+            other => Err(RedisError::unreadable(format!(
+                "unexpected reply from an acquire script: {other:?}"
+            ))),
         }
     }
 }

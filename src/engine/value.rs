@@ -6,8 +6,9 @@
 //! fred as they are built. The crate's own types, converted at the seam, were measured
 //! (scenario 8, callgrind): 1 356 more instructions per uncontended lock+unlock (60 771 to
 //! 62 127, +2.2 %; fredlock / raw EVALSHA 1.04 to 1.07), most of it converting each call's
-//! arguments. A build without fred (issue 45) gets the crate's own types here instead, reading
-//! replies as fred does, and a second client library converts from whichever these are.
+//! arguments. So these stay fred's while fred is compiled in; only a build without fred (not
+//! possible yet, issue 45) would need types of the crate's own here, and a second client
+//! library converts from whichever these are.
 
 pub(crate) use fred::bytes_utils::Str;
 pub(crate) use fred::types::scan::ScanType;

@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::Client;
 use uuid::Uuid;
 
 use crate::config::LockClientBuilder;
@@ -123,8 +122,8 @@ impl LockClient {
     /// never run twice), with the builder's `command_timeout` and reconnect policy. Retry your
     /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
     /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
-    pub fn redis(&self) -> &Client {
-        self.shared.engine.core().redis()
+    pub fn redis(&self) -> &fred::clients::Client {
+        self.shared.engine.core().redis().fred()
     }
 
     /// The hash field this client writes for `owner`: `<client uuid>:<owner id>`.

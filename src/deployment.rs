@@ -4,11 +4,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use fred::interfaces::ClientLike;
-use fred::types::config::{Server, ServerConfig};
-
 use crate::client::LockClient;
 use crate::engine::replicas::{config_get, WaitSupport};
+use crate::engine::{Connection, Server};
 use crate::error::{Error, Result};
 
 /// How the client reaches Redis.
@@ -105,22 +103,20 @@ impl LockClient {
     ///
     /// Cancel safe: it only reads.
     pub async fn check_deployment(&self) -> Result<Deployment> {
-        let redis = self.redis();
-        let topology = match &redis.client_config().server {
-            ServerConfig::Sentinel { service_name, .. } => Topology::Sentinel {
-                service: service_name.clone(),
-            },
-            ServerConfig::Clustered { .. } => Topology::Cluster,
-            _ => Topology::Standalone,
+        let redis = self.engine().core().redis();
+        let topology = match redis.sentinel_service() {
+            Some(service) => Topology::Sentinel { service },
+            None if redis.is_clustered() => Topology::Cluster,
+            None => Topology::Standalone,
         };
         let mut nodes = Vec::new();
         if topology == Topology::Cluster {
             for master in self.engine().core().masters() {
                 let server = master.to_string();
-                nodes.push(check_node(&redis.with_cluster_node(master), server).await?);
+                nodes.push(check_node(&redis.on_node(master), server).await?);
             }
         } else {
-            let server = redis.active_connections().first().map_or_else(
+            let server = redis.connected_to().first().map_or_else(
                 || self.engine().core().address.to_string(),
                 Server::to_string,
             );
@@ -140,16 +136,16 @@ impl LockClient {
 }
 
 /// What the master `node` (named `server`) says of itself.
-async fn check_node<C: ClientLike>(node: &C, server: String) -> Result<NodeReport> {
+async fn check_node(node: &Connection, server: String) -> Result<NodeReport> {
     let server_name = &server;
     let info = |section: &'static str| async move {
         let text: String = node
-            .custom(fred::cmd!("INFO"), vec![section])
+            .command("INFO", vec![section.into()])
             .await
             .map_err(|source| Error::Redis {
                 context: format!("checking the deployment: INFO {section}"),
                 server: server_name.clone(),
-                source: source.into(),
+                source,
             })?;
         Ok::<_, Error>(parse_info(&text))
     };

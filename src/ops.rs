@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use crate::engine::ScanType;
 use crate::engine::Value;
-use fred::interfaces::{HashesInterface, KeysInterface};
 
 use crate::client::LockClient;
 use crate::engine::Script;
@@ -143,7 +142,7 @@ impl LockClient {
             let name = keys.first().map_or("", String::as_str);
             self.engine().redis_error(name, None, source)
         };
-        let pipeline = self.redis().pipeline();
+        let mut commands: Vec<(&'static str, Vec<Value>)> = Vec::new();
         // What each answer must be for a yes: a count above zero, or this type.
         let mut asked: Vec<Option<&'static str>> = Vec::new();
         for key in keys {
@@ -155,24 +154,15 @@ impl LockClient {
                     .collect();
                 own.extend(layout.own_key.as_ref().and_then(|own| (own.of)(key)));
                 if !own.is_empty() {
-                    let _: () = pipeline
-                        .exists(own)
-                        .await
-                        .map_err(|error| redis_error(error.into()))?;
+                    commands.push(("EXISTS", own.into_iter().map(Value::from).collect()));
                     asked.push(None);
                 }
                 if layout.mode_field {
-                    let _: () = pipeline
-                        .hexists(key, "mode")
-                        .await
-                        .map_err(|error| redis_error(error.into()))?;
+                    commands.push(("HEXISTS", vec![key.as_str().into(), "mode".into()]));
                     asked.push(None);
                 }
                 if let Some(of_type) = layout.of_type {
-                    let _: () = pipeline
-                        .r#type(key)
-                        .await
-                        .map_err(|error| redis_error(error.into()))?;
+                    commands.push(("TYPE", vec![key.as_str().into()]));
                     asked.push(Some(of_type));
                 }
             }
@@ -180,13 +170,18 @@ impl LockClient {
         let found = if asked.is_empty() {
             Vec::new()
         } else {
-            pipeline.try_all::<Value>().await
+            self.engine()
+                .core()
+                .redis()
+                .pipeline(commands)
+                .await
+                .map_err(redis_error)?
         };
         // A connection failure is one; an error reply (WRONGTYPE, for a key that is no hash) says
         // no.
         let mut answers = Vec::with_capacity(found.len());
         for (reply, wanted) in found.into_iter().zip(asked) {
-            match reply.map_err(crate::RedisError::from) {
+            match reply {
                 Ok(value) => answers.push(match wanted {
                     None => value.as_i64().unwrap_or(0) > 0,
                     Some(of_type) => value.as_str().as_deref() == Some(of_type),

@@ -3,8 +3,6 @@
 //! [`CountDownLatch`](crate::CountDownLatch)'s count), and what they share. Their scripts
 //! start with `lua/counter.lua` (see `lua::counter_script`).
 
-use fred::interfaces::KeysInterface;
-
 use crate::client::LockClient;
 use crate::engine;
 use crate::error::{Error, Result};

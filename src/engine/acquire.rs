@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::Value;
-use fred::interfaces::ClientLike;
 use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;

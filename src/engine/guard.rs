@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;

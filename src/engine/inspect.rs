@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use crate::engine::ScanType;
 use crate::engine::Value;
-use fred::interfaces::{ClientLike, KeysInterface, PubsubInterface};
 
 use crate::engine::kind::{Call, Primitive};
 use crate::engine::profile::Wake;
-use crate::engine::{naming, Engine};
+use crate::engine::{naming, Connection, Engine};
 use crate::error::{RedisError, Result};
 use crate::inspection::{
     expiry, keys_without_expiry, text, Details, Holder, Inspection, KeyState, Leak, QueuedWaiter,
@@ -151,12 +150,11 @@ impl Engine {
         if let Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) =
             kind.profile().wake()
         {
-            let counts: Vec<Value> = if core.writer.sharded {
-                core.redis().pubsub_shardnumsub(&*channel).await
-            } else {
-                core.redis().pubsub_numsub(&*channel).await
-            }
-            .map_err(|error| redis_error(error.into()))?;
+            let counts = core
+                .redis()
+                .subscribers(&channel, core.writer.sharded)
+                .await
+                .map_err(redis_error)?;
             inspection.listeners = counts.get(1).and_then(Value::as_u64);
         }
         // A caller inspecting many after one scan names their holders once, if it wants them
@@ -176,11 +174,7 @@ impl Engine {
             };
             for key in strays {
                 if inspection.keys.iter().all(|known| known.key != key) {
-                    let ttl: i64 = core
-                        .redis()
-                        .pttl(&key)
-                        .await
-                        .map_err(|error| redis_error(error.into()))?;
+                    let ttl = core.redis().pttl(&key).await.map_err(redis_error)?;
                     if ttl != -2 {
                         inspection.orphans.push(KeyState {
                             key,
@@ -226,14 +220,9 @@ impl Engine {
         let mut keys = Vec::new();
         if redis.is_clustered() {
             for master in core.masters() {
-                scan_node(
-                    &redis.with_cluster_node(master),
-                    pattern,
-                    of_type.clone(),
-                    &mut keys,
-                )
-                .await
-                .map_err(redis_error)?;
+                scan_node(&redis.on_node(master), pattern, of_type.clone(), &mut keys)
+                    .await
+                    .map_err(redis_error)?;
             }
         } else {
             scan_node(redis, pattern, of_type, &mut keys)
@@ -247,8 +236,8 @@ impl Engine {
 }
 
 /// Pages through one node's keys.
-async fn scan_node<C: KeysInterface + Sync>(
-    node: &C,
+async fn scan_node(
+    node: &Connection,
     pattern: &str,
     of_type: Option<ScanType>,
     keys: &mut Vec<String>,
@@ -256,7 +245,7 @@ async fn scan_node<C: KeysInterface + Sync>(
     let mut cursor = "0".to_owned();
     loop {
         let (next, page): (String, Vec<String>) = node
-            .scan_page(cursor, pattern, Some(SCAN_COUNT), of_type.clone())
+            .scan_page(cursor, pattern, SCAN_COUNT, of_type.clone())
             .await?;
         keys.extend(page);
         if next == "0" {

@@ -46,11 +46,10 @@ use crate::engine::Value;
 use dashmap::DashMap;
 use std::future::Future;
 
-use fred::clients::Client;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::engine::script::Resend;
-use crate::engine::{Field, HashState, Name};
+use crate::engine::{Connection, Field, HashState, Name};
 use crate::error::{reply_lost, Failure, RedisError, RedisErrorKind};
 
 /// Request ids whose replies were lost, for one (lock, owner).
@@ -207,7 +206,7 @@ impl Turn {
     /// command timeout after it.
     pub(crate) async fn send_again_while_lost<T, F, Fut>(
         &mut self,
-        redis: &Client,
+        redis: &Connection,
         fencing: Fencing,
         first_sent: tokio::time::Instant,
         send: F,
@@ -373,7 +372,7 @@ mod tests {
         // The leave is answered: the acquire it fenced may still have left a hold.
         let (left, again) = turn
             .send_again_while_lost(
-                &fred::prelude::Client::default(),
+                &Connection::unconnected(),
                 Fencing::Only,
                 tokio::time::Instant::now(),
                 |request| {

@@ -33,12 +33,6 @@ mod watchdog;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, ClusterInterface};
-use fred::types::config::{
-    Config, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig,
-};
-use fred::types::Builder;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -52,6 +46,9 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{
     acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
 };
+pub(crate) use fred_client::{
+    Config, Connection, Connector, ReconnectPolicy, Reconnects, Sent, Sentinels, Subscriber,
+};
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
 pub(crate) use inspect::Inspect;
@@ -61,7 +58,7 @@ pub(crate) use metrics::Metrics;
 pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
-pub(crate) use value::{key_slot, FromValue, Key, ScanType, Str, Value};
+pub(crate) use value::{key_slot, sha1_hex, FromValue, Key, Message, ScanType, Server, Str, Value};
 
 /// The hasher of the engine's maps, which every lock and unlock visits: foldhash, seeded at
 /// random per map (so that nobody can prepare names that collide), at about a tenth of the
@@ -74,10 +71,6 @@ pub(crate) type Field = Str;
 
 /// A primitive's name as holds and calls keep it: a slice of the primitive's keys.
 pub(crate) type Name = Str;
-
-/// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
-/// every waiter). fred's default of 32 is easily outrun by a busy lock.
-const MESSAGE_BUFFER: usize = 4096;
 
 /// What the engine is started with.
 pub(crate) struct Settings {
@@ -105,7 +98,7 @@ pub(crate) struct Core {
     pub(crate) writer: replicas::Writer,
     /// The configured server address(es), `host:port[,host:port..]`, for messages naming a node.
     pub(crate) address: Arc<str>,
-    subscriber: SubscriberClient,
+    subscriber: Subscriber,
     pub(crate) watchdog_lease: Duration,
     /// Where acquisitions, holds and renewals are counted.
     pub(crate) metrics: metrics::Metrics,
@@ -124,7 +117,7 @@ pub(crate) struct Core {
 
 impl Core {
     /// The command connection: every read, and every change without replica sync.
-    pub(crate) fn redis(&self) -> &Client {
+    pub(crate) fn redis(&self) -> &Connection {
         &self.writer.client
     }
 
@@ -135,11 +128,8 @@ impl Core {
     }
 
     /// The masters of a cluster, as the client's routing table has them; none outside one.
-    pub(crate) fn masters(&self) -> Vec<fred::types::config::Server> {
-        self.redis()
-            .cached_cluster_state()
-            .map(|state| state.unique_primary_nodes())
-            .unwrap_or_default()
+    pub(crate) fn masters(&self) -> Vec<Server> {
+        self.redis().masters()
     }
 
     /// The owner field of `owner`: `<client uuid>:<owner id>`.
@@ -224,17 +214,17 @@ async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
         }
     }
     core.holds.lose_all();
-    let _ = core.subscriber.quit().await;
+    core.subscriber.quit().await;
     for connection in core.writer.own_connections() {
-        let _ = connection.quit().await;
+        connection.quit().await;
     }
-    let _ = core.redis().quit().await;
+    core.redis().quit().await;
     tracing::debug!(client = %core.id, "lock client shut down");
 }
 
 /// The undo of connecting: closes a half-built engine's connections when dropped, unless the
 /// engine keeps them (it was built).
-struct CloseOnDrop(Option<(Client, SubscriberClient)>);
+struct CloseOnDrop(Option<(Connection, Subscriber)>);
 
 impl CloseOnDrop {
     /// The engine keeps the connections; nothing is closed.
@@ -249,8 +239,8 @@ impl Drop for CloseOnDrop {
             (self.0.take(), tokio::runtime::Handle::try_current())
         {
             runtime.spawn(async move {
-                let _ = subscriber.quit().await;
-                let _ = redis.quit().await;
+                subscriber.quit().await;
+                redis.quit().await;
             });
         }
     }
@@ -259,57 +249,37 @@ impl Drop for CloseOnDrop {
 impl Engine {
     /// Connects and starts the background tasks: pub/sub, the watchdog, the undo task.
     pub(crate) async fn start(settings: Settings) -> Result<Engine> {
-        let hosts = settings
-            .config
-            .server
-            .hosts()
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let connector = Arc::new(Connector::new(
+            settings.config,
+            settings.command_timeout,
+            settings.reconnect_policy,
+        ));
+        let hosts = connector.hosts().join(",");
         // Behind Sentinel the master moves: name the service and where it is looked up.
-        let address = match &settings.config.server {
-            ServerConfig::Sentinel { service_name, .. } => {
-                format!("the master of {service_name:?} (sentinels {hosts})")
+        let address = match connector.sentinels() {
+            Some(sentinels) => {
+                format!("the master of {:?} (sentinels {hosts})", sentinels.service)
             }
-            _ => hosts,
+            None => hosts,
         };
-        let performance = PerformanceConfig {
-            default_command_timeout: settings.command_timeout,
-            broadcast_channel_capacity: MESSAGE_BUFFER,
-            ..PerformanceConfig::default()
-        };
-        // One attempt per command: fred would otherwise send an in-flight script again after a
-        // reconnect, and a reentrant acquire or release must not run twice.
-        let connection = ConnectionConfig {
-            max_command_attempts: 1,
-            ..ConnectionConfig::default()
-        };
-        let mut builder = Builder::from_config(settings.config.clone());
-        builder
-            .set_performance_config(performance)
-            .set_connection_config(connection)
-            .set_policy(settings.reconnect_policy);
-        let connect_error = |source: fred::error::Error| Error::Redis {
+        let connect_error = |source: RedisError| Error::Redis {
             context: "connecting".into(),
             server: address.clone(),
-            source: source.into(),
+            source,
         };
-        let redis = builder.build().map_err(connect_error)?;
-        let subscriber = builder.build_subscriber_client().map_err(connect_error)?;
+        let redis = connector.connection().map_err(connect_error)?;
+        let subscriber = connector.subscriber().map_err(connect_error)?;
         // Until the engine exists, a failure or a dropped future must not leave connections open.
         let connecting = CloseOnDrop(Some((redis.clone(), subscriber.clone())));
-        redis.init().await.map_err(connect_error)?;
-        subscriber.init().await.map_err(connect_error)?;
+        redis.connect().await.map_err(connect_error)?;
+        subscriber.connect().await.map_err(connect_error)?;
         // Redisson's default on clusters of Redis 7 and later: sharded pub/sub, which reaches
         // only the nodes of the channel's slot instead of every node of the cluster.
-        let sharded = settings.config.server.is_clustered()
-            && redis
-                .server_version()
-                .is_some_and(|version| version.major >= 7);
+        let sharded =
+            connector.is_clustered() && redis.server_major().is_some_and(|major| major >= 7);
         let writer = match settings.replica_sync {
             None => replicas::Writer::plain(redis.clone(), sharded),
-            Some(sync) => replicas::Writer::synced(redis.clone(), sharded, &builder, sync)
+            Some(sync) => replicas::Writer::synced(redis.clone(), sharded, &connector, sync)
                 .await
                 .map_err(|problem| {
                     Error::InvalidArgument(format!(
@@ -325,7 +295,7 @@ impl Engine {
         let mut commands = vec![redis.clone()];
         commands.extend(writer.own_connections().iter().cloned());
         tasks.extend(sentinel::follow(
-            &settings.config,
+            connector,
             commands.clone(),
             subscriber.clone(),
             shutdown.clone(),

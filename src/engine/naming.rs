@@ -10,12 +10,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use dashmap::DashMap;
-use fred::clients::Client;
-use fred::interfaces::{ClientInterface, ClientLike, EventInterface};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::engine::Connection;
 use crate::error::{Error, RedisError, Result};
 
 /// The longest name taken: a label, not a document (every connection of the client carries it).
@@ -68,21 +67,18 @@ pub(crate) fn forget(id: Uuid) {
 
 /// Names every connection of `clients` (each master's, on a cluster).
 pub(crate) async fn name_connections(
-    clients: &[Client],
+    clients: &[Connection],
     name: &str,
     id: Uuid,
 ) -> std::result::Result<(), RedisError> {
     let connection = connection_name(name, id);
     for client in clients {
         if client.is_clustered() {
-            for server in client.active_connections() {
-                client
-                    .with_cluster_node(server)
-                    .client_setname(connection.as_str())
-                    .await?;
+            for server in client.connected_to() {
+                client.on_node(server).set_name(&connection).await?;
             }
         } else {
-            client.client_setname(connection.as_str()).await?;
+            client.set_name(&connection).await?;
         }
     }
     Ok(())
@@ -91,7 +87,7 @@ pub(crate) async fn name_connections(
 /// Names the connections of `clients` again after each reconnect (a new connection has no
 /// name), until `shutdown`.
 pub(crate) fn follow(
-    clients: Vec<Client>,
+    clients: Vec<Connection>,
     name: Arc<str>,
     id: Uuid,
     shutdown: CancellationToken,
@@ -101,7 +97,7 @@ pub(crate) fn follow(
         .map(|client| {
             let name = name.clone();
             let shutdown = shutdown.clone();
-            let mut reconnects = client.reconnect_rx();
+            let mut reconnects = client.reconnects();
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -128,24 +124,17 @@ pub(crate) fn follow(
 
 /// The names of the clients connected to `redis` (one node's `CLIENT LIST`), by id; empty when
 /// the server refuses `CLIENT LIST` (an ACL without it).
-pub(crate) async fn connected(redis: &Client) -> HashMap<Uuid, String> {
-    let list: String = if redis.is_clustered() {
-        let Some(server) = redis.active_connections().into_iter().next() else {
+pub(crate) async fn connected(redis: &Connection) -> HashMap<Uuid, String> {
+    let list = if redis.is_clustered() {
+        let Some(server) = redis.connected_to().into_iter().next() else {
             return HashMap::new();
         };
-        match redis
-            .with_cluster_node(server)
-            .client_list::<String, String>(None, None)
-            .await
-        {
-            Ok(list) => list,
-            Err(_) => return HashMap::new(),
-        }
+        redis.on_node(server).client_list().await
     } else {
-        match redis.client_list::<String, String>(None, None).await {
-            Ok(list) => list,
-            Err(_) => return HashMap::new(),
-        }
+        redis.client_list().await
+    };
+    let Ok(list) = list else {
+        return HashMap::new();
     };
     list.lines()
         .filter_map(|line| {

@@ -31,17 +31,13 @@ use std::time::Duration;
 use crate::engine::key_slot;
 use crate::engine::Value;
 use dashmap::DashMap;
-use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
-use fred::types::config::{Options, Server};
-use fred::types::ClusterHash;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::HashState;
+use crate::engine::{HashState, Server, Subscriber};
 use crate::error::RedisError;
 
 /// A channel's name: a slice of its primitive's keys where it has one, so that naming it
@@ -209,7 +205,7 @@ pub(crate) struct PubSub {
 impl PubSub {
     /// Creates the registry and starts its two tasks, which run until `shutdown`.
     pub(crate) fn start(
-        subscriber: SubscriberClient,
+        subscriber: Subscriber,
         sharded: bool,
         own: Channel,
         shutdown: CancellationToken,
@@ -431,7 +427,7 @@ impl WaitEntries {
 }
 
 async fn manage(
-    subscriber: SubscriberClient,
+    subscriber: Subscriber,
     sharded: bool,
     shared: Arc<WaitEntries>,
     mut changes: UnboundedReceiver<Channel>,
@@ -445,7 +441,7 @@ async fn manage(
     let mut retry: HashSet<Channel> = HashSet::new();
     // fred's own resubscribing (`manage_subscriptions`) stays off: with two owners of the
     // subscription set, channels left during a reconnect came back and stayed for good.
-    let mut reconnects = subscriber.reconnect_rx();
+    let mut reconnects = subscriber.reconnects();
     // Subscribed channels without waiters, with when they left: unsubscribed after LINGER.
     let mut idle: HashMap<Channel, Instant> = HashMap::new();
     // Whether the client's own channel is subscribed (on the connection as it is now).
@@ -512,7 +508,10 @@ async fn manage(
         }
         // The client's own channel: classic pub/sub (even sharded), subscribed for good.
         if pending.remove(&shared.own.name) && !own_subscribed {
-            match subscriber.subscribe(shared.own.name.to_string()).await {
+            match subscriber
+                .subscribe(vec![shared.own.name.to_string()])
+                .await
+            {
                 Ok(()) => own_subscribed = true,
                 Err(error) => {
                     tracing::debug!(%error, "could not listen for force unlocks; retrying");
@@ -604,12 +603,13 @@ async fn manage(
 
 /// Drops from fred's tracked set (through UNSUBSCRIBE, a no-op on a new connection) the
 /// channels without a wait entry, so that it never grows with channels nobody waits on.
-async fn forget_stale(subscriber: &SubscriberClient, shared: &WaitEntries) {
+async fn forget_stale(subscriber: &Subscriber, shared: &WaitEntries) {
     let stale: Vec<String> = subscriber
         .tracked_channels()
         .into_iter()
-        .filter(|channel| !shared.entries.contains_key(&**channel) && **channel != *shared.own.name)
-        .map(|channel| channel.to_string())
+        .filter(|channel| {
+            !shared.entries.contains_key(channel.as_str()) && *channel != *shared.own.name
+        })
         .collect();
     if !stale.is_empty() {
         if let Err(error) = subscriber.unsubscribe(stale).await {
@@ -636,18 +636,13 @@ fn by_slot(channels: &[Channel]) -> HashMap<u16, Vec<String>> {
 
 /// Subscribes `channels` and waits until the server has the subscriptions: one SUBSCRIBE, or
 /// with sharded pub/sub one SSUBSCRIBE per slot, on the slot's node.
-///
-/// fred completes an SSUBSCRIBE on the server's reply (it never pipelines one, so that it can
-/// follow a MOVED), unlike a SUBSCRIBE, which it completes once written: only the latter needs
-/// a PING behind it.
 async fn subscribe_all(
-    subscriber: &SubscriberClient,
+    subscriber: &Subscriber,
     sharded: bool,
     channels: &[Channel],
 ) -> Result<(), RedisError> {
     if !sharded {
-        subscriber.subscribe(names(channels)).await?;
-        return in_effect(subscriber).await;
+        return subscriber.subscribe(names(channels)).await;
     }
     for names in by_slot(channels).into_values() {
         subscriber.ssubscribe(names).await?;
@@ -656,12 +651,12 @@ async fn subscribe_all(
 }
 
 async fn unsubscribe_all(
-    subscriber: &SubscriberClient,
+    subscriber: &Subscriber,
     sharded: bool,
     channels: &[Channel],
 ) -> Result<(), RedisError> {
     if !sharded {
-        return Ok(subscriber.unsubscribe(names(channels)).await?);
+        return subscriber.unsubscribe(names(channels)).await;
     }
     for names in by_slot(channels).into_values() {
         subscriber.sunsubscribe(names).await?;
@@ -670,20 +665,17 @@ async fn unsubscribe_all(
 }
 
 /// The node that owns `channel`'s slot, as the subscriber's routing table says.
-fn slot_owner(subscriber: &SubscriberClient, channel: &Channel) -> Option<Server> {
-    subscriber
-        .cached_cluster_state()?
-        .get_server(key_slot(channel.as_bytes()))
-        .cloned()
+fn slot_owner(subscriber: &Subscriber, channel: &Channel) -> Option<Server> {
+    subscriber.slot_owner(key_slot(channel.as_bytes()))
 }
 
 /// The subscribed shard channels whose slot is now on another node than they were subscribed
 /// on, after refreshing the routing table.
 async fn moved_channels(
-    subscriber: &SubscriberClient,
+    subscriber: &Subscriber,
     homes: &HashMap<Channel, Option<Server>>,
 ) -> Vec<Channel> {
-    if let Err(error) = subscriber.sync_cluster().await {
+    if let Err(error) = subscriber.refresh_slots().await {
         tracing::debug!(%error, "could not refresh the cluster's slots");
         return Vec::new();
     }
@@ -694,27 +686,6 @@ async fn moved_channels(
         .collect()
 }
 
-/// Waits until SUBSCRIBEs already sent are in effect on the server.
-///
-/// fred completes a SUBSCRIBE as soon as it is written, not when Redis has processed it. A
-/// waiter told "subscribed" too early would make its second attempt (on the other connection)
-/// possibly before the subscription exists, and miss an unlock published in between. Redis runs
-/// one connection's commands in order, so a PING behind the SUBSCRIBE, on the same connection
-/// (in a cluster, the node fred sends subscriptions to), answers only once it took effect.
-async fn in_effect(subscriber: &SubscriberClient) -> Result<(), RedisError> {
-    let options = Options {
-        cluster_hash: subscriber
-            .is_clustered()
-            .then(|| ClusterHash::Custom(key_slot(subscriber.id().as_bytes()))),
-        ..Options::default()
-    };
-    subscriber
-        .with_options(&options)
-        .ping::<Value>(None)
-        .await?;
-    Ok(())
-}
-
 /// Sleeps until `deadline`, or forever without one.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -723,13 +694,9 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-async fn dispatch(
-    subscriber: SubscriberClient,
-    shared: Arc<WaitEntries>,
-    shutdown: CancellationToken,
-) {
-    let mut messages = subscriber.message_rx();
-    let mut reconnects = subscriber.reconnect_rx();
+async fn dispatch(subscriber: Subscriber, shared: Arc<WaitEntries>, shutdown: CancellationToken) {
+    let mut messages = subscriber.messages();
+    let mut reconnects = subscriber.reconnects();
     let wake_everyone = |shared: &WaitEntries| {
         for entry in shared.entries.iter() {
             entry.wake_all();

@@ -13,12 +13,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::engine::Value;
-use fred::clients::Client;
-use fred::interfaces::{ClientLike, EventInterface};
-use fred::types::config::{Options, Server};
-use fred::types::{Builder, ClusterHash};
-use tokio::sync::broadcast::{self, error::TryRecvError};
+use crate::engine::{Connection, Connector, Reconnects, Value};
+use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::Semaphore;
 
 use crate::error::{not_replicated, Failure, RedisError, RedisErrorKind};
@@ -90,14 +86,14 @@ impl ReplicaSync {
 /// each wait for the replicas after their write.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    pub(crate) client: Client,
+    pub(crate) client: Connection,
     sync: Option<Arc<Syncer>>,
     /// Unlocks are announced with `SPUBLISH` (a cluster of Redis 7 or later).
     pub(crate) sharded: bool,
 }
 
 struct Syncer {
-    connections: Vec<Client>,
+    connections: Vec<Connection>,
     free: Mutex<Vec<Pooled>>,
     available: Semaphore,
     needed: u32,
@@ -108,7 +104,7 @@ struct Syncer {
 
 impl Writer {
     /// A writer on `client` alone.
-    pub(crate) fn plain(client: Client, sharded: bool) -> Writer {
+    pub(crate) fn plain(client: Connection, sharded: bool) -> Writer {
         Writer {
             client,
             sync: None,
@@ -117,25 +113,28 @@ impl Writer {
     }
 
     /// A writer that syncs every write, with `settings.connections` connections of its own made
-    /// by `builder`; checks first that the server runs `WAIT` (and uses `WAITAOF` where it runs
+    /// by `connector`; checks first that the server runs `WAIT` (and uses `WAITAOF` where it runs
     /// and the append-only file is on).
     pub(crate) async fn synced(
-        client: Client,
+        client: Connection,
         sharded: bool,
-        builder: &Builder,
+        connector: &Connector,
         settings: ReplicaSync,
     ) -> Result<Writer, String> {
         let mut connections = Vec::with_capacity(settings.connections);
         let mut pooled = Vec::with_capacity(settings.connections);
         let result = async {
             for _ in 0..settings.connections {
-                let connection = builder.build().map_err(|error| error.to_string())?;
+                let connection = connector.connection().map_err(|error| error.to_string())?;
                 pooled.push(Pooled {
                     index: connections.len(),
-                    reconnects: connection.reconnect_rx(),
+                    reconnects: connection.reconnects(),
                 });
                 connections.push(connection.clone());
-                connection.init().await.map_err(|error| error.to_string())?;
+                connection
+                    .connect()
+                    .await
+                    .map_err(|error| error.to_string())?;
             }
             let probe = &connections[0];
             let support = WaitSupport::probe(probe).await;
@@ -149,7 +148,7 @@ impl Writer {
             Ok(aof) => aof,
             Err(error) => {
                 for connection in connections {
-                    let _ = connection.quit().await;
+                    connection.quit().await;
                 }
                 return Err(error);
             }
@@ -177,7 +176,7 @@ impl Writer {
     }
 
     /// The connections of its own, for reconnects and shutdown.
-    pub(crate) fn own_connections(&self) -> &[Client] {
+    pub(crate) fn own_connections(&self) -> &[Connection] {
         self.sync
             .as_ref()
             .map_or(&[], |sync| sync.connections.as_slice())
@@ -194,7 +193,7 @@ impl Writer {
         send: F,
     ) -> Result<R, RedisError>
     where
-        F: FnOnce(&'w Client) -> Fut,
+        F: FnOnce(&'w Connection) -> Fut,
         Fut: std::future::Future<Output = Result<R, RedisError>>,
     {
         let Some(sync) = &self.sync else {
@@ -220,7 +219,7 @@ impl Writer {
         // announcements.
         let pooled = checkout.pooled.get_or_insert_with(|| Pooled {
             index: 0,
-            reconnects: sync.connections[0].reconnect_rx(),
+            reconnects: sync.connections[0].reconnects(),
         });
         let connection = &sync.connections[pooled.index];
         // `WAIT` counts the replicas that have what *its* connection wrote. Sent on a new
@@ -265,7 +264,7 @@ impl Drop for Checkout<'_> {
 /// A pooled connection, and the announcements of its new connections.
 struct Pooled {
     index: usize,
-    reconnects: broadcast::Receiver<Server>,
+    reconnects: Reconnects,
 }
 
 impl Pooled {
@@ -289,26 +288,31 @@ impl Pooled {
 impl Syncer {
     /// Waits for `needed` replicas to acknowledge what `connection` wrote (on a cluster, to
     /// the master of `slot`).
-    async fn confirm(&self, connection: &Client, slot: Option<u16>) -> Result<(), RedisError> {
+    async fn confirm(&self, connection: &Connection, slot: Option<u16>) -> Result<(), RedisError> {
         let needed = i64::from(self.needed);
-        let options = Options {
-            cluster_hash: slot.map(ClusterHash::Custom),
-            ..Options::default()
+        let routed;
+        let connection = match slot {
+            Some(slot) => {
+                routed = connection.on_slot(slot);
+                &routed
+            }
+            None => connection,
         };
-        let connection = connection.with_options(&options);
         // The change ran; a wait that failed leaves it unconfirmed, as a wait that timed out
         // does, and it is undone the same way: a wait that Redis refuses (`UNBLOCKED` when the
         // master steps down under it, a connection that landed on a replica), and one that
         // never went out (fred had no connection to route it to), which must not pass for a
         // change that never went out.
-        let unconfirmed = |error: fred::error::Error| {
-            let error = RedisError::from(error);
+        let unconfirmed = |error: RedisError| {
             tracing::debug!(%error, "the wait for the replicas failed");
             not_replicated(0, self.needed)
         };
         if self.aof {
             let acked: Vec<i64> = connection
-                .custom(fred::cmd!("WAITAOF"), vec![1, needed, self.timeout_ms])
+                .command(
+                    "WAITAOF",
+                    vec![1.into(), needed.into(), self.timeout_ms.into()],
+                )
                 .await
                 .map_err(unconfirmed)?;
             let local = acked.first().copied().unwrap_or(0);
@@ -318,7 +322,7 @@ impl Syncer {
             }
         } else {
             let acked: i64 = connection
-                .custom(fred::cmd!("WAIT"), vec![needed, self.timeout_ms])
+                .command("WAIT", vec![needed.into(), self.timeout_ms.into()])
                 .await
                 .map_err(unconfirmed)?;
             if acked < needed {
@@ -340,20 +344,22 @@ pub(crate) struct WaitSupport {
 impl WaitSupport {
     /// Asks `server` with nothing to wait for (`WAIT 0 1`, `WAITAOF 0 0 1`), so both return at
     /// once.
-    pub(crate) async fn probe<C: ClientLike>(server: &C) -> WaitSupport {
-        let wait: Result<Value, _> = server.custom(fred::cmd!("WAIT"), vec![0, 1]).await;
-        let waitaof: Result<Value, _> = server.custom(fred::cmd!("WAITAOF"), vec![0, 0, 1]).await;
+    pub(crate) async fn probe(server: &Connection) -> WaitSupport {
+        let wait: Result<Value, _> = server.command("WAIT", vec![0.into(), 1.into()]).await;
+        let waitaof: Result<Value, _> = server
+            .command("WAITAOF", vec![0.into(), 0.into(), 1.into()])
+            .await;
         WaitSupport {
-            wait: wait.map(drop).map_err(RedisError::from),
+            wait: wait.map(drop),
             waitaof: waitaof.is_ok(),
         }
     }
 }
 
 /// One setting of `server` (`CONFIG GET name`), or `None` when it is refused or unknown.
-pub(crate) async fn config_get<C: ClientLike>(server: &C, name: &str) -> Option<String> {
+pub(crate) async fn config_get(server: &Connection, name: &str) -> Option<String> {
     let pair: Vec<String> = server
-        .custom(fred::cmd!("CONFIG"), vec!["GET", name])
+        .command("CONFIG", vec!["GET".into(), name.into()])
         .await
         .ok()?;
     pair.into_iter().nth(1)
@@ -368,11 +374,8 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use fred::interfaces::{ClientLike, KeysInterface};
-    use fred::types::config::{Config, ReconnectPolicy};
-    use fred::types::Builder;
-
     use super::{ReplicaSync, Writer};
+    use crate::engine::{Config, Connector, ReconnectPolicy, Value};
     use crate::error::parse_not_replicated;
 
     fn free_port() -> u16 {
@@ -489,14 +492,17 @@ mod tests {
             let target = Arc::new(AtomicU16::new(first.port));
             let front = forwarder(target.clone());
             let config = Config::from_url(&format!("redis://127.0.0.1:{front}")).expect("a URL");
-            let mut builder = Builder::from_config(config);
-            builder.set_policy(ReconnectPolicy::new_constant(0, 50));
-            let client = builder.build().expect("a client");
-            client.init().await.expect("connected");
+            let connector = Connector::new(
+                config,
+                Duration::from_secs(1),
+                ReconnectPolicy::new_constant(0, 50),
+            );
+            let client = connector.connection().expect("a client");
+            client.connect().await.expect("connected");
             let sync = ReplicaSync::replicas(1)
                 .timeout(Duration::from_millis(300))
                 .connections(1);
-            let writer = Writer::synced(client.clone(), false, &builder, sync)
+            let writer = Writer::synced(client.clone(), false, &connector, sync)
                 .await
                 .expect("replica sync on a master with a replica");
 
@@ -504,7 +510,11 @@ mod tests {
             let confirmed: Result<i64, _> = writer
                 .send(
                     || None,
-                    |redis| async move { Ok(redis.incr::<i64, _>("count").await?) },
+                    |redis| async move {
+                        redis
+                            .command::<i64>("INCR", vec![Value::from("count")])
+                            .await
+                    },
                 )
                 .await;
             assert_eq!(confirmed.expect("confirmed"), 1);
@@ -515,10 +525,12 @@ mod tests {
                 .send(
                     || None,
                     |redis| async move {
-                        let written = redis.incr::<i64, _>("count").await;
+                        let written = redis
+                            .command::<i64>("INCR", vec![Value::from("count")])
+                            .await;
                         target.store(second.port, Ordering::SeqCst);
-                        redis.force_reconnection().await.expect("reconnected");
-                        Ok(written?)
+                        redis.reconnect().await;
+                        written
                     },
                 )
                 .await;
@@ -534,14 +546,18 @@ mod tests {
             let confirmed: Result<i64, _> = writer
                 .send(
                     || None,
-                    |redis| async move { Ok(redis.incr::<i64, _>("count").await?) },
+                    |redis| async move {
+                        redis
+                            .command::<i64>("INCR", vec![Value::from("count")])
+                            .await
+                    },
                 )
                 .await;
             assert_eq!(confirmed.expect("confirmed"), 1);
             for connection in writer.own_connections() {
-                let _ = connection.quit().await;
+                connection.quit().await;
             }
-            let _ = client.quit().await;
+            client.quit().await;
         })
         .await
         .expect("within a minute");

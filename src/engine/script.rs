@@ -10,11 +10,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::engine::key_slot;
-use crate::engine::{FromValue, Key, Value};
-use fred::clients::Client;
-use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::{ClusterHash, CustomCommand};
+use crate::engine::{key_slot, sha1_hex};
+use crate::engine::{Connection, FromValue, Key, Sent, Value};
 use tokio::time::Instant;
 
 use crate::engine::replicas::Writer;
@@ -103,7 +100,7 @@ impl Script {
             };
             let body = [flags, publish, &body].concat();
             Text {
-                sha: fred::util::sha1_hash(&body),
+                sha: sha1_hex(&body),
                 body,
             }
         };
@@ -137,11 +134,8 @@ impl Script {
     /// The SHA1 and text to send through `writer` on `redis`: flagged when the server knows
     /// flags (or when its version is not known yet; the connection learns it before the first
     /// reply), publishing as the writer's deployment does.
-    fn for_server(&self, redis: &Client, sharded: bool) -> (&str, &str) {
-        let flags = self.freeing
-            && redis
-                .server_version()
-                .is_none_or(|version| version.major >= 7);
+    fn for_server(&self, redis: &Connection, sharded: bool) -> (&str, &str) {
+        let flags = self.freeing && redis.server_major().is_none_or(|major| major >= 7);
         let text = self.text(flags, sharded);
         (&text.sha, &text.body)
     }
@@ -170,22 +164,18 @@ impl Script {
             writer,
             Attempts::UntilSent,
             slot,
-            |redis: &'w Client| async move {
-                let (keys, args) = call();
-                if let Some(name) = self.command {
-                    let mut command: Vec<Value> = keys.into_iter().map(Value::from).collect();
-                    command.extend(args);
-                    let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-                    return redis.custom(name, command).await;
-                }
-                let (sha, body) = self.for_server(redis, writer.sharded);
-                match redis.evalsha::<R, _, _, _>(sha, keys, args).await {
-                    Err(error) if error.details().starts_with("NOSCRIPT") => {
-                        let (keys, args) = call();
-                        redis.eval(body, keys, args).await
+            // No async block here: the connection's future is the call's own, so that the
+            // futures of a caller's call stay as shallow as before the seam (rustc's query
+            // depth, which a caller's `async fn` reaches at about 128 nested futures).
+            |redis: &'w Connection| {
+                let sent = match self.command {
+                    Some(name) => Sent::Command(name),
+                    None => {
+                        let (sha, body) = self.for_server(redis, writer.sharded);
+                        Sent::Script { sha, body }
                     }
-                    other => other,
-                }
+                };
+                redis.call(sent, call)
             },
         )
         .await
@@ -218,7 +208,7 @@ pub(crate) enum Attempts {
 /// the connection the writer gives it (with replica sync, one that then waits for the replicas).
 ///
 /// `slot` says which cluster slot the command writes to; it is asked only when the writer syncs
-/// replicas. fred's errors are sorted here, as they come out of the command.
+/// replicas.
 pub(crate) async fn write<'w, R, F, Fut>(
     writer: &'w Writer,
     attempts: Attempts,
@@ -226,15 +216,15 @@ pub(crate) async fn write<'w, R, F, Fut>(
     send: F,
 ) -> Result<R, RedisError>
 where
-    F: Fn(&'w Client) -> Fut,
-    Fut: Future<Output = Result<R, fred::error::Error>>,
+    F: Fn(&'w Connection) -> Fut,
+    Fut: Future<Output = Result<R, RedisError>>,
 {
     let send = &send;
     writer
         .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
             loop {
-                match send(redis).await.map_err(RedisError::from) {
+                match send(redis).await {
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
                         // A call fred could not send fails at once: its first failure is its
                         // first send, and the clock is read only on this path.
@@ -261,15 +251,15 @@ pub(crate) struct Resend {
 impl Resend {
     /// Sending again until one command timeout after `first_sent`: a call's answer, sent once
     /// or many times, comes within that bound (and the one attempt still on its way).
-    pub(crate) fn new(redis: &Client, first_sent: Instant) -> Resend {
+    pub(crate) fn new(redis: &Connection, first_sent: Instant) -> Resend {
         Resend {
-            until: first_sent + redis.perf_config().default_command_timeout,
+            until: first_sent + redis.command_timeout(),
             pause: Duration::from_millis(20),
         }
     }
 
     /// Waits for the connection (or a pause); false once the command timeout has passed.
-    pub(crate) async fn wait(&mut self, redis: &Client) -> bool {
+    pub(crate) async fn wait(&mut self, redis: &Connection) -> bool {
         if Instant::now() >= self.until {
             return false;
         }

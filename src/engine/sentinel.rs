@@ -10,14 +10,12 @@
 
 use std::time::Duration;
 
-use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::config::{Config, Server, ServerConfig};
-use fred::types::Builder;
-use fred::types::RespVersion;
+use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Connection, Connector, Sentinels, Server, Subscriber};
 
 use crate::error::RedisError;
 
@@ -32,31 +30,18 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Pause before trying the next sentinel after one failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
-/// Starts the watcher when `config` is a Sentinel deployment.
+/// Starts the watcher when `connector` connects through Sentinel.
 pub(super) fn follow(
-    config: &Config,
-    commands: Vec<Client>,
-    subscriber: SubscriberClient,
+    connector: Arc<Connector>,
+    commands: Vec<Connection>,
+    subscriber: Subscriber,
     shutdown: CancellationToken,
 ) -> Option<JoinHandle<()>> {
-    let ServerConfig::Sentinel {
-        hosts,
-        service_name,
-        username,
-        password,
-    } = &config.server
-    else {
-        return None;
-    };
+    let Sentinels { hosts, service } = connector.sentinels()?;
     let watcher = Watcher {
-        sentinels: hosts.clone(),
-        service: service_name.clone(),
-        // The sentinels' own credentials, or the servers' when they have none of their own (as
-        // fred connects to them).
-        username: username.clone().or_else(|| config.username.clone()),
-        password: password.clone().or_else(|| config.password.clone()),
-        #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-        tls: config.tls.clone(),
+        sentinels: hosts,
+        service,
+        connector,
         commands,
         subscriber,
     };
@@ -66,14 +51,11 @@ pub(super) fn follow(
 struct Watcher {
     sentinels: Vec<Server>,
     service: String,
-    username: Option<String>,
-    password: Option<String>,
-    /// The sentinels speak TLS when the servers do, as fred assumes.
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    tls: Option<fred::types::config::TlsConfig>,
+    /// Makes the connection to a sentinel, with the client's credentials and TLS.
+    connector: Arc<Connector>,
     /// The command connection first, then replica sync's own.
-    commands: Vec<Client>,
-    subscriber: SubscriberClient,
+    commands: Vec<Connection>,
+    subscriber: Subscriber,
 }
 
 impl Watcher {
@@ -103,28 +85,12 @@ impl Watcher {
         sentinel: &Server,
         shutdown: &CancellationToken,
     ) -> Result<(), RedisError> {
-        let config = Config {
-            server: ServerConfig::Centralized {
-                server: sentinel.clone(),
-            },
-            username: self.username.clone(),
-            password: self.password.clone(),
-            // RESP3, so that the connection can ask who the master is while it is subscribed.
-            version: RespVersion::RESP3,
-            #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-            tls: self.tls.clone(),
-            ..Config::default()
-        };
-        // No reconnect policy: a sentinel that goes away ends this watch, and the next
-        // sentinel is tried.
-        let client = Builder::from_config(config)
-            .with_performance_config(|performance| {
-                performance.default_command_timeout = CHECK_EVERY;
-            })
-            .build()?;
+        // No reconnects: a sentinel that goes away ends this watch, and the next sentinel is
+        // tried.
+        let client = self.connector.sentinel(sentinel, CHECK_EVERY)?;
         let result = async {
-            client.init().await?;
-            let mut messages = client.message_rx();
+            client.connect().await?;
+            let mut messages = client.messages();
             client.subscribe(SWITCH_MASTER).await?;
             let mut check = tokio::time::interval(CHECK_EVERY);
             loop {
@@ -132,9 +98,9 @@ impl Watcher {
                     _ = shutdown.cancelled() => return Ok(()),
                     _ = check.tick() => {
                         let master: Option<(String, u16)> = client
-                            .custom(
-                                fred::cmd!("SENTINEL"),
-                                vec!["GET-MASTER-ADDR-BY-NAME", self.service.as_str()],
+                            .command(
+                                "SENTINEL",
+                                vec!["GET-MASTER-ADDR-BY-NAME".into(), self.service.as_str().into()],
                             )
                             .await?;
                         if let Some((host, port)) = master {
@@ -161,7 +127,7 @@ impl Watcher {
             }
         }
         .await;
-        let _ = client.quit().await;
+        client.quit().await;
         result
     }
 
@@ -180,13 +146,13 @@ impl Watcher {
                 !on.iter().all(on_master)
             }
         };
-        let commands: Vec<(&Client, Vec<Server>)> = self
+        let commands: Vec<(&Connection, Vec<Server>)> = self
             .commands
             .iter()
-            .map(|connection| (connection, connection.active_connections()))
+            .map(|connection| (connection, connection.connected_to()))
             .filter(|(_, on)| astray(on))
             .collect();
-        let subscriber = self.subscriber.active_connections();
+        let subscriber = self.subscriber.connected_to();
         let subscriber_astray = astray(&subscriber);
         if commands.is_empty() && !subscriber_astray {
             return;
@@ -204,10 +170,10 @@ impl Watcher {
             "the sentinels switched to another master; reconnecting to it"
         );
         for (connection, _) in commands {
-            let _ = connection.force_reconnection().await;
+            connection.reconnect().await;
         }
         if subscriber_astray {
-            let _ = self.subscriber.force_reconnection().await;
+            self.subscriber.reconnect().await;
         }
     }
 }

@@ -11,8 +11,14 @@
 //! library converts from whichever these are.
 
 pub(crate) use fred::bytes_utils::Str;
+pub(crate) use fred::types::config::Server;
 pub(crate) use fred::types::scan::ScanType;
-pub(crate) use fred::types::{FromValue, Key, Value};
+pub(crate) use fred::types::{FromValue, Key, Message, Value};
+
+/// The SHA1 of a script's text, in hex, as `EVALSHA` names it.
+pub(crate) fn sha1_hex(text: &str) -> String {
+    fred::util::sha1_hash(text)
+}
 
 /// The cluster hash slot of `key` (CRC16 of its hash tag, or of the whole key, mod 16384).
 pub(crate) fn key_slot(key: &[u8]) -> u16 {

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::Value;
-use fred::interfaces::{ClientLike, EventInterface};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -96,7 +95,7 @@ impl Watchdog {
     pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         self.queue.insert(Tick::Period, self.period);
         // A reconnect may follow a restart that lost every key: look at once, not a period later.
-        let mut reconnects = self.core.redis().reconnect_rx();
+        let mut reconnects = self.core.redis().reconnects();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -116,7 +115,7 @@ impl Watchdog {
                         tracing::debug!("reconnected; checking every hold");
                         self.renew_all();
                     }
-                    Err(RecvError::Closed) => reconnects = self.core.redis().reconnect_rx(),
+                    Err(RecvError::Closed) => reconnects = self.core.redis().reconnects(),
                 },
                 Some(expired) = poll_fn(|cx| self.queue.poll_expired(cx)) => {
                     let late = Instant::now().saturating_duration_since(expired.deadline());

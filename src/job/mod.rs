@@ -8,7 +8,6 @@ use std::time::{Duration, SystemTime};
 
 use crate::engine::ScanType;
 use crate::engine::Value;
-use fred::interfaces::KeysInterface;
 use tokio::time::Instant;
 use tracing::Instrument;
 

@@ -369,7 +369,14 @@ impl JobLock {
     /// when that read fails or the key went meanwhile).
     async fn holder_seen(&self, value: Value) -> Option<JobHolder> {
         let value = value.as_string()?;
-        let pttl: Option<i64> = self.client.redis().pttl(self.key()).await.ok();
+        let pttl = self
+            .client
+            .engine()
+            .core()
+            .redis()
+            .pttl(self.key())
+            .await
+            .ok();
         Some(JobHolder {
             value,
             remaining: pttl.and_then(crate::inspection::expiry),

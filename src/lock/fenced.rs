@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Key, Value};
-use fred::interfaces::KeysInterface;
 
 use crate::client::LockClient;
 use crate::engine::{
@@ -199,6 +198,8 @@ impl FencedLock {
         engine::check_name(self.name())?;
         let counter = names::fencing_token(self.name());
         let value: Value = client
+            .engine()
+            .core()
             .redis()
             .get(counter.as_str())
             .await

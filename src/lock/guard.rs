@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::engine::{FromValue, Key, Value};
 use dashmap::DashMap;
-use fred::interfaces::ClientLike;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{Engine, Guard, Script};

@@ -15,10 +15,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::{HashesInterface, KeysInterface};
-
 use crate::client::LockClient;
-use crate::engine::{self, Call, Inspect, Kind, Lease, Win};
+use crate::engine::{self, Call, Connection, Inspect, Kind, Lease, Win};
 use crate::error::{Error, RedisError, Result};
 use crate::family::DistributedLock;
 use crate::inspection::Inspection;
@@ -166,8 +164,8 @@ impl Lock {
                 .map_err(self.redis_error(None))?;
             return Ok(mode.as_deref() == Some(locked));
         }
-        let kind: String = redis
-            .r#type(self.kind.profile().name_key())
+        let kind = redis
+            .key_type(self.kind.profile().name_key())
             .await
             .map_err(self.redis_error(None))?;
         match kind.as_str() {
@@ -194,10 +192,11 @@ impl Lock {
                 call.run::<Option<u32>>(&self.client.engine().core().reads())
                     .await
             }
-            None => redis
-                .hget::<Option<u32>, _, _>(self.kind.profile().name_key(), &*field)
-                .await
-                .map_err(RedisError::from),
+            None => {
+                redis
+                    .hget::<Option<u32>>(self.kind.profile().name_key(), &field)
+                    .await
+            }
         };
         count
             .map(Option::unwrap_or_default)
@@ -208,7 +207,7 @@ impl Lock {
     pub(crate) async fn lease_left(&self) -> Result<Option<Duration>> {
         let redis = self.ready()?;
         let ttl = redis
-            .pttl::<i64, _>(self.kind.profile().name_key())
+            .pttl(self.kind.profile().name_key())
             .await
             .map_err(self.redis_error(None))?;
         Ok(u64::try_from(ttl).ok().map(Duration::from_millis))
@@ -264,7 +263,7 @@ impl Lock {
         })
     }
 
-    fn ready(&self) -> Result<&fred::clients::Client> {
+    fn ready(&self) -> Result<&Connection> {
         let core = self.client.engine().core();
         core.ensure_open()?;
         engine::check_primitive(&*self.kind)?;

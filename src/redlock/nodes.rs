@@ -19,8 +19,6 @@ use std::time::Duration;
 
 use crate::engine::{Key, Value};
 use crate::engine::{Script, Writer};
-use fred::interfaces::{ClientLike, KeysInterface};
-use fred::types::{Expiration, SetOptions};
 use rand::RngCore;
 use tokio::time::Instant;
 
@@ -125,12 +123,16 @@ impl Nodes {
             // Sent once: the release that may follow must come after it on the wire.
             let slot = || Some(crate::engine::key_slot(key.as_bytes()));
             let reply: Option<String> = write(&writer, Attempts::Once, slot, |redis| {
-                redis.set(
-                    key.clone(),
-                    token.as_str(),
-                    Some(Expiration::PX(lease_ms as i64)),
-                    Some(SetOptions::NX),
-                    false,
+                let px = i64::try_from(lease_ms).unwrap_or(i64::MAX);
+                redis.command(
+                    "SET",
+                    vec![
+                        Value::from(key.clone()),
+                        Value::from(token.as_str()),
+                        Value::from("NX"),
+                        Value::from("PX"),
+                        Value::from(px),
+                    ],
                 )
             })
             .await?;

@@ -33,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         LockClient::connect(&url).await?,
         LockClient::connect(&url).await?,
     ];
-    let redis = instances[0].redis().clone();
+    let redis = instances[0].redis().ok_or("a client on fred")?.clone();
     let _: () = redis.set(CONFIG, "version 1", None, None, false).await?;
 
     // Eight workers keep reading the configuration, each holding the read lock for 20 ms; the
@@ -44,7 +44,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut workers = Vec::new();
     for worker in 0..8 {
         let config = instances[worker % 2].rw_lock("example:tenant-7");
-        let redis = instances[worker % 2].redis().clone();
+        let redis = instances[worker % 2]
+            .redis()
+            .ok_or("a client on fred")?
+            .clone();
         let (stop, inside, most_inside) = (stop.clone(), inside.clone(), most_inside.clone());
         workers.push(tokio::spawn(async move {
             let mut versions_seen = Vec::new();

@@ -72,6 +72,7 @@ impl LockClient {
 
     pub(crate) async fn start(settings: LockClientBuilder) -> Result<LockClient> {
         let engine = Engine::start(engine::Settings {
+            library: settings.library(),
             config: settings.redis_config()?,
             command_timeout: settings.command_timeout,
             reconnect_policy: settings.reconnect_policy.clone(),
@@ -122,7 +123,9 @@ impl LockClient {
     /// never run twice), with the builder's `command_timeout` and reconnect policy. Retry your
     /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
     /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
-    pub fn redis(&self) -> &fred::clients::Client {
+    ///
+    /// `None` when the client runs on another library ([`Backend`](crate::Backend)).
+    pub fn redis(&self) -> Option<&fred::clients::Client> {
         self.shared.engine.core().redis().fred()
     }
 

@@ -19,6 +19,43 @@ pub const DEFAULT_QUEUE_PLACE: Duration = Duration::from_secs(5);
 /// How long one Redis command may take before it fails with [`Error::Redis`].
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The client library a [`LockClient`]'s connections are made with; see
+/// [`LockClientBuilder::backend`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// fred, the default: every deployment (standalone, cluster, Sentinel, TLS).
+    #[default]
+    Fred,
+    /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have. So far
+    /// one standalone server without TLS; a cluster, Sentinel or `rediss://` on it is refused
+    /// when the client is built.
+    #[cfg(feature = "redis-rs")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
+    RedisRs,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = Error;
+
+    /// `fred` or `redis-rs` (the latter with feature `redis-rs`), as a configuration file or an
+    /// environment variable names the backend.
+    fn from_str(name: &str) -> Result<Backend> {
+        match name {
+            "fred" => Ok(Backend::Fred),
+            #[cfg(feature = "redis-rs")]
+            "redis-rs" => Ok(Backend::RedisRs),
+            #[cfg(not(feature = "redis-rs"))]
+            "redis-rs" => Err(Error::InvalidArgument(
+                "backend redis-rs: fredlock was built without feature redis-rs".into(),
+            )),
+            other => Err(Error::InvalidArgument(format!(
+                "backend {other:?}: expected fred or redis-rs"
+            ))),
+        }
+    }
+}
+
 /// Builds a [`LockClient`]; start with [`LockClient::builder`].
 ///
 /// ```no_run
@@ -50,6 +87,7 @@ pub struct LockClientBuilder {
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) metrics_lock_names: bool,
     pub(crate) client_name: Option<String>,
+    backend: Backend,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -93,6 +131,7 @@ impl Default for LockClientBuilder {
             replica_sync: None,
             metrics_lock_names: false,
             client_name: None,
+            backend: Backend::Fred,
         }
     }
 }
@@ -115,6 +154,37 @@ impl LockClientBuilder {
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
+    }
+
+    /// The client library the connections are made with: [`Backend::Fred`] (the default) or,
+    /// with feature `redis-rs`, `Backend::RedisRs`. Every lock kind, its keys and its scripts
+    /// are the same on both, so clients on either exclude each other.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// # #[cfg(feature = "redis-rs")] {
+    /// use fredlock::{Backend, LockClient};
+    ///
+    /// let client = LockClient::builder()
+    ///     .backend(Backend::RedisRs)
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .build()
+    ///     .await?;
+    /// # }
+    /// # Ok(()) }
+    /// ```
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The engine's name for [`backend`](Self::backend).
+    pub(crate) fn library(&self) -> crate::engine::Library {
+        match self.backend {
+            Backend::Fred => crate::engine::Library::Fred,
+            #[cfg(feature = "redis-rs")]
+            Backend::RedisRs => crate::engine::Library::RedisRs,
+        }
     }
 
     /// A complete fred configuration (servers, credentials, TLS); it takes precedence over

@@ -213,6 +213,9 @@ pub struct ClientStats {
     /// (lock, owner) pairs with a change on its way to Redis, or with a lost reply still to
     /// settle (see `docs/RELIABILITY.md`).
     pub unsettled: usize,
+    /// Whether the command connection is up now (the client reconnects in the background, and
+    /// a call made while it is down fails at once, unsent).
+    pub connected: bool,
 }
 
 /// One owner's holds, in an [`Inspection`].

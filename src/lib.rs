@@ -222,7 +222,8 @@ pub mod tower;
 
 pub use client::LockClient;
 pub use config::{
-    LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_QUEUE_PLACE, DEFAULT_WATCHDOG_LEASE,
+    Backend, LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_QUEUE_PLACE,
+    DEFAULT_WATCHDOG_LEASE,
 };
 pub use counter::latch::CountDownLatch;
 pub use counter::permit_semaphore::{LeasedPermit, PermitSemaphore};

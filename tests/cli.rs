@@ -872,7 +872,7 @@ async fn client_names_show_and_watch_orders_a_take_over() {
         let named = |name: &'static str| {
             let url = url.clone();
             async move {
-                fredlock::LockClient::builder()
+                common::builder()
                     .url(url)
                     .client_name(name)
                     .build()

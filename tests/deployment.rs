@@ -205,7 +205,7 @@ async fn the_deployment_check_reports_refused_commands() {
 async fn the_deployment_check_sees_sentinel_and_cluster_topologies() {
     bounded(async {
         let setup = common::RedisSentinel::start(2);
-        let client = fredlock::LockClient::connect(&setup.url()).await.unwrap();
+        let client = common::connect(&setup.url()).await.unwrap();
         let report = client.check_deployment().await.unwrap();
         println!("{report}");
         assert_eq!(
@@ -224,7 +224,7 @@ async fn the_deployment_check_sees_sentinel_and_cluster_topologies() {
         client.shutdown().await;
 
         let cluster = common::RedisCluster::start();
-        let client = fredlock::LockClient::connect(&cluster.url()).await.unwrap();
+        let client = common::connect(&cluster.url()).await.unwrap();
         let report = client.check_deployment().await.unwrap();
         println!("{report}");
         assert_eq!(report.topology, fredlock::Topology::Cluster);
@@ -261,7 +261,7 @@ async fn the_deployment_check_sees_sentinel_and_cluster_topologies() {
 async fn the_deployment_check_flags_replica_sync_without_replicas() {
     bounded(async {
         let server = RedisServer::start();
-        let client = fredlock::LockClient::builder()
+        let client = common::builder()
             .url(server.url())
             .replica_sync(fredlock::ReplicaSync::replicas(1))
             .build()

@@ -207,7 +207,7 @@ async fn dead_waiter_child() {
     ) else {
         return;
     };
-    let client = LockClient::builder()
+    let client = common::builder()
         .url(url)
         .queue_place(Duration::from_millis(place.parse().unwrap()))
         .build()
@@ -741,11 +741,7 @@ async fn fair_lock_on_a_cluster() {
     bounded(async {
         let cluster = RedisCluster::start();
         let raw = cluster.raw().await;
-        let client = LockClient::builder()
-            .url(cluster.url())
-            .build()
-            .await
-            .unwrap();
+        let client = common::builder().url(cluster.url()).build().await.unwrap();
         let holder = client.fair_lock("clustered").lock().await.unwrap();
         let (tasks, order) = line_up(
             &[&client],

@@ -66,7 +66,7 @@ async fn fenced(raw: &Client, name: &str) -> i64 {
 
 /// Another client takes the lock at once: nothing holds it up.
 async fn another_client_takes(server: &RedisServer, kind: Kind, name: &str) {
-    let other = LockClient::connect(&server.url()).await.unwrap();
+    let other = common::connect(&server.url()).await.unwrap();
     let taken = kind
         .lock(&other, name)
         .try_lock(Duration::ZERO, None)
@@ -355,7 +355,7 @@ async fn lost_join_reply_queues_once() {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let proxy = StallingProxy::start(server.port());
-        let holder = LockClient::connect(&server.url()).await.unwrap();
+        let holder = common::connect(&server.url()).await.unwrap();
         let held = holder.fair_lock("line").lock().await.unwrap();
 
         let locks =
@@ -403,7 +403,7 @@ async fn a_waiter_that_gives_up_after_a_lost_grant_leaves_no_hold() {
         let server = RedisServer::start();
         let raw = server.raw().await;
         let proxy = StallingProxy::start(server.port());
-        let holder = LockClient::connect(&server.url()).await.unwrap();
+        let holder = common::connect(&server.url()).await.unwrap();
         // A lease that ends without a word: the waiter takes the lock on its own next try.
         let lease = Some(Duration::from_millis(400));
         let held = holder.fair_lock("gone");
@@ -612,7 +612,7 @@ async fn paused_holder_learns_of_loss_on_resume() {
             "the child did not take the lock"
         );
         common::signal(child.0.id(), "STOP");
-        let locks = LockClient::connect(&server.url()).await.unwrap();
+        let locks = common::connect(&server.url()).await.unwrap();
         let lock = locks.lock("paused");
         let guard = lock
             .try_lock(Duration::from_secs(5), None)
@@ -657,8 +657,8 @@ async fn reconnects_leave_no_subscriptions_behind() {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
-        let locks = LockClient::connect(&server.url()).await.unwrap();
-        let holder = LockClient::connect(&server.url()).await.unwrap();
+        let locks = common::connect(&server.url()).await.unwrap();
+        let holder = common::connect(&server.url()).await.unwrap();
         let until = Instant::now() + Duration::from_secs(10);
         let mut tasks = Vec::new();
         for task in 0..16u64 {

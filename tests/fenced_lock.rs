@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{bounded, PostgresServer, RedisCluster, RedisServer};
 use fred::prelude::*;
 use fredlock::prelude::*;
-use fredlock::{Error, LockClient, RedisErrorKind, DEFAULT_WATCHDOG_LEASE};
+use fredlock::{Error, RedisErrorKind, DEFAULT_WATCHDOG_LEASE};
 
 /// Guards and locks cross tasks.
 const _: () = {
@@ -446,7 +446,7 @@ async fn held_only_writes_are_checked_by_the_server() {
         guard.unlock().await.unwrap();
 
         let cluster = RedisCluster::start();
-        let client = LockClient::connect(&cluster.url()).await.unwrap();
+        let client = common::connect(&cluster.url()).await.unwrap();
         let guard = client.fenced_lock("held-slot").lock().await.unwrap();
         let ok: i64 = guard
             .eval_while_held(

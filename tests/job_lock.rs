@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
-use fredlock::{Error, JobLock, JobRun, LockClient};
+use fredlock::{Error, JobLock, JobRun};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -409,7 +409,7 @@ async fn shedlock_and_fredlock_share_a_job() {
         assert!(pttl > 9_000, "its expiry was touched: {pttl}");
 
         // The environment and prefix are ShedLock's settings, and the client's prefix applies.
-        let prefixed = LockClient::builder()
+        let prefixed = common::builder()
             .url(server.url())
             .key_prefix("svc:")
             .build()

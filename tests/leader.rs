@@ -545,7 +545,7 @@ async fn run_resigns_when_the_work_panics() {
 /// A client whose connections go through `proxy`, with watchdog lease `lease` and commands that
 /// time out after 300 ms, so that a stall is noticed quickly.
 async fn through(proxy: &StallingProxy, lease: Duration) -> LockClient {
-    LockClient::builder()
+    common::builder()
         .url(proxy.url())
         .watchdog_lease(lease)
         .command_timeout(Duration::from_millis(300))

@@ -313,7 +313,7 @@ async fn crash_child_holds_lock() {
     let Ok(url) = std::env::var("FREDLOCK_CRASH_URL") else {
         return;
     };
-    let client = LockClient::builder()
+    let client = common::builder()
         .url(url)
         .watchdog_lease(Duration::from_secs(2))
         .build()
@@ -603,14 +603,14 @@ async fn bad_input_is_rejected() {
             lock.try_lock(Duration::ZERO, Some(Duration::ZERO)).await,
             Err(Error::InvalidArgument(_))
         ));
-        let zero_watchdog = LockClient::builder()
+        let zero_watchdog = common::builder()
             .url(server.url())
             .watchdog_lease(Duration::ZERO)
             .build()
             .await;
         assert!(matches!(zero_watchdog, Err(Error::InvalidArgument(_))));
         assert!(matches!(
-            LockClient::connect("not a url").await,
+            common::connect("not a url").await,
             Err(Error::InvalidArgument(_))
         ));
 
@@ -1438,7 +1438,7 @@ async fn sigterm_child_holds_everything() {
     };
     let mut terminate =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
-    let client = LockClient::builder().url(url).build().await.unwrap();
+    let client = common::builder().url(url).build().await.unwrap();
     let _lock = client.lock("sig-l").lock().await.unwrap();
     let _fair = client.fair_lock("sig-f").lock().await.unwrap();
     let _write = client.rw_lock("sig-rw").write_lock().lock().await.unwrap();
@@ -1930,7 +1930,7 @@ async fn shutdown_child_runs_the_work() {
     }
     let raw = common::raw_client(&url).await;
     for round in 0..SHUTDOWN_ROUNDS {
-        let client = LockClient::builder().url(&url).build().await.unwrap();
+        let client = common::builder().url(&url).build().await.unwrap();
         let (running, mut ran) = tokio::sync::mpsc::unbounded_channel();
         let work_of = |what: &'static str| {
             let running = running.clone();

@@ -124,7 +124,7 @@ fn samples(metric: &str, labels: &[(&str, &str)]) -> Vec<f64> {
 }
 
 async fn named_client(server: &RedisServer, watchdog: Duration) -> fredlock::LockClient {
-    fredlock::LockClient::builder()
+    common::builder()
         .url(server.url())
         .watchdog_lease(watchdog)
         .metrics_lock_names(true)

@@ -40,7 +40,7 @@ async fn the_example_serves_the_counters_of_its_workload() {
     let server = RedisServer::start();
     bounded(async {
         let prometheus = example::install_recorder().unwrap();
-        let client = fredlock::LockClient::connect(&server.url()).await.unwrap();
+        let client = common::connect(&server.url()).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let http =

@@ -25,8 +25,8 @@ impl Setup {
         let mut instances = Vec::new();
         for _ in 0..2 {
             instances.push([
-                LockClient::connect(&servers[0].url()).await.unwrap(),
-                LockClient::connect(&servers[1].url()).await.unwrap(),
+                common::connect(&servers[0].url()).await.unwrap(),
+                common::connect(&servers[1].url()).await.unwrap(),
             ]);
         }
         Setup { servers, instances }

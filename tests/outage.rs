@@ -22,7 +22,7 @@ const SLACK: Duration = Duration::from_millis(700);
 const WAIT: Duration = Duration::from_millis(300);
 
 async fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder()
+    common::builder()
         .url(server.url())
         .command_timeout(COMMAND_TIMEOUT)
         .build()
@@ -95,12 +95,11 @@ async fn every_call_follows_the_outage_rule() {
         let leased = c.permit_semaphore("o:psem").acquire().await.unwrap();
         let term = c.leader_election("o:held-term").campaign().await.unwrap();
 
+        assert!(c.stats().connected, "connected before the server goes");
         server.kill();
         // The client has seen the connection drop.
-        let dropped = common::eventually(Duration::from_secs(5), || async {
-            !fred::interfaces::ClientLike::is_connected(c.redis())
-        })
-        .await;
+        let dropped =
+            common::eventually(Duration::from_secs(5), || async { !c.stats().connected }).await;
         assert!(dropped, "the client never saw the server go");
         // A client that knows it has no connection sends nothing, and its answer says so.
         match c.lock("o:unsent").try_lock_now().await {

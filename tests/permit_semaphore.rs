@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, server_millis, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, LockClient};
+use fredlock::Error;
 use tokio::time::Instant;
 
 /// The watchdog lease of the tests' clients: the lease of a permit taken without one.
@@ -22,7 +22,7 @@ async fn crash_child_holds_permits() {
     let Ok(url) = std::env::var("FREDLOCK_PERMITS_URL") else {
         return;
     };
-    let client = LockClient::builder()
+    let client = common::builder()
         .url(url)
         .watchdog_lease(Duration::from_secs(2))
         .build()

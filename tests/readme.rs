@@ -75,6 +75,13 @@ mod axum_layer {
         app(client)
     }
 }
+#[cfg(feature = "redis-rs")]
+mod redis_rs {
+    include!("readme/redis_rs.rs");
+    pub(super) async fn run(url: &str) -> fredlock::Result<LockClient> {
+        on_redis_rs(url).await
+    }
+}
 mod composites {
     include!("readme/composites.rs");
     pub(super) async fn run(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
@@ -91,7 +98,7 @@ mod replica_sync {
 }
 
 /// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 13] = [
+const SNIPPETS: [(&str, &str); 14] = [
     ("first_look", include_str!("readme/first_look.rs")),
     ("once", include_str!("readme/once.rs")),
     ("leader", include_str!("readme/leader.rs")),
@@ -105,6 +112,7 @@ const SNIPPETS: [(&str, &str); 13] = [
     ("composites", include_str!("readme/composites.rs")),
     ("sentinel", include_str!("readme/sentinel.rs")),
     ("replica_sync", include_str!("readme/replica_sync.rs")),
+    ("redis_rs", include_str!("readme/redis_rs.rs")),
 ];
 
 /// Every ```rust block of README.md, in order.
@@ -155,6 +163,16 @@ async fn the_snippets_run_as_written() {
         let client = server.lock_client(Duration::from_secs(10)).await;
 
         first_look::run(&server.url()).await.unwrap();
+        #[cfg(feature = "redis-rs")]
+        {
+            let on_redis_rs = redis_rs::run(&server.url()).await.unwrap();
+            assert!(on_redis_rs.redis().is_none(), "the client is on redis-rs");
+            let held = on_redis_rs.lock("readme:redis-rs").lock().await.unwrap();
+            let other = client.lock("readme:redis-rs");
+            assert!(other.try_lock_now().await.unwrap().is_none());
+            held.unlock().await.unwrap();
+            on_redis_rs.shutdown().await;
+        }
         let (token, written) = fencing::run(&client).await.unwrap();
         assert!(token > 0);
         assert_eq!(written, "OK");

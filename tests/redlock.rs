@@ -622,8 +622,8 @@ async fn dropped_acquisitions_and_guards_leave_no_key() {
 async fn bad_settings_are_refused() {
     bounded(async {
         let server = RedisServer::start();
-        let one = LockClient::connect(&server.url()).await.unwrap();
-        let two = LockClient::connect(&server.url()).await.unwrap();
+        let one = common::connect(&server.url()).await.unwrap();
+        let two = common::connect(&server.url()).await.unwrap();
         let invalid =
             |result: fredlock::Result<RedLock>| matches!(result, Err(Error::InvalidArgument(_)));
         assert!(invalid(RedLock::new(vec![], NAME)));

@@ -19,7 +19,7 @@ async fn client(setup: &RedisSentinel, watchdog: Duration) -> LockClient {
 
 /// A builder finding the master through `setup`'s sentinels with `sentinel(..)`, no URL.
 fn sentinel_builder(setup: &RedisSentinel) -> fredlock::LockClientBuilder {
-    LockClient::builder().sentinel(
+    common::builder().sentinel(
         SENTINEL_SERVICE,
         setup
             .sentinels
@@ -250,7 +250,7 @@ async fn replica_sync_through_sentinel_keeps_a_confirmed_lock() {
         let mut setup = RedisSentinel::start(2);
         let old = setup.master_port();
         let watchdog = Duration::from_secs(6);
-        let client = LockClient::builder()
+        let client = common::builder()
             .url(setup.url())
             .watchdog_lease(watchdog)
             .replica_sync(fredlock::ReplicaSync::replicas(2))

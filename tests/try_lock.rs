@@ -193,9 +193,7 @@ fn blocking_lock() {
     std::thread::spawn(move || {
         let client = |url: &str| {
             fredlock::blocking::LockClient::build(
-                fredlock::LockClient::builder()
-                    .url(url)
-                    .watchdog_lease(WATCHDOG),
+                common::builder().url(url).watchdog_lease(WATCHDOG),
             )
             .unwrap()
         };

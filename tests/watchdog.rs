@@ -145,7 +145,7 @@ async fn cluster_renews_across_slots_and_wakes_waiters() {
         let cluster = RedisCluster::start();
         let raw = cluster.raw().await;
         let watchdog = Duration::from_millis(1200);
-        let client = fredlock::LockClient::builder()
+        let client = common::builder()
             .url(cluster.url())
             .watchdog_lease(watchdog)
             .build()
@@ -164,11 +164,7 @@ async fn cluster_renews_across_slots_and_wakes_waiters() {
         assert!(guards.iter().all(|guard| !guard.is_lost()));
 
         // A waiter on another client, woken through the cluster's pub/sub.
-        let other = fredlock::LockClient::builder()
-            .url(cluster.url())
-            .build()
-            .await
-            .unwrap();
+        let other = common::builder().url(cluster.url()).build().await.unwrap();
         let lock = other.lock(names[7].as_str());
         let waiter = tokio::spawn(async move {
             let guard = lock.lock().await.unwrap();
@@ -271,7 +267,7 @@ async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
     let _default = tracing::subscriber::set_default(subscriber);
     bounded(async {
         let server = RedisServer::start();
-        let client = fredlock::LockClient::builder()
+        let client = common::builder()
             .url(server.url())
             .watchdog_lease(Duration::from_millis(900))
             .client_name("reports-1")

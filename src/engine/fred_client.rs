@@ -22,6 +22,8 @@ use fred::types::{Builder, RespVersion};
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::broadcast;
 
+#[cfg(feature = "redis-rs")]
+use crate::engine::redis_rs_client;
 use crate::engine::{key_slot, FromValue, Key, Message, ScanType, Server, Value};
 use crate::error::{Failure, RedisError, RedisErrorKind};
 
@@ -45,11 +47,23 @@ pub(crate) enum Sent<'s> {
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
 const MESSAGE_BUFFER: usize = 4096;
 
+/// Which client library a lock client's connections are made with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Library {
+    Fred,
+    #[cfg(feature = "redis-rs")]
+    RedisRs,
+}
+
 /// Makes the connections of one lock client, all with the same settings: its command
 /// connection, its subscriber, replica sync's own connections, and a connection to a sentinel.
 pub(crate) struct Connector {
     config: Config,
     builder: Builder,
+    /// With redis-rs: where its connections go, or why it cannot serve this configuration
+    /// (refused by the first connection made).
+    #[cfg(feature = "redis-rs")]
+    redis_rs: Option<Result<redis_rs_client::Target, RedisError>>,
 }
 
 /// Where a Sentinel deployment's master is looked up.
@@ -59,9 +73,10 @@ pub(crate) struct Sentinels {
 }
 
 impl Connector {
-    /// Connections to what `config` names, whose calls fail after `command_timeout` without a
-    /// reply, reconnecting as `reconnect_policy` says.
+    /// Connections made by `library` to what `config` names, whose calls fail after
+    /// `command_timeout` without a reply, reconnecting as `reconnect_policy` says.
     pub(crate) fn new(
+        library: Library,
         config: Config,
         command_timeout: Duration,
         reconnect_policy: ReconnectPolicy,
@@ -81,8 +96,20 @@ impl Connector {
         builder
             .set_performance_config(performance)
             .set_connection_config(connection)
-            .set_policy(reconnect_policy);
-        Connector { config, builder }
+            .set_policy(reconnect_policy.clone());
+        #[cfg(feature = "redis-rs")]
+        let redis_rs = match library {
+            Library::Fred => None,
+            Library::RedisRs => Some(redis_rs_target(&config, command_timeout, reconnect_policy)),
+        };
+        #[cfg(not(feature = "redis-rs"))]
+        let Library::Fred = library;
+        Connector {
+            config,
+            builder,
+            #[cfg(feature = "redis-rs")]
+            redis_rs,
+        }
     }
 
     pub(crate) fn is_clustered(&self) -> bool {
@@ -116,12 +143,28 @@ impl Connector {
 
     /// A command connection, not connected yet ([`Connection::connect`]).
     pub(crate) fn connection(&self) -> Result<Connection, RedisError> {
+        #[cfg(feature = "redis-rs")]
+        if let Some(target) = &self.redis_rs {
+            let target = target.clone()?;
+            return Ok(Connection::with(Link::RedisRs(redis_rs_client::Link::new(
+                target,
+            ))));
+        }
         Ok(Connection::new(self.builder.build()?))
     }
 
     /// A subscriber, not connected yet ([`Subscriber::connect`]).
     pub(crate) fn subscriber(&self) -> Result<Subscriber, RedisError> {
-        Ok(Subscriber::new(self.builder.build_subscriber_client()?))
+        #[cfg(feature = "redis-rs")]
+        if let Some(target) = &self.redis_rs {
+            let target = target.clone()?;
+            return Ok(Subscriber {
+                link: SubscriberLink::RedisRs(redis_rs_client::Link::new(target)),
+            });
+        }
+        Ok(Subscriber {
+            link: SubscriberLink::Fred(self.builder.build_subscriber_client()?),
+        })
     }
 
     /// A connection to `sentinel` that both subscribes and asks (RESP3), with the sentinels'
@@ -160,31 +203,84 @@ impl Connector {
     }
 }
 
+/// What redis-rs connects to for `config`: so far one server, without TLS.
+#[cfg(feature = "redis-rs")]
+fn redis_rs_target(
+    config: &Config,
+    command_timeout: Duration,
+    policy: ReconnectPolicy,
+) -> Result<redis_rs_client::Target, RedisError> {
+    let server = match &config.server {
+        ServerConfig::Centralized { server } => server.clone(),
+        ServerConfig::Clustered { .. } => return Err(not_yet("a cluster")),
+        _ => return Err(not_yet("Sentinel")),
+    };
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    if config.tls.is_some() {
+        return Err(not_yet("TLS"));
+    }
+    redis_rs_client::Target::new(
+        server,
+        redis_rs_client::Login {
+            username: config.username.as_deref(),
+            password: config.password.as_deref(),
+            database: config.database,
+        },
+        command_timeout,
+        policy,
+    )
+}
+
+/// The client library under a [`Connection`].
+#[derive(Clone)]
+enum Link {
+    Fred(Client),
+    #[cfg(feature = "redis-rs")]
+    RedisRs(redis_rs_client::Link),
+}
+
 /// A command connection (on a cluster, one per master): every script call, command and read the
 /// crate sends goes through one. Clones share the connection.
 ///
 /// Each call goes where its first key's slot is served, unless the connection was pointed at a
 /// node ([`on_node`](Self::on_node)) or a slot ([`on_slot`](Self::on_slot)). Each call's error is
 /// a [`RedisError`], sorted once here.
+///
+/// Each method matches on the client library and awaits that library's own future in place:
+/// no future of the seam's own stands between a caller's and the library's, so the futures of
+/// a caller's call nest no deeper than they would without the seam (rustc's query depth, which
+/// a caller's `async fn` reaches at about 128 nested futures).
 #[derive(Clone)]
 pub(crate) struct Connection {
-    client: Client,
+    link: Link,
     /// Where every call goes on a cluster when it is not its first key's slot.
     route: Option<Options>,
 }
 
-/// Runs `$call` on the connection's client, routed as the connection says, and sorts its error.
-macro_rules! routed {
-    ($connection:expr, |$client:ident| $call:expr) => {
+/// Runs `$fred` on fred's client `$on`, routed as the connection says, and sorts the error.
+macro_rules! on_fred {
+    ($connection:expr, $on:expr, |$client:ident| $fred:expr) => {
         match &$connection.route {
             None => {
-                let $client = &$connection.client;
-                $call.await.map_err(RedisError::from)
+                let $client = $on;
+                $fred.await.map_err(RedisError::from)
             }
             Some(options) => {
-                let $client = &$connection.client.with_options(options);
-                $call.await.map_err(RedisError::from)
+                let $client = &$on.with_options(options);
+                $fred.await.map_err(RedisError::from)
             }
+        }
+    };
+}
+
+/// Runs `$fred` on the connection's fred client, routed as the connection says, or `$other`
+/// on another library's link, and sorts the error.
+macro_rules! routed {
+    ($connection:expr, |$client:ident| $fred:expr, |$link:ident| $other:expr) => {
+        match &$connection.link {
+            Link::Fred(on) => on_fred!($connection, on, |$client| $fred),
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs($link) => $other.await,
         }
     };
 }
@@ -193,12 +289,24 @@ macro_rules! routed {
 /// before anything is sent on it; closed when the client quits.
 pub(crate) type Reconnects = broadcast::Receiver<Server>;
 
+/// `$value` on fred's client, or `$other` on another library's link.
+macro_rules! either {
+    ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
+        match $link {
+            Link::Fred($client) => $fred,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs($other_link) => $other,
+        }
+    };
+}
+
 impl Connection {
     pub(crate) fn new(client: Client) -> Connection {
-        Connection {
-            client,
-            route: None,
-        }
+        Connection::with(Link::Fred(client))
+    }
+
+    fn with(link: Link) -> Connection {
+        Connection { link, route: None }
     }
 
     /// A connection that was never connected, for tests that never send.
@@ -209,29 +317,41 @@ impl Connection {
 
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        self.client.init().await?;
-        Ok(())
+        either!(
+            &self.link,
+            |client| {
+                client.init().await?;
+                Ok(())
+            },
+            |link| link.connect().await
+        )
     }
 
     /// The pub/sub messages of a connection that subscribes (a sentinel's).
-    pub(crate) fn messages(&self) -> Messages {
-        self.client.message_rx()
+    pub(crate) fn messages(&self) -> broadcast::Receiver<Message> {
+        either!(&self.link, |client| client.message_rx(), |link| link
+            .messages())
     }
 
     /// `SUBSCRIBE channel` on a connection that also asks (a sentinel's, RESP3).
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), RedisError> {
-        Ok(self.client.subscribe(channel).await?)
+        either!(
+            &self.link,
+            |client| Ok(client.subscribe(channel).await?),
+            |link| link.subscribe(vec![channel.to_owned()]).await
+        )
     }
 
-    /// fred's client under this connection, for the public API that hands it out.
-    pub(crate) fn fred(&self) -> &Client {
-        &self.client
+    /// fred's client under this connection, for the public API that hands it out; `None` on
+    /// another library.
+    pub(crate) fn fred(&self) -> Option<&Client> {
+        either!(&self.link, |client| Some(client), |_link| None)
     }
 
     /// This connection, sending every call to `node` (on a cluster; elsewhere, to the server).
     pub(crate) fn on_node(&self, node: Server) -> Connection {
         Connection {
-            client: self.client.clone(),
+            link: self.link.clone(),
             route: Some(Options {
                 cluster_node: Some(node),
                 ..Options::default()
@@ -242,7 +362,7 @@ impl Connection {
     /// This connection, sending every call to the master of `slot` (on a cluster).
     pub(crate) fn on_slot(&self, slot: u16) -> Connection {
         Connection {
-            client: self.client.clone(),
+            link: self.link.clone(),
             route: Some(Options {
                 cluster_hash: Some(ClusterHash::Custom(slot)),
                 ..Options::default()
@@ -250,64 +370,108 @@ impl Connection {
         }
     }
 
-    /// Whether it is connected now (fred reconnects in the background).
+    /// Whether it is connected now (it reconnects in the background).
     pub(crate) fn is_connected(&self) -> bool {
-        self.client.is_connected()
+        either!(&self.link, |client| client.is_connected(), |link| link
+            .is_connected())
     }
 
     /// Returns once it is connected (at once when it is).
     pub(crate) async fn wait_for_connect(&self) {
-        let _ = self.client.wait_for_connect().await;
+        either!(
+            &self.link,
+            |client| {
+                let _ = client.wait_for_connect().await;
+            },
+            |link| link.wait_for_connect().await
+        )
     }
 
     pub(crate) fn is_clustered(&self) -> bool {
-        self.client.is_clustered()
+        either!(&self.link, |client| client.is_clustered(), |_link| false)
     }
 
     /// The service it finds its master under, behind Sentinel.
     pub(crate) fn sentinel_service(&self) -> Option<String> {
-        match &self.client.client_config().server {
-            ServerConfig::Sentinel { service_name, .. } => Some(service_name.clone()),
-            _ => None,
-        }
+        either!(
+            &self.link,
+            |client| match &client.client_config().server {
+                ServerConfig::Sentinel { service_name, .. } => Some(service_name.clone()),
+                _ => None,
+            },
+            |_link| None
+        )
     }
 
     /// The server's major version, once the connection has read it.
     pub(crate) fn server_major(&self) -> Option<u64> {
-        self.client.server_version().map(|version| version.major)
+        either!(
+            &self.link,
+            |client| client.server_version().map(|version| version.major),
+            |link| link.server_major()
+        )
     }
 
     /// How long a call waits for its reply before it fails with a lost reply.
     pub(crate) fn command_timeout(&self) -> Duration {
-        self.client.perf_config().default_command_timeout
+        either!(
+            &self.link,
+            |client| client.perf_config().default_command_timeout,
+            |link| link.command_timeout()
+        )
     }
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        self.client.reconnect_rx()
+        either!(&self.link, |client| client.reconnect_rx(), |link| link
+            .reconnects())
     }
 
     /// The nodes it is connected to now (each master's, on a cluster).
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        self.client.active_connections()
+        either!(
+            &self.link,
+            |client| client.active_connections(),
+            |link| if link.is_connected() {
+                vec![link.server().clone()]
+            } else {
+                Vec::new()
+            }
+        )
     }
 
     /// The masters of a cluster, as its routing table has them; none outside one.
     pub(crate) fn masters(&self) -> Vec<Server> {
-        self.client
-            .cached_cluster_state()
-            .map(|state| state.unique_primary_nodes())
-            .unwrap_or_default()
+        either!(
+            &self.link,
+            |client| client
+                .cached_cluster_state()
+                .map(|state| state.unique_primary_nodes())
+                .unwrap_or_default(),
+            |_link| Vec::new()
+        )
     }
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        let _ = self.client.force_reconnection().await;
+        either!(
+            &self.link,
+            |client| {
+                let _ = client.force_reconnection().await;
+            },
+            |link| link.reconnect().await
+        )
     }
 
     /// Closes it; calls after this fail.
     pub(crate) async fn quit(&self) {
-        let _ = self.client.quit().await;
+        either!(
+            &self.link,
+            |client| {
+                let _ = client.quit().await;
+            },
+            |link| link.quit().await
+        )
     }
 
     /// One call of a script (`EVALSHA`, then `EVAL` when the server does not have it cached) or
@@ -318,19 +482,29 @@ impl Connection {
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
+        // One arm without another library: clippy would have a `let`.
+        #[allow(clippy::infallible_destructuring_match)]
+        let on = match &self.link {
+            Link::Fred(on) => on,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs(link) => return link.call(sent, call).await,
+        };
         let (keys, args) = call();
         match sent {
             Sent::Command(name) => {
                 let mut command: Vec<Value> = keys.into_iter().map(Value::from).collect();
                 command.extend(args);
                 let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-                routed!(self, |client| client.custom::<R, Value>(name, command))
+                on_fred!(self, on, |client| client.custom::<R, Value>(name, command))
             }
             Sent::Script { sha, body } => {
-                match routed!(self, |client| client.evalsha::<R, _, _, _>(sha, keys, args)) {
+                match on_fred!(self, on, |client| client
+                    .evalsha::<R, _, _, _>(sha, keys, args))
+                {
                     Err(error) if error.details().starts_with("NOSCRIPT") => {
                         let (keys, args) = call();
-                        routed!(self, |client| client.eval::<R, _, _, _>(body, keys, args))
+                        on_fred!(self, on, |client| client
+                            .eval::<R, _, _, _>(body, keys, args))
                     }
                     other => other,
                 }
@@ -344,8 +518,12 @@ impl Connection {
         name: &'static str,
         args: Vec<Value>,
     ) -> Result<R, RedisError> {
-        let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-        routed!(self, |client| client.custom::<R, Value>(name, args))
+        let command = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+        routed!(
+            self,
+            |client| client.custom::<R, Value>(command, args),
+            |link| link.command::<R>(name, &args)
+        )
     }
 
     /// Commands sent together, each `name` then its arguments (the first a key), with each one's
@@ -354,7 +532,14 @@ impl Connection {
         &self,
         commands: Vec<(&'static str, Vec<Value>)>,
     ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
-        let pipeline = self.client.pipeline();
+        // One arm without another library: clippy would have a `let`.
+        #[allow(clippy::infallible_destructuring_match)]
+        let client = match &self.link {
+            Link::Fred(client) => client,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs(link) => return link.pipeline(commands).await,
+        };
+        let pipeline = client.pipeline();
         for (name, args) in commands {
             let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
             let () = pipeline.custom(name, args).await?;
@@ -372,7 +557,8 @@ impl Connection {
         &self,
         key: impl Into<Key> + Send,
     ) -> Result<R, RedisError> {
-        routed!(self, |client| client.get::<R, _>(key))
+        routed!(self, |client| client.get::<R, _>(key), |link| link
+            .command::<R>("GET", &[Value::from(key.into())]))
     }
 
     /// `HGET key field`.
@@ -381,17 +567,22 @@ impl Connection {
         key: impl Into<Key> + Send,
         field: &str,
     ) -> Result<R, RedisError> {
-        routed!(self, |client| client.hget::<R, _, _>(key, field))
+        routed!(self, |client| client.hget::<R, _, _>(key, field), |link| {
+            link.command::<R>("HGET", &[Value::from(key.into()), Value::from(field)])
+        })
     }
 
     /// `TYPE key`: `none` when there is no key.
     pub(crate) async fn key_type(&self, key: impl Into<Key> + Send) -> Result<String, RedisError> {
-        routed!(self, |client| client.r#type::<String, _>(key))
+        routed!(self, |client| client.r#type::<String, _>(key), |link| {
+            link.command::<String>("TYPE", &[Value::from(key.into())])
+        })
     }
 
     /// `PTTL key`: -2 when there is no key, -1 when it never expires.
     pub(crate) async fn pttl(&self, key: impl Into<Key> + Send) -> Result<i64, RedisError> {
-        routed!(self, |client| client.pttl::<i64, _>(key))
+        routed!(self, |client| client.pttl::<i64, _>(key), |link| link
+            .command::<i64>("PTTL", &[Value::from(key.into())]))
     }
 
     /// How many subscribers `channel` has (`PUBSUB NUMSUB`, or `PUBSUB SHARDNUMSUB` when
@@ -402,11 +593,23 @@ impl Connection {
         sharded: bool,
     ) -> Result<Vec<Value>, RedisError> {
         if sharded {
-            routed!(self, |client| client
-                .pubsub_shardnumsub::<Vec<Value>, _>(channel))
+            routed!(
+                self,
+                |client| client.pubsub_shardnumsub::<Vec<Value>, _>(channel),
+                |link| link.command::<Vec<Value>>(
+                    "PUBSUB",
+                    &[Value::from(which(sharded)), Value::from(channel)]
+                )
+            )
         } else {
-            routed!(self, |client| client
-                .pubsub_numsub::<Vec<Value>, _>(channel))
+            routed!(
+                self,
+                |client| client.pubsub_numsub::<Vec<Value>, _>(channel),
+                |link| link.command::<Vec<Value>>(
+                    "PUBSUB",
+                    &[Value::from(which(sharded)), Value::from(channel)]
+                )
+            )
         }
     }
 
@@ -419,7 +622,14 @@ impl Connection {
         count: u32,
         of_type: Option<ScanType>,
     ) -> Result<(String, Vec<String>), RedisError> {
-        routed!(self, |client| client
+        // One arm without another library: clippy would have a `let`.
+        #[allow(clippy::infallible_destructuring_match)]
+        let on = match &self.link {
+            Link::Fred(on) => on,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs(link) => return link.scan_page(cursor, pattern, count, of_type).await,
+        };
+        on_fred!(self, on, |client| client
             .scan_page::<(String, Vec<String>), _, _>(
                 cursor,
                 pattern,
@@ -430,14 +640,49 @@ impl Connection {
 
     /// `CLIENT SETNAME name`.
     pub(crate) async fn set_name(&self, name: &str) -> Result<(), RedisError> {
-        routed!(self, |client| client.client_setname(name))
+        routed!(self, |client| client.client_setname(name), |link| link
+            .command::<()>(
+                "CLIENT",
+                &[Value::from("SETNAME"), Value::from(name)]
+            ))
     }
 
     /// `CLIENT LIST`.
     pub(crate) async fn client_list(&self) -> Result<String, RedisError> {
-        routed!(self, |client| client
-            .client_list::<String, String>(None, None))
+        routed!(
+            self,
+            |client| client.client_list::<String, String>(None, None),
+            |link| link.command::<String>("CLIENT", &[Value::from("LIST")])
+        )
     }
+}
+
+/// `PUBSUB`'s subcommand that counts a channel's subscribers.
+#[cfg(feature = "redis-rs")]
+fn which(sharded: bool) -> &'static str {
+    if sharded {
+        "SHARDNUMSUB"
+    } else {
+        "NUMSUB"
+    }
+}
+
+/// What another library does not serve yet, refused before anything is sent.
+#[cfg(feature = "redis-rs")]
+fn not_yet(what: &str) -> RedisError {
+    RedisError::new(
+        RedisErrorKind::Refused,
+        Failure::Other("invalid client config".into()),
+        format!("the redis-rs backend does not serve {what} yet; use Backend::Fred there"),
+    )
+}
+
+/// The client library under a [`Subscriber`].
+#[derive(Clone)]
+enum SubscriberLink {
+    Fred(SubscriberClient),
+    #[cfg(feature = "redis-rs")]
+    RedisRs(redis_rs_client::Link),
 }
 
 /// The connection pub/sub messages come in on (on a cluster, one per node it listens on), and
@@ -445,21 +690,34 @@ impl Connection {
 /// slot. Clones share it.
 #[derive(Clone)]
 pub(crate) struct Subscriber {
-    client: SubscriberClient,
+    link: SubscriberLink,
 }
 
 /// The messages of a [`Subscriber`], as they come in.
 pub(crate) type Messages = broadcast::Receiver<Message>;
 
-impl Subscriber {
-    pub(crate) fn new(client: SubscriberClient) -> Subscriber {
-        Subscriber { client }
-    }
+/// `$fred` on fred's subscriber, or `$other` on another library's link.
+macro_rules! subscriber {
+    ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
+        match $link {
+            SubscriberLink::Fred($client) => $fred,
+            #[cfg(feature = "redis-rs")]
+            SubscriberLink::RedisRs($other_link) => $other,
+        }
+    };
+}
 
+impl Subscriber {
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        self.client.init().await?;
-        Ok(())
+        subscriber!(
+            &self.link,
+            |client| {
+                client.init().await?;
+                Ok(())
+            },
+            |link| link.connect().await
+        )
     }
 
     /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions.
@@ -469,20 +727,23 @@ impl Subscriber {
     /// connection) possibly before the subscription exists, and miss an unlock published in
     /// between. Redis runs one connection's commands in order, so a `PING` behind the
     /// `SUBSCRIBE`, on the same connection (in a cluster, the node fred sends subscriptions
-    /// to), answers only once it took effect.
+    /// to), answers only once it took effect. redis-rs (RESP3) returns on the server's reply.
     pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        self.client.subscribe(channels).await?;
+        // One arm without another library: clippy would have a `let`.
+        #[allow(clippy::infallible_destructuring_match)]
+        let client = match &self.link {
+            SubscriberLink::Fred(client) => client,
+            #[cfg(feature = "redis-rs")]
+            SubscriberLink::RedisRs(link) => return link.subscribe(channels).await,
+        };
+        client.subscribe(channels).await?;
         let options = Options {
-            cluster_hash: self
-                .client
+            cluster_hash: client
                 .is_clustered()
-                .then(|| ClusterHash::Custom(key_slot(self.client.id().as_bytes()))),
+                .then(|| ClusterHash::Custom(key_slot(client.id().as_bytes()))),
             ..Options::default()
         };
-        self.client
-            .with_options(&options)
-            .ping::<Value>(None)
-            .await?;
+        client.with_options(&options).ping::<Value>(None).await?;
         Ok(())
     }
 
@@ -490,64 +751,114 @@ impl Subscriber {
     /// returns once the server has them (fred completes an `SSUBSCRIBE` on its reply: it never
     /// pipelines one, so that it can follow a `MOVED`).
     pub(crate) async fn ssubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        Ok(self.client.ssubscribe(channels).await?)
+        subscriber!(
+            &self.link,
+            |client| Ok(client.ssubscribe(channels).await?),
+            |_link| {
+                drop(channels);
+                Err(not_yet("sharded pub/sub"))
+            }
+        )
     }
 
     /// `UNSUBSCRIBE channels`.
     pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        Ok(self.client.unsubscribe(channels).await?)
+        subscriber!(
+            &self.link,
+            |client| Ok(client.unsubscribe(channels).await?),
+            |link| link.unsubscribe(channels).await
+        )
     }
 
     /// `SUNSUBSCRIBE channels`, all of one slot.
     pub(crate) async fn sunsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        Ok(self.client.sunsubscribe(channels).await?)
+        subscriber!(
+            &self.link,
+            |client| Ok(client.sunsubscribe(channels).await?),
+            |_link| {
+                drop(channels);
+                Err(not_yet("sharded pub/sub"))
+            }
+        )
     }
 
-    /// The classic channels it subscribes again after a reconnect.
+    /// The classic channels the library itself subscribes again after a reconnect (none on a
+    /// library that leaves that to the engine).
     pub(crate) fn tracked_channels(&self) -> Vec<String> {
-        self.client
-            .tracked_channels()
-            .into_iter()
-            .map(|channel| channel.to_string())
-            .collect()
+        subscriber!(
+            &self.link,
+            |client| client
+                .tracked_channels()
+                .into_iter()
+                .map(|channel| channel.to_string())
+                .collect(),
+            |_link| Vec::new()
+        )
     }
 
     /// The node that serves `slot`, as its routing table says (none outside a cluster).
     pub(crate) fn slot_owner(&self, slot: u16) -> Option<Server> {
-        self.client
-            .cached_cluster_state()?
-            .get_server(slot)
-            .cloned()
+        subscriber!(
+            &self.link,
+            |client| client.cached_cluster_state()?.get_server(slot).cloned(),
+            |_link| None
+        )
     }
 
     /// Reads the cluster's slots again.
     pub(crate) async fn refresh_slots(&self) -> Result<(), RedisError> {
-        Ok(self.client.sync_cluster().await?)
+        subscriber!(
+            &self.link,
+            |client| Ok(client.sync_cluster().await?),
+            |_link| Ok(())
+        )
     }
 
     /// The messages from now on.
     pub(crate) fn messages(&self) -> Messages {
-        self.client.message_rx()
+        subscriber!(&self.link, |client| client.message_rx(), |link| link
+            .messages())
     }
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        self.client.reconnect_rx()
+        subscriber!(&self.link, |client| client.reconnect_rx(), |link| link
+            .reconnects())
     }
 
     /// The nodes it is connected to now.
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        self.client.active_connections()
+        subscriber!(
+            &self.link,
+            |client| client.active_connections(),
+            |link| if link.is_connected() {
+                vec![link.server().clone()]
+            } else {
+                Vec::new()
+            }
+        )
     }
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        let _ = self.client.force_reconnection().await;
+        subscriber!(
+            &self.link,
+            |client| {
+                let _ = client.force_reconnection().await;
+            },
+            |link| link.reconnect().await
+        )
     }
 
     /// Closes it.
     pub(crate) async fn quit(&self) {
-        let _ = self.client.quit().await;
+        subscriber!(
+            &self.link,
+            |client| {
+                let _ = client.quit().await;
+            },
+            |link| link.quit().await
+        )
     }
 }
 

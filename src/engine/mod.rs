@@ -22,6 +22,8 @@ pub(crate) mod metrics;
 pub(crate) mod naming;
 mod profile;
 mod pubsub;
+#[cfg(feature = "redis-rs")]
+mod redis_rs_client;
 mod refusal;
 pub(crate) mod replicas;
 mod script;
@@ -47,7 +49,8 @@ pub(crate) use acquire::{
     acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
 };
 pub(crate) use fred_client::{
-    Config, Connection, Connector, ReconnectPolicy, Reconnects, Sent, Sentinels, Subscriber,
+    Config, Connection, Connector, Library, ReconnectPolicy, Reconnects, Sent, Sentinels,
+    Subscriber,
 };
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
@@ -59,6 +62,8 @@ pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal,
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
 pub(crate) use value::{key_slot, sha1_hex, FromValue, Key, Message, ScanType, Server, Str, Value};
+#[cfg(feature = "redis-rs")]
+pub(crate) use value::{Map, MessageKind};
 
 /// The hasher of the engine's maps, which every lock and unlock visits: foldhash, seeded at
 /// random per map (so that nobody can prepare names that collide), at about a tenth of the
@@ -74,6 +79,8 @@ pub(crate) type Name = Str;
 
 /// What the engine is started with.
 pub(crate) struct Settings {
+    /// The client library the connections are made with.
+    pub(crate) library: Library,
     pub(crate) config: Config,
     pub(crate) command_timeout: Duration,
     pub(crate) reconnect_policy: ReconnectPolicy,
@@ -250,6 +257,7 @@ impl Engine {
     /// Connects and starts the background tasks: pub/sub, the watchdog, the undo task.
     pub(crate) async fn start(settings: Settings) -> Result<Engine> {
         let connector = Arc::new(Connector::new(
+            settings.library,
             settings.config,
             settings.command_timeout,
             settings.reconnect_policy,
@@ -371,6 +379,7 @@ impl Engine {
             wait_entries: core.pubsub.wait_entries(),
             subscriptions: core.pubsub.subscriptions(),
             unsettled: core.ledger.len(),
+            connected: core.redis().is_connected(),
         }
     }
 

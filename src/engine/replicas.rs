@@ -493,6 +493,7 @@ mod tests {
             let front = forwarder(target.clone());
             let config = Config::from_url(&format!("redis://127.0.0.1:{front}")).expect("a URL");
             let connector = Connector::new(
+                crate::engine::Library::Fred,
                 config,
                 Duration::from_secs(1),
                 ReconnectPolicy::new_constant(0, 50),

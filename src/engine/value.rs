@@ -14,6 +14,8 @@ pub(crate) use fred::bytes_utils::Str;
 pub(crate) use fred::types::config::Server;
 pub(crate) use fred::types::scan::ScanType;
 pub(crate) use fred::types::{FromValue, Key, Message, Value};
+#[cfg(feature = "redis-rs")]
+pub(crate) use fred::types::{Map, MessageKind};
 
 /// The SHA1 of a script's text, in hex, as `EVALSHA` names it.
 pub(crate) fn sha1_hex(text: &str) -> String {

@@ -27,6 +27,27 @@ use std::time::Duration;
 use fred::prelude::*;
 use fredlock::prelude::*;
 
+/// The client library every lock client of the tests runs on: `FREDLOCK_BACKEND=redis-rs`
+/// runs a suite on redis-rs (built with feature `redis-rs`), `fred` or nothing on fred.
+pub fn backend() -> fredlock::Backend {
+    match std::env::var("FREDLOCK_BACKEND") {
+        Ok(name) if !name.is_empty() => name
+            .parse()
+            .unwrap_or_else(|error| panic!("FREDLOCK_BACKEND={name}: {error}")),
+        _ => fredlock::Backend::Fred,
+    }
+}
+
+/// `LockClient::builder()` on the tests' backend ([`backend`]).
+pub fn builder() -> fredlock::LockClientBuilder {
+    fredlock::LockClient::builder().backend(backend())
+}
+
+/// `LockClient::connect(url)` on the tests' backend ([`backend`]).
+pub async fn connect(url: &str) -> fredlock::Result<fredlock::LockClient> {
+    builder().url(url).build().await
+}
+
 /// Upper bound for any single test.
 pub const TEST_LIMIT: Duration = Duration::from_secs(90);
 
@@ -174,7 +195,7 @@ pub fn sigkill(mut child: Child) {
 pub async fn clients(urls: &[String]) -> Vec<fredlock::LockClient> {
     let mut clients = Vec::new();
     for url in urls {
-        clients.push(fredlock::LockClient::connect(url).await.unwrap());
+        clients.push(connect(url).await.unwrap());
     }
     clients
 }
@@ -344,8 +365,13 @@ pub async fn server_micros(raw: &Client) -> u64 {
 /// Waits until `client` is connected and quiet: its background calls (a subscription, a
 /// script load) done, so that a fault armed next strikes the caller's own call.
 pub async fn quiet(client: &fredlock::LockClient) {
-    client.redis().wait_for_connect().await.unwrap();
-    let _: String = client.redis().ping(None).await.unwrap();
+    // A read on the command connection: it answers once connected, after what was sent before.
+    let probe = client.lock("fredlock-test:quiet");
+    let answered = eventually(Duration::from_secs(10), || async {
+        probe.is_locked().await.is_ok()
+    })
+    .await;
+    assert!(answered, "the client never answered");
     tokio::time::sleep(Duration::from_millis(300)).await;
 }
 
@@ -353,8 +379,5 @@ pub async fn configured_client(
     url: String,
     configure: impl FnOnce(fredlock::LockClientBuilder) -> fredlock::LockClientBuilder,
 ) -> fredlock::LockClient {
-    configure(fredlock::LockClient::builder().url(url))
-        .build()
-        .await
-        .unwrap()
+    configure(builder().url(url)).build().await.unwrap()
 }

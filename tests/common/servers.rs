@@ -160,7 +160,7 @@ impl RedisServer {
 
     /// A fredlock client with the given fair-lock wait timeout (and the default watchdog).
     pub async fn fair_client(&self, fair_wait: Duration) -> fredlock::LockClient {
-        fredlock::LockClient::builder()
+        super::builder()
             .url(self.url())
             .queue_place(fair_wait)
             .build()
@@ -176,7 +176,7 @@ impl RedisServer {
 
 /// A fredlock client on `url` (any deployment) with the given watchdog lease.
 pub async fn lock_client_at(url: &str, watchdog: Duration) -> fredlock::LockClient {
-    fredlock::LockClient::builder()
+    super::builder()
         .url(url)
         .watchdog_lease(watchdog)
         .build()

@@ -1,0 +1,708 @@
+//! redis-rs (1.x) under the seam (issue 45): the second client library, behind feature
+//! `redis-rs`. So far one standalone server, over RESP3.
+//!
+//! redis-rs's own reconnecting connection (`ConnectionManager`) does not say when it has a new
+//! connection, and the engine must know: the watchdog renews every hold on a reconnect, the
+//! subscriber subscribes again, and replica sync must not take a `WAIT` on a new connection
+//! for the old one's write. So a [`Link`] keeps one multiplexed connection itself, as fred
+//! does: it announces each new connection before it hands it out, reconnects in the background
+//! as the client's reconnect policy says, and sends every command once (a command whose
+//! connection broke is reported, never sent again by the library).
+//!
+//! Replies are read into the crate's vocabulary as fred reads them (a bulk string is text when
+//! it is UTF-8, bytes otherwise), so every `FromValue` reads them alike.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, PushInfo, PushKind};
+use tokio::sync::{broadcast, watch};
+
+use crate::engine::{
+    FromValue, Key, Map, Message, MessageKind, ReconnectPolicy, ScanType, Sent, Server, Str, Value,
+};
+use crate::error::{Failure, RedisError, RedisErrorKind};
+
+/// Messages buffered for the subscriber's reader, as fred's broadcast capacity is set.
+const MESSAGE_BUFFER: usize = 4096;
+
+/// How a [`Link`] connects: to one server, with the client's credentials and timeouts.
+#[derive(Clone)]
+pub(crate) struct Target {
+    client: redis::Client,
+    server: Server,
+    command_timeout: Duration,
+    policy: ReconnectPolicy,
+}
+
+/// Who a connection logs in as, and which database it uses.
+pub(crate) struct Login<'l> {
+    pub(crate) username: Option<&'l str>,
+    pub(crate) password: Option<&'l str>,
+    pub(crate) database: Option<u8>,
+}
+
+impl Target {
+    /// `server`, logged in as `login` says.
+    pub(crate) fn new(
+        server: Server,
+        login: Login<'_>,
+        command_timeout: Duration,
+        policy: ReconnectPolicy,
+    ) -> Result<Target, RedisError> {
+        let mut settings =
+            redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
+        if let Some(username) = login.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = login.password {
+            settings = settings.set_password(password);
+        }
+        if let Some(database) = login.database {
+            settings = settings.set_db(i64::from(database));
+        }
+        let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
+            server.host.to_string(),
+            server.port,
+        ))
+        .map_err(sorted)?
+        .set_redis_settings(settings);
+        Ok(Target {
+            client: redis::Client::open(info).map_err(sorted)?,
+            server,
+            command_timeout,
+            policy,
+        })
+    }
+}
+
+/// One connection to the server, kept up in the background. Clones share it.
+#[derive(Clone)]
+pub(crate) struct Link {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    target: Target,
+    state: Mutex<State>,
+    /// Whether a connection is there now.
+    connected: watch::Sender<bool>,
+    /// The announcements of new connections; `None` once quit, which closes them.
+    reconnects: Mutex<Option<broadcast::Sender<Server>>>,
+    messages: broadcast::Sender<Message>,
+    /// The server's major version, once read (0 until then).
+    major: AtomicU64,
+    generations: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// The connection in use, with its generation (each new connection has the next).
+    current: Option<(u64, MultiplexedConnection)>,
+    reconnecting: bool,
+    closed: bool,
+    policy: Option<ReconnectPolicy>,
+}
+
+impl Link {
+    /// A link to `target`, not connected yet ([`connect`](Self::connect)).
+    pub(crate) fn new(target: Target) -> Link {
+        let (reconnects, _) = broadcast::channel(16);
+        let (messages, _) = broadcast::channel(MESSAGE_BUFFER);
+        Link {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    policy: Some(target.policy.clone()),
+                    ..State::default()
+                }),
+                target,
+                connected: watch::channel(false).0,
+                reconnects: Mutex::new(Some(reconnects)),
+                messages,
+                major: AtomicU64::new(0),
+                generations: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Connects, and returns once connected (or with why it could not).
+    pub(crate) async fn connect(&self) -> Result<(), RedisError> {
+        let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let connection = Shared::open(&self.shared, generation).await?;
+        self.shared.install(generation, connection);
+        Ok(())
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        *self.shared.connected.borrow()
+    }
+
+    pub(crate) async fn wait_for_connect(&self) {
+        let mut connected = self.shared.connected.subscribe();
+        let _ = connected.wait_for(|connected| *connected).await;
+    }
+
+    pub(crate) fn server(&self) -> &Server {
+        &self.shared.target.server
+    }
+
+    pub(crate) fn server_major(&self) -> Option<u64> {
+        match self.shared.major.load(Ordering::Relaxed) {
+            0 => None,
+            major => Some(major),
+        }
+    }
+
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.shared.target.command_timeout
+    }
+
+    pub(crate) fn reconnects(&self) -> broadcast::Receiver<Server> {
+        match &*self
+            .shared
+            .reconnects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(sender) => sender.subscribe(),
+            // Quit: a receiver whose sender is gone reads as closed at once.
+            None => broadcast::channel(1).1,
+        }
+    }
+
+    pub(crate) fn messages(&self) -> broadcast::Receiver<Message> {
+        self.shared.messages.subscribe()
+    }
+
+    /// Drops the connection and connects again.
+    pub(crate) async fn reconnect(&self) {
+        let generation = self.current().map(|(generation, _)| generation);
+        if let Some(generation) = generation {
+            self.shared.lost(generation);
+        }
+    }
+
+    /// Closes it: calls after this fail, the announcements end.
+    pub(crate) async fn quit(&self) {
+        let mut state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.closed = true;
+        state.current = None;
+        drop(state);
+        self.shared.connected.send_replace(false);
+        self.shared
+            .reconnects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .current
+            .clone()
+    }
+
+    /// One call of a script or a plain command; see the seam's `Connection::call`.
+    pub(crate) async fn call<R: FromValue>(
+        &self,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<R, RedisError> {
+        let (keys, args) = call();
+        match sent {
+            Sent::Command(name) => {
+                let mut command = redis::cmd(name);
+                for key in &keys {
+                    command.arg(key.as_bytes());
+                }
+                push_args(&mut command, &args);
+                self.query(command).await
+            }
+            Sent::Script { sha, body } => {
+                let script = |name: &str, text: &str| {
+                    let mut command = redis::cmd(name);
+                    command.arg(text).arg(keys.len());
+                    for key in &keys {
+                        command.arg(key.as_bytes());
+                    }
+                    push_args(&mut command, &args);
+                    command
+                };
+                match self.query(script("EVALSHA", sha)).await {
+                    Err(error) if error.details().starts_with("NOSCRIPT") => {
+                        self.query(script("EVAL", body)).await
+                    }
+                    other => other,
+                }
+            }
+        }
+    }
+
+    /// `name` with `args`.
+    pub(crate) async fn command<R: FromValue>(
+        &self,
+        name: &str,
+        args: &[Value],
+    ) -> Result<R, RedisError> {
+        let mut command = redis::cmd(name);
+        push_args(&mut command, args);
+        self.query(command).await
+    }
+
+    /// One page of `SCAN cursor MATCH pattern COUNT count [TYPE of_type]`.
+    pub(crate) async fn scan_page(
+        &self,
+        cursor: String,
+        pattern: &str,
+        count: u32,
+        of_type: Option<ScanType>,
+    ) -> Result<(String, Vec<String>), RedisError> {
+        let mut args = vec![
+            Value::from(cursor),
+            Value::from("MATCH"),
+            Value::from(pattern),
+            Value::from("COUNT"),
+            Value::from(i64::from(count)),
+        ];
+        if let Some(of_type) = of_type {
+            args.push(Value::from("TYPE"));
+            args.push(Value::from(match of_type {
+                ScanType::Set => "set",
+                ScanType::String => "string",
+                ScanType::ZSet => "zset",
+                ScanType::List => "list",
+                ScanType::Hash => "hash",
+                ScanType::Stream => "stream",
+            }));
+        }
+        self.command("SCAN", &args).await
+    }
+
+    /// Commands sent together, each one's reply or error in order.
+    pub(crate) async fn pipeline(
+        &self,
+        commands: Vec<(&'static str, Vec<Value>)>,
+    ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
+        let mut replies = Vec::with_capacity(commands.len());
+        // One write for all: the multiplexed connection sends each as it is queued, without
+        // waiting for the one before.
+        let sent = commands.iter().map(|(name, args)| async move {
+            let mut command = redis::cmd(name);
+            push_args(&mut command, args);
+            self.raw(command).await
+        });
+        for reply in join_all(sent).await {
+            replies.push(match reply {
+                Ok(value) => Ok(value),
+                Err(error) if is_transient(&error) => return Err(error),
+                Err(error) => Err(error),
+            });
+        }
+        Ok(replies)
+    }
+
+    /// `SUBSCRIBE channels` (RESP3: it returns once the server has them).
+    pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
+        let subscribed = connection.subscribe(channels).await;
+        self.checked(generation, subscribed)
+    }
+
+    /// `UNSUBSCRIBE channels`.
+    pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
+        let unsubscribed = connection.unsubscribe(channels).await;
+        self.checked(generation, unsubscribed)
+    }
+
+    async fn query<R: FromValue>(&self, command: redis::Cmd) -> Result<R, RedisError> {
+        let value = self.raw(command).await?;
+        R::from_value(value).map_err(RedisError::from)
+    }
+
+    async fn raw(&self, command: redis::Cmd) -> Result<Value, RedisError> {
+        let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
+        let reply = connection.send_packed_command(&command).await;
+        self.checked(generation, reply).and_then(read)
+    }
+
+    /// `reply`'s error sorted, after reconnecting when it says the connection broke.
+    fn checked<T>(&self, generation: u64, reply: redis::RedisResult<T>) -> Result<T, RedisError> {
+        reply.map_err(|error| {
+            if error.is_io_error() || error.is_connection_dropped() {
+                self.shared.lost(generation);
+            }
+            sorted(error)
+        })
+    }
+}
+
+impl Shared {
+    /// A new connection of `generation`, whose pushes (messages, its end) come to `shared`.
+    async fn open(
+        shared: &Arc<Shared>,
+        generation: u64,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        let weak: Weak<Shared> = Arc::downgrade(shared);
+        let pushes = move |info: PushInfo| -> Result<(), ()> {
+            let Some(shared) = weak.upgrade() else {
+                return Err(());
+            };
+            match info.kind {
+                PushKind::Disconnection => shared.lost(generation),
+                PushKind::Message | PushKind::SMessage => {
+                    let mut data = info.data.into_iter();
+                    if let (Some(channel), Some(value)) = (data.next(), data.next()) {
+                        let channel = match read(channel) {
+                            Ok(Value::String(text)) => text,
+                            _ => return Ok(()),
+                        };
+                        let kind = if info.kind == PushKind::SMessage {
+                            MessageKind::SMessage
+                        } else {
+                            MessageKind::Message
+                        };
+                        let _ = shared.messages.send(Message {
+                            channel,
+                            value: read(value).unwrap_or(Value::Null),
+                            kind,
+                            server: shared.target.server.clone(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        };
+        let timeout = shared.target.command_timeout;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_push_sender(pushes);
+        let mut connection = shared
+            .target
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(sorted)?;
+        if shared.major.load(Ordering::Relaxed) == 0 {
+            let info: Result<String, _> = redis::cmd("INFO")
+                .arg("server")
+                .query_async(&mut connection)
+                .await;
+            if let Some(major) = info.ok().as_deref().and_then(major_version) {
+                shared.major.store(major, Ordering::Relaxed);
+            }
+        }
+        Ok(connection)
+    }
+
+    /// Hands out `connection` from now on, after announcing it.
+    fn install(&self, generation: u64, connection: MultiplexedConnection) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.closed {
+            return;
+        }
+        if let Some(reconnects) = &*self
+            .reconnects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            let _ = reconnects.send(self.target.server.clone());
+        }
+        state.current = Some((generation, connection));
+        drop(state);
+        self.connected.send_replace(true);
+    }
+
+    /// The connection of `generation` broke: drop it (if it is still the one in use) and
+    /// reconnect in the background.
+    fn lost(self: &Arc<Self>, generation: u64) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state
+            .current
+            .as_ref()
+            .is_some_and(|(current, _)| *current == generation)
+        {
+            state.current = None;
+            self.connected.send_replace(false);
+        }
+        if state.current.is_some() || state.reconnecting || state.closed {
+            return;
+        }
+        state.reconnecting = true;
+        let mut policy = state
+            .policy
+            .take()
+            .unwrap_or_else(|| self.target.policy.clone());
+        drop(state);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.clone();
+        runtime.spawn(async move {
+            loop {
+                let Some(delay) = policy.next_delay() else {
+                    tracing::warn!(server = %shared.target.server, "gave up reconnecting (the reconnect policy's attempts ran out)");
+                    break;
+                };
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                if shared.state.lock().unwrap_or_else(PoisonError::into_inner).closed {
+                    break;
+                }
+                let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
+                match Shared::open(&shared, generation).await {
+                    Ok(connection) => {
+                        // Attempts start again from the first delay after the next break.
+                        policy = shared.target.policy.clone();
+                        shared.install(generation, connection);
+                        break;
+                    }
+                    Err(error) => {
+                        tracing::debug!(server = %shared.target.server, %error, "reconnect failed");
+                    }
+                }
+            }
+            let mut state = shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.reconnecting = false;
+            state.policy = Some(policy);
+        });
+    }
+}
+
+/// Runs `futures` at once (each sent as soon as it is polled), their outputs in order.
+async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut set = Vec::new();
+    for future in futures {
+        set.push(Box::pin(future));
+    }
+    let mut outputs: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in set.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// `redis_version:7.0.15` (Valkey too reports one) read from `INFO server`.
+fn major_version(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .and_then(|version| version.split('.').next())
+        .and_then(|major| major.trim().parse().ok())
+}
+
+/// Appends `args` as fred would send them.
+fn push_args(command: &mut redis::Cmd, args: &[Value]) {
+    for arg in args {
+        match arg {
+            Value::String(text) => command.arg(text.as_bytes()),
+            Value::Bytes(bytes) => command.arg(&bytes[..]),
+            Value::Integer(number) => command.arg(*number),
+            Value::Double(number) => command.arg(number.to_string()),
+            Value::Boolean(yes) => command.arg(if *yes { "true" } else { "false" }),
+            Value::Null => command.arg(""),
+            other => command.arg(other.as_bytes().unwrap_or_default()),
+        };
+    }
+}
+
+/// A redis-rs reply as fred reads one.
+fn read(value: redis::Value) -> Result<Value, RedisError> {
+    Ok(match value {
+        redis::Value::Nil => Value::Null,
+        redis::Value::Int(number) => Value::Integer(number),
+        redis::Value::BulkString(bytes) => text_or_bytes(bytes),
+        redis::Value::SimpleString(text) => Value::String(Str::from(text)),
+        redis::Value::Okay => Value::String(Str::from_static("OK")),
+        redis::Value::Array(values) | redis::Value::Set(values) => {
+            Value::Array(values.into_iter().map(read).collect::<Result<_, _>>()?)
+        }
+        redis::Value::Push { data, .. } => {
+            Value::Array(data.into_iter().map(read).collect::<Result<_, _>>()?)
+        }
+        redis::Value::Map(pairs) => {
+            let mut map = std::collections::HashMap::with_capacity(pairs.len());
+            for (key, value) in pairs {
+                let key = match read(key)? {
+                    Value::String(text) => Key::from(text.to_string()),
+                    Value::Bytes(bytes) => Key::from(&bytes[..]),
+                    other => Key::from(other.as_string().unwrap_or_default()),
+                };
+                map.insert(key, read(value)?);
+            }
+            Value::Map(Map::try_from(map).map_err(RedisError::from)?)
+        }
+        redis::Value::Attribute { data, .. } => read(*data)?,
+        redis::Value::Double(number) => Value::Double(number),
+        redis::Value::Boolean(yes) => Value::Boolean(yes),
+        redis::Value::VerbatimString { text, .. } => Value::String(Str::from(text)),
+        redis::Value::BigNumber(number) => Value::String(Str::from(number.to_string())),
+        redis::Value::ServerError(error) => {
+            return Err(sorted(redis::RedisError::from(error)));
+        }
+        other => {
+            return Err(RedisError::unreadable(format!(
+                "a reply of a kind the crate does not read: {other:?}"
+            )))
+        }
+    })
+}
+
+fn text_or_bytes(bytes: Vec<u8>) -> Value {
+    match String::from_utf8(bytes) {
+        Ok(text) => Value::String(Str::from(text)),
+        Err(error) => Value::Bytes(error.into_bytes().into()),
+    }
+}
+
+fn not_connected() -> RedisError {
+    RedisError::new(
+        RedisErrorKind::NotSent,
+        Failure::Connection,
+        "not connected (the server refused the connection, or the client is reconnecting)",
+    )
+}
+
+fn is_transient(error: &RedisError) -> bool {
+    crate::error::is_transient(error)
+}
+
+/// A redis-rs error sorted as the ledger needs it, in the crate's words.
+pub(crate) fn sorted(error: redis::RedisError) -> RedisError {
+    use redis::{ErrorKind, ServerErrorKind};
+    let details = match (error.code(), error.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_owned(),
+        _ => error.to_string(),
+    };
+    let failure = if error.is_timeout() {
+        Failure::Timeout
+    } else if error.is_io_error() || error.is_connection_dropped() {
+        Failure::Connection
+    } else if error.kind() == ErrorKind::AuthenticationFailed {
+        Failure::Auth
+    } else {
+        Failure::Other(error.category().to_ascii_lowercase())
+    };
+    let kind = match error.kind() {
+        // The slot is moving or the cluster cannot serve it: refused before running.
+        ErrorKind::Server(ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown) => {
+            RedisErrorKind::NotSent
+        }
+        // Loading its data after a restart, as fred sorts it: the reply counts as lost.
+        ErrorKind::Server(ServerErrorKind::BusyLoading) => RedisErrorKind::NoReply,
+        _ if error.is_connection_refusal() => RedisErrorKind::NotSent,
+        _ if error.is_timeout() || error.is_io_error() || error.is_connection_dropped() => {
+            RedisErrorKind::NoReply
+        }
+        _ => RedisErrorKind::Refused,
+    };
+    RedisError::new(kind, failure, details)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_read_as_fred_reads_them() {
+        assert_eq!(read(redis::Value::Nil).ok(), Some(Value::Null));
+        assert_eq!(
+            read(redis::Value::BulkString(b"abc".to_vec())).ok(),
+            Some(Value::String("abc".into()))
+        );
+        assert_eq!(
+            read(redis::Value::BulkString(vec![0xff, 0xfe])).ok(),
+            Some(Value::Bytes(vec![0xff, 0xfe].into()))
+        );
+        assert_eq!(
+            read(redis::Value::Okay).ok(),
+            Some(Value::String("OK".into()))
+        );
+        assert_eq!(
+            read(redis::Value::Array(vec![
+                redis::Value::Int(1),
+                redis::Value::Nil
+            ]))
+            .ok(),
+            Some(Value::Array(vec![Value::Integer(1), Value::Null]))
+        );
+        assert_eq!(
+            major_version("# Server\r\nredis_version:7.0.15\r\n"),
+            Some(7)
+        );
+    }
+    /// An error reply as the server sends it, read by redis-rs's own parser.
+    fn reply(line: &str) -> RedisError {
+        let value = redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+            .expect("an error reply parses");
+        read(value).expect_err("an error reply is an error")
+    }
+
+    /// The same sorting as fred's (the seam's unit tests): what the ledger does with a call
+    /// depends on it.
+    #[test]
+    fn redis_rs_errors_are_sorted_by_what_they_mean_for_the_command() {
+        for (line, kind) in [
+            ("NOSCRIPT No matching script", RedisErrorKind::Refused),
+            ("WRONGTYPE Operation against a key", RedisErrorKind::Refused),
+            ("ERR unknown command", RedisErrorKind::Refused),
+            (
+                "TRYAGAIN Multiple keys request during rehashing",
+                RedisErrorKind::NotSent,
+            ),
+            ("CLUSTERDOWN The cluster is down", RedisErrorKind::NotSent),
+            (
+                "LOADING Redis is loading the dataset",
+                RedisErrorKind::NoReply,
+            ),
+        ] {
+            let error = reply(line);
+            assert_eq!(error.kind(), kind, "{line}");
+            // The words after the code reach the refusal decoder and the NOSCRIPT fallback.
+            assert_eq!(error.details(), line);
+        }
+        let reset = sorted(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        )));
+        assert_eq!(reset.kind(), RedisErrorKind::NoReply);
+        assert!(
+            reset.to_string().starts_with("connection failed"),
+            "{reset}"
+        );
+        let refused = sorted(redis::RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert_eq!(refused.kind(), RedisErrorKind::NotSent);
+        let auth = sorted(redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "WRONGPASS invalid username-password pair",
+        )));
+        assert_eq!(auth.kind(), RedisErrorKind::Refused);
+        assert!(auth.to_string().contains("password"), "{auth}");
+        assert_eq!(not_connected().kind(), RedisErrorKind::NotSent);
+    }
+}

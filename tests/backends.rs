@@ -1,0 +1,139 @@
+//! Two client libraries under one engine (issue 45): a client on fred and a client on redis-rs
+//! exclude each other on every lock kind, the same keys and scripts on the server, and the
+//! redis-rs client really is on redis-rs.
+//!
+//! Needs feature `redis-rs` (`cargo test --all-features --test backends`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fredlock::prelude::*;
+use fredlock::{Backend, LockClient};
+
+async fn on(backend: Backend, server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .backend(backend)
+        .url(server.url())
+        .build()
+        .await
+        .unwrap()
+}
+
+for_each_kind!(a_fred_client_and_a_redis_rs_client_exclude_each_other);
+
+/// A hold taken on one library is seen by the other, in both directions, and the release of
+/// one lets the other in (its waiter woken by the release's message, within the wait).
+async fn a_fred_client_and_a_redis_rs_client_exclude_each_other(kind: Kind) {
+    let server = RedisServer::start();
+    let fred = on(Backend::Fred, &server).await;
+    let redis_rs = on(Backend::RedisRs, &server).await;
+    assert!(
+        fred.redis().is_some(),
+        "the fred client hands out its fred client"
+    );
+    assert!(
+        redis_rs.redis().is_none(),
+        "the redis-rs client has no fred client: it is on redis-rs"
+    );
+    for (first, second) in [(&fred, &redis_rs), (&redis_rs, &fred)] {
+        let held = kind.lock(first, "both").lock().await.unwrap();
+        let other = kind.lock(second, "both");
+        assert!(
+            other.try_lock_now().await.unwrap().is_none(),
+            "{kind:?}: the other library's client must not get a held lock"
+        );
+        let waiter = tokio::spawn(async move {
+            other
+                .try_lock(Duration::from_secs(5), None)
+                .await
+                .unwrap()
+                .map(|guard| (guard, std::time::Instant::now()))
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = std::time::Instant::now();
+        held.unlock().await.unwrap();
+        let (guard, got) = waiter.await.unwrap().expect("the waiter gets the lock");
+        assert!(
+            got.duration_since(released) < Duration::from_secs(1),
+            "{kind:?}: woken by the release, not by a poll"
+        );
+        assert!(
+            kind.lock(first, "both")
+                .try_lock_now()
+                .await
+                .unwrap()
+                .is_none(),
+            "{kind:?}: and the first library's client must not get it back"
+        );
+        guard.unlock().await.unwrap();
+    }
+    fred.shutdown().await;
+    redis_rs.shutdown().await;
+}
+
+/// A semaphore's permits and a job's runs are counted alike across libraries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn semaphores_and_jobs_are_shared_across_libraries() {
+    bounded(async {
+        let server = RedisServer::start();
+        let fred = on(Backend::Fred, &server).await;
+        let redis_rs = on(Backend::RedisRs, &server).await;
+        let permits = fred.semaphore("permits");
+        assert!(permits.try_set_permits(1).await.unwrap());
+        let taken = permits.acquire(1).await.unwrap();
+        let other = redis_rs.semaphore("permits");
+        assert!(other.try_acquire_now(1).await.unwrap().is_none());
+        taken.release().await.unwrap();
+        let again = tokio::time::timeout(Duration::from_secs(5), other.acquire(1))
+            .await
+            .expect("the permit comes back")
+            .unwrap();
+        again.release().await.unwrap();
+
+        let job = fred.job_lock("nightly");
+        let (ran, skipped) = tokio::join!(
+            job.run(async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }),
+            async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                redis_rs.job_lock("nightly").run(async {}).await
+            }
+        );
+        assert!(ran.unwrap().ran().is_some(), "the first run ran");
+        assert!(
+            skipped.unwrap().ran().is_none(),
+            "the other library's run of a running job is skipped"
+        );
+        fred.shutdown().await;
+        redis_rs.shutdown().await;
+    })
+    .await
+}
+
+/// What redis-rs does not serve yet is refused when the client is built, with what to use.
+#[tokio::test]
+async fn what_redis_rs_does_not_serve_yet_is_refused_at_build() {
+    let error = LockClient::builder()
+        .backend(Backend::RedisRs)
+        .url("redis-cluster://127.0.0.1:1")
+        .build()
+        .await
+        .expect_err("a cluster on redis-rs is refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("redis-rs")
+            && text.contains("cluster")
+            && text.contains("Backend::Fred")
+            && text.contains("127.0.0.1:1"),
+        "{text}"
+    );
+    assert_eq!("redis-rs".parse::<Backend>().unwrap(), Backend::RedisRs);
+    assert_eq!("fred".parse::<Backend>().unwrap(), Backend::Fred);
+    assert!(matches!(
+        "valkey-glide".parse::<Backend>(),
+        Err(fredlock::Error::InvalidArgument(_))
+    ));
+}

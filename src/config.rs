@@ -28,8 +28,9 @@ pub enum Backend {
     #[default]
     Fred,
     /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have. So far
-    /// one standalone server without TLS; a cluster, Sentinel or `rediss://` on it is refused
-    /// when the client is built.
+    /// one standalone server; TLS through a service's own redis-rs client handed over with
+    /// [`LockClientBuilder::redis_rs_client`] (feature `tls-rustls`). A cluster, Sentinel, or a
+    /// `rediss://` URL on it is refused when the client is built.
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
     RedisRs,
@@ -88,6 +89,9 @@ pub struct LockClientBuilder {
     pub(crate) metrics_lock_names: bool,
     pub(crate) client_name: Option<String>,
     backend: Backend,
+    /// The connection settings of the service's own redis-rs client, when handed over.
+    #[cfg(feature = "redis-rs")]
+    redis_rs: Option<redis::ConnectionInfo>,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -132,6 +136,8 @@ impl Default for LockClientBuilder {
             metrics_lock_names: false,
             client_name: None,
             backend: Backend::Fred,
+            #[cfg(feature = "redis-rs")]
+            redis_rs: None,
         }
     }
 }
@@ -183,8 +189,31 @@ impl LockClientBuilder {
         match self.backend {
             Backend::Fred => crate::engine::Library::Fred,
             #[cfg(feature = "redis-rs")]
-            Backend::RedisRs => crate::engine::Library::RedisRs,
+            Backend::RedisRs => {
+                crate::engine::Library::RedisRs(self.redis_rs.clone().map(Box::new))
+            }
         }
+    }
+
+    /// The address, credentials and TLS of a redis-rs client the service already has, so that
+    /// they are written once: the client runs on redis-rs ([`Backend::RedisRs`]) and opens
+    /// connections of its own with them (its commands are sent once each, and its pub/sub
+    /// needs a connection of its own), over RESP3; the service's client is left as it is.
+    /// Timeouts and the reconnect policy stay this builder's. It takes precedence over
+    /// [`url`](Self::url) and [`config`](Self::config).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// let redis = redis::Client::open("redis://:secret@127.0.0.1:6379").expect("a valid URL");
+    /// let locks = fredlock::LockClient::builder().redis_rs_client(&redis).build().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis-rs")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
+    pub fn redis_rs_client(mut self, client: &redis::Client) -> Self {
+        self.backend = Backend::RedisRs;
+        self.redis_rs = Some(client.get_connection_info().clone());
+        self
     }
 
     /// A complete fred configuration (servers, credentials, TLS); it takes precedence over
@@ -450,6 +479,21 @@ impl LockClientBuilder {
 
     /// The fred configuration this builder describes.
     pub(crate) fn redis_config(&self) -> Result<Config> {
+        #[cfg(feature = "redis-rs")]
+        if let Some(info) = &self.redis_rs {
+            // Where the handed-over client connects, for messages that name the server.
+            let (host, port) = match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port)
+                | redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+                // A Unix socket (refused when the client connects), or what a later redis-rs
+                // adds.
+                other => (other.to_string(), 0),
+            };
+            return Ok(Config {
+                server: ServerConfig::new_centralized(host, port),
+                ..Config::default()
+            });
+        }
         let mut config = match (&self.config, &self.url, &self.sentinel) {
             (Some(config), _, _) => config.clone(),
             (None, Some(url), _) => {

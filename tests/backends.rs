@@ -137,3 +137,41 @@ async fn what_redis_rs_does_not_serve_yet_is_refused_at_build() {
         Err(fredlock::Error::InvalidArgument(_))
     ));
 }
+
+/// A service's own redis-rs client, handed over: its settings serve the locks, on redis-rs,
+/// and the service's client is left working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_services_redis_rs_client_is_handed_over() {
+    bounded(async {
+        let server = RedisServer::start();
+        let service = redis::Client::open(server.url()).unwrap();
+        let client = LockClient::builder()
+            .redis_rs_client(&service)
+            .build()
+            .await
+            .unwrap();
+        assert!(client.redis().is_none(), "on redis-rs");
+        let guard = client.lock("handed-over").lock().await.unwrap();
+        let fred = on(Backend::Fred, &server).await;
+        assert!(fred
+            .lock("handed-over")
+            .try_lock_now()
+            .await
+            .unwrap()
+            .is_none());
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+        let mut connection = service.get_multiplexed_async_connection().await.unwrap();
+        let held: i64 = redis::cmd("EXISTS")
+            .arg("handed-over")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        assert_eq!(
+            held, 0,
+            "the service's own client still works, and the hold is gone"
+        );
+        fred.shutdown().await;
+    })
+    .await
+}

@@ -228,6 +228,40 @@ async fn right_ca_connects_wrong_ca_is_refused(
     assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
 }
 
+/// A service's own redis-rs client set up for TLS with the test CA, handed over: the locks run
+/// on redis-rs over the TLS port (the hold shows on the server).
+#[cfg(all(feature = "tls-rustls", feature = "redis-rs"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_rs_client_with_tls_is_handed_over() {
+    use fredlock::fred::interfaces::HashesInterface;
+    use fredlock::prelude::*;
+    bounded(async {
+        let certs = Certificates::make();
+        let (server, port) = tls_server(&certs);
+        let service = redis::Client::build_with_tls(
+            format!("rediss://127.0.0.1:{port}"),
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(certs.dir.join("ca.pem")).unwrap()),
+            },
+        )
+        .unwrap();
+        let client = LockClient::builder()
+            .redis_rs_client(&service)
+            .build()
+            .await
+            .unwrap();
+        assert!(client.redis().is_none(), "on redis-rs");
+        let guard = client.lock("tls-redis-rs").lock().await.unwrap();
+        let raw = server.raw().await;
+        let count: u32 = raw.hget("tls-redis-rs", guard.owner_field()).await.unwrap();
+        assert_eq!(count, 1, "the hold is on the server behind the TLS port");
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await
+}
+
 #[cfg(feature = "tls-rustls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rustls_connects_with_the_right_ca_and_refuses_a_wrong_one() {

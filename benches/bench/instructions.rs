@@ -7,30 +7,42 @@
 //! fenced and spin locks; our acquire and release scripts as two raw EVALSHAs through fred (with
 //! the arguments fredlock sends: a request id per call, the fence set's key); and the floor,
 //! Redisson's minimal acquire and release (our Lua of what its RLock scripts do) with constant
-//! arguments built once, through raw fred: the least any Redisson-compatible lock can send.
+//! arguments built once, through raw fred: the least any Redisson-compatible lock can send. The
+//! reentrant lock on redis-rs (`Backend::RedisRs`) is measured the same way, against the same
+//! raw calls and floor sent through redis-rs.
 
 use std::process::Command;
 
 use fred::prelude::*;
 use fred::types::Value;
 
-use crate::scenarios::{lock_cycle, raw_client, RawScripts};
+use crate::scenarios::{lock_cycle, raw_client, RawScripts, RedisRsScripts};
 use crate::Row;
 use fredlock::prelude::*;
 
 /// The flag that makes the benchmark a child: `--instructions-child <subject> <cycles> <url>`.
 pub const CHILD_FLAG: &str = "--instructions-child";
 
-const SUBJECTS: [&str; 5] = [
+const SUBJECTS: [&str; 8] = [
     "fredlock",
     "fredlock fenced",
     "fredlock spin",
-    "raw EVALSHA x2",
+    RAW,
     FLOOR,
+    ON_REDIS_RS,
+    RAW_REDIS_RS,
+    FLOOR_REDIS_RS,
 ];
 
+/// The two script calls by hand through fred.
+const RAW: &str = "raw EVALSHA x2";
 /// The floor subject.
 const FLOOR: &str = "floor: Redisson's minimal scripts";
+/// The reentrant lock on redis-rs (`Backend::RedisRs`), and its raw calls and floor through
+/// redis-rs (issue 45): each backend is measured against the same client library.
+const ON_REDIS_RS: &str = "fredlock on redis-rs";
+const RAW_REDIS_RS: &str = "raw EVALSHA x2 on redis-rs";
+const FLOOR_REDIS_RS: &str = "floor on redis-rs";
 
 /// Redisson's RLock acquire as its script does it (our Lua): take or re-enter, else the TTL.
 const MINIMAL_ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 \
@@ -93,19 +105,27 @@ pub fn instructions(url: &str) -> Vec<Row> {
             .find(|(subject, _)| *subject == wanted)
             .map(|(_, marginal)| *marginal)
     };
-    for (base, name) in [("raw EVALSHA x2", "raw"), (FLOOR, "floor")] {
-        let Some(base) = of(base) else {
+    // Each subject against the raw calls and the floor through its own client library.
+    for (subject, marginal) in &per_cycle {
+        if !subject.starts_with("fredlock") {
             continue;
+        }
+        let bases = if *subject == ON_REDIS_RS {
+            [
+                (RAW_REDIS_RS, "raw on redis-rs"),
+                (FLOOR_REDIS_RS, "floor on redis-rs"),
+            ]
+        } else {
+            [(RAW, "raw"), (FLOOR, "floor")]
         };
-        for (subject, marginal) in &per_cycle {
-            if !subject.starts_with("fredlock") {
-                continue;
+        for (base, name) in bases {
+            if let Some(base) = of(base) {
+                rows.push(Row::ratio(
+                    "8 instructions",
+                    &format!("{subject} / {name}"),
+                    marginal / base,
+                ));
             }
-            rows.push(Row::ratio(
-                "8 instructions",
-                &format!("{subject} / {name}"),
-                marginal / base,
-            ));
         }
     }
     rows
@@ -116,9 +136,19 @@ pub fn instructions(url: &str) -> Vec<Row> {
 pub async fn child(subject: &str, cycles: u64, url: &str) {
     // Built with the `metrics` feature, cycles are counted with a recorder recording.
     crate::recording::record_for_count();
-    let client = fredlock::LockClient::connect(url).await.expect("connect");
+    let backend = if subject == ON_REDIS_RS {
+        fredlock::Backend::RedisRs
+    } else {
+        fredlock::Backend::Fred
+    };
+    let client = fredlock::LockClient::builder()
+        .backend(backend)
+        .url(url)
+        .build()
+        .await
+        .expect("connect");
     let lock = match subject {
-        "fredlock" => Some(client.lock("bench:instructions")),
+        "fredlock" | ON_REDIS_RS => Some(client.lock("bench:instructions")),
         "fredlock fenced" => Some(
             client
                 .fenced_lock("bench:instructions:fenced")
@@ -156,6 +186,59 @@ pub async fn child(subject: &str, cycles: u64, url: &str) {
                     .expect("floor acquire");
                 let _: Option<i64> = raw
                     .evalsha(&release, keys.clone(), release_args.clone())
+                    .await
+                    .expect("floor release");
+            }
+        }
+        None if subject == RAW_REDIS_RS => {
+            let raw = raw_client(url).await;
+            let scripts = RedisRsScripts::connect(url, &RawScripts::load(&raw).await).await;
+            for _ in 0..WARM_UP + cycles {
+                scripts
+                    .cycle(
+                        "bench:instructions:raw",
+                        "redisson_lock__channel:{bench:instructions:raw}",
+                        "raw:1",
+                    )
+                    .await;
+            }
+        }
+        None if subject == FLOOR_REDIS_RS => {
+            let raw = raw_client(url).await;
+            let acquire: String = raw.script_load(MINIMAL_ACQUIRE).await.expect("load");
+            let release: String = raw.script_load(MINIMAL_RELEASE).await.expect("load");
+            let mut connection = redis::Client::open(url)
+                .expect("redis-rs url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("redis-rs connects");
+            let name = "bench:instructions:floor";
+            let channel = "redisson_lock__channel:{bench:instructions:floor}";
+            let field = "00000000-0000-0000-0000-000000000000:1";
+            // Built once, as the fred floor's arguments are.
+            let mut acquire_call = redis::cmd("EVALSHA");
+            acquire_call
+                .arg(&acquire)
+                .arg(1)
+                .arg(name)
+                .arg("30000")
+                .arg(field);
+            let mut release_call = redis::cmd("EVALSHA");
+            release_call
+                .arg(&release)
+                .arg(2)
+                .arg(name)
+                .arg(channel)
+                .arg("0")
+                .arg("30000")
+                .arg(field);
+            for _ in 0..WARM_UP + cycles {
+                let _: Option<i64> = acquire_call
+                    .query_async(&mut connection)
+                    .await
+                    .expect("floor acquire");
+                let _: Option<i64> = release_call
+                    .query_async(&mut connection)
                     .await
                     .expect("floor release");
             }

@@ -179,7 +179,7 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
     let ping = median("3 wake-up", "PING round trip", "median");
     let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
     let calls = many as f64 / 100.0 + 1.0;
-    let wanted: [(&str, Option<f64>, Bound, String); 14] = [
+    let wanted: [(&str, Option<f64>, Bound, String); 17] = [
         (
             "1 uncontended: fredlock / raw",
             median("1 uncontended", "fredlock / raw", "ratio"),
@@ -270,6 +270,35 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
         (
             "8 instructions: fredlock / floor",
             median("8 instructions", "fredlock / floor", "ratio"),
+            Bound::AtMost(1.12),
+            String::new(),
+        ),
+        // Issue 45: the lock on redis-rs against the same client library.
+        (
+            "1 uncontended: fredlock on redis-rs / redis-rs EVALSHA x2",
+            of(
+                median("1 uncontended", "fredlock on redis-rs", "lock+unlock"),
+                median("1 uncontended", "redis-rs EVALSHA x2", "acquire+release"),
+            ),
+            Bound::AtMost(1.05),
+            String::new(),
+        ),
+        (
+            "1 uncontended: fredlock on redis-rs / rslock",
+            of(
+                median("1 uncontended", "fredlock on redis-rs", "lock+unlock"),
+                median("1 uncontended", "rslock 0.10", "lock+unlock"),
+            ),
+            Bound::AtMost(1.1),
+            String::new(),
+        ),
+        (
+            "8 instructions: fredlock on redis-rs / floor on redis-rs",
+            median(
+                "8 instructions",
+                "fredlock on redis-rs / floor on redis-rs",
+                "ratio",
+            ),
             Bound::AtMost(1.12),
             String::new(),
         ),

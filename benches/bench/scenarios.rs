@@ -229,6 +229,9 @@ impl Subject {
     }
 }
 
+/// The reentrant lock on redis-rs, in scenario 1.
+const ON_REDIS_RS: &str = "fredlock on redis-rs";
+
 /// Scenario 1: Uncontended latency of lock() + unlock(), against two raw EVALSHA calls of our
 /// scripts and against the peers.
 ///
@@ -263,6 +266,17 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             client.spin_lock("bench:uncontended:spin").as_lock().clone(),
         ),
     ];
+    // The reentrant lock on redis-rs (issue 45), against the same calls by hand through
+    // redis-rs and against rslock, which runs on redis-rs too.
+    let on_redis_rs = LockClient::builder()
+        .backend(fredlock::Backend::RedisRs)
+        .url(url)
+        .build()
+        .await
+        .expect("connect on redis-rs");
+    let locks = locks
+        .into_iter()
+        .chain([(ON_REDIS_RS, on_redis_rs.lock("bench:uncontended:redis-rs"))]);
     for (library, lock) in locks {
         subjects.push(Subject::new(library, "lock+unlock", move || {
             crate::recording::record(false);
@@ -360,7 +374,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             "µs",
             Summary::of(&means[i]),
         ));
-        if subject.library.starts_with("fredlock") {
+        if subject.library.starts_with("fredlock") && subject.library != ON_REDIS_RS {
             if let Some(floor) = median_of(floor) {
                 rows.push(Row::ratio(
                     "1 uncontended",
@@ -389,9 +403,24 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
         ));
     }
     // The same comparisons round by round (each round's fredlock block against the same
-    // round's other block): what drift between blocks cannot move much.
-    if let Some(ours) = ours {
-        for (other, label) in [(floor, "raw"), (rslock, "rslock 0.10")] {
+    // round's other block): what drift between blocks cannot move much. The lock on redis-rs
+    // against the calls by hand through redis-rs and against rslock.
+    let redis_rs_raw = at("redis-rs EVALSHA x2");
+    for (ours, name, others) in [
+        (ours, "fredlock", [(floor, "raw"), (rslock, "rslock 0.10")]),
+        (
+            at(ON_REDIS_RS),
+            ON_REDIS_RS,
+            [
+                (redis_rs_raw, "redis-rs EVALSHA x2"),
+                (rslock, "rslock 0.10"),
+            ],
+        ),
+    ] {
+        let Some(ours) = ours else {
+            continue;
+        };
+        for (other, label) in others {
             if let Some(other) = other {
                 let ratios: Vec<f64> = means[ours]
                     .iter()
@@ -400,7 +429,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
                     .collect();
                 rows.push(Row::new(
                     "1 uncontended",
-                    &format!("fredlock / {label}, round by round"),
+                    &format!("{name} / {label}, round by round"),
                     "ratio within a round",
                     "x",
                     Summary::of(&ratios),
@@ -429,6 +458,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
         .map(|(subject, cycles)| (subject.library.clone(), cycles))
         .collect();
     client.shutdown().await;
+    on_redis_rs.shutdown().await;
     (rows, series)
 }
 

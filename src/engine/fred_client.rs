@@ -48,11 +48,13 @@ pub(crate) enum Sent<'s> {
 const MESSAGE_BUFFER: usize = 4096;
 
 /// Which client library a lock client's connections are made with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) enum Library {
     Fred,
+    /// redis-rs, with the connection settings of the service's own redis-rs client when it
+    /// handed one over (its address, credentials and TLS), else the configuration's.
     #[cfg(feature = "redis-rs")]
-    RedisRs,
+    RedisRs(Option<Box<redis::ConnectionInfo>>),
 }
 
 /// Makes the connections of one lock client, all with the same settings: its command
@@ -100,7 +102,14 @@ impl Connector {
         #[cfg(feature = "redis-rs")]
         let redis_rs = match library {
             Library::Fred => None,
-            Library::RedisRs => Some(redis_rs_target(&config, command_timeout, reconnect_policy)),
+            Library::RedisRs(None) => {
+                Some(redis_rs_target(&config, command_timeout, reconnect_policy))
+            }
+            Library::RedisRs(Some(info)) => Some(redis_rs_client::Target::handed_over(
+                *info,
+                command_timeout,
+                reconnect_policy,
+            )),
         };
         #[cfg(not(feature = "redis-rs"))]
         let Library::Fred = library;
@@ -217,7 +226,10 @@ fn redis_rs_target(
     };
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
     if config.tls.is_some() {
-        return Err(not_yet("TLS"));
+        return Err(not_yet(
+            "TLS from a URL or a fred configuration (hand over a redis::Client set up for TLS \
+             with redis_rs_client(..), feature tls-rustls)",
+        ));
     }
     redis_rs_client::Target::new(
         server,

@@ -37,6 +37,39 @@ pub(crate) struct Target {
     policy: ReconnectPolicy,
 }
 
+impl Target {
+    /// The address, credentials and TLS of a service's own redis-rs client (over RESP3, which
+    /// the subscriber needs).
+    pub(crate) fn handed_over(
+        info: redis::ConnectionInfo,
+        command_timeout: Duration,
+        policy: ReconnectPolicy,
+    ) -> Result<Target, RedisError> {
+        let (host, port) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+            _ => {
+                return Err(RedisError::new(
+                    RedisErrorKind::Refused,
+                    Failure::Other("invalid client config".into()),
+                    "the redis-rs backend connects over TCP only (not a Unix socket) so far",
+                ))
+            }
+        };
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        Ok(Target {
+            client: redis::Client::open(info).map_err(sorted)?,
+            server: Server::new(host, port),
+            command_timeout,
+            policy,
+        })
+    }
+}
+
 /// Who a connection logs in as, and which database it uses.
 pub(crate) struct Login<'l> {
     pub(crate) username: Option<&'l str>,

@@ -168,11 +168,11 @@ impl Connector {
         if let Some(target) = &self.redis_rs {
             let target = target.clone()?;
             return Ok(Subscriber {
-                link: SubscriberLink::RedisRs(redis_rs_client::Link::new(target)),
+                link: Link::RedisRs(redis_rs_client::Link::new(target)),
             });
         }
         Ok(Subscriber {
-            link: SubscriberLink::Fred(self.builder.build_subscriber_client()?),
+            link: Link::Fred(self.builder.build_subscriber_client()?),
         })
     }
 
@@ -243,12 +243,83 @@ fn redis_rs_target(
     )
 }
 
-/// The client library under a [`Connection`].
+/// `$fred` on fred's client, or `$other` on another library's link.
+macro_rules! either {
+    ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
+        match $link {
+            Link::Fred($client) => $fred,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs($other_link) => $other,
+        }
+    };
+}
+
+/// The client library under a [`Connection`] (`C`: fred's `Client`) or a [`Subscriber`]
+/// (fred's `SubscriberClient`).
 #[derive(Clone)]
-enum Link {
-    Fred(Client),
+enum Link<C> {
+    Fred(C),
     #[cfg(feature = "redis-rs")]
     RedisRs(redis_rs_client::Link),
+}
+
+/// What a connection and a subscriber do alike: connect, follow their connections, close.
+impl<C: ClientLike + EventInterface> Link<C> {
+    /// Connects (and returns once connected, or with why it could not).
+    async fn connect(&self) -> Result<(), RedisError> {
+        either!(
+            self,
+            |client| {
+                client.init().await?;
+                Ok(())
+            },
+            |link| link.connect().await
+        )
+    }
+
+    fn is_connected(&self) -> bool {
+        either!(self, |client| client.is_connected(), |link| link
+            .is_connected())
+    }
+
+    fn messages(&self) -> broadcast::Receiver<Message> {
+        either!(self, |client| client.message_rx(), |link| link.messages())
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        either!(self, |client| client.reconnect_rx(), |link| link
+            .reconnects())
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        either!(self, |client| client.active_connections(), |link| {
+            if link.is_connected() {
+                vec![link.server().clone()]
+            } else {
+                Vec::new()
+            }
+        })
+    }
+
+    async fn reconnect(&self) {
+        either!(
+            self,
+            |client| {
+                let _ = client.force_reconnection().await;
+            },
+            |link| link.reconnect().await
+        )
+    }
+
+    async fn quit(&self) {
+        either!(
+            self,
+            |client| {
+                let _ = client.quit().await;
+            },
+            |link| link.quit().await
+        )
+    }
 }
 
 /// A command connection (on a cluster, one per master): every script call, command and read the
@@ -264,7 +335,7 @@ enum Link {
 /// a caller's `async fn` reaches at about 128 nested futures).
 #[derive(Clone)]
 pub(crate) struct Connection {
-    link: Link,
+    link: Link<Client>,
     /// Where every call goes on a cluster when it is not its first key's slot.
     route: Option<Options>,
 }
@@ -301,23 +372,12 @@ macro_rules! routed {
 /// before anything is sent on it; closed when the client quits.
 pub(crate) type Reconnects = broadcast::Receiver<Server>;
 
-/// `$value` on fred's client, or `$other` on another library's link.
-macro_rules! either {
-    ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
-        match $link {
-            Link::Fred($client) => $fred,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs($other_link) => $other,
-        }
-    };
-}
-
 impl Connection {
     pub(crate) fn new(client: Client) -> Connection {
         Connection::with(Link::Fred(client))
     }
 
-    fn with(link: Link) -> Connection {
+    fn with(link: Link<Client>) -> Connection {
         Connection { link, route: None }
     }
 
@@ -329,20 +389,12 @@ impl Connection {
 
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        either!(
-            &self.link,
-            |client| {
-                client.init().await?;
-                Ok(())
-            },
-            |link| link.connect().await
-        )
+        self.link.connect().await
     }
 
     /// The pub/sub messages of a connection that subscribes (a sentinel's).
     pub(crate) fn messages(&self) -> broadcast::Receiver<Message> {
-        either!(&self.link, |client| client.message_rx(), |link| link
-            .messages())
+        self.link.messages()
     }
 
     /// `SUBSCRIBE channel` on a connection that also asks (a sentinel's, RESP3).
@@ -384,8 +436,7 @@ impl Connection {
 
     /// Whether it is connected now (it reconnects in the background).
     pub(crate) fn is_connected(&self) -> bool {
-        either!(&self.link, |client| client.is_connected(), |link| link
-            .is_connected())
+        self.link.is_connected()
     }
 
     /// Returns once it is connected (at once when it is).
@@ -435,21 +486,12 @@ impl Connection {
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        either!(&self.link, |client| client.reconnect_rx(), |link| link
-            .reconnects())
+        self.link.reconnects()
     }
 
     /// The nodes it is connected to now (each master's, on a cluster).
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        either!(
-            &self.link,
-            |client| client.active_connections(),
-            |link| if link.is_connected() {
-                vec![link.server().clone()]
-            } else {
-                Vec::new()
-            }
-        )
+        self.link.connected_to()
     }
 
     /// The masters of a cluster, as its routing table has them; none outside one.
@@ -466,24 +508,12 @@ impl Connection {
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        either!(
-            &self.link,
-            |client| {
-                let _ = client.force_reconnection().await;
-            },
-            |link| link.reconnect().await
-        )
+        self.link.reconnect().await
     }
 
     /// Closes it; calls after this fail.
     pub(crate) async fn quit(&self) {
-        either!(
-            &self.link,
-            |client| {
-                let _ = client.quit().await;
-            },
-            |link| link.quit().await
-        )
+        self.link.quit().await
     }
 
     /// One call of a script (`EVALSHA`, then `EVAL` when the server does not have it cached) or
@@ -689,47 +719,21 @@ fn not_yet(what: &str) -> RedisError {
     )
 }
 
-/// The client library under a [`Subscriber`].
-#[derive(Clone)]
-enum SubscriberLink {
-    Fred(SubscriberClient),
-    #[cfg(feature = "redis-rs")]
-    RedisRs(redis_rs_client::Link),
-}
-
 /// The connection pub/sub messages come in on (on a cluster, one per node it listens on), and
 /// the subscriptions it keeps: classic channels, or sharded ones on the node of each channel's
 /// slot. Clones share it.
 #[derive(Clone)]
 pub(crate) struct Subscriber {
-    link: SubscriberLink,
+    link: Link<SubscriberClient>,
 }
 
 /// The messages of a [`Subscriber`], as they come in.
 pub(crate) type Messages = broadcast::Receiver<Message>;
 
-/// `$fred` on fred's subscriber, or `$other` on another library's link.
-macro_rules! subscriber {
-    ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
-        match $link {
-            SubscriberLink::Fred($client) => $fred,
-            #[cfg(feature = "redis-rs")]
-            SubscriberLink::RedisRs($other_link) => $other,
-        }
-    };
-}
-
 impl Subscriber {
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        subscriber!(
-            &self.link,
-            |client| {
-                client.init().await?;
-                Ok(())
-            },
-            |link| link.connect().await
-        )
+        self.link.connect().await
     }
 
     /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions.
@@ -744,9 +748,9 @@ impl Subscriber {
         // One arm without another library: clippy would have a `let`.
         #[allow(clippy::infallible_destructuring_match)]
         let client = match &self.link {
-            SubscriberLink::Fred(client) => client,
+            Link::Fred(client) => client,
             #[cfg(feature = "redis-rs")]
-            SubscriberLink::RedisRs(link) => return link.subscribe(channels).await,
+            Link::RedisRs(link) => return link.subscribe(channels).await,
         };
         client.subscribe(channels).await?;
         let options = Options {
@@ -763,7 +767,7 @@ impl Subscriber {
     /// returns once the server has them (fred completes an `SSUBSCRIBE` on its reply: it never
     /// pipelines one, so that it can follow a `MOVED`).
     pub(crate) async fn ssubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        subscriber!(
+        either!(
             &self.link,
             |client| Ok(client.ssubscribe(channels).await?),
             |_link| {
@@ -775,7 +779,7 @@ impl Subscriber {
 
     /// `UNSUBSCRIBE channels`.
     pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        subscriber!(
+        either!(
             &self.link,
             |client| Ok(client.unsubscribe(channels).await?),
             |link| link.unsubscribe(channels).await
@@ -784,7 +788,7 @@ impl Subscriber {
 
     /// `SUNSUBSCRIBE channels`, all of one slot.
     pub(crate) async fn sunsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        subscriber!(
+        either!(
             &self.link,
             |client| Ok(client.sunsubscribe(channels).await?),
             |_link| {
@@ -797,7 +801,7 @@ impl Subscriber {
     /// The classic channels the library itself subscribes again after a reconnect (none on a
     /// library that leaves that to the engine).
     pub(crate) fn tracked_channels(&self) -> Vec<String> {
-        subscriber!(
+        either!(
             &self.link,
             |client| client
                 .tracked_channels()
@@ -810,7 +814,7 @@ impl Subscriber {
 
     /// The node that serves `slot`, as its routing table says (none outside a cluster).
     pub(crate) fn slot_owner(&self, slot: u16) -> Option<Server> {
-        subscriber!(
+        either!(
             &self.link,
             |client| client.cached_cluster_state()?.get_server(slot).cloned(),
             |_link| None
@@ -819,7 +823,7 @@ impl Subscriber {
 
     /// Reads the cluster's slots again.
     pub(crate) async fn refresh_slots(&self) -> Result<(), RedisError> {
-        subscriber!(
+        either!(
             &self.link,
             |client| Ok(client.sync_cluster().await?),
             |_link| Ok(())
@@ -828,49 +832,27 @@ impl Subscriber {
 
     /// The messages from now on.
     pub(crate) fn messages(&self) -> Messages {
-        subscriber!(&self.link, |client| client.message_rx(), |link| link
-            .messages())
+        self.link.messages()
     }
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        subscriber!(&self.link, |client| client.reconnect_rx(), |link| link
-            .reconnects())
+        self.link.reconnects()
     }
 
     /// The nodes it is connected to now.
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        subscriber!(
-            &self.link,
-            |client| client.active_connections(),
-            |link| if link.is_connected() {
-                vec![link.server().clone()]
-            } else {
-                Vec::new()
-            }
-        )
+        self.link.connected_to()
     }
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        subscriber!(
-            &self.link,
-            |client| {
-                let _ = client.force_reconnection().await;
-            },
-            |link| link.reconnect().await
-        )
+        self.link.reconnect().await
     }
 
     /// Closes it.
     pub(crate) async fn quit(&self) {
-        subscriber!(
-            &self.link,
-            |client| {
-                let _ = client.quit().await;
-            },
-            |link| link.quit().await
-        )
+        self.link.quit().await
     }
 }
 

@@ -20,6 +20,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, PushInfo, PushKind};
 use tokio::sync::{broadcast, watch};
 
+use crate::engine::join::join_all;
 use crate::engine::{
     FromValue, Key, Map, Message, MessageKind, ReconnectPolicy, ScanType, Sent, Server, Str, Value,
 };
@@ -325,22 +326,18 @@ impl Link {
         &self,
         commands: Vec<(&'static str, Vec<Value>)>,
     ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
-        let mut replies = Vec::with_capacity(commands.len());
-        // One write for all: the multiplexed connection sends each as it is queued, without
-        // waiting for the one before.
-        let sent = commands.iter().map(|(name, args)| async move {
-            let mut command = redis::cmd(name);
-            push_args(&mut command, args);
-            self.raw(command).await
-        });
-        for reply in join_all(sent).await {
-            replies.push(match reply {
-                Ok(value) => Ok(value),
-                Err(error) if is_transient(&error) => return Err(error),
-                Err(error) => Err(error),
-            });
-        }
-        Ok(replies)
+        // One write for all: the multiplexed connection sends each as it is polled, without
+        // waiting for the one before. Each reply or error is the caller's to read, as fred's
+        // pipeline gives them.
+        let sent: Vec<_> = commands
+            .iter()
+            .map(|(name, args)| async move {
+                let mut command = redis::cmd(name);
+                push_args(&mut command, args);
+                self.raw(command).await
+            })
+            .collect();
+        Ok(join_all(sent).await)
     }
 
     /// `SUBSCRIBE channels` (RESP3: it returns once the server has them).
@@ -512,33 +509,6 @@ impl Shared {
     }
 }
 
-/// Runs `futures` at once (each sent as soon as it is polled), their outputs in order.
-async fn join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
-    let mut set = Vec::new();
-    for future in futures {
-        set.push(Box::pin(future));
-    }
-    let mut outputs: Vec<Option<F::Output>> = set.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in set.iter_mut().zip(outputs.iter_mut()) {
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(value) => *output = Some(value),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    outputs.into_iter().flatten().collect()
-}
-
 /// `redis_version:7.0.15` (Valkey too reports one) read from `INFO server`.
 fn major_version(info: &str) -> Option<u64> {
     info.lines()
@@ -617,10 +587,6 @@ fn not_connected() -> RedisError {
         Failure::Connection,
         "not connected (the server refused the connection, or the client is reconnecting)",
     )
-}
-
-fn is_transient(error: &RedisError) -> bool {
-    crate::error::is_transient(error)
 }
 
 /// A redis-rs error sorted as the ledger needs it, in the crate's words.

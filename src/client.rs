@@ -125,6 +125,8 @@ impl LockClient {
     /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
     ///
     /// `None` when the client runs on another library ([`Backend`](crate::Backend)).
+    #[cfg(feature = "fred")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
     pub fn redis(&self) -> Option<&fred::clients::Client> {
         self.shared.engine.core().redis().fred()
     }

@@ -2,11 +2,9 @@
 
 use std::time::Duration;
 
-use fred::types::config::{Config, ReconnectPolicy, Server, ServerConfig};
-
 use crate::client::LockClient;
-use crate::engine::durations;
 use crate::engine::replicas::ReplicaSync;
+use crate::engine::{durations, Config, ReconnectPolicy, Server, ServerConfig};
 use crate::error::{Error, Result};
 
 /// Redisson's default: a watchdog lock lives 30 s without renewal and is renewed every 10 s.
@@ -25,7 +23,9 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 #[non_exhaustive]
 pub enum Backend {
     /// fred, the default: every deployment (standalone, cluster, Sentinel, TLS).
-    #[default]
+    #[cfg(feature = "fred")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
+    #[cfg_attr(feature = "fred", default)]
     Fred,
     /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have. So far
     /// one standalone server; TLS through a service's own redis-rs client handed over with
@@ -33,6 +33,7 @@ pub enum Backend {
     /// `rediss://` URL on it is refused when the client is built.
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
+    #[cfg_attr(not(feature = "fred"), default)]
     RedisRs,
 }
 
@@ -43,7 +44,12 @@ impl std::str::FromStr for Backend {
     /// environment variable names the backend.
     fn from_str(name: &str) -> Result<Backend> {
         match name {
+            #[cfg(feature = "fred")]
             "fred" => Ok(Backend::Fred),
+            #[cfg(not(feature = "fred"))]
+            "fred" => Err(Error::InvalidArgument(
+                "backend fred: fredlock was built without feature fred (its default)".into(),
+            )),
             #[cfg(feature = "redis-rs")]
             "redis-rs" => Ok(Backend::RedisRs),
             #[cfg(not(feature = "redis-rs"))]
@@ -135,7 +141,7 @@ impl Default for LockClientBuilder {
             replica_sync: None,
             metrics_lock_names: false,
             client_name: None,
-            backend: Backend::Fred,
+            backend: Backend::default(),
             #[cfg(feature = "redis-rs")]
             redis_rs: None,
         }
@@ -187,6 +193,7 @@ impl LockClientBuilder {
     /// The engine's name for [`backend`](Self::backend).
     pub(crate) fn library(&self) -> crate::engine::Library {
         match self.backend {
+            #[cfg(feature = "fred")]
             Backend::Fred => crate::engine::Library::Fred,
             #[cfg(feature = "redis-rs")]
             Backend::RedisRs => {
@@ -218,6 +225,8 @@ impl LockClientBuilder {
 
     /// A complete fred configuration (servers, credentials, TLS); it takes precedence over
     /// [`url`](Self::url).
+    #[cfg(feature = "fred")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
     pub fn config(mut self, config: Config) -> Self {
         self.config = Some(config);
         self
@@ -241,6 +250,8 @@ impl LockClientBuilder {
     /// let locks = fredlock::LockClient::builder().fred_client(&redis).build().await?;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "fred")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
     pub fn fred_client(self, client: &fred::clients::Client) -> Self {
         use fred::interfaces::ClientLike;
         self.config(client.client_config())
@@ -356,8 +367,9 @@ impl LockClientBuilder {
         self
     }
 
-    /// How fred reconnects after a connection drops. Default: forever, with exponential backoff
-    /// from 100 ms to 2 s.
+    /// How a connection is made again after it drops ([`ReconnectPolicy`](crate::ReconnectPolicy),
+    /// on either client library). Default: forever, with exponential backoff from 100 ms to
+    /// 2 s.
     pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
         self.reconnect_policy = policy;
         self

@@ -165,6 +165,9 @@
 //!
 //! # Features
 //!
+//! - `fred` (default): fred makes the connections, on every deployment.
+//! - `redis-rs`: [`Backend::RedisRs`], connections made with redis-rs 1.x; with
+//!   `default-features = false`, the crate is built without fred.
 //! - `tls-rustls`: `rediss://` through rustls (ring provider).
 //! - `tls-native-tls`: `rediss://` through the platform's TLS library. With both, URLs use it.
 //! - `metrics`: metrics through the `metrics` facade (see [`metrics`]).
@@ -195,6 +198,12 @@
 #![warn(missing_docs)]
 // On docs.rs (`--cfg docsrs`, nightly): each item a feature enables is marked with it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(not(any(feature = "fred", feature = "redis-rs")))]
+compile_error!(
+    "fredlock needs a client library: feature `fred` (the default) or `redis-rs` \
+     (`default-features = false, features = [\"redis-rs\"]`)"
+);
 
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
@@ -302,8 +311,19 @@ pub mod prelude {
     pub use crate::{DistributedGuard, DistributedLock, LockFamily};
 }
 
+/// How a lost connection is made again ([`LockClientBuilder::reconnect_policy`]), with the
+/// constructors of fred's type of the same name.
+#[cfg(not(feature = "fred"))]
+pub use crate::engine::settings::ReconnectPolicy;
 /// The fred types that appear in fredlock's API.
+#[cfg(feature = "fred")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
 pub use fred;
+/// How a lost connection is made again ([`LockClientBuilder::reconnect_policy`]): fred's
+/// `ReconnectPolicy`, or in a build without fred the crate's own, with the same constructors
+/// (`new_constant`, `new_linear`, `new_exponential`) and `set_jitter`.
+#[cfg(feature = "fred")]
+pub use fred::types::config::ReconnectPolicy;
 /// The token [`LockGuard::cancellation_token`] returns: it is cancelled when the lock is lost.
 pub use tokio_util::sync::CancellationToken;
 

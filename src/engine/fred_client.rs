@@ -11,27 +11,43 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "fred")]
 use fred::clients::{Client, SubscriberClient};
+#[cfg(feature = "fred")]
 use fred::error::{Error as FredError, ErrorKind};
+#[cfg(feature = "fred")]
 use fred::interfaces::{
     ClientInterface, ClientLike, ClusterInterface, EventInterface, HashesInterface, KeysInterface,
     LuaInterface, PubsubInterface,
 };
-use fred::types::config::{ConnectionConfig, Options, PerformanceConfig, ServerConfig};
+#[cfg(feature = "fred")]
+use fred::types::config::{ConnectionConfig, Options, PerformanceConfig};
+#[cfg(feature = "fred")]
 use fred::types::{Builder, RespVersion};
+#[cfg(feature = "fred")]
 use fred::types::{ClusterHash, CustomCommand};
 use tokio::sync::broadcast;
 
+#[cfg(feature = "fred")]
+use crate::engine::key_slot;
 #[cfg(feature = "redis-rs")]
 use crate::engine::redis_rs_client;
-use crate::engine::{key_slot, FromValue, Key, Message, ScanType, Server, Value};
-use crate::error::{Failure, RedisError, RedisErrorKind};
+use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
+#[cfg(feature = "redis-rs")]
+use crate::error::Failure;
+use crate::error::{RedisError, RedisErrorKind};
 
+#[cfg(not(feature = "fred"))]
+pub(crate) use crate::engine::settings::{Config, ReconnectPolicy, ServerConfig};
+#[cfg(not(feature = "fred"))]
+use absent::{Client, ClusterHash, Options, SubscriberClient};
 /// What a client is configured with: fred's own configuration, which the public builder
-/// takes.
-pub(crate) use fred::types::config::{Config, ReconnectPolicy};
+/// takes; in a build without fred, the crate's own of the same shape.
+#[cfg(feature = "fred")]
+pub(crate) use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 
 /// fred's refusal to write a command a second time.
+#[cfg(feature = "fred")]
 const TOO_MANY_WRITES: &str = "Too many failed write attempts.";
 
 /// What a [`Connection::call`] sends.
@@ -45,11 +61,13 @@ pub(crate) enum Sent<'s> {
 
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
+#[cfg(feature = "fred")]
 const MESSAGE_BUFFER: usize = 4096;
 
 /// Which client library a lock client's connections are made with.
 #[derive(Clone, Debug)]
 pub(crate) enum Library {
+    #[cfg(feature = "fred")]
     Fred,
     /// redis-rs, with the connection settings of the service's own redis-rs client when it
     /// handed one over (its address, credentials and TLS), else the configuration's.
@@ -61,6 +79,7 @@ pub(crate) enum Library {
 /// connection, its subscriber, replica sync's own connections, and a connection to a sentinel.
 pub(crate) struct Connector {
     config: Config,
+    #[cfg(feature = "fred")]
     builder: Builder,
     /// With redis-rs: where its connections go, or why it cannot serve this configuration
     /// (refused by the first connection made).
@@ -83,24 +102,11 @@ impl Connector {
         command_timeout: Duration,
         reconnect_policy: ReconnectPolicy,
     ) -> Connector {
-        let performance = PerformanceConfig {
-            default_command_timeout: command_timeout,
-            broadcast_channel_capacity: MESSAGE_BUFFER,
-            ..PerformanceConfig::default()
-        };
-        // One attempt per command: fred would otherwise send an in-flight script again after a
-        // reconnect, and a reentrant acquire or release must not run twice.
-        let connection = ConnectionConfig {
-            max_command_attempts: 1,
-            ..ConnectionConfig::default()
-        };
-        let mut builder = Builder::from_config(config.clone());
-        builder
-            .set_performance_config(performance)
-            .set_connection_config(connection)
-            .set_policy(reconnect_policy.clone());
+        #[cfg(feature = "fred")]
+        let builder = fred_builder(&config, command_timeout, &reconnect_policy);
         #[cfg(feature = "redis-rs")]
         let redis_rs = match library {
+            #[cfg(feature = "fred")]
             Library::Fred => None,
             Library::RedisRs(None) => {
                 Some(redis_rs_target(&config, command_timeout, reconnect_policy))
@@ -115,6 +121,7 @@ impl Connector {
         let Library::Fred = library;
         Connector {
             config,
+            #[cfg(feature = "fred")]
             builder,
             #[cfg(feature = "redis-rs")]
             redis_rs,
@@ -159,7 +166,10 @@ impl Connector {
                 target,
             ))));
         }
-        Ok(Connection::new(self.builder.build()?))
+        #[cfg(feature = "fred")]
+        return Ok(Connection::new(self.builder.build()?));
+        #[cfg(not(feature = "fred"))]
+        Err(without_fred())
     }
 
     /// A subscriber, not connected yet ([`Subscriber::connect`]).
@@ -171,9 +181,12 @@ impl Connector {
                 link: Link::RedisRs(redis_rs_client::Link::new(target)),
             });
         }
-        Ok(Subscriber {
+        #[cfg(feature = "fred")]
+        return Ok(Subscriber {
             link: Link::Fred(self.builder.build_subscriber_client()?),
-        })
+        });
+        #[cfg(not(feature = "fred"))]
+        Err(without_fred())
     }
 
     /// A connection to `sentinel` that both subscribes and asks (RESP3), with the sentinels'
@@ -181,6 +194,21 @@ impl Connector {
     /// them), and TLS when the servers speak it. Its calls fail after `timeout`; it never
     /// reconnects. Not connected yet ([`Connection::connect`]).
     pub(crate) fn sentinel(
+        &self,
+        sentinel: &Server,
+        timeout: Duration,
+    ) -> Result<Connection, RedisError> {
+        #[cfg(not(feature = "fred"))]
+        {
+            let _ = (sentinel, timeout);
+            Err(not_yet("Sentinel"))
+        }
+        #[cfg(feature = "fred")]
+        self.fred_sentinel(sentinel, timeout)
+    }
+
+    #[cfg(feature = "fred")]
+    fn fred_sentinel(
         &self,
         sentinel: &Server,
         timeout: Duration,
@@ -212,6 +240,75 @@ impl Connector {
     }
 }
 
+/// fred's builder of a client's connections: calls fail after `command_timeout` without a
+/// reply, connections come back as `reconnect_policy` says.
+#[cfg(feature = "fred")]
+fn fred_builder(
+    config: &Config,
+    command_timeout: Duration,
+    reconnect_policy: &ReconnectPolicy,
+) -> Builder {
+    let performance = PerformanceConfig {
+        default_command_timeout: command_timeout,
+        broadcast_channel_capacity: MESSAGE_BUFFER,
+        ..PerformanceConfig::default()
+    };
+    // One attempt per command: fred would otherwise send an in-flight script again after a
+    // reconnect, and a reentrant acquire or release must not run twice.
+    let connection = ConnectionConfig {
+        max_command_attempts: 1,
+        ..ConnectionConfig::default()
+    };
+    let mut builder = Builder::from_config(config.clone());
+    builder
+        .set_performance_config(performance)
+        .set_connection_config(connection)
+        .set_policy(reconnect_policy.clone());
+    builder
+}
+
+/// fred's place in a build without it: a type of which no value exists, so that the seam is
+/// written once and the compiler sees that fred's arms are never taken.
+#[cfg(not(feature = "fred"))]
+mod absent {
+    use crate::engine::Server;
+
+    #[derive(Clone)]
+    pub(crate) enum Client {}
+
+    /// Where a call goes on a cluster, in fred's words (read by fred alone, so far).
+    #[derive(Clone, Default)]
+    #[allow(dead_code)]
+    pub(crate) struct Options {
+        pub(crate) cluster_node: Option<Server>,
+        pub(crate) cluster_hash: Option<ClusterHash>,
+    }
+
+    #[derive(Clone)]
+    #[allow(dead_code)]
+    pub(crate) enum ClusterHash {
+        Custom(u16),
+    }
+
+    pub(crate) type SubscriberClient = Client;
+
+    impl Client {
+        pub(crate) fn absent(&self) -> ! {
+            match *self {}
+        }
+    }
+}
+
+/// A connection asked of fred in a build without it.
+#[cfg(not(feature = "fred"))]
+fn without_fred() -> RedisError {
+    RedisError::new(
+        RedisErrorKind::Refused,
+        Failure::Other("invalid client config".into()),
+        "fredlock was built without feature fred: use Backend::RedisRs",
+    )
+}
+
 /// What redis-rs connects to for `config`: so far one server, without TLS.
 #[cfg(feature = "redis-rs")]
 fn redis_rs_target(
@@ -224,8 +321,7 @@ fn redis_rs_target(
         ServerConfig::Clustered { .. } => return Err(not_yet("a cluster")),
         _ => return Err(not_yet("Sentinel")),
     };
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    if config.tls.is_some() {
+    if config.uses_tls() {
         return Err(not_yet(
             "TLS from a URL or a fred configuration (hand over a redis::Client set up for TLS \
              with redis_rs_client(..), feature tls-rustls)",
@@ -247,7 +343,10 @@ fn redis_rs_target(
 macro_rules! either {
     ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
         match $link {
+            #[cfg(feature = "fred")]
             Link::Fred($client) => $fred,
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs($other_link) => $other,
         }
@@ -258,68 +357,85 @@ macro_rules! either {
 /// (fred's `SubscriberClient`).
 #[derive(Clone)]
 enum Link<C> {
+    // Never made in a build without fred, where `C` has no values.
+    #[cfg_attr(not(feature = "fred"), allow(dead_code))]
     Fred(C),
     #[cfg(feature = "redis-rs")]
     RedisRs(redis_rs_client::Link),
 }
 
+/// The methods of [`Link`], for fred's clients or for fred's absence.
+macro_rules! link_methods {
+    () => {
+        /// Connects (and returns once connected, or with why it could not).
+        async fn connect(&self) -> Result<(), RedisError> {
+            either!(
+                self,
+                |client| {
+                    client.init().await?;
+                    Ok(())
+                },
+                |link| link.connect().await
+            )
+        }
+
+        fn is_connected(&self) -> bool {
+            either!(self, |client| client.is_connected(), |link| link
+                .is_connected())
+        }
+
+        fn messages(&self) -> broadcast::Receiver<Message> {
+            either!(self, |client| client.message_rx(), |link| link.messages())
+        }
+
+        fn reconnects(&self) -> Reconnects {
+            either!(self, |client| client.reconnect_rx(), |link| link
+                .reconnects())
+        }
+
+        fn connected_to(&self) -> Vec<Server> {
+            either!(self, |client| client.active_connections(), |link| {
+                if link.is_connected() {
+                    vec![link.server().clone()]
+                } else {
+                    Vec::new()
+                }
+            })
+        }
+
+        async fn reconnect(&self) {
+            either!(
+                self,
+                |client| {
+                    let _ = client.force_reconnection().await;
+                },
+                |link| link.reconnect().await
+            )
+        }
+
+        async fn quit(&self) {
+            either!(
+                self,
+                |client| {
+                    let _ = client.quit().await;
+                },
+                |link| link.quit().await
+            )
+        }
+    };
+}
+
 /// What a connection and a subscriber do alike: connect, follow their connections, close.
+#[cfg(feature = "fred")]
 impl<C: ClientLike + EventInterface> Link<C> {
-    /// Connects (and returns once connected, or with why it could not).
-    async fn connect(&self) -> Result<(), RedisError> {
-        either!(
-            self,
-            |client| {
-                client.init().await?;
-                Ok(())
-            },
-            |link| link.connect().await
-        )
-    }
+    link_methods!();
+}
 
-    fn is_connected(&self) -> bool {
-        either!(self, |client| client.is_connected(), |link| link
-            .is_connected())
-    }
-
-    fn messages(&self) -> broadcast::Receiver<Message> {
-        either!(self, |client| client.message_rx(), |link| link.messages())
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        either!(self, |client| client.reconnect_rx(), |link| link
-            .reconnects())
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        either!(self, |client| client.active_connections(), |link| {
-            if link.is_connected() {
-                vec![link.server().clone()]
-            } else {
-                Vec::new()
-            }
-        })
-    }
-
-    async fn reconnect(&self) {
-        either!(
-            self,
-            |client| {
-                let _ = client.force_reconnection().await;
-            },
-            |link| link.reconnect().await
-        )
-    }
-
-    async fn quit(&self) {
-        either!(
-            self,
-            |client| {
-                let _ = client.quit().await;
-            },
-            |link| link.quit().await
-        )
-    }
+/// The same in a build without fred (where a connection's and a subscriber's placeholder for
+/// fred are one type).
+#[cfg(not(feature = "fred"))]
+impl Link<Client> {
+    link_methods!();
 }
 
 /// A command connection (on a cluster, one per master): every script call, command and read the
@@ -336,11 +452,14 @@ impl<C: ClientLike + EventInterface> Link<C> {
 #[derive(Clone)]
 pub(crate) struct Connection {
     link: Link<Client>,
-    /// Where every call goes on a cluster when it is not its first key's slot.
+    /// Where every call goes on a cluster when it is not its first key's slot (read by fred
+    /// alone, so far).
+    #[cfg_attr(not(feature = "fred"), allow(dead_code))]
     route: Option<Options>,
 }
 
 /// Runs `$fred` on fred's client `$on`, routed as the connection says, and sorts the error.
+#[cfg(feature = "fred")]
 macro_rules! on_fred {
     ($connection:expr, $on:expr, |$client:ident| $fred:expr) => {
         match &$connection.route {
@@ -361,7 +480,10 @@ macro_rules! on_fred {
 macro_rules! routed {
     ($connection:expr, |$client:ident| $fred:expr, |$link:ident| $other:expr) => {
         match &$connection.link {
+            #[cfg(feature = "fred")]
             Link::Fred(on) => on_fred!($connection, on, |$client| $fred),
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs($link) => $other.await,
         }
@@ -373,6 +495,7 @@ macro_rules! routed {
 pub(crate) type Reconnects = broadcast::Receiver<Server>;
 
 impl Connection {
+    #[cfg(feature = "fred")]
     pub(crate) fn new(client: Client) -> Connection {
         Connection::with(Link::Fred(client))
     }
@@ -382,9 +505,24 @@ impl Connection {
     }
 
     /// A connection that was never connected, for tests that never send.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "fred"))]
     pub(crate) fn unconnected() -> Connection {
         Connection::new(Client::default())
+    }
+
+    /// A connection that was never connected, for tests that never send.
+    #[cfg(all(test, not(feature = "fred")))]
+    pub(crate) fn unconnected() -> Connection {
+        let nowhere = Server::new("127.0.0.1", 1);
+        let login = redis_rs_client::Login {
+            username: None,
+            password: None,
+            database: None,
+        };
+        let policy = ReconnectPolicy::new_constant(1, 0);
+        let target = redis_rs_client::Target::new(nowhere, login, Duration::from_secs(1), policy)
+            .expect("an address");
+        Connection::with(Link::RedisRs(redis_rs_client::Link::new(target)))
     }
 
     /// Connects (and returns once connected, or with why it could not).
@@ -408,6 +546,7 @@ impl Connection {
 
     /// fred's client under this connection, for the public API that hands it out; `None` on
     /// another library.
+    #[cfg(feature = "fred")]
     pub(crate) fn fred(&self) -> Option<&Client> {
         either!(&self.link, |client| Some(client), |_link| None)
     }
@@ -524,31 +663,33 @@ impl Connection {
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
-        // One arm without another library: clippy would have a `let`.
-        #[allow(clippy::infallible_destructuring_match)]
-        let on = match &self.link {
-            Link::Fred(on) => on,
+        match &self.link {
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => return link.call(sent, call).await,
-        };
-        let (keys, args) = call();
-        match sent {
-            Sent::Command(name) => {
-                let mut command: Vec<Value> = keys.into_iter().map(Value::from).collect();
-                command.extend(args);
-                let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-                on_fred!(self, on, |client| client.custom::<R, Value>(name, command))
-            }
-            Sent::Script { sha, body } => {
-                match on_fred!(self, on, |client| client
-                    .evalsha::<R, _, _, _>(sha, keys, args))
-                {
-                    Err(error) if error.details().starts_with("NOSCRIPT") => {
-                        let (keys, args) = call();
-                        on_fred!(self, on, |client| client
-                            .eval::<R, _, _, _>(body, keys, args))
+            Link::RedisRs(link) => link.call(sent, call).await,
+            #[cfg(feature = "fred")]
+            Link::Fred(on) => {
+                let (keys, args) = call();
+                match sent {
+                    Sent::Command(name) => {
+                        let mut command: Vec<Value> = keys.into_iter().map(Value::from).collect();
+                        command.extend(args);
+                        let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+                        on_fred!(self, on, |client| client.custom::<R, Value>(name, command))
                     }
-                    other => other,
+                    Sent::Script { sha, body } => {
+                        match on_fred!(self, on, |client| client
+                            .evalsha::<R, _, _, _>(sha, keys, args))
+                        {
+                            Err(error) if error.details().starts_with("NOSCRIPT") => {
+                                let (keys, args) = call();
+                                on_fred!(self, on, |client| client
+                                    .eval::<R, _, _, _>(body, keys, args))
+                            }
+                            other => other,
+                        }
+                    }
                 }
             }
         }
@@ -560,10 +701,12 @@ impl Connection {
         name: &'static str,
         args: Vec<Value>,
     ) -> Result<R, RedisError> {
-        let command = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
         routed!(
             self,
-            |client| client.custom::<R, Value>(command, args),
+            |client| client.custom::<R, Value>(
+                CustomCommand::new_static(name, ClusterHash::FirstKey, false),
+                args
+            ),
             |link| link.command::<R>(name, &args)
         )
     }
@@ -574,24 +717,26 @@ impl Connection {
         &self,
         commands: Vec<(&'static str, Vec<Value>)>,
     ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
-        // One arm without another library: clippy would have a `let`.
-        #[allow(clippy::infallible_destructuring_match)]
-        let client = match &self.link {
-            Link::Fred(client) => client,
+        match &self.link {
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => return link.pipeline(commands).await,
-        };
-        let pipeline = client.pipeline();
-        for (name, args) in commands {
-            let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-            let () = pipeline.custom(name, args).await?;
+            Link::RedisRs(link) => link.pipeline(commands).await,
+            #[cfg(feature = "fred")]
+            Link::Fred(client) => {
+                let pipeline = client.pipeline();
+                for (name, args) in commands {
+                    let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+                    let () = pipeline.custom(name, args).await?;
+                }
+                Ok(pipeline
+                    .try_all::<Value>()
+                    .await
+                    .into_iter()
+                    .map(|reply| reply.map_err(RedisError::from))
+                    .collect())
+            }
         }
-        Ok(pipeline
-            .try_all::<Value>()
-            .await
-            .into_iter()
-            .map(|reply| reply.map_err(RedisError::from))
-            .collect())
     }
 
     /// `GET key`.
@@ -629,6 +774,8 @@ impl Connection {
 
     /// How many subscribers `channel` has (`PUBSUB NUMSUB`, or `PUBSUB SHARDNUMSUB` when
     /// `sharded`), as the reply's pair.
+    // Without fred, the two branches are redis-rs's one command.
+    #[cfg_attr(not(feature = "fred"), allow(clippy::if_same_then_else))]
     pub(crate) async fn subscribers(
         &self,
         channel: &str,
@@ -664,20 +811,22 @@ impl Connection {
         count: u32,
         of_type: Option<ScanType>,
     ) -> Result<(String, Vec<String>), RedisError> {
-        // One arm without another library: clippy would have a `let`.
-        #[allow(clippy::infallible_destructuring_match)]
-        let on = match &self.link {
-            Link::Fred(on) => on,
+        match &self.link {
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => return link.scan_page(cursor, pattern, count, of_type).await,
-        };
-        on_fred!(self, on, |client| client
-            .scan_page::<(String, Vec<String>), _, _>(
-                cursor,
-                pattern,
-                Some(count),
-                of_type
-            ))
+            Link::RedisRs(link) => link.scan_page(cursor, pattern, count, of_type).await,
+            #[cfg(feature = "fred")]
+            Link::Fred(on) => {
+                on_fred!(self, on, |client| client
+                    .scan_page::<(String, Vec<String>), _, _>(
+                        cursor,
+                        pattern,
+                        Some(count),
+                        of_type
+                    ))
+            }
+        }
     }
 
     /// `CLIENT SETNAME name`.
@@ -745,22 +894,24 @@ impl Subscriber {
     /// `SUBSCRIBE`, on the same connection (in a cluster, the node fred sends subscriptions
     /// to), answers only once it took effect. redis-rs (RESP3) returns on the server's reply.
     pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        // One arm without another library: clippy would have a `let`.
-        #[allow(clippy::infallible_destructuring_match)]
-        let client = match &self.link {
-            Link::Fred(client) => client,
+        match &self.link {
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => return link.subscribe(channels).await,
-        };
-        client.subscribe(channels).await?;
-        let options = Options {
-            cluster_hash: client
-                .is_clustered()
-                .then(|| ClusterHash::Custom(key_slot(client.id().as_bytes()))),
-            ..Options::default()
-        };
-        client.with_options(&options).ping::<Value>(None).await?;
-        Ok(())
+            Link::RedisRs(link) => link.subscribe(channels).await,
+            #[cfg(feature = "fred")]
+            Link::Fred(client) => {
+                client.subscribe(channels).await?;
+                let options = Options {
+                    cluster_hash: client
+                        .is_clustered()
+                        .then(|| ClusterHash::Custom(key_slot(client.id().as_bytes()))),
+                    ..Options::default()
+                };
+                client.with_options(&options).ping::<Value>(None).await?;
+                Ok(())
+            }
+        }
     }
 
     /// Subscribes sharded `channels`, all of one slot (`SSUBSCRIBE` on the slot's node), and
@@ -813,6 +964,7 @@ impl Subscriber {
     }
 
     /// The node that serves `slot`, as its routing table says (none outside a cluster).
+    #[cfg_attr(not(feature = "fred"), allow(unused_variables))]
     pub(crate) fn slot_owner(&self, slot: u16) -> Option<Server> {
         either!(
             &self.link,
@@ -856,6 +1008,7 @@ impl Subscriber {
     }
 }
 
+#[cfg(feature = "fred")]
 impl From<FredError> for RedisError {
     fn from(error: FredError) -> RedisError {
         RedisError::new(kind(&error), failure(error.kind()), error.details())
@@ -863,6 +1016,7 @@ impl From<FredError> for RedisError {
 }
 
 /// What `error` means for the command that met it.
+#[cfg(feature = "fred")]
 fn kind(error: &FredError) -> RedisErrorKind {
     let details = error.details();
     // fred had no connection to route the command to (it is reconnecting); or the slot is being
@@ -903,6 +1057,7 @@ fn kind(error: &FredError) -> RedisErrorKind {
 }
 
 /// What failed, in the message's words.
+#[cfg(feature = "fred")]
 fn failure(kind: &ErrorKind) -> Failure {
     match kind {
         ErrorKind::IO => Failure::Connection,
@@ -912,7 +1067,7 @@ fn failure(kind: &ErrorKind) -> Failure {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "fred"))]
 mod tests {
     use super::*;
     use crate::error::{is_transient, reply_lost, was_not_sent, Error};

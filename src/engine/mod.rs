@@ -28,8 +28,12 @@ mod refusal;
 pub(crate) mod replicas;
 mod script;
 mod sentinel;
+#[cfg(any(not(feature = "fred"), test))]
+pub(crate) mod settings;
 mod undo;
 pub(crate) mod value;
+#[cfg(any(not(feature = "fred"), all(test, feature = "redis-rs")))]
+mod vocabulary;
 mod watchdog;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -50,7 +54,7 @@ pub(crate) use acquire::{
 };
 pub(crate) use fred_client::{
     Config, Connection, Connector, Library, ReconnectPolicy, Reconnects, Sent, Sentinels,
-    Subscriber,
+    ServerConfig, Subscriber,
 };
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;

@@ -492,8 +492,13 @@ mod tests {
             let target = Arc::new(AtomicU16::new(first.port));
             let front = forwarder(target.clone());
             let config = Config::from_url(&format!("redis://127.0.0.1:{front}")).expect("a URL");
+            // fred's connections, or redis-rs's in a build without fred.
+            #[cfg(feature = "fred")]
+            let library = crate::engine::Library::Fred;
+            #[cfg(not(feature = "fred"))]
+            let library = crate::engine::Library::RedisRs(None);
             let connector = Connector::new(
-                crate::engine::Library::Fred,
+                library,
                 config,
                 Duration::from_secs(1),
                 ReconnectPolicy::new_constant(0, 50),

@@ -165,6 +165,8 @@ impl LockGuard {
     ///
     /// Not cancel safe in the sense that the script may run although the future was dropped
     /// before reporting it; it still runs only while the hold stands.
+    // Without fred, its bounds name the crate's own vocabulary, which callers never name.
+    #[cfg_attr(not(feature = "fred"), allow(private_bounds))]
     pub async fn eval_while_held<R, K, V>(
         &self,
         script: &str,

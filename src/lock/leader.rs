@@ -580,6 +580,8 @@ impl Term {
     /// # Cancel safety
     ///
     /// As [`LockGuard::eval_while_held`].
+    // Without fred, its bounds name the crate's own vocabulary, which callers never name.
+    #[cfg_attr(not(feature = "fred"), allow(private_bounds))]
     pub async fn eval_while_held<R, K, V>(
         &self,
         script: &str,

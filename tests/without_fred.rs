@@ -1,0 +1,211 @@
+//! The crate built on redis-rs alone (issue 45): `default-features = false, features =
+//! ["redis-rs"]`, where fred is not compiled at all (`.ci/run` checks `cargo tree`). These tests
+//! run in that build (`cargo test -p fredlock --no-default-features --features redis-rs --test
+//! without_fred`) and, on redis-rs, in every build with feature `redis-rs`.
+//!
+//! They start their own server: the shared harness (`tests/common`) talks to servers through
+//! fred, which this build does not have.
+#![cfg(feature = "redis-rs")]
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fredlock::prelude::*;
+use fredlock::{Backend, LockClient, LockClientBuilder};
+
+/// A throw-away server on a free loopback port (`$FREDLOCK_SERVER`, else `redis-server`),
+/// killed when dropped.
+struct Server {
+    port: u16,
+    child: Child,
+}
+
+impl Server {
+    fn start() -> Server {
+        let binary = std::env::var("FREDLOCK_SERVER")
+            .ok()
+            .filter(|binary| !binary.is_empty())
+            .unwrap_or_else(|| "redis-server".to_owned());
+        for _ in 0..10 {
+            let port = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+                .and_then(|listener| listener.local_addr())
+                .map(|addr| addr.port())
+                .expect("a free port");
+            let mut child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|error| panic!("start {binary}: {error}"));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if answers(port) {
+                    return Server { port, child };
+                }
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("could not start {binary}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn answers(port: u16) -> bool {
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// A builder on redis-rs: without fred the default, with fred chosen by name.
+fn on_redis_rs(server: &Server) -> LockClientBuilder {
+    let builder = LockClient::builder().url(server.url());
+    #[cfg(not(feature = "fred"))]
+    assert_eq!(
+        Backend::default(),
+        Backend::RedisRs,
+        "without fred, redis-rs is the default"
+    );
+    builder.backend(Backend::RedisRs)
+}
+
+async fn bounded(body: impl std::future::Future<Output = ()>) {
+    tokio::time::timeout(Duration::from_secs(60), body)
+        .await
+        .expect("the test finished within 60 s");
+}
+
+/// Mutual exclusion, a waiter woken by the release's message, reentrancy, a script run while
+/// held and a semaphore: the engine on redis-rs, with the crate's own vocabulary of calls when
+/// fred is not built.
+#[tokio::test]
+async fn locks_exclude_and_wake_on_redis_rs() {
+    bounded(async {
+        let server = Server::start();
+        let one = on_redis_rs(&server).build().await.unwrap();
+        let two = on_redis_rs(&server).build().await.unwrap();
+        assert!(one.stats().connected, "connected once built");
+
+        let held = one.lock("order-7").lock().await.unwrap();
+        let again = one.lock("order-7").lock().await.unwrap();
+        assert_eq!(
+            one.lock("order-7").hold_count().await.unwrap(),
+            2,
+            "reentrant"
+        );
+        again.unlock().await.unwrap();
+        let other = two.lock("order-7");
+        assert!(
+            other.try_lock_now().await.unwrap().is_none(),
+            "another client must not get a held lock"
+        );
+        let written: i64 = held
+            .eval_while_held(
+                "return redis.call('incrby', KEYS[1], ARGV[1])",
+                ["{order-7}:paid"],
+                [5_i64],
+            )
+            .await
+            .unwrap();
+        assert_eq!(written, 5, "a script runs while the hold stands");
+        let waiter = tokio::spawn(async move {
+            let guard = other
+                .try_lock(Duration::from_secs(10), None)
+                .await
+                .unwrap()
+                .expect("the waiter gets the lock");
+            (guard, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        held.unlock().await.unwrap();
+        let (guard, got) = waiter.await.unwrap();
+        assert!(
+            got.duration_since(released) < Duration::from_secs(1),
+            "woken by the release's message, not by a poll ({:?})",
+            got.duration_since(released)
+        );
+        guard.unlock().await.unwrap();
+        assert!(!one.lock("order-7").is_locked().await.unwrap(), "released");
+
+        let permits = one.semaphore("exports");
+        assert!(permits.try_set_permits(2).await.unwrap());
+        let first = permits.acquire(2).await.unwrap();
+        assert!(two
+            .semaphore("exports")
+            .try_acquire_now(1)
+            .await
+            .unwrap()
+            .is_none());
+        first.release().await.unwrap();
+        assert_eq!(
+            two.semaphore("exports").available_permits().await.unwrap(),
+            2
+        );
+        one.shutdown().await;
+        two.shutdown().await;
+    })
+    .await;
+}
+
+/// What a build without fred cannot serve is refused by name before anything is sent: fred
+/// itself, a cluster, Sentinel.
+#[cfg(not(feature = "fred"))]
+#[tokio::test]
+async fn a_build_without_fred_refuses_what_needs_it() {
+    let error = "fred".parse::<Backend>().unwrap_err().to_string();
+    assert!(error.contains("without feature fred"), "{error}");
+    for url in [
+        "redis-cluster://127.0.0.1:30001?node=127.0.0.1:30002",
+        "redis-sentinel://127.0.0.1:26379?sentinelServiceName=locks",
+    ] {
+        let error = LockClient::builder().url(url).build().await.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(
+                error,
+                fredlock::Error::Redis { .. } | fredlock::Error::InvalidArgument(_)
+            ),
+            "{url}: {error:?}"
+        );
+        assert!(
+            message.contains("127.0.0.1:"),
+            "names the server: {message}"
+        );
+        assert!(
+            message.contains("Backend::Fred"),
+            "says what serves it: {message}"
+        );
+    }
+    let error = LockClient::builder()
+        .url("redis://127.0.0.1:port")
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("malformed"), "{error}");
+}

@@ -309,7 +309,7 @@ fn without_fred() -> RedisError {
     )
 }
 
-/// What redis-rs connects to for `config`: so far one server, without TLS.
+/// What redis-rs connects to for `config`: so far one server (over TLS for a TLS URL).
 #[cfg(feature = "redis-rs")]
 fn redis_rs_target(
     config: &Config,
@@ -321,18 +321,13 @@ fn redis_rs_target(
         ServerConfig::Clustered { .. } => return Err(not_yet("a cluster")),
         _ => return Err(not_yet("Sentinel")),
     };
-    if config.uses_tls() {
-        return Err(not_yet(
-            "TLS from a URL or a fred configuration (hand over a redis::Client set up for TLS \
-             with redis_rs_client(..), feature tls-rustls)",
-        ));
-    }
     redis_rs_client::Target::new(
         server,
         redis_rs_client::Login {
             username: config.username.as_deref(),
             password: config.password.as_deref(),
             database: config.database,
+            tls: config.uses_tls(),
         },
         command_timeout,
         policy,
@@ -518,6 +513,7 @@ impl Connection {
             username: None,
             password: None,
             database: None,
+            tls: false,
         };
         let policy = ReconnectPolicy::new_constant(1, 0);
         let target = redis_rs_client::Target::new(nowhere, login, Duration::from_secs(1), policy)

@@ -71,11 +71,14 @@ impl Target {
     }
 }
 
-/// Who a connection logs in as, and which database it uses.
+/// Who a connection logs in as, which database it uses, and whether it speaks TLS.
 pub(crate) struct Login<'l> {
     pub(crate) username: Option<&'l str>,
     pub(crate) password: Option<&'l str>,
     pub(crate) database: Option<u8>,
+    /// TLS (a `rediss://` URL): the server's certificate checked against the platform's roots
+    /// (`SSL_CERT_FILE` and `SSL_CERT_DIR` are read), and its name against the host's.
+    pub(crate) tls: bool,
 }
 
 impl Target {
@@ -99,12 +102,29 @@ impl Target {
         }
         // An IPv6 address comes in brackets, as a URL writes it.
         let host = server.host.trim_start_matches('[').trim_end_matches(']');
-        let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
-            host.to_owned(),
-            server.port,
-        ))
-        .map_err(sorted)?
-        .set_redis_settings(settings);
+        let address = if login.tls {
+            if cfg!(not(feature = "tls-rustls")) {
+                return Err(RedisError::new(
+                    RedisErrorKind::Refused,
+                    Failure::Other("invalid client config".into()),
+                    format!(
+                        "{server}: a TLS URL on the redis-rs backend needs fredlock's feature \
+                         tls-rustls"
+                    ),
+                ));
+            }
+            redis::ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port: server.port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            redis::ConnectionAddr::Tcp(host.to_owned(), server.port)
+        };
+        let info = redis::IntoConnectionInfo::into_connection_info(address)
+            .map_err(sorted)?
+            .set_redis_settings(settings);
         Ok(Target {
             client: redis::Client::open(info).map_err(sorted)?,
             server,

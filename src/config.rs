@@ -27,11 +27,12 @@ pub enum Backend {
     #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
     #[cfg_attr(feature = "fred", default)]
     Fred,
-    /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have. So far
-    /// one standalone server, over TLS from a `rediss://` URL (feature `tls-rustls`; the
-    /// platform's roots, `SSL_CERT_FILE` read) or through a service's own redis-rs client
-    /// handed over with [`LockClientBuilder::redis_rs_client`] (its own CA, say). A cluster or
-    /// Sentinel on it is refused when the client is built.
+    /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have: a
+    /// standalone server, or the master behind Sentinel (found through the sentinels on every
+    /// connect, followed on a switch as on fred); over TLS from a `rediss://` URL (feature
+    /// `tls-rustls`; the platform's roots, `SSL_CERT_FILE` read) or through a service's own
+    /// redis-rs client handed over with [`LockClientBuilder::redis_rs_client`] (its own CA,
+    /// say). A cluster on it is refused when the client is built.
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
     #[cfg_attr(not(feature = "fred"), default)]

@@ -173,16 +173,13 @@ async fn locks_exclude_and_wake_on_redis_rs() {
 }
 
 /// What a build without fred cannot serve is refused by name before anything is sent: fred
-/// itself, a cluster, Sentinel.
+/// itself, and (so far) a cluster.
 #[cfg(not(feature = "fred"))]
 #[tokio::test]
 async fn a_build_without_fred_refuses_what_needs_it() {
     let error = "fred".parse::<Backend>().unwrap_err().to_string();
     assert!(error.contains("without feature fred"), "{error}");
-    for url in [
-        "redis-cluster://127.0.0.1:30001?node=127.0.0.1:30002",
-        "redis-sentinel://127.0.0.1:26379?sentinelServiceName=locks",
-    ] {
+    for url in ["redis-cluster://127.0.0.1:30001?node=127.0.0.1:30002"] {
         let error = LockClient::builder().url(url).build().await.unwrap_err();
         let message = error.to_string();
         assert!(

@@ -198,10 +198,31 @@ impl Connector {
         sentinel: &Server,
         timeout: Duration,
     ) -> Result<Connection, RedisError> {
+        #[cfg(feature = "redis-rs")]
+        if self.redis_rs.is_some() {
+            let (username, password) = match &self.config.server {
+                ServerConfig::Sentinel {
+                    username, password, ..
+                } => (username.as_deref(), password.as_deref()),
+                _ => (None, None),
+            };
+            // One attempt: a sentinel that goes away ends the watch, which moves on to the
+            // next sentinel with a connection of its own.
+            let once = ReconnectPolicy::new_constant(1, 0);
+            let target = redis_rs_client::Target::new(
+                sentinel.clone(),
+                sentinel_login(&self.config, username, password),
+                timeout,
+                once,
+            )?;
+            return Ok(Connection::with(Link::RedisRs(redis_rs_client::Link::new(
+                target,
+            ))));
+        }
         #[cfg(not(feature = "fred"))]
         {
             let _ = (sentinel, timeout);
-            Err(not_yet("Sentinel"))
+            Err(without_fred())
         }
         #[cfg(feature = "fred")]
         self.fred_sentinel(sentinel, timeout)
@@ -316,22 +337,51 @@ fn redis_rs_target(
     command_timeout: Duration,
     policy: ReconnectPolicy,
 ) -> Result<redis_rs_client::Target, RedisError> {
-    let server = match &config.server {
-        ServerConfig::Centralized { server } => server.clone(),
-        ServerConfig::Clustered { .. } => return Err(not_yet("a cluster")),
-        _ => return Err(not_yet("Sentinel")),
+    let login = redis_rs_client::Login {
+        username: config.username.as_deref(),
+        password: config.password.as_deref(),
+        database: config.database,
+        tls: config.uses_tls(),
     };
-    redis_rs_client::Target::new(
-        server,
-        redis_rs_client::Login {
-            username: config.username.as_deref(),
-            password: config.password.as_deref(),
-            database: config.database,
-            tls: config.uses_tls(),
-        },
-        command_timeout,
-        policy,
-    )
+    match &config.server {
+        ServerConfig::Centralized { server } => {
+            redis_rs_client::Target::new(server.clone(), login, command_timeout, policy)
+        }
+        ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            username,
+            password,
+        } => redis_rs_client::Target::behind_sentinels(
+            hosts.clone(),
+            service_name.clone(),
+            sentinel_login(config, username.as_deref(), password.as_deref()),
+            login,
+            command_timeout,
+            policy,
+        ),
+        _ => Err(not_yet("a cluster")),
+    }
+}
+
+/// How redis-rs logs in to a sentinel: with the sentinels' own credentials, or the servers'
+/// when they have none of their own (as fred does), over TLS when the servers speak it.
+#[cfg(feature = "redis-rs")]
+fn sentinel_login<'c>(
+    config: &'c Config,
+    username: Option<&'c str>,
+    password: Option<&'c str>,
+) -> redis_rs_client::Login<'c> {
+    let (username, password) = match password {
+        Some(password) => (username, Some(password)),
+        None => (config.username.as_deref(), config.password.as_deref()),
+    };
+    redis_rs_client::Login {
+        username,
+        password,
+        database: None,
+        tls: config.uses_tls(),
+    }
 }
 
 /// `$fred` on fred's client, or `$other` on another library's link.
@@ -391,7 +441,7 @@ macro_rules! link_methods {
         fn connected_to(&self) -> Vec<Server> {
             either!(self, |client| client.active_connections(), |link| {
                 if link.is_connected() {
-                    vec![link.server().clone()]
+                    vec![link.server()]
                 } else {
                     Vec::new()
                 }
@@ -597,7 +647,7 @@ impl Connection {
                 ServerConfig::Sentinel { service_name, .. } => Some(service_name.clone()),
                 _ => None,
             },
-            |_link| None
+            |link| link.sentinel_service()
         )
     }
 

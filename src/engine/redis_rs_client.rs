@@ -1,5 +1,6 @@
 //! redis-rs (1.x) under the seam (issue 45): the second client library, behind feature
-//! `redis-rs`. So far one standalone server, over RESP3.
+//! `redis-rs`. So far one standalone server, or the master behind Sentinel (found again on
+//! every connect, and checked with `ROLE`), over RESP3.
 //!
 //! redis-rs's own reconnecting connection (`ConnectionManager`) does not say when it has a new
 //! connection, and the engine must know: the watchdog renews every hold on a reconnect, the
@@ -33,7 +34,10 @@ const MESSAGE_BUFFER: usize = 4096;
 #[derive(Clone)]
 pub(crate) struct Target {
     client: redis::Client,
+    /// The server (behind Sentinel, the first sentinel, until a master is found).
     server: Server,
+    /// Behind Sentinel: how the master is found on each connect.
+    lookup: Option<Arc<Lookup>>,
     command_timeout: Duration,
     policy: ReconnectPolicy,
 }
@@ -65,6 +69,7 @@ impl Target {
         Ok(Target {
             client: redis::Client::open(info).map_err(sorted)?,
             server: Server::new(host, port),
+            lookup: None,
             command_timeout,
             policy,
         })
@@ -89,48 +94,160 @@ impl Target {
         command_timeout: Duration,
         policy: ReconnectPolicy,
     ) -> Result<Target, RedisError> {
-        let mut settings =
-            redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
-        if let Some(username) = login.username {
-            settings = settings.set_username(username);
-        }
-        if let Some(password) = login.password {
-            settings = settings.set_password(password);
-        }
-        if let Some(database) = login.database {
-            settings = settings.set_db(i64::from(database));
-        }
-        // An IPv6 address comes in brackets, as a URL writes it.
-        let host = server.host.trim_start_matches('[').trim_end_matches(']');
-        let address = if login.tls {
-            if cfg!(not(feature = "tls-rustls")) {
-                return Err(RedisError::new(
-                    RedisErrorKind::Refused,
-                    Failure::Other("invalid client config".into()),
-                    format!(
-                        "{server}: a TLS URL on the redis-rs backend needs fredlock's feature \
-                         tls-rustls"
-                    ),
-                ));
-            }
-            redis::ConnectionAddr::TcpTls {
-                host: host.to_owned(),
-                port: server.port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            redis::ConnectionAddr::Tcp(host.to_owned(), server.port)
-        };
-        let info = redis::IntoConnectionInfo::into_connection_info(address)
-            .map_err(sorted)?
-            .set_redis_settings(settings);
+        let settings = login.settings();
         Ok(Target {
-            client: redis::Client::open(info).map_err(sorted)?,
+            client: client_for(&server, login.tls, settings)?,
             server,
+            lookup: None,
             command_timeout,
             policy,
         })
+    }
+
+    /// The master the sentinels at `sentinels` name for `service`, found again on every
+    /// connect, logged in as `login` says; the sentinels themselves with `sentinel_login`.
+    pub(crate) fn behind_sentinels(
+        sentinels: Vec<Server>,
+        service: String,
+        sentinel_login: Login<'_>,
+        login: Login<'_>,
+        command_timeout: Duration,
+        policy: ReconnectPolicy,
+    ) -> Result<Target, RedisError> {
+        let first = sentinels.first().cloned().ok_or_else(|| {
+            RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("invalid client config".into()),
+                format!("Sentinel service {service:?}: no sentinel address"),
+            )
+        })?;
+        let tls = login.tls;
+        Ok(Target {
+            client: client_for(&first, sentinel_login.tls, sentinel_login.settings())?,
+            server: first,
+            lookup: Some(Arc::new(Lookup {
+                sentinels,
+                service,
+                sentinel_tls: sentinel_login.tls,
+                sentinel_settings: sentinel_login.settings(),
+                tls,
+                settings: login.settings(),
+            })),
+            command_timeout,
+            policy,
+        })
+    }
+}
+
+impl Login<'_> {
+    /// redis-rs's settings for this login, over RESP3.
+    fn settings(&self) -> redis::RedisConnectionInfo {
+        let mut settings =
+            redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
+        if let Some(username) = self.username {
+            settings = settings.set_username(username);
+        }
+        if let Some(password) = self.password {
+            settings = settings.set_password(password);
+        }
+        if let Some(database) = self.database {
+            settings = settings.set_db(i64::from(database));
+        }
+        settings
+    }
+}
+
+/// A redis-rs client for `server`, over TLS when `tls`.
+fn client_for(
+    server: &Server,
+    tls: bool,
+    settings: redis::RedisConnectionInfo,
+) -> Result<redis::Client, RedisError> {
+    // An IPv6 address comes in brackets, as a URL writes it.
+    let host = server.host.trim_start_matches('[').trim_end_matches(']');
+    let address = if tls {
+        if cfg!(not(feature = "tls-rustls")) {
+            return Err(RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("invalid client config".into()),
+                format!(
+                    "{server}: a TLS URL on the redis-rs backend needs fredlock's feature \
+                     tls-rustls"
+                ),
+            ));
+        }
+        redis::ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port: server.port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        redis::ConnectionAddr::Tcp(host.to_owned(), server.port)
+    };
+    let info = redis::IntoConnectionInfo::into_connection_info(address)
+        .map_err(sorted)?
+        .set_redis_settings(settings);
+    redis::Client::open(info).map_err(sorted)
+}
+
+/// How the master behind Sentinel is found: each sentinel asked in turn.
+struct Lookup {
+    sentinels: Vec<Server>,
+    service: String,
+    sentinel_tls: bool,
+    sentinel_settings: redis::RedisConnectionInfo,
+    /// How the master is reached once found.
+    tls: bool,
+    settings: redis::RedisConnectionInfo,
+}
+
+impl Lookup {
+    /// The master the first sentinel that answers names (`SENTINEL GET-MASTER-ADDR-BY-NAME`),
+    /// and a client for it; or the last sentinel's error.
+    async fn master(&self, timeout: Duration) -> Result<(redis::Client, Server), RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            let asked = async {
+                let client =
+                    client_for(sentinel, self.sentinel_tls, self.sentinel_settings.clone())?;
+                let mut connection = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(sorted)?;
+                let master: Option<(String, u16)> = redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(&self.service)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(sorted)?;
+                master.ok_or_else(|| {
+                    RedisError::new(
+                        RedisErrorKind::NotSent,
+                        Failure::Other("sentinel".into()),
+                        format!(
+                            "sentinel {sentinel} knows no master named {:?}",
+                            self.service
+                        ),
+                    )
+                })
+            };
+            match asked.await {
+                Ok((host, port)) => {
+                    let master = Server::new(host, port);
+                    let client = client_for(&master, self.tls, self.settings.clone())?;
+                    return Ok((client, master));
+                }
+                Err(error) => {
+                    tracing::debug!(%sentinel, service = %self.service, %error, "a sentinel did not name the master");
+                    last = Some(error);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(not_connected))
     }
 }
 
@@ -160,6 +277,9 @@ struct State {
     reconnecting: bool,
     closed: bool,
     policy: Option<ReconnectPolicy>,
+    /// The server of the connection in use, or of the last one (behind Sentinel, the master it
+    /// was found at).
+    at: Option<Server>,
 }
 
 impl Link {
@@ -186,8 +306,8 @@ impl Link {
     /// Connects, and returns once connected (or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
         let generation = self.shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        let connection = Shared::open(&self.shared, generation).await?;
-        self.shared.install(generation, connection);
+        let (connection, server) = Shared::open(&self.shared, generation).await?;
+        self.shared.install(generation, connection, server);
         Ok(())
     }
 
@@ -200,8 +320,15 @@ impl Link {
         let _ = connected.wait_for(|connected| *connected).await;
     }
 
-    pub(crate) fn server(&self) -> &Server {
-        &self.shared.target.server
+    /// The server of the connection in use (or of the last one, or the one configured).
+    pub(crate) fn server(&self) -> Server {
+        self.shared.server()
+    }
+
+    /// The service it finds its master under, behind Sentinel.
+    pub(crate) fn sentinel_service(&self) -> Option<String> {
+        let lookup = self.shared.target.lookup.as_ref()?;
+        Some(lookup.service.clone())
     }
 
     pub(crate) fn server_major(&self) -> Option<u64> {
@@ -429,11 +556,26 @@ impl Link {
 }
 
 impl Shared {
-    /// A new connection of `generation`, whose pushes (messages, its end) come to `shared`.
+    fn server(&self) -> Server {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .at
+            .clone()
+            .unwrap_or_else(|| self.target.server.clone())
+    }
+
+    /// A new connection of `generation`, whose pushes (messages, its end) come to `shared`,
+    /// and the server it reached (behind Sentinel, the master the sentinels name now).
     async fn open(
         shared: &Arc<Shared>,
         generation: u64,
-    ) -> Result<MultiplexedConnection, RedisError> {
+    ) -> Result<(MultiplexedConnection, Server), RedisError> {
+        let timeout = shared.target.command_timeout;
+        let (client, server) = match &shared.target.lookup {
+            None => (shared.target.client.clone(), shared.target.server.clone()),
+            Some(lookup) => lookup.master(timeout).await?,
+        };
+        let from = server.clone();
         let weak: Weak<Shared> = Arc::downgrade(shared);
         let pushes = move |info: PushInfo| -> Result<(), ()> {
             let Some(shared) = weak.upgrade() else {
@@ -457,7 +599,7 @@ impl Shared {
                             channel,
                             value: read(value).unwrap_or(Value::Null),
                             kind,
-                            server: shared.target.server.clone(),
+                            server: from.clone(),
                         });
                     }
                 }
@@ -465,17 +607,29 @@ impl Shared {
             }
             Ok(())
         };
-        let timeout = shared.target.command_timeout;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_push_sender(pushes);
-        let mut connection = shared
-            .target
-            .client
+        let mut connection = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(sorted)?;
+        if shared.target.lookup.is_some() {
+            // A sentinel may still name a master that has stepped down (or not yet name the
+            // new one): a write there would be lost in its resync.
+            let role: redis::Value = redis::cmd("ROLE")
+                .query_async(&mut connection)
+                .await
+                .map_err(sorted)?;
+            if !is_master(&role) {
+                return Err(RedisError::new(
+                    RedisErrorKind::NotSent,
+                    Failure::Other("sentinel".into()),
+                    format!("{server} is not a master (yet): ROLE answered {role:?}"),
+                ));
+            }
+        }
         if shared.major.load(Ordering::Relaxed) == 0 {
             let info: Result<String, _> = redis::cmd("INFO")
                 .arg("server")
@@ -485,11 +639,11 @@ impl Shared {
                 shared.major.store(major, Ordering::Relaxed);
             }
         }
-        Ok(connection)
+        Ok((connection, server))
     }
 
-    /// Hands out `connection` from now on, after announcing it.
-    fn install(&self, generation: u64, connection: MultiplexedConnection) {
+    /// Hands out `connection` (to `server`) from now on, after announcing it.
+    fn install(&self, generation: u64, connection: MultiplexedConnection, server: Server) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.closed {
             return;
@@ -499,8 +653,9 @@ impl Shared {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
         {
-            let _ = reconnects.send(self.target.server.clone());
+            let _ = reconnects.send(server.clone());
         }
+        state.at = Some(server);
         state.current = Some((generation, connection));
         drop(state);
         self.connected.send_replace(true);
@@ -534,7 +689,7 @@ impl Shared {
         runtime.spawn(async move {
             loop {
                 let Some(delay) = policy.next_delay() else {
-                    tracing::warn!(server = %shared.target.server, "gave up reconnecting (the reconnect policy's attempts ran out)");
+                    tracing::warn!(server = %shared.server(), "gave up reconnecting (the reconnect policy's attempts ran out)");
                     break;
                 };
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -543,14 +698,14 @@ impl Shared {
                 }
                 let generation = shared.generations.fetch_add(1, Ordering::Relaxed) + 1;
                 match Shared::open(&shared, generation).await {
-                    Ok(connection) => {
+                    Ok((connection, server)) => {
                         // Attempts start again from the first delay after the next break.
                         policy = shared.target.policy.clone();
-                        shared.install(generation, connection);
+                        shared.install(generation, connection, server);
                         break;
                     }
                     Err(error) => {
-                        tracing::debug!(server = %shared.target.server, %error, "reconnect failed");
+                        tracing::debug!(server = %shared.server(), %error, "reconnect failed");
                     }
                 }
             }
@@ -558,6 +713,18 @@ impl Shared {
             state.reconnecting = false;
             state.policy = Some(policy);
         });
+    }
+}
+
+/// Whether a `ROLE` reply says master.
+fn is_master(role: &redis::Value) -> bool {
+    let redis::Value::Array(items) = role else {
+        return false;
+    };
+    match items.first() {
+        Some(redis::Value::BulkString(word)) => word == b"master",
+        Some(redis::Value::SimpleString(word)) => word == "master",
+        _ => false,
     }
 }
 

@@ -175,3 +175,137 @@ async fn a_services_redis_rs_client_is_handed_over() {
     })
     .await
 }
+
+/// node-redisson (npm) driven through `tests/node/interop.js`: a child process that answers one
+/// line per command. Killed when dropped.
+struct NodeRedisson {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    answers: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl NodeRedisson {
+    fn start(modules: &str, port: u16) -> NodeRedisson {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/interop.js");
+        let mut child = tokio::process::Command::new("node")
+            .arg(script)
+            .arg(port.to_string())
+            .env("NODE_PATH", modules)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start node (Node.js on PATH)");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        NodeRedisson {
+            child,
+            stdin,
+            answers: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+        }
+    }
+
+    async fn send(&mut self, command: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    async fn answer(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(20), self.answers.next_line())
+            .await
+            .expect("node-redisson answered within 20 s")
+            .unwrap()
+            .expect("node-redisson is still running")
+    }
+
+    async fn ask(&mut self, command: &str) -> String {
+        self.send(command).await;
+        self.answer().await
+    }
+}
+
+/// node-redisson, which speaks Redisson's protocol, and a client on redis-rs exclude each other
+/// in both directions, and each one's release wakes the other's waiter through the unlock
+/// channel (within a second, far below the 30 s lease either would poll on).
+///
+/// Needs Node.js and node-redisson from npm: `.ci/run` installs them and runs this test with
+/// `--ignored`, `FREDLOCK_NODE_MODULES` naming the `node_modules` folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node-redisson from npm: .ci/run installs it and runs this with --ignored"]
+async fn node_redisson_and_the_redis_rs_backend_exclude_each_other() {
+    let modules = std::env::var("FREDLOCK_NODE_MODULES").expect(
+        "FREDLOCK_NODE_MODULES names the node_modules folder holding node-redisson and ioredis \
+         (.ci/run installs them)",
+    );
+    bounded(async {
+        let server = RedisServer::start();
+        let mut node = NodeRedisson::start(&modules, server.port());
+        let client = on(Backend::RedisRs, &server).await;
+        let name = "interop-node";
+
+        // node-redisson holds: the redis-rs client is kept out, and woken by its release.
+        assert_eq!(
+            node.ask(&format!("hold {name}")).await,
+            format!("held {name}")
+        );
+        let lock = client.lock(name);
+        assert!(
+            lock.try_lock_now().await.unwrap().is_none(),
+            "a lock node-redisson holds must not be taken on redis-rs"
+        );
+        let waiter = tokio::spawn(async move {
+            let guard = lock
+                .try_lock(Duration::from_secs(10), None)
+                .await
+                .unwrap()
+                .expect("the redis-rs waiter gets the lock node-redisson released");
+            (guard, std::time::Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = std::time::Instant::now();
+        assert_eq!(
+            node.ask(&format!("release {name}")).await,
+            format!("released {name}")
+        );
+        let (guard, got) = waiter.await.unwrap();
+        assert!(
+            got.duration_since(released) < Duration::from_secs(1),
+            "woken by node-redisson's unlock message ({:?})",
+            got.duration_since(released)
+        );
+
+        // The redis-rs client holds: node-redisson is kept out, and woken by its release.
+        assert_eq!(
+            node.ask(&format!("try {name} 300")).await,
+            format!("refused {name}"),
+            "a lock held on redis-rs must not be taken by node-redisson"
+        );
+        node.send(&format!("try {name} 10000")).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = std::time::Instant::now();
+        guard.unlock().await.unwrap();
+        assert_eq!(node.answer().await, format!("got {name}"));
+        assert!(
+            released.elapsed() < Duration::from_secs(2),
+            "node-redisson woken by the unlock message ({:?})",
+            released.elapsed()
+        );
+        assert!(
+            client.lock(name).is_locked().await.unwrap(),
+            "node-redisson's hold is seen on redis-rs"
+        );
+        assert!(client.lock(name).try_lock_now().await.unwrap().is_none());
+        assert_eq!(
+            node.ask(&format!("release {name}")).await,
+            format!("released {name}")
+        );
+        assert_eq!(node.ask("quit").await, "bye");
+        let _ = node.child.wait().await;
+        client.shutdown().await;
+    })
+    .await
+}

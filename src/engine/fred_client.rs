@@ -33,9 +33,7 @@ use crate::engine::key_slot;
 #[cfg(feature = "redis-rs")]
 use crate::engine::redis_rs_client;
 use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
-#[cfg(feature = "redis-rs")]
-use crate::error::Failure;
-use crate::error::{RedisError, RedisErrorKind};
+use crate::error::{Failure, RedisError, RedisErrorKind};
 
 #[cfg(not(feature = "fred"))]
 pub(crate) use crate::engine::settings::{Config, ReconnectPolicy, ServerConfig};

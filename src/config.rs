@@ -30,7 +30,7 @@ pub enum Backend {
     /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have: a
     /// standalone server, or the master behind Sentinel (found through the sentinels on every
     /// connect, followed on a switch as on fred); over TLS from a `rediss://` URL (feature
-    /// `tls-rustls`; the platform's roots, `SSL_CERT_FILE` read) or through a service's own
+    /// `tls-rustls`; the roots redis-rs trusts, the platform's by default) or through a service's own
     /// redis-rs client handed over with [`LockClientBuilder::redis_rs_client`] (its own CA,
     /// say). A cluster on it is refused when the client is built.
     #[cfg(feature = "redis-rs")]

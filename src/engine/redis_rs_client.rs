@@ -81,8 +81,9 @@ pub(crate) struct Login<'l> {
     pub(crate) username: Option<&'l str>,
     pub(crate) password: Option<&'l str>,
     pub(crate) database: Option<u8>,
-    /// TLS (a `rediss://` URL): the server's certificate checked against the platform's roots
-    /// (`SSL_CERT_FILE` and `SSL_CERT_DIR` are read), and its name against the host's.
+    /// TLS (a `rediss://` URL): the server's certificate checked against the roots redis-rs
+    /// trusts (the platform's by default, webpki's with its `tls-rustls-webpki-roots`), and its
+    /// name against the host's.
     pub(crate) tls: bool,
 }
 

@@ -3,7 +3,7 @@
 //! and against the same two commands sent by hand through fred, on the same server, one cycle
 //! at a time, in interleaved blocks so that all three see the same machine. The hand-made
 //! cycle splits the gap: fredlock's own cost over fred, and fred's over redis-rs (rslock's
-//! client).
+//! client). The same job on the redis-rs backend runs in the same blocks (issue 45).
 
 use std::time::Duration;
 
@@ -29,11 +29,20 @@ const COMPARE_AND_DELETE: &str =
 pub async fn job_lock(url: &str, sizes: Sizes) -> Vec<Row> {
     let client = LockClient::connect(url).await.expect("connect");
     let job = client.job_lock("bench:job").at_most_for(LEASE);
+    // The same job on the redis-rs backend (issue 45): rslock's own client library.
+    let on_redis_rs = LockClient::builder()
+        .backend(fredlock::Backend::RedisRs)
+        .url(url)
+        .build()
+        .await
+        .expect("connect on redis-rs");
+    let job_rr = on_redis_rs.job_lock("bench:job:rr").at_most_for(LEASE);
     let rslock = rslock::LockManager::new(vec![url.to_string()]);
     let raw = raw_client(url).await;
     let sha: String = raw.script_load(COMPARE_AND_DELETE).await.expect("load");
     let per_block = (sizes.cycles / 10).max(200);
     let (mut runs, mut peers, mut by_hand) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut runs_rr, mut rr_to_rslock) = (Vec::new(), Vec::new());
     let (mut to_rslock, mut to_hand, mut hand_to_rslock) = (Vec::new(), Vec::new(), Vec::new());
     // The first two blocks warm all up (connections, script caches) and are not counted.
     for block in 0..sizes.rounds * 2 + 2 {
@@ -43,6 +52,13 @@ pub async fn job_lock(url: &str, sizes: Sizes) -> Vec<Row> {
             let ran = job.run(async {}).await.expect("run");
             assert!(ran.is_ran(), "the job was not free");
             ours.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        let mut ours_rr = Vec::with_capacity(per_block);
+        for _ in 0..per_block {
+            let started = Instant::now();
+            let ran = job_rr.run(async {}).await.expect("run on redis-rs");
+            assert!(ran.is_ran(), "the job on redis-rs was not free");
+            ours_rr.push(started.elapsed().as_secs_f64() * 1e6);
         }
         let mut theirs = Vec::with_capacity(per_block);
         for _ in 0..per_block {
@@ -83,6 +99,8 @@ pub async fn job_lock(url: &str, sizes: Sizes) -> Vec<Row> {
                 Summary::of(&hand).median,
             );
             to_rslock.push(ours_median / theirs_median);
+            rr_to_rslock.push(Summary::of(&ours_rr).median / theirs_median);
+            runs_rr.extend(ours_rr);
             to_hand.push(ours_median / hand_median);
             hand_to_rslock.push(hand_median / theirs_median);
             runs.extend(ours);
@@ -91,8 +109,23 @@ pub async fn job_lock(url: &str, sizes: Sizes) -> Vec<Row> {
         }
     }
     client.shutdown().await;
+    on_redis_rs.shutdown().await;
     let _ = raw.quit().await;
     vec![
+        Row::new(
+            SCENARIO,
+            "fredlock on redis-rs",
+            "run of an empty job",
+            "µs",
+            Summary::of(&runs_rr),
+        ),
+        Row::new(
+            SCENARIO,
+            "fredlock on redis-rs / rslock",
+            "ratio",
+            "x",
+            Summary::of(&rr_to_rslock),
+        ),
         Row::new(
             SCENARIO,
             "fredlock",

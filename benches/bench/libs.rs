@@ -40,6 +40,10 @@ pub const FAIR: &str = "fredlock fair";
 /// scenario only, next to the fair and reentrant locks.
 pub const SPIN: &str = "fredlock spin";
 
+/// fredlock's reentrant lock on its redis-rs backend (issue 45), compared in the wake-up
+/// scenario next to the same lock on fred.
+pub const ON_REDIS_RS: &str = "fredlock on redis-rs";
+
 /// Connects a client of library `name` to `url`.
 pub async fn connect(name: &str, url: &str) -> Box<dyn Library> {
     match name {
@@ -58,6 +62,14 @@ pub async fn connect(name: &str, url: &str) -> Box<dyn Library> {
                 .await
                 .expect("fredlock connects"),
         )),
+        ON_REDIS_RS => Box::new(
+            fredlock::LockClient::builder()
+                .backend(fredlock::Backend::RedisRs)
+                .url(url)
+                .build()
+                .await
+                .expect("fredlock on redis-rs connects"),
+        ),
         "rslock 0.10" => Box::new(rslock::LockManager::new(vec![url.to_string()])),
         "redisson 0.1" => Box::new(Arc::new(
             redisson::AsyncRedissonClient::new(redisson::RedissonConfig::single_server(url))

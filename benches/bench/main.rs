@@ -179,7 +179,7 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
     let ping = median("3 wake-up", "PING round trip", "median");
     let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
     let calls = many as f64 / 100.0 + 1.0;
-    let wanted: [(&str, Option<f64>, Bound, String); 17] = [
+    let wanted: [(&str, Option<f64>, Bound, String); 22] = [
         (
             "1 uncontended: fredlock / raw",
             median("1 uncontended", "fredlock / raw", "ratio"),
@@ -300,6 +300,46 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
                 "ratio",
             ),
             Bound::AtMost(1.12),
+            String::new(),
+        ),
+        (
+            "13 job lock: run on redis-rs / rslock lock+unlock",
+            median("13 job lock", "fredlock on redis-rs / rslock", "ratio"),
+            Bound::AtMost(1.0),
+            String::new(),
+        ),
+        (
+            "2 throughput: fredlock on redis-rs / raw on redis-rs",
+            median(
+                "2 throughput",
+                "fredlock on redis-rs / raw on redis-rs",
+                "ratio",
+            ),
+            Bound::AtLeast(0.9),
+            String::new(),
+        ),
+        (
+            "3 wake-up: fredlock on redis-rs median / PING median",
+            median("3 wake-up", "fredlock on redis-rs / PING", "ratio"),
+            Bound::AtMost(2.0),
+            String::new(),
+        ),
+        (
+            "6 memory: heap per held lock, on redis-rs / on fred",
+            of(
+                median("6 memory", "fredlock on redis-rs", "heap per held"),
+                median("6 memory", "fredlock", "heap per held"),
+            ),
+            Bound::AtMost(1.0),
+            String::new(),
+        ),
+        (
+            "6 memory: heap per waiting task, on redis-rs / on fred",
+            of(
+                median("6 memory", "fredlock on redis-rs", "heap per waiting"),
+                median("6 memory", "fredlock", "heap per waiting"),
+            ),
+            Bound::AtMost(1.0),
             String::new(),
         ),
     ];

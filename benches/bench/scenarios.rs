@@ -561,7 +561,62 @@ pub async fn throughput(url: &str, sizes: Sizes) -> Vec<Row> {
     };
     let (ours, baseline) = alternating(sizes.rounds, run).await;
     client.shutdown().await;
+    // The same on the redis-rs backend, against the same two scripts sent by hand through
+    // redis-rs (issue 45).
+    let on_redis_rs = LockClient::builder()
+        .backend(fredlock::Backend::RedisRs)
+        .url(url)
+        .build()
+        .await
+        .expect("connect on redis-rs");
+    let by_hand = Arc::new(RedisRsScripts::connect(url, &scripts).await);
+    let run = |ours: bool| {
+        let cycles: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let state = Arc::new((
+                    on_redis_rs.lock(format!("bench:tprr:{i}")),
+                    by_hand.clone(),
+                    format!("bench:tprrraw:{i}"),
+                    format!("redisson_lock__channel:{{bench:tprrraw:{i}}}"),
+                    format!("raw:{i}"),
+                ));
+                move || {
+                    let state = state.clone();
+                    async move {
+                        let (lock, by_hand, name, channel, field) = &*state;
+                        if ours {
+                            lock_cycle(lock).await;
+                        } else {
+                            by_hand.cycle(name, channel, field).await;
+                        }
+                    }
+                }
+            })
+            .collect();
+        cycles_per_second(sizes.run_for, cycles)
+    };
+    let (ours_rr, baseline_rr) = alternating(sizes.rounds, run).await;
+    on_redis_rs.shutdown().await;
     vec![
+        Row::new(
+            "2 throughput",
+            "fredlock on redis-rs",
+            "64 tasks, 64 names",
+            "cycles/s",
+            ours_rr,
+        ),
+        Row::new(
+            "2 throughput",
+            "raw EVALSHA x2 on redis-rs",
+            "64 tasks, 64 names",
+            "cycles/s",
+            baseline_rr,
+        ),
+        Row::ratio(
+            "2 throughput",
+            "fredlock on redis-rs / raw on redis-rs",
+            ours_rr.median / baseline_rr.median,
+        ),
         Row::new(
             "2 throughput",
             "fredlock",
@@ -594,7 +649,7 @@ pub async fn wakeup(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec<f64>
     let mut all_pings = Vec::new();
     let mut rows = Vec::new();
     let mut series = Vec::new();
-    for name in libs::NAMES {
+    for name in libs::NAMES.into_iter().chain([libs::ON_REDIS_RS]) {
         let holder_lib = libs::connect(name, url).await;
         let waiter_lib: Arc<dyn Library> = libs::connect(name, url).await.into();
         let resource = format!("bench:wakeup:{name}");
@@ -790,10 +845,6 @@ async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredl
 /// default rate (`--watchdog 30` measures scenario 5 at the default).
 pub const SHORT_WATCHDOG: Duration = Duration::from_secs(3);
 
-async fn short_watchdog_client(url: &str) -> LockClient {
-    watchdog_client(url, SHORT_WATCHDOG).await
-}
-
 async fn watchdog_client(url: &str, timeout: Duration) -> LockClient {
     LockClient::builder()
         .url(url)
@@ -852,10 +903,28 @@ pub async fn watchdog(url: &str, sizes: Sizes) -> Vec<Row> {
 /// Scenario 6: Memory per held lock and per waiting task, from the live heap (counting allocator) and
 /// the resident set.
 pub async fn memory(url: &str, sizes: Sizes) -> Vec<Row> {
+    let mut rows = memory_on(url, sizes, fredlock::Backend::Fred, "fredlock").await;
+    rows.extend(memory_on(url, sizes, fredlock::Backend::RedisRs, libs::ON_REDIS_RS).await);
+    rows
+}
+
+/// Scenario 6 for the clients of one backend, in rows of `subject`.
+async fn memory_on(url: &str, sizes: Sizes, backend: fredlock::Backend, subject: &str) -> Vec<Row> {
     // A short watchdog, so that every held lock has been renewed once when it is measured:
     // what a renewal keeps is part of what a held lock costs.
-    let client = short_watchdog_client(url).await;
-    let other = LockClient::connect(url).await.expect("connect");
+    let client = LockClient::builder()
+        .backend(backend)
+        .url(url)
+        .watchdog_lease(SHORT_WATCHDOG)
+        .build()
+        .await
+        .expect("connect");
+    let other = LockClient::builder()
+        .backend(backend)
+        .url(url)
+        .build()
+        .await
+        .expect("connect");
     let (mut held_heap, mut held_rss, mut wait_heap, mut wait_rss) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let per = |before: isize, after: isize| (after - before) as f64 / sizes.many as f64;
@@ -896,28 +965,28 @@ pub async fn memory(url: &str, sizes: Sizes) -> Vec<Row> {
     vec![
         Row::new(
             "6 memory",
-            "fredlock",
+            subject,
             "heap per held lock",
             "bytes",
             Summary::of(&held_heap),
         ),
         Row::new(
             "6 memory",
-            "fredlock",
+            subject,
             "resident per held lock",
             "bytes",
             Summary::of(&held_rss),
         ),
         Row::new(
             "6 memory",
-            "fredlock",
+            subject,
             "heap per waiting task",
             "bytes",
             Summary::of(&wait_heap),
         ),
         Row::new(
             "6 memory",
-            "fredlock",
+            subject,
             "resident per waiting task",
             "bytes",
             Summary::of(&wait_rss),

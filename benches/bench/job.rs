@@ -13,7 +13,7 @@ use fredlock::LockClient;
 use tokio::time::Instant;
 
 use crate::measure::Summary;
-use crate::scenarios::{raw_client, Sizes};
+use crate::scenarios::{on_redis_rs_client, raw_client, Sizes};
 use crate::Row;
 
 const SCENARIO: &str = "13 job lock";
@@ -30,12 +30,7 @@ pub async fn job_lock(url: &str, sizes: Sizes) -> Vec<Row> {
     let client = LockClient::connect(url).await.expect("connect");
     let job = client.job_lock("bench:job").at_most_for(LEASE);
     // The same job on the redis-rs backend (issue 45): rslock's own client library.
-    let on_redis_rs = LockClient::builder()
-        .backend(fredlock::Backend::RedisRs)
-        .url(url)
-        .build()
-        .await
-        .expect("connect on redis-rs");
+    let on_redis_rs = on_redis_rs_client(url).await;
     let job_rr = on_redis_rs.job_lock("bench:job:rr").at_most_for(LEASE);
     let rslock = rslock::LockManager::new(vec![url.to_string()]);
     let raw = raw_client(url).await;

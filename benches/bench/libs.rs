@@ -62,14 +62,7 @@ pub async fn connect(name: &str, url: &str) -> Box<dyn Library> {
                 .await
                 .expect("fredlock connects"),
         )),
-        ON_REDIS_RS => Box::new(
-            fredlock::LockClient::builder()
-                .backend(fredlock::Backend::RedisRs)
-                .url(url)
-                .build()
-                .await
-                .expect("fredlock on redis-rs connects"),
-        ),
+        ON_REDIS_RS => Box::new(crate::scenarios::on_redis_rs_client(url).await),
         "rslock 0.10" => Box::new(rslock::LockManager::new(vec![url.to_string()])),
         "redisson 0.1" => Box::new(Arc::new(
             redisson::AsyncRedissonClient::new(redisson::RedissonConfig::single_server(url))

@@ -187,6 +187,16 @@ impl RedisRsScripts {
     }
 }
 
+/// A fredlock client on its redis-rs backend (issue 45).
+pub async fn on_redis_rs_client(url: &str) -> LockClient {
+    LockClient::builder()
+        .backend(fredlock::Backend::RedisRs)
+        .url(url)
+        .build()
+        .await
+        .expect("fredlock on redis-rs connects")
+}
+
 /// One fredlock lock() + unlock().
 pub async fn lock_cycle(lock: &fredlock::Lock) {
     let guard = lock.lock().await.expect("lock");
@@ -268,12 +278,7 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
     ];
     // The reentrant lock on redis-rs (issue 45), against the same calls by hand through
     // redis-rs and against rslock, which runs on redis-rs too.
-    let on_redis_rs = LockClient::builder()
-        .backend(fredlock::Backend::RedisRs)
-        .url(url)
-        .build()
-        .await
-        .expect("connect on redis-rs");
+    let on_redis_rs = on_redis_rs_client(url).await;
     let locks = locks
         .into_iter()
         .chain([(ON_REDIS_RS, on_redis_rs.lock("bench:uncontended:redis-rs"))]);
@@ -563,12 +568,7 @@ pub async fn throughput(url: &str, sizes: Sizes) -> Vec<Row> {
     client.shutdown().await;
     // The same on the redis-rs backend, against the same two scripts sent by hand through
     // redis-rs (issue 45).
-    let on_redis_rs = LockClient::builder()
-        .backend(fredlock::Backend::RedisRs)
-        .url(url)
-        .build()
-        .await
-        .expect("connect on redis-rs");
+    let on_redis_rs = on_redis_rs_client(url).await;
     let by_hand = Arc::new(RedisRsScripts::connect(url, &scripts).await);
     let run = |ours: bool| {
         let cycles: Vec<_> = (0..TASKS)

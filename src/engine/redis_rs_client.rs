@@ -686,7 +686,17 @@ impl Shared {
                         // Attempts start again from the first delay after the next break.
                         policy = shared.target.policy.clone();
                         shared.install(generation, connection, server);
-                        break;
+                        // Done only if the new connection still stands, checked under the
+                        // lock that `lost` takes: one lost between its install and here found
+                        // this task at work and left the reconnect to it, and the link would
+                        // otherwise stay without a connection and without a task making one.
+                        let mut state =
+                            shared.state.lock().unwrap_or_else(PoisonError::into_inner);
+                        if state.current.is_some() || state.closed {
+                            state.reconnecting = false;
+                            state.policy = Some(policy);
+                            return;
+                        }
                     }
                     Err(error) => {
                         tracing::debug!(server = %shared.server(), %error, "reconnect failed");

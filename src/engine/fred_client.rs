@@ -547,28 +547,6 @@ impl Connection {
         Connection { link, route: None }
     }
 
-    /// A connection that was never connected, for tests that never send.
-    #[cfg(all(test, feature = "fred"))]
-    pub(crate) fn unconnected() -> Connection {
-        Connection::new(Client::default())
-    }
-
-    /// A connection that was never connected, for tests that never send.
-    #[cfg(all(test, not(feature = "fred")))]
-    pub(crate) fn unconnected() -> Connection {
-        let nowhere = Server::new("127.0.0.1", 1);
-        let login = redis_rs_client::Login {
-            username: None,
-            password: None,
-            database: None,
-            tls: false,
-        };
-        let policy = ReconnectPolicy::new_constant(1, 0);
-        let target = redis_rs_client::Target::new(nowhere, login, Duration::from_secs(1), policy)
-            .expect("an address");
-        Connection::with(Link::RedisRs(redis_rs_client::Link::new(target)))
-    }
-
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
         self.link.connect().await
@@ -1111,7 +1089,38 @@ fn failure(kind: &ErrorKind) -> Failure {
     }
 }
 
-#[cfg(all(test, feature = "fred"))]
+/// A connection that was never connected, for tests that never send: fred's, or redis-rs's in
+/// a build without fred.
+#[cfg(test)]
+mod unconnected {
+    use super::*;
+
+    impl Connection {
+        #[cfg(feature = "fred")]
+        pub(crate) fn unconnected() -> Connection {
+            Connection::new(Client::default())
+        }
+
+        #[cfg(not(feature = "fred"))]
+        pub(crate) fn unconnected() -> Connection {
+            let nowhere = Server::new("127.0.0.1", 1);
+            let login = redis_rs_client::Login {
+                username: None,
+                password: None,
+                database: None,
+                tls: false,
+            };
+            let policy = ReconnectPolicy::new_constant(1, 0);
+            let target =
+                redis_rs_client::Target::new(nowhere, login, Duration::from_secs(1), policy)
+                    .expect("an address");
+            Connection::with(Link::RedisRs(redis_rs_client::Link::new(target)))
+        }
+    }
+}
+
+#[cfg(test)]
+#[cfg(feature = "fred")]
 mod tests {
     use super::*;
     use crate::error::{is_transient, reply_lost, was_not_sent, Error};

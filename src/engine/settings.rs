@@ -345,7 +345,8 @@ impl ReconnectPolicy {
     }
 }
 
-#[cfg(all(test, feature = "fred"))]
+#[cfg(test)]
+#[cfg(feature = "fred")]
 mod tests {
     //! Against fred's reading of the same URLs and policies, where fred is compiled in.
     use super::*;

@@ -652,7 +652,8 @@ fn crc16(data: &[u8]) -> u16 {
     crc
 }
 
-#[cfg(all(test, feature = "fred"))]
+#[cfg(test)]
+#[cfg(feature = "fred")]
 mod tests {
     //! The vocabulary against fred's, where both are compiled in.
     use super::*;

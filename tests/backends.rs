@@ -113,23 +113,18 @@ async fn semaphores_and_jobs_are_shared_across_libraries() {
     .await
 }
 
-/// What redis-rs does not serve yet is refused when the client is built, with what to use.
+/// A cluster on redis-rs whose node does not answer fails to build, naming the node; backends
+/// read by name.
 #[tokio::test]
-async fn what_redis_rs_does_not_serve_yet_is_refused_at_build() {
+async fn an_unreachable_cluster_on_redis_rs_is_named_and_backends_read_by_name() {
     let error = LockClient::builder()
         .backend(Backend::RedisRs)
         .url("redis-cluster://127.0.0.1:1")
         .build()
         .await
-        .expect_err("a cluster on redis-rs is refused");
+        .expect_err("nothing listens on port 1");
     let text = error.to_string();
-    assert!(
-        text.contains("redis-rs")
-            && text.contains("cluster")
-            && text.contains("Backend::Fred")
-            && text.contains("127.0.0.1:1"),
-        "{text}"
-    );
+    assert!(text.contains("127.0.0.1:1"), "{text}");
     assert_eq!("redis-rs".parse::<Backend>().unwrap(), Backend::RedisRs);
     assert_eq!("fred".parse::<Backend>().unwrap(), Backend::Fred);
     assert!(matches!(

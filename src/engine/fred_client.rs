@@ -32,6 +32,8 @@ use tokio::sync::broadcast;
 use crate::engine::key_slot;
 #[cfg(feature = "redis-rs")]
 use crate::engine::redis_rs_client;
+#[cfg(feature = "redis-rs")]
+use crate::engine::redis_rs_cluster;
 use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
 use crate::error::{Failure, RedisError, RedisErrorKind};
 
@@ -159,10 +161,7 @@ impl Connector {
     pub(crate) fn connection(&self) -> Result<Connection, RedisError> {
         #[cfg(feature = "redis-rs")]
         if let Some(target) = &self.redis_rs {
-            let target = target.clone()?;
-            return Ok(Connection::with(Link::RedisRs(redis_rs_client::Link::new(
-                target,
-            ))));
+            return Ok(Connection::with(redis_rs_link(target.clone()?, false)?));
         }
         #[cfg(feature = "fred")]
         return Ok(Connection::new(self.builder.build()?));
@@ -174,9 +173,8 @@ impl Connector {
     pub(crate) fn subscriber(&self) -> Result<Subscriber, RedisError> {
         #[cfg(feature = "redis-rs")]
         if let Some(target) = &self.redis_rs {
-            let target = target.clone()?;
             return Ok(Subscriber {
-                link: Link::RedisRs(redis_rs_client::Link::new(target)),
+                link: redis_rs_link(target.clone()?, true)?,
             });
         }
         #[cfg(feature = "fred")]
@@ -328,7 +326,21 @@ fn without_fred() -> RedisError {
     )
 }
 
-/// What redis-rs connects to for `config`: so far one server (over TLS for a TLS URL).
+/// A redis-rs link to `target`: one server's, or a cluster's (`subscribes`: a subscriber's).
+#[cfg(feature = "redis-rs")]
+fn redis_rs_link<C>(
+    target: redis_rs_client::Target,
+    subscribes: bool,
+) -> Result<Link<C>, RedisError> {
+    Ok(if target.seeds().is_some() {
+        Link::RedisRsCluster(redis_rs_cluster::Cluster::new(target, subscribes)?)
+    } else {
+        Link::RedisRs(redis_rs_client::Link::new(target))
+    })
+}
+
+/// What redis-rs connects to for `config`: one server (over TLS for a TLS URL), the master
+/// behind Sentinel, or a cluster.
 #[cfg(feature = "redis-rs")]
 fn redis_rs_target(
     config: &Config,
@@ -358,7 +370,11 @@ fn redis_rs_target(
             command_timeout,
             policy,
         ),
-        _ => Err(not_yet("a cluster")),
+        ServerConfig::Clustered { hosts, .. } => {
+            redis_rs_client::Target::cluster(hosts.clone(), login, command_timeout, policy)
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(not_yet("this server configuration")),
     }
 }
 
@@ -392,6 +408,8 @@ macro_rules! either {
             Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs($other_link) => $other,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster($other_link) => $other,
         }
     };
 }
@@ -405,6 +423,9 @@ enum Link<C> {
     Fred(C),
     #[cfg(feature = "redis-rs")]
     RedisRs(redis_rs_client::Link),
+    /// A cluster on redis-rs: a link per master.
+    #[cfg(feature = "redis-rs")]
+    RedisRsCluster(redis_rs_cluster::Cluster),
 }
 
 /// The methods of [`Link`], for fred's clients or for fred's absence.
@@ -437,13 +458,8 @@ macro_rules! link_methods {
         }
 
         fn connected_to(&self) -> Vec<Server> {
-            either!(self, |client| client.active_connections(), |link| {
-                if link.is_connected() {
-                    vec![link.server()]
-                } else {
-                    Vec::new()
-                }
-            })
+            either!(self, |client| client.active_connections(), |link| link
+                .connected_to())
         }
 
         async fn reconnect(&self) {
@@ -529,8 +545,26 @@ macro_rules! routed {
             Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs($link) => $other.await,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster(cluster) => {
+                let $link = cluster.pinned(pin(&$connection.route));
+                $other.await
+            }
         }
     };
+}
+
+/// Where a connection pointed at a node or a slot sends its calls, on a redis-rs cluster.
+#[cfg(feature = "redis-rs")]
+fn pin(route: &Option<Options>) -> Option<redis_rs_cluster::Pin> {
+    let route = route.as_ref()?;
+    if let Some(node) = &route.cluster_node {
+        return Some(redis_rs_cluster::Pin::Node(node.clone()));
+    }
+    match &route.cluster_hash {
+        Some(ClusterHash::Custom(slot)) => Some(redis_rs_cluster::Pin::Slot(*slot)),
+        _ => None,
+    }
 }
 
 /// The announcements of a connection's reconnects: one per new connection (the node it reached),
@@ -612,7 +646,8 @@ impl Connection {
     }
 
     pub(crate) fn is_clustered(&self) -> bool {
-        either!(&self.link, |client| client.is_clustered(), |_link| false)
+        either!(&self.link, |client| client.is_clustered(), |link| link
+            .is_clustered())
     }
 
     /// The service it finds its master under, behind Sentinel.
@@ -663,7 +698,7 @@ impl Connection {
                 .cached_cluster_state()
                 .map(|state| state.unique_primary_nodes())
                 .unwrap_or_default(),
-            |_link| Vec::new()
+            |link| link.masters()
         )
     }
 
@@ -690,6 +725,10 @@ impl Connection {
             Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs(link) => link.call(sent, call).await,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster(cluster) => {
+                cluster.pinned(pin(&self.route)).call(sent, call).await
+            }
             #[cfg(feature = "fred")]
             Link::Fred(on) => {
                 let (keys, args) = call();
@@ -744,6 +783,10 @@ impl Connection {
             Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs(link) => link.pipeline(commands).await,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster(cluster) => {
+                cluster.pinned(pin(&self.route)).pipeline(commands).await
+            }
             #[cfg(feature = "fred")]
             Link::Fred(client) => {
                 let pipeline = client.pipeline();
@@ -838,6 +881,13 @@ impl Connection {
             Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs(link) => link.scan_page(cursor, pattern, count, of_type).await,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster(cluster) => {
+                cluster
+                    .pinned(pin(&self.route))
+                    .scan_page(cursor, pattern, count, of_type)
+                    .await
+            }
             #[cfg(feature = "fred")]
             Link::Fred(on) => {
                 on_fred!(self, on, |client| client
@@ -921,6 +971,8 @@ impl Subscriber {
             Link::Fred(absent) => absent.absent(),
             #[cfg(feature = "redis-rs")]
             Link::RedisRs(link) => link.subscribe(channels).await,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster(cluster) => cluster.subscribe(channels).await,
             #[cfg(feature = "fred")]
             Link::Fred(client) => {
                 client.subscribe(channels).await?;
@@ -943,10 +995,7 @@ impl Subscriber {
         either!(
             &self.link,
             |client| Ok(client.ssubscribe(channels).await?),
-            |_link| {
-                drop(channels);
-                Err(not_yet("sharded pub/sub"))
-            }
+            |link| link.ssubscribe(channels).await
         )
     }
 
@@ -964,10 +1013,7 @@ impl Subscriber {
         either!(
             &self.link,
             |client| Ok(client.sunsubscribe(channels).await?),
-            |_link| {
-                drop(channels);
-                Err(not_yet("sharded pub/sub"))
-            }
+            |link| link.sunsubscribe(channels).await
         )
     }
 
@@ -991,7 +1037,7 @@ impl Subscriber {
         either!(
             &self.link,
             |client| client.cached_cluster_state()?.get_server(slot).cloned(),
-            |_link| None
+            |link| link.slot_owner(slot)
         )
     }
 
@@ -1000,7 +1046,7 @@ impl Subscriber {
         either!(
             &self.link,
             |client| Ok(client.sync_cluster().await?),
-            |_link| Ok(())
+            |link| link.refresh_slots().await
         )
     }
 

@@ -24,6 +24,8 @@ mod profile;
 mod pubsub;
 #[cfg(feature = "redis-rs")]
 mod redis_rs_client;
+#[cfg(feature = "redis-rs")]
+mod redis_rs_cluster;
 mod refusal;
 pub(crate) mod replicas;
 mod script;

@@ -38,8 +38,17 @@ pub(crate) struct Target {
     server: Server,
     /// Behind Sentinel: how the master is found on each connect.
     lookup: Option<Arc<Lookup>>,
+    /// A cluster: the nodes its slots are first asked of, and how each node is reached.
+    seeds: Option<Arc<Seeds>>,
     command_timeout: Duration,
     policy: ReconnectPolicy,
+}
+
+/// Where a cluster's slots are first asked, and how each of its nodes is reached.
+pub(crate) struct Seeds {
+    pub(crate) servers: Vec<Server>,
+    tls: bool,
+    settings: redis::RedisConnectionInfo,
 }
 
 impl Target {
@@ -70,6 +79,7 @@ impl Target {
             client: redis::Client::open(info).map_err(sorted)?,
             server: Server::new(host, port),
             lookup: None,
+            seeds: None,
             command_timeout,
             policy,
         })
@@ -100,9 +110,65 @@ impl Target {
             client: client_for(&server, login.tls, settings)?,
             server,
             lookup: None,
+            seeds: None,
             command_timeout,
             policy,
         })
+    }
+
+    /// The cluster whose slots `seeds` know, each node logged in as `login` says.
+    pub(crate) fn cluster(
+        seeds: Vec<Server>,
+        login: Login<'_>,
+        command_timeout: Duration,
+        policy: ReconnectPolicy,
+    ) -> Result<Target, RedisError> {
+        let first = seeds.first().cloned().ok_or_else(|| {
+            RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("invalid client config".into()),
+                "a cluster without a node address",
+            )
+        })?;
+        let settings = login.settings();
+        Ok(Target {
+            client: client_for(&first, login.tls, settings.clone())?,
+            server: first,
+            lookup: None,
+            seeds: Some(Arc::new(Seeds {
+                servers: seeds,
+                tls: login.tls,
+                settings,
+            })),
+            command_timeout,
+            policy,
+        })
+    }
+
+    /// On a cluster, where its slots are first asked.
+    pub(crate) fn seeds(&self) -> Option<&Arc<Seeds>> {
+        self.seeds.as_ref()
+    }
+
+    /// This cluster's node `server`, reached as every node is.
+    pub(crate) fn node(&self, seeds: &Seeds, server: Server) -> Result<Target, RedisError> {
+        Ok(Target {
+            client: client_for(&server, seeds.tls, seeds.settings.clone())?,
+            server,
+            lookup: None,
+            seeds: None,
+            command_timeout: self.command_timeout,
+            policy: self.policy.clone(),
+        })
+    }
+
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// The redis-rs client of the server it names.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
     }
 
     /// The master the sentinels at `sentinels` name for `service`, found again on every
@@ -134,6 +200,7 @@ impl Target {
                 tls,
                 settings: login.settings(),
             })),
+            seeds: None,
             command_timeout,
             policy,
         })
@@ -288,6 +355,16 @@ impl Link {
     pub(crate) fn new(target: Target) -> Link {
         let (reconnects, _) = broadcast::channel(16);
         let (messages, _) = broadcast::channel(MESSAGE_BUFFER);
+        Link::sharing(target, messages, reconnects)
+    }
+
+    /// A link to `target` whose messages and announcements go to `messages` and `reconnects`
+    /// (a cluster's nodes share one of each).
+    pub(crate) fn sharing(
+        target: Target,
+        messages: broadcast::Sender<Message>,
+        reconnects: broadcast::Sender<Server>,
+    ) -> Link {
         Link {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
@@ -326,6 +403,35 @@ impl Link {
         self.shared.server()
     }
 
+    /// The server, when connected now.
+    pub(crate) fn connected_to(&self) -> Vec<Server> {
+        if self.is_connected() {
+            vec![self.server()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// One server: no cluster.
+    pub(crate) fn is_clustered(&self) -> bool {
+        false
+    }
+
+    /// One server: no cluster's masters.
+    pub(crate) fn masters(&self) -> Vec<Server> {
+        Vec::new()
+    }
+
+    /// One server: no slots.
+    pub(crate) fn slot_owner(&self, _slot: u16) -> Option<Server> {
+        None
+    }
+
+    /// One server: no slots to read.
+    pub(crate) async fn refresh_slots(&self) -> Result<(), RedisError> {
+        Ok(())
+    }
+
     /// The service it finds its master under, behind Sentinel.
     pub(crate) fn sentinel_service(&self) -> Option<String> {
         let lookup = self.shared.target.lookup.as_ref()?;
@@ -358,6 +464,12 @@ impl Link {
 
     pub(crate) fn messages(&self) -> broadcast::Receiver<Message> {
         self.shared.messages.subscribe()
+    }
+
+    /// Connects in the background, as after a lost connection (the reconnect policy's delays).
+    pub(crate) fn keep_connecting(&self) {
+        // No connection has generation 0: this finds none in use and starts the task.
+        self.shared.lost(0);
     }
 
     /// Drops the connection and connects again.
@@ -515,6 +627,75 @@ impl Link {
         let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
         let unsubscribed = connection.unsubscribe(channels).await;
         self.checked(generation, unsubscribed)
+    }
+
+    /// `SSUBSCRIBE` each of `channels`, one command per channel, each returning once the
+    /// server has it. redis-rs pairs a shard subscription's confirmation (a push) with the
+    /// oldest command waiting for a reply, and confirms several channels with several pushes:
+    /// one channel per command keeps each confirmation paired with its own command.
+    pub(crate) async fn ssubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        self.shard_command("SSUBSCRIBE", channels).await
+    }
+
+    /// `SUNSUBSCRIBE` each of `channels`, one command per channel.
+    pub(crate) async fn sunsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        self.shard_command("SUNSUBSCRIBE", channels).await
+    }
+
+    async fn shard_command(&self, name: &str, channels: Vec<String>) -> Result<(), RedisError> {
+        let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
+        for channel in channels {
+            let mut command = redis::cmd(name);
+            command.arg(channel);
+            let reply = connection.send_packed_command(&command).await;
+            self.checked(generation, reply).and_then(read)?;
+        }
+        Ok(())
+    }
+
+    /// One call as [`call`](Self::call) makes it, behind `ASKING` (a cluster's slot being
+    /// moved here: the node serves the call's keys only when asked so first).
+    pub(crate) async fn call_asking<R: FromValue>(
+        &self,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<R, RedisError> {
+        let (keys, args) = call();
+        match sent {
+            Sent::Command(name) => self.asking(packed(name, None, &keys, &args)).await,
+            Sent::Script { sha, body } => {
+                let script = |name: &str, text: &str| packed(name, Some(text), &keys, &args);
+                match self.asking(script("EVALSHA", sha)).await {
+                    Err(error) if error.details().starts_with("NOSCRIPT") => {
+                        self.asking(script("EVAL", body)).await
+                    }
+                    other => other,
+                }
+            }
+        }
+    }
+
+    /// `name` with `args`, behind `ASKING`.
+    pub(crate) async fn command_asking<R: FromValue>(
+        &self,
+        name: &str,
+        args: &[Value],
+    ) -> Result<R, RedisError> {
+        self.asking(packed(name, None, &[], args)).await
+    }
+
+    /// `ASKING`, then `command`, written together so that nothing comes between them.
+    async fn asking<R: FromValue>(&self, command: redis::Cmd) -> Result<R, RedisError> {
+        let (generation, mut connection) = self.ready().await?;
+        let mut pipeline = redis::pipe();
+        pipeline.cmd("ASKING").add_command(command);
+        let replies = connection.send_packed_commands(&pipeline, 1, 1).await;
+        let value = self
+            .checked(generation, replies)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| RedisError::unreadable("no reply after ASKING".into()))?;
+        R::from_value(read(value)?).map_err(RedisError::from)
     }
 
     async fn query<R: FromValue>(&self, command: redis::Cmd) -> Result<R, RedisError> {
@@ -776,7 +957,7 @@ fn push_args(command: &mut redis::Cmd, args: &[Value]) {
 }
 
 /// A redis-rs reply as fred reads one.
-fn read(value: redis::Value) -> Result<Value, RedisError> {
+pub(crate) fn read(value: redis::Value) -> Result<Value, RedisError> {
     Ok(match value {
         redis::Value::Nil => Value::Null,
         redis::Value::Int(number) => Value::Integer(number),

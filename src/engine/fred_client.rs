@@ -50,6 +50,12 @@ pub(crate) use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 #[cfg(feature = "fred")]
 const TOO_MANY_WRITES: &str = "Too many failed write attempts.";
 
+/// fred's refusal to follow an `ASK` (a slot half moved to another master) when the command
+/// has no attempt left: the server answered `ASK`, so the command did not run. fred then ends
+/// its routing task: the client answers no call until it is started again.
+#[cfg(feature = "fred")]
+const ASK_REFUSED: &str = "Max attempts reached.";
+
 /// What a [`Connection::call`] sends.
 #[derive(Clone, Copy)]
 pub(crate) enum Sent<'s> {
@@ -436,7 +442,8 @@ macro_rules! link_methods {
             either!(
                 self,
                 |client| {
-                    client.init().await?;
+                    let task = client.init().await?;
+                    keep_routing(client.clone(), task);
                     Ok(())
                 },
                 |link| link.connect().await
@@ -484,9 +491,38 @@ macro_rules! link_methods {
     };
 }
 
+/// Starts fred's routing task again when it ended on an `ASK` it could not follow (fred sends
+/// each command once, `max_command_attempts` 1, and has no attempt left for the `ASKING` an
+/// `ASK` needs; it then disconnects and ends the task, and every later call would time out).
+/// Any other end (the client quit, the reconnect policy gave up) is left as fred leaves it.
+#[cfg(feature = "fred")]
+fn keep_routing<C: ClientLike + Clone + Send + Sync + 'static>(
+    client: C,
+    task: fred::types::ConnectHandle,
+) {
+    tokio::spawn(async move {
+        let mut task = task;
+        loop {
+            match task.await {
+                Ok(Err(error)) if error.details() == ASK_REFUSED => {
+                    tracing::warn!(client = %client.id(), "fred stopped routing after an ASK it could not follow (a slot being moved); connecting again");
+                    match client.init().await {
+                        Ok(next) => task = next,
+                        Err(error) => {
+                            tracing::error!(client = %client.id(), %error, "could not connect again after an ASK");
+                            return;
+                        }
+                    }
+                }
+                _ => return,
+            }
+        }
+    });
+}
+
 /// What a connection and a subscriber do alike: connect, follow their connections, close.
 #[cfg(feature = "fred")]
-impl<C: ClientLike + EventInterface> Link<C> {
+impl<C: ClientLike + EventInterface + Clone + Sync + 'static> Link<C> {
     link_methods!();
 }
 
@@ -1087,10 +1123,11 @@ impl From<FredError> for RedisError {
 #[cfg(feature = "fred")]
 fn kind(error: &FredError) -> RedisErrorKind {
     let details = error.details();
-    // fred had no connection to route the command to (it is reconnecting); or the slot is being
-    // migrated and some keys have moved (TRYAGAIN), or the cluster cannot serve the slot for now
-    // (CLUSTERDOWN): refused before running.
+    // fred had no connection to route the command to (it is reconnecting), or did not follow an
+    // ASK; or the slot is being migrated and some keys have moved (TRYAGAIN), or the cluster
+    // cannot serve the slot for now (CLUSTERDOWN): refused before running.
     if details.starts_with("Failed to route command")
+        || details == ASK_REFUSED
         || details.starts_with("TRYAGAIN")
         || details.starts_with("CLUSTERDOWN")
     {
@@ -1223,6 +1260,9 @@ mod tests {
             let error = RedisError::from(FredError::new(ErrorKind::Unknown, details));
             assert_eq!(error.kind(), RedisErrorKind::NotSent, "{details}");
         }
+        // An ASK fred did not follow: the server answered ASK, so it did not run.
+        let error = RedisError::from(FredError::new(ErrorKind::Routing, ASK_REFUSED));
+        assert_eq!(error.kind(), RedisErrorKind::NotSent);
         for kind in [
             ErrorKind::Auth,
             ErrorKind::Parse,

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::{HashState, Server, Subscriber};
-use crate::error::RedisError;
+use crate::error::{RedisError, RedisErrorKind};
 
 /// A channel's name: a slice of its primitive's keys where it has one, so that naming it
 /// (a lock handle's wake, a registry entry) copies nothing.
@@ -439,6 +439,11 @@ async fn manage(
     let mut shard_check = tokio::time::interval(SHARD_CHECK);
     shard_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut retry: HashSet<Channel> = HashSet::new();
+    // Channels whose SUBSCRIBE failed without saying it was never sent (a timeout, a connection
+    // lost under it): it may still take effect, even later (fred holds a command written while
+    // it reconnects and sends it on the new connection). Such a channel is unsubscribed once
+    // nobody waits on it, whether or not it seems subscribed; kept across reconnects.
+    let mut uncertain: HashSet<Channel> = HashSet::new();
     // fred's own resubscribing (`manage_subscriptions`) stays off: with two owners of the
     // subscription set, channels left during a reconnect came back and stayed for good.
     let mut reconnects = subscriber.reconnects();
@@ -521,7 +526,7 @@ async fn manage(
         }
         let now = Instant::now();
         let mut subscribe = Vec::new();
-        let mut unsubscribe = Vec::new();
+        let mut unsubscribe: Vec<Channel> = Vec::new();
         for channel in pending {
             let waiters = shared
                 .entries
@@ -539,10 +544,17 @@ async fn manage(
                     idle.insert(channel, now);
                 }
                 (Some((_, false)), false) => {
-                    // Never subscribed, or no longer: nobody needs the entry.
-                    shared.remove_if_unused(&channel);
+                    // Never subscribed, or no longer: nobody needs the entry (nor, when a
+                    // SUBSCRIBE of it may have taken effect, the subscription).
+                    if shared.remove_if_unused(&channel) && uncertain.contains(&channel) {
+                        unsubscribe.push(channel);
+                    }
                 }
-                (None, false) => {}
+                (None, false) => {
+                    if uncertain.contains(&channel) {
+                        unsubscribe.push(channel);
+                    }
+                }
             }
         }
         // Idle long enough, and nobody came back (a waiter that did keeps the entry).
@@ -570,11 +582,15 @@ async fn manage(
                                 idle.entry(channel.clone()).or_insert(now);
                             }
                         }
+                        uncertain.remove(&channel);
                         subscribed.insert(channel);
                     }
                 }
                 Err(error) => {
                     tracing::warn!(%error, channels = subscribe.len(), "subscribe failed; retrying");
+                    if error.kind() != RedisErrorKind::NotSent {
+                        uncertain.extend(subscribe.iter().cloned());
+                    }
                     retry.extend(subscribe);
                 }
             }
@@ -587,6 +603,7 @@ async fn manage(
                     for channel in &unsubscribe {
                         subscribed.remove(channel);
                         homes.remove(channel);
+                        uncertain.remove(channel);
                     }
                 }
                 Err(error) => {

@@ -170,7 +170,7 @@ impl LockClientBuilder {
         self
     }
 
-    /// The client library the connections are made with: [`Backend::Fred`] (the default) or,
+    /// The client library the connections are made with: `Backend::Fred` (the default, with feature `fred`) or,
     /// with feature `redis-rs`, `Backend::RedisRs`. Every lock kind, its keys and its scripts
     /// are the same on both, so clients on either exclude each other.
     ///
@@ -209,7 +209,7 @@ impl LockClientBuilder {
     /// connections of its own with them (its commands are sent once each, and its pub/sub
     /// needs a connection of its own), over RESP3; the service's client is left as it is.
     /// Timeouts and the reconnect policy stay this builder's. It takes precedence over
-    /// [`url`](Self::url) and [`config`](Self::config).
+    /// [`url`](Self::url) and `config`.
     ///
     /// ```no_run
     /// # async fn demo() -> fredlock::Result<()> {
@@ -263,7 +263,7 @@ impl LockClientBuilder {
     /// enough to start; the client learns the rest from it) and `service_name` the name they
     /// monitor the master by (`sentinel monitor <service_name> ..` in their configuration).
     ///
-    /// It replaces the servers of [`url`](Self::url) or [`config`](Self::config), whose
+    /// It replaces the servers of [`url`](Self::url) or `config`, whose
     /// password, database and TLS settings still apply; a URL is then optional.
     ///
     /// ```no_run
@@ -308,7 +308,7 @@ impl LockClientBuilder {
     }
 
     /// The user (`None`: the default user) and password of the Redis servers, over whatever
-    /// [`url`](Self::url) or [`config`](Self::config) says.
+    /// [`url`](Self::url) or `config` says.
     pub fn credentials(mut self, username: Option<String>, password: impl Into<String>) -> Self {
         self.credentials = Some(Credentials {
             username,

@@ -166,7 +166,7 @@
 //! # Features
 //!
 //! - `fred` (default): fred makes the connections, on every deployment.
-//! - `redis-rs`: [`Backend::RedisRs`], connections made with redis-rs 1.x; with
+//! - `redis-rs`: `Backend::RedisRs`, connections made with redis-rs 1.x; with
 //!   `default-features = false`, the crate is built without fred.
 //! - `tls-rustls`: `rediss://` through rustls (ring provider).
 //! - `tls-native-tls`: `rediss://` through the platform's TLS library. With both, URLs use it.
@@ -175,8 +175,8 @@
 //!
 //! Without a TLS feature a `rediss://` URL is refused with [`Error::InvalidArgument`]. For a
 //! private CA, build a fred `Config` whose `tls` holds a `TlsConnector` that trusts it, and pass
-//! it to [`LockClientBuilder::config`]; or hand over the fred client the service already has
-//! ([`LockClientBuilder::fred_client`]), so that servers, credentials and TLS are written once.
+//! it to `LockClientBuilder::config` (feature `fred`); or hand over the fred client the service already has
+//! (`LockClientBuilder::fred_client`), so that servers, credentials and TLS are written once.
 //!
 //! # Observability
 //!

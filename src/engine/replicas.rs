@@ -34,7 +34,7 @@ use crate::error::{not_replicated, Failure, RedisError, RedisErrorKind};
 /// It costs each change a wait for the replicas (`WAIT`, or `WAITAOF` when the server runs it
 /// and has the append-only file on, which also waits for the master's and replicas' fsync). The
 /// waits run on connections of their own (see [`connections`](Self::connections)), so reads and
-/// your own commands on [`LockClient::redis`](crate::LockClient::redis) never queue behind
+/// your own commands on `LockClient::redis` never queue behind
 /// them. On a cluster each change waits for the replicas of the master of its slot.
 ///
 /// ```no_run

@@ -31,6 +31,9 @@ const SLOTS: usize = 16384;
 /// How often one call follows a redirect (`MOVED`, `ASK`) or a new master before it gives up.
 const REDIRECTS: usize = 5;
 
+/// How long a wait for every master's connection sleeps between two readings of the slots.
+const WAIT_STEP: Duration = Duration::from_millis(100);
+
 /// Messages buffered for the subscriber's reader, as one server's link buffers them.
 const MESSAGE_BUFFER: usize = 4096;
 
@@ -130,11 +133,20 @@ impl Cluster {
             })
     }
 
+    /// Returns once every master is connected, reading the slots again meanwhile: a master
+    /// that failed is replaced by its replica only in the slots as read after the failover.
     pub(crate) async fn wait_for_connect(&self) {
-        for master in self.masters() {
-            if let Some(link) = self.existing(&master) {
-                link.wait_for_connect().await;
+        loop {
+            if self.is_connected() {
+                return;
             }
+            if let Err(error) = self.refresh_slots().await {
+                tracing::debug!(%error, "could not read the cluster's slots while reconnecting");
+            }
+            if self.is_connected() {
+                return;
+            }
+            tokio::time::sleep(WAIT_STEP).await;
         }
     }
 
@@ -254,6 +266,14 @@ impl Cluster {
         };
         if let Some(old) = moved_home {
             tracing::debug!(%old, "the node of the classic subscriptions is no longer a master");
+            // A master demoted to a replica (a manual failover) still runs, and still has them:
+            // every classic channel is dropped there, and subscribed again on the new home.
+            let demoted = self.existing(&old).filter(Link::is_connected);
+            if let Some(link) = demoted.filter(|_| self.shared.subscribes) {
+                if let Err(error) = link.unsubscribe(Vec::new()).await {
+                    tracing::debug!(%old, %error, "could not drop the classic subscriptions there");
+                }
+            }
             if let Some(sender) = &*self
                 .shared
                 .reconnects

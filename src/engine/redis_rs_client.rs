@@ -543,14 +543,40 @@ impl Link {
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
+        self.call_as(false, sent, call).await
+    }
+
+    /// One call as [`call`](Self::call) makes it, behind `ASKING` (a cluster's slot being
+    /// moved here: the node serves the call's keys only when asked so first).
+    pub(crate) async fn call_asking<R: FromValue>(
+        &self,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<R, RedisError> {
+        self.call_as(true, sent, call).await
+    }
+
+    async fn call_as<R: FromValue>(
+        &self,
+        asking: bool,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<R, RedisError> {
         let (keys, args) = call();
+        let send = |command: redis::Cmd| async move {
+            if asking {
+                self.asking(command).await
+            } else {
+                self.query(command).await
+            }
+        };
         match sent {
-            Sent::Command(name) => self.query(packed(name, None, &keys, &args)).await,
+            Sent::Command(name) => send(packed(name, None, &keys, &args)).await,
             Sent::Script { sha, body } => {
                 let script = |name: &str, text: &str| packed(name, Some(text), &keys, &args);
-                match self.query(script("EVALSHA", sha)).await {
+                match send(script("EVALSHA", sha)).await {
                     Err(error) if error.details().starts_with("NOSCRIPT") => {
-                        self.query(script("EVAL", body)).await
+                        send(script("EVAL", body)).await
                     }
                     other => other,
                 }
@@ -651,28 +677,6 @@ impl Link {
             self.checked(generation, reply).and_then(read)?;
         }
         Ok(())
-    }
-
-    /// One call as [`call`](Self::call) makes it, behind `ASKING` (a cluster's slot being
-    /// moved here: the node serves the call's keys only when asked so first).
-    pub(crate) async fn call_asking<R: FromValue>(
-        &self,
-        sent: Sent<'_>,
-        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
-    ) -> Result<R, RedisError> {
-        let (keys, args) = call();
-        match sent {
-            Sent::Command(name) => self.asking(packed(name, None, &keys, &args)).await,
-            Sent::Script { sha, body } => {
-                let script = |name: &str, text: &str| packed(name, Some(text), &keys, &args);
-                match self.asking(script("EVALSHA", sha)).await {
-                    Err(error) if error.details().starts_with("NOSCRIPT") => {
-                        self.asking(script("EVAL", body)).await
-                    }
-                    other => other,
-                }
-            }
-        }
     }
 
     /// `name` with `args`, behind `ASKING`.

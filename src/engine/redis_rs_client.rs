@@ -13,6 +13,7 @@
 //! Replies are read into the crate's vocabulary as fred reads them (a bulk string is text when
 //! it is UTF-8, bytes otherwise), so every `FromValue` reads them alike.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -543,7 +544,8 @@ impl Link {
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
-        self.call_as(false, sent, call).await
+        self.call_via(|command| self.query(command), sent, call)
+            .await
     }
 
     /// One call as [`call`](Self::call) makes it, behind `ASKING` (a cluster's slot being
@@ -553,23 +555,19 @@ impl Link {
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
-        self.call_as(true, sent, call).await
+        self.call_via(|command| self.asking(command), sent, call)
+            .await
     }
 
-    async fn call_as<R: FromValue>(
+    /// The call, each command sent by `send` (a type of its own per way of sending, so that
+    /// the plain call's path has no branch for `ASKING`).
+    async fn call_via<R: FromValue, Sending: Future<Output = Result<R, RedisError>>>(
         &self,
-        asking: bool,
+        send: impl Fn(redis::Cmd) -> Sending,
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
         let (keys, args) = call();
-        let send = |command: redis::Cmd| async move {
-            if asking {
-                self.asking(command).await
-            } else {
-                self.query(command).await
-            }
-        };
         match sent {
             Sent::Command(name) => send(packed(name, None, &keys, &args)).await,
             Sent::Script { sha, body } => {

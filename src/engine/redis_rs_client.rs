@@ -451,16 +451,7 @@ impl Link {
     }
 
     pub(crate) fn reconnects(&self) -> broadcast::Receiver<Server> {
-        match &*self
-            .shared
-            .reconnects
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-        {
-            Some(sender) => sender.subscribe(),
-            // Quit: a receiver whose sender is gone reads as closed at once.
-            None => broadcast::channel(1).1,
-        }
+        announcements(&self.shared.reconnects)
     }
 
     pub(crate) fn messages(&self) -> broadcast::Receiver<Message> {
@@ -890,6 +881,17 @@ impl Shared {
             state.reconnecting = false;
             state.policy = Some(policy);
         });
+    }
+}
+
+/// The announcements of `sender` from now on; once quit (`None`), a receiver whose sender is
+/// gone, which reads as closed at once.
+pub(crate) fn announcements(
+    sender: &Mutex<Option<broadcast::Sender<Server>>>,
+) -> broadcast::Receiver<Server> {
+    match &*sender.lock().unwrap_or_else(PoisonError::into_inner) {
+        Some(sender) => sender.subscribe(),
+        None => broadcast::channel(1).1,
     }
 }
 

@@ -21,7 +21,7 @@ use redis::AsyncConnectionConfig;
 use tokio::sync::broadcast;
 
 use crate::engine::join::join_all;
-use crate::engine::redis_rs_client::{read, sorted, Link, Seeds, Target};
+use crate::engine::redis_rs_client::{announcements, read, sorted, Link, Seeds, Target};
 use crate::engine::{key_slot, FromValue, Key, Message, ScanType, Sent, Server, Value};
 use crate::error::{Failure, RedisError, RedisErrorKind};
 
@@ -187,15 +187,7 @@ impl Cluster {
     }
 
     pub(crate) fn reconnects(&self) -> broadcast::Receiver<Server> {
-        match &*self
-            .shared
-            .reconnects
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-        {
-            Some(sender) => sender.subscribe(),
-            None => broadcast::channel(1).1,
-        }
+        announcements(&self.shared.reconnects)
     }
 
     /// Drops every connection and connects again, after reading the slots again.
@@ -390,7 +382,8 @@ impl Cluster {
         home.clone()
     }
 
-    fn home_link(&self) -> Result<Link, RedisError> {
+    /// Where classic channels are subscribed, and its link.
+    fn home_link(&self) -> Result<(Server, Link), RedisError> {
         let home = self.home().ok_or_else(|| {
             RedisError::new(
                 RedisErrorKind::NotSent,
@@ -398,17 +391,18 @@ impl Cluster {
                 "no cluster master known",
             )
         })?;
-        self.link(&home)
+        let link = self.link(&home)?;
+        Ok((home, link))
     }
 
     /// `SUBSCRIBE channels` on one node.
     pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        self.home_link()?.subscribe(channels).await
+        self.home_link()?.1.subscribe(channels).await
     }
 
     /// `UNSUBSCRIBE channels` on the node they were subscribed on.
     pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        self.home_link()?.unsubscribe(channels).await
+        self.home_link()?.1.unsubscribe(channels).await
     }
 
     /// `SSUBSCRIBE channels` (all of one slot) on the slot's master, following a `MOVED`.
@@ -468,16 +462,7 @@ impl Pinned<'_> {
             (Some(Pin::Node(node)), _) => Ok((node.clone(), self.cluster.link(node)?)),
             (Some(Pin::Slot(slot)), _) => self.cluster.of_slot(*slot),
             (None, Some(key)) => self.cluster.of_slot(key_slot(key)),
-            (None, None) => {
-                let home = self.cluster.home().ok_or_else(|| {
-                    RedisError::new(
-                        RedisErrorKind::NotSent,
-                        Failure::Connection,
-                        "no cluster master known",
-                    )
-                })?;
-                Ok((home.clone(), self.cluster.link(&home)?))
-            }
+            (None, None) => self.cluster.home_link(),
         }
     }
 
@@ -488,27 +473,17 @@ impl Pinned<'_> {
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
         let first = call().0.into_iter().next();
-        let first = first.as_ref().map(Key::as_bytes);
-        let slot = self.slot(first);
-        let (mut node, mut link) = self.route(first)?;
-        let mut asking = false;
-        let mut tries = 0;
-        loop {
-            let reply = if asking {
-                link.call_asking(sent, call).await
-            } else {
-                link.call(sent, call).await
-            };
-            let error = match reply {
-                Err(error) if tries < REDIRECTS => error,
-                other => return other,
-            };
-            tries += 1;
-            (node, link, asking) = match self.followed(slot, &node, &error).await {
-                Some(next) => next,
-                None => return Err(error),
-            };
-        }
+        self.redirected(
+            first.as_ref().map(Key::as_bytes),
+            |link, asking| async move {
+                if asking {
+                    link.call_asking(sent, call).await
+                } else {
+                    link.call(sent, call).await
+                }
+            },
+        )
+        .await
     }
 
     /// `name` with `args` (the first a key, or for `PUBSUB` the second: the channel), to its
@@ -523,18 +498,32 @@ impl Pinned<'_> {
         } else {
             args.first()
         };
-        let key = key.and_then(Value::as_bytes);
+        self.redirected(key.and_then(Value::as_bytes), |link, asking| async move {
+            if asking {
+                link.command_asking::<R>(name, args).await
+            } else {
+                link.command::<R>(name, args).await
+            }
+        })
+        .await
+    }
+
+    /// `send` on the node of `key`'s slot (or the pinned one), then wherever the redirects and
+    /// new masters [`followed`](Self::followed) name, up to [`REDIRECTS`] times.
+    async fn redirected<R, Sending>(
+        &self,
+        key: Option<&[u8]>,
+        send: impl Fn(Link, bool) -> Sending,
+    ) -> Result<R, RedisError>
+    where
+        Sending: std::future::Future<Output = Result<R, RedisError>>,
+    {
         let slot = self.slot(key);
         let (mut node, mut link) = self.route(key)?;
         let mut asking = false;
         let mut tries = 0;
         loop {
-            let reply = if asking {
-                link.command_asking::<R>(name, args).await
-            } else {
-                link.command::<R>(name, args).await
-            };
-            let error = match reply {
+            let error = match send(link.clone(), asking).await {
                 Err(error) if tries < REDIRECTS => error,
                 other => return other,
             };

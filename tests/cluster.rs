@@ -173,6 +173,93 @@ async fn a_cluster_failover_keeps_locks_and_waiters_working() {
     .await;
 }
 
+/// A move of `name`'s slot from its master to another (`CLUSTER SETSLOT`, `MIGRATE`), step by
+/// step.
+struct SlotMove {
+    slot: String,
+    source: u16,
+    target: u16,
+    source_id: String,
+    target_id: String,
+}
+
+impl SlotMove {
+    fn of(cluster: &RedisCluster, name: &str) -> SlotMove {
+        let source = cluster.master_of(name);
+        let target = cluster
+            .nodes
+            .iter()
+            .map(|node| node.port())
+            .find(|port| *port != source)
+            .unwrap();
+        SlotMove {
+            slot: fred::util::redis_keyslot(name.as_bytes()).to_string(),
+            source,
+            target,
+            source_id: cluster.node_id(source),
+            target_id: cluster.node_id(target),
+        }
+    }
+
+    /// The slot importing on the target, migrating on the source.
+    fn begin(&self) {
+        ok(redis_cli(
+            self.target,
+            &[
+                "cluster",
+                "setslot",
+                &self.slot,
+                "importing",
+                &self.source_id,
+            ],
+        ));
+        ok(redis_cli(
+            self.source,
+            &[
+                "cluster",
+                "setslot",
+                &self.slot,
+                "migrating",
+                &self.target_id,
+            ],
+        ));
+    }
+
+    /// Every key of the slot moved to the target (the slot is still the source's).
+    fn migrate_keys(&self) {
+        let keys = redis_cli(
+            self.source,
+            &["cluster", "getkeysinslot", &self.slot, "100"],
+        );
+        let target = self.target.to_string();
+        for key in keys.lines().filter(|key| !key.is_empty()) {
+            ok(redis_cli(
+                self.source,
+                &["migrate", "127.0.0.1", &target, key, "0", "5000"],
+            ));
+        }
+    }
+
+    /// The slot the target's, on every node.
+    fn finish(&self, cluster: &RedisCluster) {
+        for node in &cluster.nodes {
+            ok(redis_cli(
+                node.port(),
+                &["cluster", "setslot", &self.slot, "node", &self.target_id],
+            ));
+        }
+        cluster.await_ok(Duration::from_secs(20));
+        println!(
+            "slot {} moved from {} to {}",
+            self.slot, self.source, self.target
+        );
+    }
+}
+
+fn ok(reply: String) {
+    assert!(reply.starts_with("OK"), "{reply}");
+}
+
 /// The waited lock's slot moves to another master mid-wait (`CLUSTER SETSLOT` + `MIGRATE`):
 /// the waiter subscribes again on the new owner and is still woken within 250 ms of the unlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,14 +269,8 @@ async fn a_slot_migrated_mid_wait_still_wakes_its_waiter() {
         let holder = client(&cluster, Duration::from_secs(30)).await;
         let other = client(&cluster, Duration::from_secs(30)).await;
         let name = "migrating-lock";
-        let slot = fred::util::redis_keyslot(name.as_bytes()).to_string();
-        let source = cluster.master_of(name);
-        let target = cluster
-            .nodes
-            .iter()
-            .map(|node| node.port())
-            .find(|port| *port != source)
-            .unwrap();
+        let moving = SlotMove::of(&cluster, name);
+        let (source, target) = (moving.source, moving.target);
         let guard = holder.lock(name).lock().await.unwrap();
         let waiting = waiter(&other, name);
         assert!(
@@ -199,34 +280,10 @@ async fn a_slot_migrated_mid_wait_still_wakes_its_waiter() {
             .await
         );
 
-        let source_id = cluster.node_id(source);
-        let target_id = cluster.node_id(target);
-        let ok = |reply: String| assert!(reply.starts_with("OK"), "{reply}");
-        ok(redis_cli(
-            target,
-            &["cluster", "setslot", &slot, "importing", &source_id],
-        ));
-        ok(redis_cli(
-            source,
-            &["cluster", "setslot", &slot, "migrating", &target_id],
-        ));
-        let keys = redis_cli(source, &["cluster", "getkeysinslot", &slot, "100"]);
-        for key in keys.lines().filter(|key| !key.is_empty()) {
-            let target_port = target.to_string();
-            ok(redis_cli(
-                source,
-                &["migrate", "127.0.0.1", &target_port, key, "0", "5000"],
-            ));
-        }
-        for node in &cluster.nodes {
-            ok(redis_cli(
-                node.port(),
-                &["cluster", "setslot", &slot, "node", &target_id],
-            ));
-        }
-        cluster.await_ok(Duration::from_secs(20));
+        moving.begin();
+        moving.migrate_keys();
+        moving.finish(&cluster);
         assert_eq!(cluster.master_of(name), target);
-        println!("slot {slot} moved from {source} to {target}");
 
         assert!(
             eventually(Duration::from_secs(5), || async {
@@ -262,35 +319,14 @@ async fn calls_follow_ask_and_moved_while_a_slot_moves() {
         let cluster = RedisCluster::start();
         let holder = client(&cluster, Duration::from_secs(30)).await;
         let name = "moving-lock";
-        let slot = fred::util::redis_keyslot(name.as_bytes()).to_string();
-        let source = cluster.master_of(name);
-        let target = cluster
-            .nodes
-            .iter()
-            .map(|node| node.port())
-            .find(|port| *port != source)
-            .unwrap();
+        let moving = SlotMove::of(&cluster, name);
         let lock = holder.lock(name);
         let guard = lock.lock().await.unwrap();
-        let source_id = cluster.node_id(source);
-        let target_id = cluster.node_id(target);
-        let ok = |reply: String| assert!(reply.starts_with("OK"), "{reply}");
-        ok(redis_cli(
-            target,
-            &["cluster", "setslot", &slot, "importing", &source_id],
-        ));
-        ok(redis_cli(
-            source,
-            &["cluster", "setslot", &slot, "migrating", &target_id],
-        ));
-        let target_port = target.to_string();
-        ok(redis_cli(
-            source,
-            &["migrate", "127.0.0.1", &target_port, name, "0", "5000"],
-        ));
+        moving.begin();
+        moving.migrate_keys();
         // The key is on the new master only; the slot is still the old one's, which sends a
         // call for it there.
-        let asked = redis_cli(source, &["exists", name]);
+        let asked = redis_cli(moving.source, &["exists", name]);
         assert!(asked.starts_with("ASK"), "{asked}");
         if on_redis_rs {
             assert_eq!(lock.hold_count().await.unwrap(), 1, "read through ASK");
@@ -300,14 +336,8 @@ async fn calls_follow_ask_and_moved_while_a_slot_moves() {
             let error = lock.hold_count().await.unwrap_err();
             assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
         }
-        for node in &cluster.nodes {
-            ok(redis_cli(
-                node.port(),
-                &["cluster", "setslot", &slot, "node", &target_id],
-            ));
-        }
-        cluster.await_ok(Duration::from_secs(20));
-        assert_eq!(cluster.master_of(name), target);
+        moving.finish(&cluster);
+        assert_eq!(cluster.master_of(name), moving.target);
         if on_redis_rs {
             assert_eq!(lock.hold_count().await.unwrap(), 1, "read through MOVED");
         } else {
@@ -323,7 +353,7 @@ async fn calls_follow_ask_and_moved_while_a_slot_moves() {
         }
         guard.unlock().await.unwrap();
         assert!(!lock.is_locked().await.unwrap());
-        assert_eq!(redis_cli(target, &["exists", name]).trim(), "0");
+        assert_eq!(redis_cli(moving.target, &["exists", name]).trim(), "0");
         holder.shutdown().await;
     })
     .await;

@@ -466,6 +466,11 @@ impl Pinned<'_> {
         }
     }
 
+    // `call` and `command` each write the redirect loop out: a loop shared through a closure
+    // that makes each attempt's future nests the call's futures one level deeper, and the
+    // futures of a caller's call are at rustc's query depth already (the doc test of
+    // `LeaderElection::observe` stops compiling).
+
     /// One call of a script or command, to its slot's master, following redirects.
     pub(crate) async fn call<R: FromValue>(
         &self,
@@ -473,17 +478,27 @@ impl Pinned<'_> {
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
         let first = call().0.into_iter().next();
-        self.redirected(
-            first.as_ref().map(Key::as_bytes),
-            |link, asking| async move {
-                if asking {
-                    link.call_asking(sent, call).await
-                } else {
-                    link.call(sent, call).await
-                }
-            },
-        )
-        .await
+        let first = first.as_ref().map(Key::as_bytes);
+        let slot = self.slot(first);
+        let (mut node, mut link) = self.route(first)?;
+        let mut asking = false;
+        let mut tries = 0;
+        loop {
+            let reply = if asking {
+                link.call_asking(sent, call).await
+            } else {
+                link.call(sent, call).await
+            };
+            let error = match reply {
+                Err(error) if tries < REDIRECTS => error,
+                other => return other,
+            };
+            tries += 1;
+            (node, link, asking) = match self.followed(slot, &node, &error).await {
+                Some(next) => next,
+                None => return Err(error),
+            };
+        }
     }
 
     /// `name` with `args` (the first a key, or for `PUBSUB` the second: the channel), to its
@@ -498,32 +513,18 @@ impl Pinned<'_> {
         } else {
             args.first()
         };
-        self.redirected(key.and_then(Value::as_bytes), |link, asking| async move {
-            if asking {
-                link.command_asking::<R>(name, args).await
-            } else {
-                link.command::<R>(name, args).await
-            }
-        })
-        .await
-    }
-
-    /// `send` on the node of `key`'s slot (or the pinned one), then wherever the redirects and
-    /// new masters [`followed`](Self::followed) name, up to [`REDIRECTS`] times.
-    async fn redirected<R, Sending>(
-        &self,
-        key: Option<&[u8]>,
-        send: impl Fn(Link, bool) -> Sending,
-    ) -> Result<R, RedisError>
-    where
-        Sending: std::future::Future<Output = Result<R, RedisError>>,
-    {
+        let key = key.and_then(Value::as_bytes);
         let slot = self.slot(key);
         let (mut node, mut link) = self.route(key)?;
         let mut asking = false;
         let mut tries = 0;
         loop {
-            let error = match send(link.clone(), asking).await {
+            let reply = if asking {
+                link.command_asking::<R>(name, args).await
+            } else {
+                link.command::<R>(name, args).await
+            };
+            let error = match reply {
                 Err(error) if tries < REDIRECTS => error,
                 other => return other,
             };

@@ -74,6 +74,7 @@ impl LockClient {
         let engine = Engine::start(engine::Settings {
             library: settings.library(),
             config: settings.redis_config()?,
+            protocol: settings.engine_protocol(),
             command_timeout: settings.command_timeout,
             reconnect_policy: settings.reconnect_policy.clone(),
             watchdog_lease: settings.watchdog_lease,

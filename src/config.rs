@@ -28,15 +28,43 @@ pub enum Backend {
     #[cfg_attr(feature = "fred", default)]
     Fred,
     /// redis-rs 1.x (feature `redis-rs`), the client most Rust services already have: a
-    /// standalone server, or the master behind Sentinel (found through the sentinels on every
-    /// connect, followed on a switch as on fred); over TLS from a `rediss://` URL (feature
-    /// `tls-rustls`; the roots redis-rs trusts, the platform's by default) or through a service's own
-    /// redis-rs client handed over with [`LockClientBuilder::redis_rs_client`] (its own CA,
-    /// say). A cluster on it is refused when the client is built.
+    /// standalone server, a cluster (sharded pub/sub on Redis 7 and later), or the master
+    /// behind Sentinel (found through the sentinels on every connect, followed on a switch as
+    /// on fred); over TLS from a `rediss://` URL (feature `tls-rustls`; the roots redis-rs
+    /// trusts, the platform's by default) or through a service's own redis-rs client handed
+    /// over with [`LockClientBuilder::redis_rs_client`] (its own CA, say); over RESP3 unless
+    /// [`LockClientBuilder::protocol`] (or the handed-over client) says RESP2.
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
     #[cfg_attr(not(feature = "fred"), default)]
     RedisRs,
+}
+
+/// The version of the Redis protocol (RESP) the connections speak; see
+/// [`LockClientBuilder::protocol`]. Redisson's `Config.setProtocol` names the same choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// RESP2, which every Redis and every proxy speaks. Pub/sub takes a connection of its own
+    /// on either backend.
+    Resp2,
+    /// RESP3 (Redis 6 and later): on redis-rs, pub/sub messages come as pushes.
+    Resp3,
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = Error;
+
+    /// `resp2` or `resp3` (any case), as redis-rs's URLs write it (`?protocol=resp3`).
+    fn from_str(name: &str) -> Result<Protocol> {
+        match name.to_ascii_lowercase().as_str() {
+            "resp2" => Ok(Protocol::Resp2),
+            "resp3" => Ok(Protocol::Resp3),
+            _ => Err(Error::InvalidArgument(format!(
+                "protocol {name:?}: expected resp2 or resp3"
+            ))),
+        }
+    }
 }
 
 impl std::str::FromStr for Backend {
@@ -97,6 +125,7 @@ pub struct LockClientBuilder {
     pub(crate) metrics_lock_names: bool,
     pub(crate) client_name: Option<String>,
     backend: Backend,
+    protocol: Option<Protocol>,
     /// The connection settings of the service's own redis-rs client, when handed over.
     #[cfg(feature = "redis-rs")]
     redis_rs: Option<redis::ConnectionInfo>,
@@ -144,6 +173,7 @@ impl Default for LockClientBuilder {
             metrics_lock_names: false,
             client_name: None,
             backend: Backend::default(),
+            protocol: None,
             #[cfg(feature = "redis-rs")]
             redis_rs: None,
         }
@@ -192,6 +222,45 @@ impl LockClientBuilder {
         self
     }
 
+    /// The version of the Redis protocol the connections speak. When not given: on fred, its
+    /// configuration's (`config(..)`, `fred_client(..)`; fred's default is RESP2); on
+    /// redis-rs, RESP3, a client handed over with `redis_rs_client(..)` included (redis-rs's
+    /// own default, RESP2, cannot be told from a choice).
+    ///
+    /// Locks, their keys, scripts and messages are the same over either, so clients on RESP2
+    /// and RESP3 exclude each other and wake each other's waiters. Over RESP2 on redis-rs the
+    /// client's pub/sub takes a connection of its own (redis-rs's `aio::PubSub`), which knows
+    /// only classic channels: a cluster of Redis 7 or later, whose lock channels are sharded,
+    /// is refused at [`build`](Self::build) there. Over RESP2 with TLS on redis-rs, a broken
+    /// command connection is noticed by the next call that meets it (its answer: the reply
+    /// may be lost), not the moment it breaks: redis-rs makes that stream alone and tells
+    /// nobody of its end.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// use fredlock::{LockClient, Protocol};
+    ///
+    /// // A proxy in front of Redis that speaks RESP2 only.
+    /// let client = LockClient::builder()
+    ///     .url("redis://127.0.0.1:6379")
+    ///     .protocol(Protocol::Resp2)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = Some(protocol);
+        self
+    }
+
+    /// The engine's name for [`protocol`](Self::protocol).
+    pub(crate) fn engine_protocol(&self) -> Option<crate::engine::Protocol> {
+        self.protocol.map(|protocol| match protocol {
+            Protocol::Resp2 => crate::engine::Protocol::Resp2,
+            Protocol::Resp3 => crate::engine::Protocol::Resp3,
+        })
+    }
+
     /// The engine's name for [`backend`](Self::backend).
     pub(crate) fn library(&self) -> crate::engine::Library {
         match self.backend {
@@ -207,7 +276,8 @@ impl LockClientBuilder {
     /// The address, credentials and TLS of a redis-rs client the service already has, so that
     /// they are written once: the client runs on redis-rs ([`Backend::RedisRs`]) and opens
     /// connections of its own with them (its commands are sent once each, and its pub/sub
-    /// needs a connection of its own), over RESP3; the service's client is left as it is.
+    /// needs a connection of its own), over RESP3 unless [`protocol`](Self::protocol) says
+    /// otherwise; the service's client is left as it is.
     /// Timeouts and the reconnect policy stay this builder's. It takes precedence over
     /// [`url`](Self::url) and `config`.
     ///

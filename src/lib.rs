@@ -231,7 +231,7 @@ pub mod tower;
 
 pub use client::LockClient;
 pub use config::{
-    Backend, LockClientBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_QUEUE_PLACE,
+    Backend, LockClientBuilder, Protocol, DEFAULT_COMMAND_TIMEOUT, DEFAULT_QUEUE_PLACE,
     DEFAULT_WATCHDOG_LEASE,
 };
 pub use counter::latch::CountDownLatch;

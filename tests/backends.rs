@@ -9,8 +9,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use fred::interfaces::ClientLike;
 use fredlock::prelude::*;
-use fredlock::{Backend, LockClient};
+use fredlock::{Backend, LockClient, Protocol};
 
 async fn on(backend: Backend, server: &RedisServer) -> LockClient {
     LockClient::builder()
@@ -71,6 +72,174 @@ async fn a_fred_client_and_a_redis_rs_client_exclude_each_other(kind: Kind) {
     }
     fred.shutdown().await;
     redis_rs.shutdown().await;
+}
+
+/// Each library over each protocol: fred and redis-rs, RESP2 and RESP3.
+const SPEAKERS: [(Backend, Protocol); 4] = [
+    (Backend::Fred, Protocol::Resp2),
+    (Backend::RedisRs, Protocol::Resp3),
+    (Backend::Fred, Protocol::Resp3),
+    (Backend::RedisRs, Protocol::Resp2),
+];
+
+async fn speaking(backend: Backend, protocol: Protocol, server: &RedisServer) -> LockClient {
+    LockClient::builder()
+        .backend(backend)
+        .protocol(protocol)
+        .url(server.url())
+        .build()
+        .await
+        .unwrap_or_else(|error| panic!("{backend:?} over {protocol:?}: {error}"))
+}
+
+/// Every connection but the asking one, as `CLIENT LIST` has it: its RESP version and whether
+/// it is subscribed to a channel.
+async fn connections(server: &RedisServer) -> Vec<(i64, bool)> {
+    let raw = raw_client(&server.url()).await;
+    let own: i64 = raw.custom(fred::cmd!("CLIENT"), vec!["ID"]).await.unwrap();
+    let list: String = raw
+        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
+        .await
+        .unwrap();
+    let _ = raw.quit().await;
+    list.lines()
+        .filter_map(|line| {
+            let field = |name: &str| {
+                line.split(' ')
+                    .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                    .map(|value| value.parse::<i64>().expect("a number"))
+            };
+            (field("id")? != own).then(|| {
+                let resp = field("resp").expect("Redis 7 lists each connection's resp");
+                (resp, field("sub").unwrap_or(0) > 0)
+            })
+        })
+        .collect()
+}
+
+/// The connections the server has: every one over `resp`, one of them subscribed (the
+/// client's pub/sub: a connection of its own over RESP2, and over RESP3 on fred; redis-rs's
+/// RESP3 subscriber is also its own connection).
+fn assert_speaks(connections: &[(i64, bool)], resp: i64, whom: &str) {
+    assert!(!connections.is_empty(), "{whom}: no connection");
+    assert!(
+        connections.iter().all(|(speaks, _)| *speaks == resp),
+        "{whom}: every connection over RESP{resp}: {connections:?}"
+    );
+    assert!(
+        connections.iter().any(|(_, subscribed)| *subscribed),
+        "{whom}: its pub/sub is subscribed over RESP{resp}: {connections:?}"
+    );
+}
+
+/// A client speaks the protocol it was built with, on every connection it opens, its pub/sub
+/// included; redis-rs's RESP2 subscriber is a connection of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_library_speaks_the_protocol_it_is_given() {
+    bounded(async {
+        for (backend, protocol) in SPEAKERS {
+            let server = RedisServer::start();
+            let client = speaking(backend, protocol, &server).await;
+            let resp = if protocol == Protocol::Resp2 { 2 } else { 3 };
+            // A first hold subscribes the client's own channel (for force unlocks).
+            let guard = client.lock("spoken").lock().await.unwrap();
+            let whom = format!("{backend:?} over {protocol:?}");
+            let subscribed = eventually(Duration::from_secs(5), || async {
+                connections(&server).await.iter().any(|(_, sub)| *sub)
+            })
+            .await;
+            assert!(subscribed, "{whom}: never subscribed");
+            assert_speaks(&connections(&server).await, resp, &whom);
+            guard.unlock().await.unwrap();
+            client.shutdown().await;
+        }
+    })
+    .await
+}
+
+for_each_kind!(either_protocol_on_either_library_excludes_and_wakes_the_others);
+
+/// Over RESP2 and RESP3, on fred and on redis-rs: each client's hold keeps out the next one
+/// in [`SPEAKERS`] (the other library, the other protocol, in turn), and each one's release
+/// wakes the next one's waiter through pub/sub (within a second; a waiter that heard nothing
+/// would wait out the 30 s lease).
+async fn either_protocol_on_either_library_excludes_and_wakes_the_others(kind: Kind) {
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for (backend, protocol) in SPEAKERS {
+        clients.push((
+            format!("{backend:?} over {protocol:?}"),
+            speaking(backend, protocol, &server).await,
+        ));
+    }
+    for (at, (holder, first)) in clients.iter().enumerate() {
+        let (waiter_name, second) = &clients[(at + 1) % clients.len()];
+        let held = kind.lock(first, "spoken").lock().await.unwrap();
+        let other = kind.lock(second, "spoken");
+        assert!(
+            other.try_lock_now().await.unwrap().is_none(),
+            "{kind:?}: {waiter_name} must not get the lock {holder} holds"
+        );
+        let waiter = tokio::spawn(async move {
+            other
+                .try_lock(Duration::from_secs(5), None)
+                .await
+                .unwrap()
+                .map(|guard| (guard, std::time::Instant::now()))
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = std::time::Instant::now();
+        held.unlock().await.unwrap();
+        let (guard, got) = waiter
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: {waiter_name} gets the lock {holder} let go"));
+        assert!(
+            got.duration_since(released) < Duration::from_secs(1),
+            "{kind:?}: {waiter_name} woken by {holder}'s release, not by a poll"
+        );
+        guard.unlock().await.unwrap();
+    }
+    for (_, client) in clients {
+        client.shutdown().await;
+    }
+}
+
+/// A service's redis-rs client handed over: RESP3 whatever the client's own (redis-rs's default
+/// RESP2 cannot be told from a choice), unless the builder names one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_redis_rs_client_brings_its_protocol() {
+    bounded(async {
+        for (query, named, resp) in [
+            ("", None, 3),
+            ("?protocol=resp2", None, 3),
+            ("", Some(Protocol::Resp2), 2),
+            ("?protocol=resp3", Some(Protocol::Resp2), 2),
+            ("?protocol=resp2", Some(Protocol::Resp3), 3),
+        ] {
+            let server = RedisServer::start();
+            let service = redis::Client::open(format!("{}{query}", server.url())).unwrap();
+            let mut builder = LockClient::builder().redis_rs_client(&service);
+            if let Some(protocol) = named {
+                builder = builder.protocol(protocol);
+            }
+            let client = builder.build().await.unwrap();
+            let guard = client.lock("spoken").lock().await.unwrap();
+            let whom = format!("a client of {query:?} handed over, protocol {named:?}");
+            let subscribed = eventually(Duration::from_secs(5), || async {
+                connections(&server).await.iter().any(|(_, sub)| *sub)
+            })
+            .await;
+            assert!(subscribed, "{whom}: never subscribed");
+            assert_speaks(&connections(&server).await, resp, &whom);
+            guard.unlock().await.unwrap();
+            client.shutdown().await;
+        }
+        assert!("RESP3".parse::<Protocol>().unwrap() == Protocol::Resp3);
+        let refused = "resp4".parse::<Protocol>().unwrap_err();
+        assert!(refused.to_string().contains("resp2 or resp3"), "{refused}");
+    })
+    .await
 }
 
 /// A semaphore's permits and a job's runs are counted alike across libraries.

@@ -68,6 +68,52 @@ async fn hand_over(guard: LockGuard, waiter: JoinHandle<(LockGuard, Instant)>) -
     at.saturating_duration_since(released)
 }
 
+/// redis-rs's RESP2 pub/sub knows no `SSUBSCRIBE`: on a Redis 7 cluster, whose lock channels
+/// are sharded, a client on redis-rs over RESP2 is refused at build, saying what to change, and
+/// leaves no connection open. The same builder over RESP3 serves locks.
+#[cfg(feature = "redis-rs")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp2_on_redis_rs_is_refused_where_lock_channels_are_sharded() {
+    use fredlock::{Backend, Protocol};
+    bounded(async {
+        let cluster = RedisCluster::start();
+        // Every node's connections but the asking redis-cli's own.
+        let connected = || {
+            cluster
+                .nodes
+                .iter()
+                .map(|node| redis_cli(node.port(), &["client", "list"]).lines().count() - 1)
+                .sum::<usize>()
+        };
+        let builder = |protocol| {
+            LockClient::builder()
+                .backend(Backend::RedisRs)
+                .protocol(protocol)
+                .url(cluster.url())
+        };
+        let refused = builder(Protocol::Resp2)
+            .build()
+            .await
+            .expect_err("RESP2 on redis-rs is refused on a sharded cluster");
+        assert!(matches!(refused, Error::InvalidArgument(_)), "{refused:?}");
+        let message = refused.to_string();
+        assert!(
+            message.contains("sharded") && message.contains("protocol(Protocol::Resp3)"),
+            "says why and what to change: {message}"
+        );
+        assert!(
+            eventually(Duration::from_secs(5), || async { connected() == 0 }).await,
+            "no connection left open: {} still",
+            connected()
+        );
+        let client = builder(Protocol::Resp3).build().await.unwrap();
+        let guard = client.lock("sharded").lock().await.unwrap();
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await
+}
+
 /// On a Redis 7 cluster a waiter subscribes with SSUBSCRIBE on the node of its lock's slot, and
 /// the unlock's SPUBLISH wakes it; no classic channel exists anywhere but the holder's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

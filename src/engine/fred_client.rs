@@ -81,6 +81,13 @@ pub(crate) enum Library {
     RedisRs(Option<Box<redis::ConnectionInfo>>),
 }
 
+/// The RESP version a lock client's connections speak, when the builder names one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Resp2,
+    Resp3,
+}
+
 /// Makes the connections of one lock client, all with the same settings: its command
 /// connection, its subscriber, replica sync's own connections, and a connection to a sentinel.
 pub(crate) struct Connector {
@@ -100,29 +107,45 @@ pub(crate) struct Sentinels {
 }
 
 impl Connector {
-    /// Connections made by `library` to what `config` names, whose calls fail after
-    /// `command_timeout` without a reply, reconnecting as `reconnect_policy` says.
+    /// Connections made by `library` to what `config` names, over `protocol` (when `None`:
+    /// fred's configuration's, or RESP3 on redis-rs),
+    /// whose calls fail after `command_timeout` without a reply, reconnecting as
+    /// `reconnect_policy` says.
     pub(crate) fn new(
         library: Library,
-        config: Config,
+        #[cfg_attr(not(feature = "fred"), allow(unused_mut))] mut config: Config,
+        protocol: Option<Protocol>,
         command_timeout: Duration,
         reconnect_policy: ReconnectPolicy,
     ) -> Connector {
+        #[cfg(feature = "fred")]
+        if let Some(protocol) = protocol {
+            config.version = match protocol {
+                Protocol::Resp2 => RespVersion::RESP2,
+                Protocol::Resp3 => RespVersion::RESP3,
+            };
+        }
         #[cfg(feature = "fred")]
         let builder = fred_builder(&config, command_timeout, &reconnect_policy);
         #[cfg(feature = "redis-rs")]
         let redis_rs = match library {
             #[cfg(feature = "fred")]
             Library::Fred => None,
-            Library::RedisRs(None) => {
-                Some(redis_rs_target(&config, command_timeout, reconnect_policy))
-            }
+            Library::RedisRs(None) => Some(redis_rs_target(
+                &config,
+                protocol.map_or(redis::ProtocolVersion::RESP3, redis_rs_protocol),
+                command_timeout,
+                reconnect_policy,
+            )),
             Library::RedisRs(Some(info)) => Some(redis_rs_client::Target::handed_over(
                 *info,
+                protocol.map(redis_rs_protocol),
                 command_timeout,
                 reconnect_policy,
             )),
         };
+        #[cfg(not(feature = "redis-rs"))]
+        let _ = protocol;
         #[cfg(not(feature = "redis-rs"))]
         let Library::Fred = library;
         Connector {
@@ -180,7 +203,7 @@ impl Connector {
         #[cfg(feature = "redis-rs")]
         if let Some(target) = &self.redis_rs {
             return Ok(Subscriber {
-                link: redis_rs_link(target.clone()?, true)?,
+                link: redis_rs_link(target.clone()?.subscribing(), true)?,
             });
         }
         #[cfg(feature = "fred")]
@@ -350,6 +373,7 @@ fn redis_rs_link<C>(
 #[cfg(feature = "redis-rs")]
 fn redis_rs_target(
     config: &Config,
+    protocol: redis::ProtocolVersion,
     command_timeout: Duration,
     policy: ReconnectPolicy,
 ) -> Result<redis_rs_client::Target, RedisError> {
@@ -358,6 +382,7 @@ fn redis_rs_target(
         password: config.password.as_deref(),
         database: config.database,
         tls: config.uses_tls(),
+        protocol,
     };
     match &config.server {
         ServerConfig::Centralized { server } => {
@@ -401,6 +426,17 @@ fn sentinel_login<'c>(
         password,
         database: None,
         tls: config.uses_tls(),
+        // The watch subscribes and asks on one connection, which RESP2 cannot.
+        protocol: redis::ProtocolVersion::RESP3,
+    }
+}
+
+/// redis-rs's name for `protocol`.
+#[cfg(feature = "redis-rs")]
+fn redis_rs_protocol(protocol: Protocol) -> redis::ProtocolVersion {
+    match protocol {
+        Protocol::Resp2 => redis::ProtocolVersion::RESP2,
+        Protocol::Resp3 => redis::ProtocolVersion::RESP3,
     }
 }
 
@@ -1053,6 +1089,21 @@ impl Subscriber {
         )
     }
 
+    /// Whether it can take sharded channels: not on redis-rs over RESP2, whose pub/sub knows
+    /// only classic ones.
+    pub(crate) fn shards(&self) -> bool {
+        match &self.link {
+            #[cfg(not(feature = "fred"))]
+            Link::Fred(absent) => absent.absent(),
+            #[cfg(feature = "fred")]
+            Link::Fred(_) => true,
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRs(link) => link.shards(),
+            #[cfg(feature = "redis-rs")]
+            Link::RedisRsCluster(cluster) => cluster.shards(),
+        }
+    }
+
     /// The classic channels the library itself subscribes again after a reconnect (none on a
     /// library that leaves that to the engine).
     pub(crate) fn tracked_channels(&self) -> Vec<String> {
@@ -1192,6 +1243,7 @@ mod unconnected {
                 password: None,
                 database: None,
                 tls: false,
+                protocol: redis::ProtocolVersion::RESP3,
             };
             let policy = ReconnectPolicy::new_constant(1, 0);
             let target =

@@ -55,7 +55,7 @@ pub(crate) use acquire::{
     acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
 };
 pub(crate) use fred_client::{
-    Config, Connection, Connector, Library, ReconnectPolicy, Reconnects, Sent, Sentinels,
+    Config, Connection, Connector, Library, Protocol, ReconnectPolicy, Reconnects, Sent, Sentinels,
     ServerConfig, Subscriber,
 };
 pub(crate) use guard::Guard;
@@ -88,6 +88,8 @@ pub(crate) struct Settings {
     /// The client library the connections are made with.
     pub(crate) library: Library,
     pub(crate) config: Config,
+    /// The RESP version, when the builder names one.
+    pub(crate) protocol: Option<Protocol>,
     pub(crate) command_timeout: Duration,
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) watchdog_lease: Duration,
@@ -265,6 +267,7 @@ impl Engine {
         let connector = Arc::new(Connector::new(
             settings.library,
             settings.config,
+            settings.protocol,
             settings.command_timeout,
             settings.reconnect_policy,
         ));
@@ -291,6 +294,16 @@ impl Engine {
         // only the nodes of the channel's slot instead of every node of the cluster.
         let sharded =
             connector.is_clustered() && redis.server_major().is_some_and(|major| major >= 7);
+        if sharded && !subscriber.shards() {
+            // Classic channels instead would not hear the unlocks of clients that publish on
+            // sharded ones (Redisson's default there, and every other fredlock client's), and
+            // their waiters would not hear ours.
+            return Err(Error::InvalidArgument(format!(
+                "{address} is a cluster of Redis 7 or later, whose lock channels are sharded, and \
+                 the redis-rs backend subscribes to sharded channels over RESP3 only: build the \
+                 client with protocol(Protocol::Resp3)"
+            )));
+        }
         let writer = match settings.replica_sync {
             None => replicas::Writer::plain(redis.clone(), sharded),
             Some(sync) => replicas::Writer::synced(redis.clone(), sharded, &connector, sync)

@@ -1,6 +1,7 @@
 //! redis-rs (1.x) under the seam (issue 45): the second client library, behind feature
-//! `redis-rs`. So far one standalone server, or the master behind Sentinel (found again on
-//! every connect, and checked with `ROLE`), over RESP3.
+//! `redis-rs`: one standalone server, or the master behind Sentinel (found again on every
+//! connect, and checked with `ROLE`), over RESP3 or RESP2 (a cluster is `redis_rs_cluster`,
+//! a link per master).
 //!
 //! redis-rs's own reconnecting connection (`ConnectionManager`) does not say when it has a new
 //! connection, and the engine must know: the watchdog renews every hold on a reconnect, the
@@ -10,6 +11,12 @@
 //! as the client's reconnect policy says, and sends every command once (a command whose
 //! connection broke is reported, never sent again by the library).
 //!
+//! Over RESP3 a subscriber's messages come as pushes on its multiplexed connection. RESP2 has
+//! no pushes: a subscribed connection answers nothing but (UN)SUBSCRIBE and PING, so a
+//! subscriber over RESP2 keeps a pub/sub connection of its own instead (redis-rs's
+//! `aio::PubSub`), announced and made again as any other. redis-rs's RESP2 pub/sub knows no
+//! `SSUBSCRIBE`: sharded channels need RESP3.
+//!
 //! Replies are read into the crate's vocabulary as fred reads them (a bulk string is text when
 //! it is UTF-8, bytes otherwise), so every `FromValue` reads them alike.
 
@@ -18,8 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, PushInfo, PushKind};
+use redis::aio::{MultiplexedConnection, PubSubSink};
+use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{broadcast, watch};
 
 use crate::engine::join::join_all;
@@ -43,6 +50,8 @@ pub(crate) struct Target {
     seeds: Option<Arc<Seeds>>,
     command_timeout: Duration,
     policy: ReconnectPolicy,
+    /// A subscriber's over RESP2: its messages come on a pub/sub connection of its own.
+    dedicated: bool,
 }
 
 /// Where a cluster's slots are first asked, and how each of its nodes is reached.
@@ -53,10 +62,12 @@ pub(crate) struct Seeds {
 }
 
 impl Target {
-    /// The address, credentials and TLS of a service's own redis-rs client (over RESP3, which
-    /// the subscriber needs).
+    /// The address, credentials and TLS of a service's own redis-rs client, over `protocol`
+    /// (RESP3 when `None`, whatever the client's own: redis-rs's default is RESP2, and a URL
+    /// cannot tell that default from a choice).
     pub(crate) fn handed_over(
         info: redis::ConnectionInfo,
+        protocol: Option<ProtocolVersion>,
         command_timeout: Duration,
         policy: ReconnectPolicy,
     ) -> Result<Target, RedisError> {
@@ -74,7 +85,7 @@ impl Target {
         let settings = info
             .redis_settings()
             .clone()
-            .set_protocol(redis::ProtocolVersion::RESP3);
+            .set_protocol(protocol.unwrap_or(ProtocolVersion::RESP3));
         let info = info.set_redis_settings(settings);
         Ok(Target {
             client: redis::Client::open(info).map_err(sorted)?,
@@ -83,7 +94,29 @@ impl Target {
             seeds: None,
             command_timeout,
             policy,
+            dedicated: false,
         })
+    }
+
+    /// This target for a subscriber: over RESP2, whose connections cannot take pushes, its
+    /// messages come on a pub/sub connection of its own.
+    pub(crate) fn subscribing(mut self) -> Target {
+        let protocol = match &self.seeds {
+            Some(seeds) => seeds.settings.protocol(),
+            None => self
+                .client
+                .get_connection_info()
+                .redis_settings()
+                .protocol(),
+        };
+        self.dedicated = protocol == ProtocolVersion::RESP2;
+        self
+    }
+
+    /// Whether its subscriber can take sharded channels (`SSUBSCRIBE`): not over RESP2, whose
+    /// pub/sub in redis-rs knows only classic channels.
+    pub(crate) fn shards(&self) -> bool {
+        !self.dedicated
     }
 }
 
@@ -96,6 +129,7 @@ pub(crate) struct Login<'l> {
     /// trusts (the platform's by default, webpki's with its `tls-rustls-webpki-roots`), and its
     /// name against the host's.
     pub(crate) tls: bool,
+    pub(crate) protocol: ProtocolVersion,
 }
 
 impl Target {
@@ -114,6 +148,7 @@ impl Target {
             seeds: None,
             command_timeout,
             policy,
+            dedicated: false,
         })
     }
 
@@ -143,6 +178,7 @@ impl Target {
             })),
             command_timeout,
             policy,
+            dedicated: false,
         })
     }
 
@@ -160,6 +196,7 @@ impl Target {
             seeds: None,
             command_timeout: self.command_timeout,
             policy: self.policy.clone(),
+            dedicated: self.dedicated,
         })
     }
 
@@ -204,15 +241,15 @@ impl Target {
             seeds: None,
             command_timeout,
             policy,
+            dedicated: false,
         })
     }
 }
 
 impl Login<'_> {
-    /// redis-rs's settings for this login, over RESP3.
+    /// redis-rs's settings for this login.
     fn settings(&self) -> redis::RedisConnectionInfo {
-        let mut settings =
-            redis::RedisConnectionInfo::default().set_protocol(redis::ProtocolVersion::RESP3);
+        let mut settings = redis::RedisConnectionInfo::default().set_protocol(self.protocol);
         if let Some(username) = self.username {
             settings = settings.set_username(username);
         }
@@ -343,12 +380,42 @@ struct Shared {
 struct State {
     /// The connection in use, with its generation (each new connection has the next).
     current: Option<(u64, MultiplexedConnection)>,
+    /// A subscriber's over RESP2: its pub/sub connection in use, with its generation, and the
+    /// task that reads its messages.
+    dedicated: Option<(u64, PubSubSink, Reader)>,
     reconnecting: bool,
     closed: bool,
     policy: Option<ReconnectPolicy>,
     /// The server of the connection in use, or of the last one (behind Sentinel, the master it
     /// was found at).
     at: Option<Server>,
+}
+
+impl State {
+    /// The generation of the connection in use, if one is.
+    fn generation(&self) -> Option<u64> {
+        match (&self.current, &self.dedicated) {
+            (Some((generation, _)), _) | (None, Some((generation, ..))) => Some(*generation),
+            (None, None) => None,
+        }
+    }
+}
+
+/// A new connection: a multiplexed one, or a subscriber's pub/sub connection over RESP2 with
+/// the task that reads its messages.
+enum Opened {
+    Multiplexed(MultiplexedConnection),
+    Dedicated(PubSubSink, Reader),
+}
+
+/// The task reading a pub/sub connection's messages; dropped, it stops, which closes the
+/// connection (redis-rs ends it with its stream).
+struct Reader(tokio::task::AbortHandle);
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Link {
@@ -418,6 +485,11 @@ impl Link {
         false
     }
 
+    /// Whether it can take sharded channels (not a subscriber over RESP2).
+    pub(crate) fn shards(&self) -> bool {
+        self.shared.target.shards()
+    }
+
     /// One server: no cluster's masters.
     pub(crate) fn masters(&self) -> Vec<Server> {
         Vec::new()
@@ -466,7 +538,12 @@ impl Link {
 
     /// Drops the connection and connects again.
     pub(crate) async fn reconnect(&self) {
-        let generation = self.current().map(|(generation, _)| generation);
+        let generation = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .generation();
         if let Some(generation) = generation {
             self.shared.lost(generation);
         }
@@ -481,7 +558,9 @@ impl Link {
             .unwrap_or_else(PoisonError::into_inner);
         state.closed = true;
         state.current = None;
+        let dedicated = state.dedicated.take();
         drop(state);
+        drop(dedicated);
         self.shared.connected.send_replace(false);
         self.shared
             .reconnects
@@ -630,8 +709,14 @@ impl Link {
         Ok(join_all(sent).await)
     }
 
-    /// `SUBSCRIBE channels` (RESP3: it returns once the server has them).
+    /// `SUBSCRIBE channels`; it returns once the server has them (redis-rs waits for each
+    /// channel's confirmation, over either protocol).
     pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        if self.shared.target.dedicated {
+            let (generation, mut sink) = self.dedicated()?;
+            let subscribed = sink.subscribe(channels).await;
+            return self.checked(generation, subscribed);
+        }
         let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
         let subscribed = connection.subscribe(channels).await;
         self.checked(generation, subscribed)
@@ -639,9 +724,25 @@ impl Link {
 
     /// `UNSUBSCRIBE channels`.
     pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        if self.shared.target.dedicated {
+            let (generation, mut sink) = self.dedicated()?;
+            let unsubscribed = sink.unsubscribe(channels).await;
+            return self.checked(generation, unsubscribed);
+        }
         let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
         let unsubscribed = connection.unsubscribe(channels).await;
         self.checked(generation, unsubscribed)
+    }
+
+    /// A subscriber's pub/sub connection over RESP2, with its generation.
+    fn dedicated(&self) -> Result<(u64, PubSubSink), RedisError> {
+        let state = self
+            .shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (generation, sink, _) = state.dedicated.as_ref().ok_or_else(not_connected)?;
+        Ok((*generation, sink.clone()))
     }
 
     /// `SSUBSCRIBE` each of `channels`, one command per channel, each returning once the
@@ -658,6 +759,17 @@ impl Link {
     }
 
     async fn shard_command(&self, name: &str, channels: Vec<String>) -> Result<(), RedisError> {
+        if self.shared.target.dedicated {
+            return Err(RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other("invalid client config".into()),
+                format!(
+                    "{name} on {}: sharded channels need RESP3 on the redis-rs backend (its \
+                     RESP2 pub/sub knows only classic channels)",
+                    self.server()
+                ),
+            ));
+        }
         let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
         for channel in channels {
             let mut command = redis::cmd(name);
@@ -724,15 +836,16 @@ impl Shared {
 
     /// A new connection of `generation`, whose pushes (messages, its end) come to `shared`,
     /// and the server it reached (behind Sentinel, the master the sentinels name now).
-    async fn open(
-        shared: &Arc<Shared>,
-        generation: u64,
-    ) -> Result<(MultiplexedConnection, Server), RedisError> {
+    async fn open(shared: &Arc<Shared>, generation: u64) -> Result<(Opened, Server), RedisError> {
         let timeout = shared.target.command_timeout;
         let (client, server) = match &shared.target.lookup {
             None => (shared.target.client.clone(), shared.target.server.clone()),
             Some(lookup) => lookup.master(timeout).await?,
         };
+        if shared.target.dedicated {
+            let (sink, reader) = Shared::open_pubsub(shared, &client, &server, generation).await?;
+            return Ok((Opened::Dedicated(sink, reader), server));
+        }
         let from = server.clone();
         let weak: Weak<Shared> = Arc::downgrade(shared);
         let pushes = move |info: PushInfo| -> Result<(), ()> {
@@ -767,12 +880,23 @@ impl Shared {
         };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_push_sender(pushes);
-        let mut connection = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(sorted)?;
+            .set_response_timeout(Some(timeout));
+        let info = client.get_connection_info();
+        let mut connection = match (info.redis_settings().protocol(), info.addr()) {
+            (ProtocolVersion::RESP2, redis::ConnectionAddr::Tcp(host, port)) => {
+                Shared::open_resp2(shared, info, (host, *port), config, generation).await?
+            }
+            // Over RESP2 with TLS, whose stream redis-rs makes alone: a broken connection is
+            // found by the next call that meets it, which reports it lost.
+            (ProtocolVersion::RESP2, _) => client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+                .map_err(sorted)?,
+            _ => client
+                .get_multiplexed_async_connection_with_config(&config.set_push_sender(pushes))
+                .await
+                .map_err(sorted)?,
+        };
         if shared.target.lookup.is_some() {
             // A sentinel may still name a master that has stepped down (or not yet name the
             // new one): a write there would be lost in its resync.
@@ -797,11 +921,101 @@ impl Shared {
                 shared.major.store(major, Ordering::Relaxed);
             }
         }
-        Ok((connection, server))
+        Ok((Opened::Multiplexed(connection), server))
+    }
+
+    /// A multiplexed connection over RESP2 to `address`, on a TCP stream made here so that its
+    /// driver is ours to watch: RESP2 has no pushes (redis-rs refuses a push sender there), so
+    /// the driver's end is what reports the connection of `generation` lost, at once, as the
+    /// disconnection push does over RESP3.
+    async fn open_resp2(
+        shared: &Arc<Shared>,
+        info: &redis::ConnectionInfo,
+        (host, port): (&str, u16),
+        config: AsyncConnectionConfig,
+        generation: u64,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        let timeout = shared.target.command_timeout;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let connecting = async {
+            let stream = tokio::net::TcpStream::connect((host, port))
+                .await
+                .map_err(|error| sorted(redis::RedisError::from(error)))?;
+            // As redis-rs sets its own streams.
+            let _ = stream.set_nodelay(true);
+            MultiplexedConnection::new_with_config(info.redis_settings(), stream, config)
+                .await
+                .map_err(sorted)
+        };
+        let (connection, driver) =
+            tokio::time::timeout(timeout, connecting)
+                .await
+                .map_err(|_| {
+                    RedisError::new(
+                        RedisErrorKind::NotSent,
+                        Failure::Timeout,
+                        format!("{host}:{port}: not connected within {timeout:?}"),
+                    )
+                })??;
+        let weak: Weak<Shared> = Arc::downgrade(shared);
+        tokio::spawn(async move {
+            driver.await;
+            if let Some(shared) = weak.upgrade() {
+                shared.lost(generation);
+            }
+        });
+        Ok(connection)
+    }
+
+    /// A subscriber's pub/sub connection over RESP2 to `server`, and the task that hands its
+    /// messages to `shared` and reports its end as the loss of `generation`.
+    async fn open_pubsub(
+        shared: &Arc<Shared>,
+        client: &redis::Client,
+        server: &Server,
+        generation: u64,
+    ) -> Result<(PubSubSink, Reader), RedisError> {
+        // redis-rs's pub/sub connection has no timeouts of its own.
+        let timeout = shared.target.command_timeout;
+        let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
+            .await
+            .map_err(|_| {
+                RedisError::new(
+                    RedisErrorKind::NotSent,
+                    Failure::Timeout,
+                    format!("{server}: no pub/sub connection within {timeout:?}"),
+                )
+            })?
+            .map_err(sorted)?;
+        let (sink, mut stream) = pubsub.split();
+        let weak: Weak<Shared> = Arc::downgrade(shared);
+        let from = server.clone();
+        let task = tokio::spawn(async move {
+            while let Some(message) = std::future::poll_fn(|cx| {
+                futures_core::Stream::poll_next(std::pin::Pin::new(&mut stream), cx)
+            })
+            .await
+            {
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                let _ = shared.messages.send(Message {
+                    channel: Str::from(message.get_channel_name()),
+                    value: text_or_bytes(message.get_payload_bytes().to_vec()),
+                    kind: MessageKind::Message,
+                    server: from.clone(),
+                });
+            }
+            // The connection ended (redis-rs ends the stream with it).
+            if let Some(shared) = weak.upgrade() {
+                shared.lost(generation);
+            }
+        });
+        Ok((sink, Reader(task.abort_handle())))
     }
 
     /// Hands out `connection` (to `server`) from now on, after announcing it.
-    fn install(&self, generation: u64, connection: MultiplexedConnection, server: Server) {
+    fn install(&self, generation: u64, connection: Opened, server: Server) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.closed {
             return;
@@ -814,7 +1028,10 @@ impl Shared {
             let _ = reconnects.send(server.clone());
         }
         state.at = Some(server);
-        state.current = Some((generation, connection));
+        match connection {
+            Opened::Multiplexed(connection) => state.current = Some((generation, connection)),
+            Opened::Dedicated(sink, reader) => state.dedicated = Some((generation, sink, reader)),
+        }
         drop(state);
         self.connected.send_replace(true);
     }
@@ -823,15 +1040,16 @@ impl Shared {
     /// reconnect in the background.
     fn lost(self: &Arc<Self>, generation: u64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state
-            .current
-            .as_ref()
-            .is_some_and(|(current, _)| *current == generation)
-        {
+        let mut ended = None;
+        if state.generation() == Some(generation) {
             state.current = None;
+            // Dropped once the lock is let go: its reader may be the caller.
+            ended = state.dedicated.take();
             self.connected.send_replace(false);
         }
-        if state.current.is_some() || state.reconnecting || state.closed {
+        if state.generation().is_some() || state.reconnecting || state.closed {
+            drop(state);
+            drop(ended);
             return;
         }
         state.reconnecting = true;
@@ -866,7 +1084,7 @@ impl Shared {
                         // otherwise stay without a connection and without a task making one.
                         let mut state =
                             shared.state.lock().unwrap_or_else(PoisonError::into_inner);
-                        if state.current.is_some() || state.closed {
+                        if state.generation().is_some() || state.closed {
                             state.reconnecting = false;
                             state.policy = Some(policy);
                             return;

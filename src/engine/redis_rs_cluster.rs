@@ -123,6 +123,11 @@ impl Cluster {
         true
     }
 
+    /// Whether its subscriber can take sharded channels (not over RESP2).
+    pub(crate) fn shards(&self) -> bool {
+        self.shared.target.shards()
+    }
+
     /// Whether every master is connected now.
     pub(crate) fn is_connected(&self) -> bool {
         let masters = self.masters();

@@ -500,6 +500,7 @@ mod tests {
             let connector = Connector::new(
                 library,
                 config,
+                None,
                 Duration::from_secs(1),
                 ReconnectPolicy::new_constant(0, 50),
             );

@@ -38,9 +38,25 @@ pub fn backend() -> fredlock::Backend {
     }
 }
 
-/// `LockClient::builder()` on the tests' backend ([`backend`]).
+/// The RESP version every lock client of the tests speaks, when `FREDLOCK_PROTOCOL` names
+/// one (`resp2` or `resp3`); else each backend's default.
+pub fn protocol() -> Option<fredlock::Protocol> {
+    match std::env::var("FREDLOCK_PROTOCOL") {
+        Ok(name) if !name.is_empty() => Some(
+            name.parse()
+                .unwrap_or_else(|error| panic!("FREDLOCK_PROTOCOL={name}: {error}")),
+        ),
+        _ => None,
+    }
+}
+
+/// `LockClient::builder()` on the tests' backend ([`backend`]) and protocol ([`protocol`]).
 pub fn builder() -> fredlock::LockClientBuilder {
-    fredlock::LockClient::builder().backend(backend())
+    let builder = fredlock::LockClient::builder().backend(backend());
+    match protocol() {
+        Some(protocol) => builder.protocol(protocol),
+        None => builder,
+    }
 }
 
 /// `LockClient::connect(url)` on the tests' backend ([`backend`]).

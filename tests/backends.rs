@@ -22,6 +22,42 @@ async fn on(backend: Backend, server: &RedisServer) -> LockClient {
         .unwrap()
 }
 
+/// `holder` takes `kind`'s lock `name`; `waiter` is kept out, waits, and is woken by the
+/// release within a second (a waiter that heard nothing would wait out the 30 s lease).
+/// Returns the waiter's guard.
+async fn hand_over(
+    kind: Kind,
+    name: &str,
+    (holder, holder_is): (&LockClient, &str),
+    (waiter, waiter_is): (&LockClient, &str),
+) -> fredlock::LockGuard {
+    let held = kind.lock(holder, name).lock().await.unwrap();
+    let other = kind.lock(waiter, name);
+    assert!(
+        other.try_lock_now().await.unwrap().is_none(),
+        "{kind:?}: {waiter_is} must not get the lock {holder_is} holds"
+    );
+    let waiting = tokio::spawn(async move {
+        other
+            .try_lock(Duration::from_secs(5), None)
+            .await
+            .unwrap()
+            .map(|guard| (guard, std::time::Instant::now()))
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = std::time::Instant::now();
+    held.unlock().await.unwrap();
+    let (guard, got) = waiting
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{kind:?}: {waiter_is} gets the lock {holder_is} let go"));
+    assert!(
+        got.duration_since(released) < Duration::from_secs(1),
+        "{kind:?}: {waiter_is} woken by {holder_is}'s release, not by a poll"
+    );
+    guard
+}
+
 for_each_kind!(a_fred_client_and_a_redis_rs_client_exclude_each_other);
 
 /// A hold taken on one library is seen by the other, in both directions, and the release of
@@ -39,27 +75,7 @@ async fn a_fred_client_and_a_redis_rs_client_exclude_each_other(kind: Kind) {
         "the redis-rs client has no fred client: it is on redis-rs"
     );
     for (first, second) in [(&fred, &redis_rs), (&redis_rs, &fred)] {
-        let held = kind.lock(first, "both").lock().await.unwrap();
-        let other = kind.lock(second, "both");
-        assert!(
-            other.try_lock_now().await.unwrap().is_none(),
-            "{kind:?}: the other library's client must not get a held lock"
-        );
-        let waiter = tokio::spawn(async move {
-            other
-                .try_lock(Duration::from_secs(5), None)
-                .await
-                .unwrap()
-                .map(|guard| (guard, std::time::Instant::now()))
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let released = std::time::Instant::now();
-        held.unlock().await.unwrap();
-        let (guard, got) = waiter.await.unwrap().expect("the waiter gets the lock");
-        assert!(
-            got.duration_since(released) < Duration::from_secs(1),
-            "{kind:?}: woken by the release, not by a poll"
-        );
+        let guard = hand_over(kind, "both", (first, "one library"), (second, "the other")).await;
         assert!(
             kind.lock(first, "both")
                 .try_lock_now()
@@ -173,31 +189,8 @@ async fn either_protocol_on_either_library_excludes_and_wakes_the_others(kind: K
         ));
     }
     for (at, (holder, first)) in clients.iter().enumerate() {
-        let (waiter_name, second) = &clients[(at + 1) % clients.len()];
-        let held = kind.lock(first, "spoken").lock().await.unwrap();
-        let other = kind.lock(second, "spoken");
-        assert!(
-            other.try_lock_now().await.unwrap().is_none(),
-            "{kind:?}: {waiter_name} must not get the lock {holder} holds"
-        );
-        let waiter = tokio::spawn(async move {
-            other
-                .try_lock(Duration::from_secs(5), None)
-                .await
-                .unwrap()
-                .map(|guard| (guard, std::time::Instant::now()))
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let released = std::time::Instant::now();
-        held.unlock().await.unwrap();
-        let (guard, got) = waiter
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("{kind:?}: {waiter_name} gets the lock {holder} let go"));
-        assert!(
-            got.duration_since(released) < Duration::from_secs(1),
-            "{kind:?}: {waiter_name} woken by {holder}'s release, not by a poll"
-        );
+        let (waiter, second) = &clients[(at + 1) % clients.len()];
+        let guard = hand_over(kind, "spoken", (first, holder), (second, waiter)).await;
         guard.unlock().await.unwrap();
     }
     for (_, client) in clients {

@@ -1,6 +1,13 @@
-//! A tower layer that serialises requests sharing a key across instances (feature `tower`):
-//! two requests for the same account, order or tenant never run at once, on this instance or
-//! any other on the same Redis; requests for different keys run in parallel.
+//! Tower layers over fredlock (feature `tower`).
+//!
+//! - [`LockLayer`] serialises requests sharing a key across instances: two requests for the
+//!   same account, order or tenant never run at once, on this instance or any other on the same
+//!   Redis; requests for different keys run in parallel.
+//! - [`ConcurrencyLimitLayer`] lets at most N requests run at once across every instance, per
+//!   key or for all: tower's `ConcurrencyLimitLayer` spread over a fleet, on leased permits that
+//!   a crashed instance cannot keep.
+//!
+//! A [`LockLayer`] in front of a route:
 //!
 //! ```no_run
 //! # async fn demo(client: fredlock::LockClient) {
@@ -171,7 +178,7 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+    type Future = Boxed<S::Response>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -179,13 +186,9 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let Some(name) = (self.layer.key)(&request) else {
-            let response = self.inner.call(request);
-            return Box::pin(async move { response.await.map_err(Into::into) });
+            return unguarded(&mut self.inner, request);
         };
-        // The service made ready is the one to call; a clone takes its place for the next
-        // request (tower's rule for a call that waits before it reaches the inner service).
-        let ready = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let mut inner = take_ready(&mut self.inner);
         // A request is an owner of its own: requests of one connection share a task.
         let lock = self.layer.client.lock(name).with_owner(OwnerId::unique());
         let wait = self.layer.wait;
@@ -211,4 +214,275 @@ where
             }
         })
     }
+}
+
+/// How long a request waits for a permit of a [`ConcurrencyLimitLayer`] unless told otherwise
+/// ([`ConcurrencyLimitLayer::wait`]).
+pub const DEFAULT_PERMIT_WAIT: Duration = Duration::from_secs(5);
+
+/// What a request gets instead of a response when its limit had no permit free for the whole
+/// wait, boxed in the service's [`BoxError`]: map it to `503 Service Unavailable` (or `429 Too
+/// Many Requests`) with `error.is::<LimitReached>()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitReached {
+    /// The limit's name: its permit semaphore's (after the client's key prefix).
+    pub limit: String,
+    /// How many requests it lets run at once, across every instance.
+    pub max: u32,
+    /// How long the request waited.
+    pub waited: Duration,
+}
+
+impl fmt::Display for LimitReached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} already runs its {} request(s) at once across instances (waited {:?})",
+            self.limit, self.max, self.waited
+        )
+    }
+}
+
+impl std::error::Error for LimitReached {}
+
+/// What names the limit a request counts against: [`Global`] (one limit for every request), or
+/// a function of the request (`Fn(&Request) -> Option<String>`; `None`: not limited).
+pub trait LimitKey<Request> {
+    /// The limit's name for `request`, or `None` to let it run unlimited.
+    fn limit_of(&self, request: &Request) -> Option<String>;
+}
+
+impl<F, Request> LimitKey<Request> for F
+where
+    F: Fn(&Request) -> Option<String>,
+{
+    fn limit_of(&self, request: &Request) -> Option<String> {
+        self(request)
+    }
+}
+
+/// One limit for every request, by its name ([`ConcurrencyLimitLayer::new`]).
+#[derive(Clone, Debug)]
+pub struct Global(String);
+
+impl<Request> LimitKey<Request> for Global {
+    fn limit_of(&self, _: &Request) -> Option<String> {
+        Some(self.0.clone())
+    }
+}
+
+/// A [`Layer`] that lets at most `max` requests run at once across every instance sharing the
+/// Redis: tower's `ConcurrencyLimitLayer` (`tower::limit`) spread over a fleet.
+///
+/// Each request takes a permit of a [`PermitSemaphore`](crate::PermitSemaphore) (one for all
+/// requests, or one per key) before the inner service is called, and holds it until the
+/// response future completes or is dropped (a client that goes away and whose request the
+/// server cancels); the watchdog renews the permit's lease meanwhile, so the permits of an
+/// instance that crashes come back once their lease ends (the client's
+/// [`watchdog_lease`](crate::LockClientBuilder::watchdog_lease)). A request whose permit is
+/// lost while it runs (no renewal got through in time) is stopped with
+/// [`Error::Lost`](crate::Error::Lost): another instance may have its permit by then. A request
+/// that found no permit free within its wait gets [`LimitReached`].
+///
+/// The semaphore gets `max` permits the first time this layer meets it
+/// ([`try_set_permits`](crate::PermitSemaphore::try_set_permits), which leaves a semaphore
+/// that has its permits alone: the first instance's `max` holds until changed with
+/// [`add_permits`](crate::PermitSemaphore::add_permits)); a wait that ends without a permit
+/// sets them again on the next request, should the semaphore have gone with its server.
+///
+/// ```no_run
+/// # async fn demo(client: fredlock::LockClient) {
+/// use std::time::Duration;
+///
+/// use axum::error_handling::HandleErrorLayer;
+/// use axum::http::StatusCode;
+/// use axum::{routing::post, BoxError, Router};
+/// use fredlock::tower::{ConcurrencyLimitLayer, LimitReached};
+/// use tower::ServiceBuilder;
+///
+/// // At most 4 exports run at once, whichever instance they reach.
+/// let app: Router = Router::new()
+///     .route("/exports", post(|| async { "exported" }))
+///     .layer(
+///         ServiceBuilder::new()
+///             .layer(HandleErrorLayer::new(|error: BoxError| async move {
+///                 if error.is::<LimitReached>() {
+///                     (StatusCode::TOO_MANY_REQUESTS, error.to_string())
+///                 } else {
+///                     (StatusCode::SERVICE_UNAVAILABLE, error.to_string())
+///                 }
+///             }))
+///             .layer(ConcurrencyLimitLayer::new(client, "exports", 4).wait(Duration::from_secs(2))),
+///     );
+/// # }
+/// ```
+pub struct ConcurrencyLimitLayer<K> {
+    client: LockClient,
+    key: Arc<K>,
+    max: u32,
+    wait: Duration,
+    /// The semaphores this layer has given their permits.
+    counted: Arc<dashmap::DashSet<String>>,
+}
+
+impl<K> Clone for ConcurrencyLimitLayer<K> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimitLayer {
+            client: self.client.clone(),
+            key: self.key.clone(),
+            max: self.max,
+            wait: self.wait,
+            counted: self.counted.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for ConcurrencyLimitLayer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimitLayer")
+            .field("max", &self.max)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConcurrencyLimitLayer<Global> {
+    /// At most `max` requests at once across every instance, counted by the permit semaphore
+    /// `name` on `client`; each waits at most [`DEFAULT_PERMIT_WAIT`] for a permit.
+    pub fn new(
+        client: LockClient,
+        name: impl Into<String>,
+        max: u32,
+    ) -> ConcurrencyLimitLayer<Global> {
+        ConcurrencyLimitLayer::per_key(client, max, Global(name.into()))
+    }
+}
+
+impl<K> ConcurrencyLimitLayer<K> {
+    /// At most `max` requests at once per key across every instance: `key` names each
+    /// request's permit semaphore (a [`LimitKey`]: `Fn(&Request) -> Option<String>`; `None`
+    /// lets the request run unlimited).
+    pub fn per_key(client: LockClient, max: u32, key: K) -> ConcurrencyLimitLayer<K> {
+        ConcurrencyLimitLayer {
+            client,
+            key: Arc::new(key),
+            max,
+            wait: DEFAULT_PERMIT_WAIT,
+            counted: Arc::new(dashmap::DashSet::new()),
+        }
+    }
+
+    /// How long a request waits for a permit before it fails with [`LimitReached`]; zero makes
+    /// one attempt.
+    pub fn wait(mut self, wait: Duration) -> ConcurrencyLimitLayer<K> {
+        self.wait = wait;
+        self
+    }
+}
+
+impl<S, K> Layer<S> for ConcurrencyLimitLayer<K> {
+    type Service = ConcurrencyLimit<S, K>;
+
+    fn layer(&self, inner: S) -> ConcurrencyLimit<S, K> {
+        ConcurrencyLimit {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`ConcurrencyLimitLayer`] makes.
+pub struct ConcurrencyLimit<S, K> {
+    inner: S,
+    layer: ConcurrencyLimitLayer<K>,
+}
+
+impl<S: Clone, K> Clone for ConcurrencyLimit<S, K> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimit {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S, K> fmt::Debug for ConcurrencyLimit<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimit")
+            .field("layer", &self.layer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, Request> Service<Request> for ConcurrencyLimit<S, K>
+where
+    S: Service<Request> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    S::Response: Send + 'static,
+    K: LimitKey<Request> + Send + Sync + 'static,
+    Request: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Boxed<S::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let Some(name) = self.layer.key.limit_of(&request) else {
+            return unguarded(&mut self.inner, request);
+        };
+        let mut inner = take_ready(&mut self.inner);
+        let semaphore = self.layer.client.permit_semaphore(name);
+        let (max, wait, counted) = (self.layer.max, self.layer.wait, self.layer.counted.clone());
+        Box::pin(async move {
+            if !counted.contains(semaphore.name()) {
+                semaphore.try_set_permits(max).await?;
+                counted.insert(semaphore.name().to_owned());
+            }
+            let Some(permit) = semaphore.try_acquire(wait, None).await? else {
+                counted.remove(semaphore.name());
+                return Err(Box::new(LimitReached {
+                    limit: semaphore.name().to_owned(),
+                    max,
+                    waited: wait,
+                }) as BoxError);
+            };
+            // Dropped with this future if the request is cancelled, and given back in the
+            // background when it completes (the permit's drop), so that the response does not
+            // wait for the release's round trip.
+            tokio::select! {
+                biased;
+                () = permit.lost() => Err(Box::new(crate::Error::Lost {
+                    lock: semaphore.name().to_owned(),
+                    owner: permit.id().to_owned(),
+                }) as BoxError),
+                response = inner.call(request) => response.map_err(Into::into),
+            }
+        })
+    }
+}
+
+/// The boxed future both layers' services return.
+type Boxed<Response> = Pin<Box<dyn Future<Output = Result<Response, BoxError>> + Send>>;
+
+/// The service made ready, to call now; a clone takes its place for the next request (tower's
+/// rule for a call that waits before it reaches the inner service).
+fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let ready = inner.clone();
+    std::mem::replace(inner, ready)
+}
+
+/// `request` sent to `inner` as it is: a request that takes no lock and no permit.
+fn unguarded<S, Request>(inner: &mut S, request: Request) -> Boxed<S::Response>
+where
+    S: Service<Request>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    let response = inner.call(request);
+    Box::pin(async move { response.await.map_err(Into::into) })
 }

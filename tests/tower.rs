@@ -1,7 +1,9 @@
 //! The tower layer (feature `tower`) behind a real axum server on loopback, driven by a real
 //! HTTP/1.1 client over TCP: requests with the same key never overlap, different keys run in
 //! parallel, a request that waits too long gets `423 Locked`, a client that goes away leaves no
-//! lock behind, and a cancelled call gives its lock back at once.
+//! lock behind, and a cancelled call gives its lock back at once. The fleet-wide concurrency
+//! limit: three instances (processes of their own) never run more than N requests at once, as
+//! Redis counts them, and a killed instance's permits come back within their lease.
 
 mod common;
 
@@ -16,7 +18,7 @@ use axum::routing::get;
 use axum::{BoxError, Router};
 use common::{bounded, eventually, RedisServer};
 use fredlock::prelude::*;
-use fredlock::tower::{LockLayer, Locked};
+use fredlock::tower::{ConcurrencyLimitLayer, LockLayer, Locked};
 use fredlock::LockClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -265,4 +267,305 @@ async fn a_cancelled_call_gives_its_lock_back_at_once() {
         client.shutdown().await;
     })
     .await;
+}
+
+/// How many requests ran at once at most, across every instance: counted in Redis, outside the
+/// processes under test (`limit:inflight` now, `limit:max` the most, `limit:done` in all).
+const COUNT_IN: &str = "local n = redis.call('INCR', KEYS[1]) \
+    if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end \
+    return n";
+
+/// A service behind `ConcurrencyLimitLayer::new(client, "exports", 4)` whose requests count
+/// themselves in and out in Redis (through `raw`) around `work`.
+fn limited(
+    client: LockClient,
+    raw: fred::clients::Client,
+    work: Option<Duration>,
+) -> impl Service<u32, Response = (), Error = BoxError, Future: Send> + Clone + Send {
+    ServiceBuilder::new()
+        .layer(ConcurrencyLimitLayer::new(client, "exports", 4).wait(Duration::from_secs(60)))
+        .service_fn(move |_request: u32| {
+            let raw = raw.clone();
+            async move {
+                use fred::interfaces::{KeysInterface, LuaInterface};
+                let _: i64 = raw
+                    .eval(
+                        COUNT_IN,
+                        vec!["limit:inflight", "limit:max"],
+                        Vec::<String>::new(),
+                    )
+                    .await?;
+                match work {
+                    Some(work) => tokio::time::sleep(work).await,
+                    // Runs until the process is killed.
+                    None => std::future::pending::<()>().await,
+                }
+                let _: i64 = raw.decr("limit:inflight").await?;
+                let _: i64 = raw.incr("limit:done").await?;
+                Ok::<(), BoxError>(())
+            }
+        })
+}
+
+/// One instance of the fleet: `FREDLOCK_LIMIT_REQUESTS` requests at once through the limit,
+/// each 10 ms of work; fails unless every one ran. Run by
+/// `at_most_n_requests_run_at_once_across_instances` as a child process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of at_most_n_requests_run_at_once_across_instances"]
+async fn limit_instance() {
+    let url = std::env::var("FREDLOCK_LIMIT_URL").expect("FREDLOCK_LIMIT_URL");
+    let requests: u32 = std::env::var("FREDLOCK_LIMIT_REQUESTS")
+        .expect("FREDLOCK_LIMIT_REQUESTS")
+        .parse()
+        .unwrap();
+    let client = common::connect(&url).await.unwrap();
+    let raw = common::raw_client(&url).await;
+    let service = limited(client.clone(), raw, Some(Duration::from_millis(10)));
+    let calls: Vec<_> = (0..requests)
+        .map(|request| tokio::spawn(service.clone().oneshot(request)))
+        .collect();
+    for call in calls {
+        call.await
+            .unwrap()
+            .expect("every request runs within the wait");
+    }
+    client.shutdown().await;
+}
+
+/// One instance that takes two permits and holds them until it is killed (a lease of 2 s,
+/// renewed by its watchdog meanwhile). Run by
+/// `a_killed_instances_permits_come_back_within_their_lease` as a child process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a child process of a_killed_instances_permits_come_back_within_their_lease"]
+async fn limit_holder() {
+    let url = std::env::var("FREDLOCK_LIMIT_URL").expect("FREDLOCK_LIMIT_URL");
+    let client = common::builder()
+        .url(url.as_str())
+        .watchdog_lease(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let raw = common::raw_client(&url).await;
+    let service = limited(client, raw, None);
+    let first = tokio::spawn(service.clone().oneshot(1));
+    let second = tokio::spawn(service.oneshot(2));
+    let _ = tokio::join!(first, second);
+}
+
+/// Three instances (processes of their own), N = 4, 200 requests: never more than 4 run at
+/// once, as Redis counts them, and every request runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_n_requests_run_at_once_across_instances() {
+    use fred::interfaces::KeysInterface;
+    bounded(async {
+        let server = RedisServer::start();
+        let instances: Vec<_> = [67, 67, 66]
+            .iter()
+            .map(|requests: &u32| {
+                common::KillOnDrop(common::spawn_test_child(
+                    "limit_instance",
+                    &[
+                        ("FREDLOCK_LIMIT_URL", server.url()),
+                        ("FREDLOCK_LIMIT_REQUESTS", requests.to_string()),
+                    ],
+                ))
+            })
+            .collect();
+        for mut instance in instances {
+            let status = tokio::task::spawn_blocking(move || instance.0.wait())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(status.success(), "an instance failed: {status}");
+        }
+        let raw = common::raw_client(&server.url()).await;
+        let most: i64 = raw.get("limit:max").await.unwrap();
+        let done: i64 = raw.get("limit:done").await.unwrap();
+        assert_eq!(done, 200, "every request ran");
+        assert!(most <= 4, "{most} requests ran at once across instances");
+        assert_eq!(most, 4, "the requests did contend: the limit was reached");
+        let available = LockClient::connect(&server.url())
+            .await
+            .unwrap()
+            .permit_semaphore("exports")
+            .available_permits()
+            .await
+            .unwrap();
+        assert_eq!(available, 4, "every permit came back");
+    })
+    .await
+}
+
+/// An instance killed mid-request (SIGKILL: no release) keeps its permits only until their
+/// lease ends (2 s); then they serve others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_permits_come_back_within_their_lease() {
+    bounded(async {
+        let server = RedisServer::start();
+        let mut holder = common::KillOnDrop(common::spawn_test_child(
+            "limit_holder",
+            &[("FREDLOCK_LIMIT_URL", server.url())],
+        ));
+        let client = common::connect(&server.url()).await.unwrap();
+        let exports = client.permit_semaphore("exports");
+        let held = eventually(Duration::from_secs(20), || async {
+            exports.available_permits().await.unwrap_or(-1) == 2
+        })
+        .await;
+        assert!(held, "the holder took two of the four permits");
+        // Renewed meanwhile: still held after more than a lease.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(exports.available_permits().await.unwrap(), 2, "renewed");
+        let killed = Instant::now();
+        // SIGKILL: no release, no shutdown.
+        holder.0.kill().unwrap();
+        holder.0.wait().unwrap();
+        let back = eventually(Duration::from_secs(10), || async {
+            exports.available_permits().await.unwrap_or(-1) == 4
+        })
+        .await;
+        let took = killed.elapsed();
+        assert!(back, "the killed instance's permits came back");
+        println!("the killed instance's permits came back {took:?} after the kill");
+        assert!(
+            took < Duration::from_millis(3_500),
+            "within their 2 s lease (and a little): {took:?}"
+        );
+        // And they serve: four requests run at once here now.
+        let raw = common::raw_client(&server.url()).await;
+        let service = limited(client.clone(), raw, Some(Duration::from_millis(10)));
+        let calls: Vec<_> = (0..4)
+            .map(|request| tokio::spawn(service.clone().oneshot(request)))
+            .collect();
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        client.shutdown().await;
+    })
+    .await
+}
+
+/// Per key: each key has its own N (here 1), requests of other keys and unkeyed ones are not
+/// held back, a request that finds no permit within its wait gets a typed `LimitReached`
+/// naming its limit, and a finished request's permit comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_limits_and_a_typed_error_when_the_wait_runs_out() {
+    use fredlock::tower::LimitReached;
+    bounded(async {
+        let server = RedisServer::start();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        // A request is (key, how long it works); key "" is not limited.
+        let layer = ConcurrencyLimitLayer::per_key(client.clone(), 1, |request: &(&str, u64)| {
+            (!request.0.is_empty()).then(|| format!("tenant:{}", request.0))
+        })
+        .wait(Duration::from_millis(300));
+        let service =
+            ServiceBuilder::new()
+                .layer(layer)
+                .service_fn(|(_, ms): (&str, u64)| async move {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok::<_, BoxError>(ms)
+                });
+        let long_a = tokio::spawn(service.clone().oneshot(("a", 1_500)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let other_key = service.clone().oneshot(("b", 10)).await.unwrap();
+        let unkeyed = service.clone().oneshot(("", 10)).await.unwrap();
+        assert_eq!((other_key, unkeyed), (10, 10));
+        assert!(
+            started.elapsed() < Duration::from_millis(1_000),
+            "another key and an unkeyed request were not held back by tenant a's request"
+        );
+        let refused = service
+            .clone()
+            .oneshot(("a", 10))
+            .await
+            .expect_err("tenant a's one permit is taken");
+        let reached = refused
+            .downcast_ref::<LimitReached>()
+            .unwrap_or_else(|| panic!("a typed LimitReached, got {refused}"));
+        assert_eq!(reached.limit, "tenant:a");
+        assert_eq!(
+            (reached.max, reached.waited),
+            (1, Duration::from_millis(300))
+        );
+        assert_eq!(long_a.await.unwrap().unwrap(), 1_500);
+        let available = client
+            .permit_semaphore("tenant:a")
+            .available_permits()
+            .await
+            .unwrap();
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                client
+                    .permit_semaphore("tenant:a")
+                    .available_permits()
+                    .await
+                    .unwrap()
+                    == 1
+            })
+            .await,
+            "the finished request's permit came back ({available} at first)"
+        );
+        client.shutdown().await;
+    })
+    .await
+}
+
+/// A request whose permit is lost while it runs (given back by id from elsewhere, as an
+/// operator's force release does) is stopped with `Error::Lost` at the next renewal, not left
+/// running beside the request that takes the permit next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_permit_is_lost_is_stopped() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = common::builder()
+            .url(server.url())
+            .watchdog_lease(Duration::from_millis(1_500))
+            .build()
+            .await
+            .unwrap();
+        let service = ServiceBuilder::new()
+            .layer(ConcurrencyLimitLayer::new(client.clone(), "reports", 1))
+            .service_fn(|()| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok::<_, BoxError>("finished")
+            });
+        let running = tokio::spawn(service.oneshot(()));
+        let reports = client.permit_semaphore("reports");
+        let mut holder = None;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while holder.is_none() && Instant::now() < deadline {
+            holder = reports
+                .inspect()
+                .await
+                .unwrap()
+                .holders
+                .first()
+                .map(|held| held.owner.clone());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let operator = LockClient::connect(&server.url()).await.unwrap();
+        let id = holder.expect("the request holds the permit");
+        assert!(operator
+            .permit_semaphore("reports")
+            .release_by_id(&id)
+            .await
+            .unwrap());
+        let stopped = tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("stopped within a renewal or two, not after its 30 s of work")
+            .unwrap()
+            .expect_err("a request whose permit is lost gets an error");
+        match stopped.downcast_ref::<fredlock::Error>() {
+            Some(fredlock::Error::Lost { lock, owner }) => {
+                assert_eq!(lock, "reports");
+                assert_eq!(owner, &id);
+            }
+            other => panic!("expected Error::Lost, got {other:?} ({stopped})"),
+        }
+        operator.shutdown().await;
+        client.shutdown().await;
+    })
+    .await
 }

@@ -348,7 +348,8 @@ impl<K> fmt::Debug for ConcurrencyLimitLayer<K> {
 
 impl ConcurrencyLimitLayer<Global> {
     /// At most `max` requests at once across every instance, counted by the permit semaphore
-    /// `name` on `client`; each waits at most [`DEFAULT_PERMIT_WAIT`] for a permit.
+    /// `name` on `client`; each waits at most [`DEFAULT_PERMIT_WAIT`] for a permit. A `max` of
+    /// zero lets none run: each request gets [`LimitReached`] once its wait is over.
     pub fn new(
         client: LockClient,
         name: impl Into<String>,

@@ -507,6 +507,12 @@ async fn per_key_limits_and_a_typed_error_when_the_wait_runs_out() {
             .await,
             "the finished request's permit came back ({available} at first)"
         );
+        // A limit of zero lets none run.
+        let none = ServiceBuilder::new()
+            .layer(ConcurrencyLimitLayer::new(client.clone(), "closed", 0).wait(Duration::ZERO))
+            .service_fn(|()| async { Ok::<_, BoxError>(()) });
+        let refused = none.oneshot(()).await.expect_err("no permit at all");
+        assert!(refused.is::<LimitReached>(), "{refused}");
         client.shutdown().await;
     })
     .await

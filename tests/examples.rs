@@ -109,6 +109,7 @@ examples!(
     redlock: 3 within 60,
     sentinel: 3 within 90,
     scheduled_job: 1 within 60,
+    apalis_cron: 1 within 60,
     axum: 1 within 60,
 );
 

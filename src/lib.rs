@@ -17,8 +17,9 @@
 //! | at most N at once across instances | [`Semaphore`], [`PermitSemaphore`] (a crashed holder's permit returns) | [semaphore](https://github.com/fredlock/fredlock/blob/main/examples/semaphore.rs), [permit_semaphore](https://github.com/fredlock/fredlock/blob/main/examples/permit_semaphore.rs) |
 //! | to wait until N workers are done | [`CountDownLatch`] | [count_down_latch](https://github.com/fredlock/fredlock/blob/main/examples/count_down_latch.rs) |
 //! | one leader among the instances | [`LeaderElection`] | [leader_election](https://github.com/fredlock/fredlock/blob/main/examples/leader_election.rs) |
-//! | a scheduled job run once per tick (ShedLock's layout) | [`JobLock`] | [scheduled_job](https://github.com/fredlock/fredlock/blob/main/examples/scheduled_job.rs) |
+//! | a scheduled job run once per tick (ShedLock's layout) | [`JobLock`] | [scheduled_job](https://github.com/fredlock/fredlock/blob/main/examples/scheduled_job.rs) (tokio-cron-scheduler), [apalis_cron](https://github.com/fredlock/fredlock/blob/main/examples/apalis_cron.rs) (apalis) |
 //! | HTTP requests that share a key run one at a time | `tower::LockLayer` (feature `tower`) | [axum](https://github.com/fredlock/fredlock/blob/main/examples/axum.rs) |
+//! | at most N requests in flight across instances | `tower::ConcurrencyLimitLayer` (feature `tower`) | `fredlock::tower`'s docs |
 //! | several locks, all or nothing | [`MultiLock`] | [multi_lock](https://github.com/fredlock/fredlock/blob/main/examples/multi_lock.rs) |
 //! | a lock that survives a master's loss | [`RedLock`] (independent masters) | [redlock](https://github.com/fredlock/fredlock/blob/main/examples/redlock.rs) |
 //! | locks from plain threads | `blocking::LockClient` (feature `blocking`) | |
@@ -88,7 +89,9 @@
 //! With the `blocking` feature, `fredlock::blocking` offers the locks to plain threads: its
 //! `LockClient` runs a runtime of its own, and a hold's owner is the calling thread. With the
 //! `tower` feature, `fredlock::tower::LockLayer` runs requests that share a key (an account, an
-//! order) one at a time across instances.
+//! order) one at a time across instances, and `fredlock::tower::ConcurrencyLimitLayer` lets at
+//! most N requests run at once across instances (per key or for all), on leased permits a
+//! crashed instance cannot keep.
 //!
 //! - An uncontended acquire is one Redis round trip (`EVALSHA`), and so is a release.
 //! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most

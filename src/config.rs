@@ -106,7 +106,7 @@ impl std::str::FromStr for Backend {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until build() is awaited"]
 pub struct LockClientBuilder {
     pub(crate) url: Option<String>,
@@ -150,6 +150,36 @@ impl std::fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("username", &self.username)
             .finish_non_exhaustive()
+    }
+}
+
+/// Every setting but the secrets: a URL's passwords are written `***`, a fred configuration
+/// and a handed-over redis-rs client (whose own `Debug` shows their passwords) only as given.
+impl std::fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("LockClientBuilder");
+        debug
+            .field("url", &self.url.as_deref().map(redacted))
+            .field("config", &self.config.as_ref().map(|_| "a fred Config"))
+            .field("watchdog_lease", &self.watchdog_lease)
+            .field("command_timeout", &self.command_timeout)
+            .field("queue_place", &self.queue_place)
+            .field("renew_deadline", &self.renew_deadline)
+            .field("key_prefix", &self.key_prefix)
+            .field("sentinel", &self.sentinel)
+            .field("sentinel_credentials", &self.sentinel_credentials)
+            .field("credentials", &self.credentials)
+            .field("replica_sync", &self.replica_sync)
+            .field("metrics_lock_names", &self.metrics_lock_names)
+            .field("client_name", &self.client_name)
+            .field("backend", &self.backend)
+            .field("protocol", &self.protocol);
+        #[cfg(feature = "redis-rs")]
+        debug.field(
+            "redis_rs_client",
+            &self.redis_rs.as_ref().map(|_| "a redis::Client's settings"),
+        );
+        debug.finish_non_exhaustive()
     }
 }
 
@@ -583,10 +613,13 @@ impl LockClientBuilder {
             (None, Some(url), _) => {
                 check_scheme(url)?;
                 let config = Config::from_url(url).map_err(|error| {
-                    Error::InvalidArgument(format!(
-                        "Redis URL {url:?} is malformed ({}): write it as \
-                         redis://[user:password@]host:port[/db]",
-                        error.details()
+                    Error::InvalidArgument(hide_secrets(
+                        url,
+                        format!(
+                            "Redis URL {url:?} is malformed ({}): write it as \
+                             redis://[user:password@]host:port[/db]",
+                            error.details()
+                        ),
                     ))
                 })?;
                 check_tls_scheme(url, config.uses_tls())?;
@@ -648,8 +681,12 @@ const SCHEMES: &str = "redis://, rediss:// (TLS), redis-cluster://, rediss-clust
 /// for a plain `redis://` without a word.
 fn check_scheme(url: &str) -> Result<()> {
     let Some((scheme, _)) = url.split_once("://") else {
-        return Err(Error::InvalidArgument(format!(
-            "Redis URL {url:?} has no scheme: write it as redis://host:port (schemes: {SCHEMES})"
+        return Err(Error::InvalidArgument(hide_secrets(
+            url,
+            format!(
+                "Redis URL {url:?} has no scheme: write it as redis://host:port (schemes: \
+                 {SCHEMES})"
+            ),
         )));
     };
     let lower = scheme.to_ascii_lowercase();
@@ -660,9 +697,44 @@ fn check_scheme(url: &str) -> Result<()> {
     if matches!(base, "redis" | "rediss" | "valkey" | "valkeys") {
         return Ok(());
     }
-    Err(Error::InvalidArgument(format!(
-        "Redis URL {url:?}: {scheme}:// is not a Redis scheme; use {SCHEMES}"
+    Err(Error::InvalidArgument(hide_secrets(
+        url,
+        format!("Redis URL {url:?}: {scheme}:// is not a Redis scheme; use {SCHEMES}"),
     )))
+}
+
+/// The secrets `url` carries: its user's password, and a Sentinel URL's `sentinelPassword`.
+fn url_secrets(url: &str) -> Vec<&str> {
+    let mut secrets = Vec::new();
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    if let Some((user, _)) = authority.rsplit_once('@') {
+        if let Some((_, password)) = user.split_once(':') {
+            secrets.push(password);
+        }
+    }
+    if let Some((_, query)) = url.split_once('?') {
+        secrets.extend(
+            query
+                .split('&')
+                .filter_map(|pair| pair.strip_prefix("sentinelPassword=")),
+        );
+    }
+    secrets.retain(|secret| !secret.is_empty());
+    secrets
+}
+
+/// `message` (about `url`) with every secret of `url` written `***`: an error or a `Debug` that
+/// names a URL must not hand its passwords on to a log.
+fn hide_secrets(url: &str, message: String) -> String {
+    url_secrets(url)
+        .into_iter()
+        .fold(message, |message, secret| message.replace(secret, "***"))
+}
+
+/// `url` with its secrets written `***`.
+fn redacted(url: &str) -> String {
+    hide_secrets(url, url.to_owned())
 }
 
 /// Refuses a TLS URL (`rediss://`, `rediss-cluster://`, `valkeys://`..) that fred configured

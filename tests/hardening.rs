@@ -894,3 +894,100 @@ async fn the_reconnect_policy_given_is_followed() {
     })
     .await;
 }
+
+/// A password in the URL logs in, and is never shown: not in the builder's or the client's
+/// `Debug`, not in an error (a wrong password, a refused URL), not in a log line at any level.
+#[test]
+fn a_password_in_the_url_works_and_is_never_shown() {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Logged(Arc<Mutex<Vec<u8>>>);
+    impl Write for Logged {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logged = Logged::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer({
+            let logged = logged.clone();
+            move || logged.clone()
+        })
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    // One thread: every task of the clients logs through the default set here.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let secret = "s3cret-pass-7f";
+    let wrong = "wr0ng-pass-7f";
+    let mut shown = Vec::new();
+    runtime.block_on(bounded(async {
+        let server = RedisServer::start_with(
+            &[
+                "--user",
+                "alice",
+                "on",
+                &format!(">{secret}"),
+                "~*",
+                "&*",
+                "+@all",
+            ],
+            free_port,
+        );
+        let url = format!("redis://alice:{secret}@127.0.0.1:{}", server.port());
+        let builder = common::builder().url(url.clone());
+        shown.push(format!("{builder:?}"));
+        let client = builder.build().await.expect("alice logs in");
+        shown.push(format!("{client:?}"));
+        let guard = client.lock("secret:held").lock().await.unwrap();
+        shown.push(format!("{guard:?}"));
+        guard.unlock().await.unwrap();
+
+        let refused = common::builder()
+            .url(format!("redis://alice:{wrong}@127.0.0.1:{}", server.port()))
+            .build()
+            .await
+            .expect_err("a wrong password is refused");
+        shown.push(refused.to_string());
+        shown.push(format!("{refused:?}"));
+        for url in [
+            format!("http://alice:{secret}@127.0.0.1:1"),
+            format!("alice:{secret}@127.0.0.1:1"),
+            format!("redis://alice:{secret}@127.0.0.1:notaport"),
+            format!(
+                "redis-sentinel://:{secret}@127.0.0.1:1/0?sentinelServiceName=locks&\
+                 sentinelPassword={wrong}&port=x"
+            ),
+        ] {
+            let builder = common::builder().url(url.clone());
+            shown.push(format!("{builder:?}"));
+            if let Err(error) = builder.build().await {
+                shown.push(error.to_string());
+                shown.push(format!("{error:?}"));
+            }
+        }
+        client.shutdown().await;
+    }));
+    shown.push(String::from_utf8(logged.0.lock().unwrap().clone()).unwrap());
+    for text in &shown {
+        assert!(
+            !text.contains(secret) && !text.contains(wrong),
+            "a password shown: {text}"
+        );
+    }
+    assert!(
+        shown[0].contains("alice:***@"),
+        "the URL is shown with its password hidden: {}",
+        shown[0]
+    );
+}

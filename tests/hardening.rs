@@ -5,6 +5,8 @@
 //! a duration.
 
 mod common;
+#[path = "common/logs.rs"]
+mod logs;
 
 use std::future::Future;
 use std::time::Duration;
@@ -899,30 +901,7 @@ async fn the_reconnect_policy_given_is_followed() {
 /// `Debug`, not in an error (a wrong password, a refused URL), not in a log line at any level.
 #[test]
 fn a_password_in_the_url_works_and_is_never_shown() {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Logged(Arc<Mutex<Vec<u8>>>);
-    impl Write for Logged {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let logged = Logged::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer({
-            let logged = logged.clone();
-            move || logged.clone()
-        })
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logged, _default) = logs::capture_logs(tracing::Level::TRACE);
     // One thread: every task of the clients logs through the default set here.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -978,7 +957,7 @@ fn a_password_in_the_url_works_and_is_never_shown() {
         }
         client.shutdown().await;
     }));
-    shown.push(String::from_utf8(logged.0.lock().unwrap().clone()).unwrap());
+    shown.push(logged.text());
     for text in &shown {
         assert!(
             !text.contains(secret) && !text.contains(wrong),

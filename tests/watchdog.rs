@@ -2,6 +2,8 @@
 //! renewal works across the slots of a cluster.
 
 mod common;
+#[path = "common/logs.rs"]
+mod logs;
 
 use std::time::Duration;
 
@@ -238,33 +240,9 @@ async fn loss_follows_the_lease_once_the_watchdog_guard_leaves(kind: Kind) {
 /// client (its `client_name`) beside the owner field.
 #[tokio::test]
 async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
-    #[derive(Clone, Default)]
-    struct Logged(Arc<Mutex<Vec<u8>>>);
-    impl Write for Logged {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let logged = Logged::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer({
-            let logged = logged.clone();
-            move || logged.clone()
-        })
-        .finish();
+    let (logged, _default) = logs::capture_logs(tracing::Level::WARN);
     // This test's runtime has one thread, the one the default is set on: every task of the
     // client (its watchdog among them) logs through it.
-    let _default = tracing::subscriber::set_default(subscriber);
     bounded(async {
         let server = RedisServer::start();
         let client = common::builder()
@@ -280,7 +258,7 @@ async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
         tokio::time::timeout(Duration::from_secs(2), guard.lost())
             .await
             .expect("the guard learns it is lost");
-        let read = || String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let read = || logged.text();
         // The guard may learn of the loss before the watchdog's late timer has run.
         let waited = Instant::now();
         while !read().contains("ms late") && waited.elapsed() < Duration::from_secs(2) {

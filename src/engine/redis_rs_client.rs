@@ -759,17 +759,6 @@ impl Link {
     }
 
     async fn shard_command(&self, name: &str, channels: Vec<String>) -> Result<(), RedisError> {
-        if self.shared.target.dedicated {
-            return Err(RedisError::new(
-                RedisErrorKind::Refused,
-                Failure::Other("invalid client config".into()),
-                format!(
-                    "{name} on {}: sharded channels need RESP3 on the redis-rs backend (its \
-                     RESP2 pub/sub knows only classic channels)",
-                    self.server()
-                ),
-            ));
-        }
         let (generation, mut connection) = self.current().ok_or_else(not_connected)?;
         for channel in channels {
             let mut command = redis::cmd(name);
@@ -947,16 +936,9 @@ impl Shared {
                 .await
                 .map_err(sorted)
         };
-        let (connection, driver) =
-            tokio::time::timeout(timeout, connecting)
-                .await
-                .map_err(|_| {
-                    RedisError::new(
-                        RedisErrorKind::NotSent,
-                        Failure::Timeout,
-                        format!("{host}:{port}: not connected within {timeout:?}"),
-                    )
-                })??;
+        let (connection, driver) = tokio::time::timeout(timeout, connecting)
+            .await
+            .map_err(|_| no_connection_within(format!("{host}:{port}"), timeout))??;
         let weak: Weak<Shared> = Arc::downgrade(shared);
         tokio::spawn(async move {
             driver.await;
@@ -979,13 +961,7 @@ impl Shared {
         let timeout = shared.target.command_timeout;
         let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
             .await
-            .map_err(|_| {
-                RedisError::new(
-                    RedisErrorKind::NotSent,
-                    Failure::Timeout,
-                    format!("{server}: no pub/sub connection within {timeout:?}"),
-                )
-            })?
+            .map_err(|_| no_connection_within(server, timeout))?
             .map_err(sorted)?;
         let (sink, mut stream) = pubsub.split();
         let weak: Weak<Shared> = Arc::downgrade(shared);
@@ -1226,6 +1202,15 @@ fn text_or_bytes(bytes: Vec<u8>) -> Value {
         Ok(text) => Value::String(Str::from(text)),
         Err(error) => Value::Bytes(error.into_bytes().into()),
     }
+}
+
+/// A connection to `to` not made within `timeout`: nothing was sent.
+fn no_connection_within(to: impl std::fmt::Display, timeout: Duration) -> RedisError {
+    RedisError::new(
+        RedisErrorKind::NotSent,
+        Failure::Timeout,
+        format!("{to}: not connected within {timeout:?}"),
+    )
 }
 
 fn not_connected() -> RedisError {

@@ -133,10 +133,16 @@ async fn connections(server: &RedisServer) -> Vec<(i64, bool)> {
         .collect()
 }
 
-/// The connections the server has: every one over `resp`, one of them subscribed (the
-/// client's pub/sub: a connection of its own over RESP2, and over RESP3 on fred; redis-rs's
-/// RESP3 subscriber is also its own connection).
-fn assert_speaks(connections: &[(i64, bool)], resp: i64, whom: &str) {
+/// The connections `server` has, once one is subscribed: every one over `resp`, one of them
+/// subscribed (the client's pub/sub: a connection of its own over RESP2, and over RESP3 on
+/// fred; redis-rs's RESP3 subscriber is also its own connection).
+async fn assert_speaks(server: &RedisServer, resp: i64, whom: &str) {
+    let subscribed = eventually(Duration::from_secs(5), || async {
+        connections(server).await.iter().any(|(_, sub)| *sub)
+    })
+    .await;
+    assert!(subscribed, "{whom}: never subscribed");
+    let connections = connections(server).await;
     assert!(!connections.is_empty(), "{whom}: no connection");
     assert!(
         connections.iter().all(|(speaks, _)| *speaks == resp),
@@ -160,12 +166,7 @@ async fn each_library_speaks_the_protocol_it_is_given() {
             // A first hold subscribes the client's own channel (for force unlocks).
             let guard = client.lock("spoken").lock().await.unwrap();
             let whom = format!("{backend:?} over {protocol:?}");
-            let subscribed = eventually(Duration::from_secs(5), || async {
-                connections(&server).await.iter().any(|(_, sub)| *sub)
-            })
-            .await;
-            assert!(subscribed, "{whom}: never subscribed");
-            assert_speaks(&connections(&server).await, resp, &whom);
+            assert_speaks(&server, resp, &whom).await;
             guard.unlock().await.unwrap();
             client.shutdown().await;
         }
@@ -219,12 +220,7 @@ async fn a_handed_over_redis_rs_client_brings_its_protocol() {
             let client = builder.build().await.unwrap();
             let guard = client.lock("spoken").lock().await.unwrap();
             let whom = format!("a client of {query:?} handed over, protocol {named:?}");
-            let subscribed = eventually(Duration::from_secs(5), || async {
-                connections(&server).await.iter().any(|(_, sub)| *sub)
-            })
-            .await;
-            assert!(subscribed, "{whom}: never subscribed");
-            assert_speaks(&connections(&server).await, resp, &whom);
+            assert_speaks(&server, resp, &whom).await;
             guard.unlock().await.unwrap();
             client.shutdown().await;
         }

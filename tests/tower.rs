@@ -17,6 +17,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::get;
 use axum::{BoxError, Router};
 use common::{bounded, eventually, RedisServer};
+use fred::interfaces::ClientLike;
 use fredlock::prelude::*;
 use fredlock::tower::{ConcurrencyLimitLayer, LockLayer, Locked};
 use fredlock::LockClient;
@@ -507,6 +508,20 @@ async fn per_key_limits_and_a_typed_error_when_the_wait_runs_out() {
             .await,
             "the finished request's permit came back ({available} at first)"
         );
+        // The semaphore gone with its data (a restarted server without persistence): the
+        // first request finds no permit within its wait, and the next sets the permits again.
+        let raw = common::raw_client(&server.url()).await;
+        let _: () = raw
+            .custom(fred::cmd!("FLUSHALL"), Vec::<String>::new())
+            .await
+            .unwrap();
+        let gone = service
+            .clone()
+            .oneshot(("b", 10))
+            .await
+            .expect_err("no permits");
+        assert!(gone.is::<LimitReached>(), "{gone}");
+        assert_eq!(service.clone().oneshot(("b", 10)).await.unwrap(), 10);
         // A limit of zero lets none run.
         let none = ServiceBuilder::new()
             .layer(ConcurrencyLimitLayer::new(client.clone(), "closed", 0).wait(Duration::ZERO))

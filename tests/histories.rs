@@ -151,7 +151,11 @@ impl Hold<'_> {
         let (id, guard) = history.acquire(who, target, permits, call, token).await;
         let Some(guard) = guard else { return };
         let work = self.work;
-        work_while_held(history, id, who, target, asked, work, || is_lost(&guard)).await;
+        let standing = work_while_held(history, id, who, target, asked, work, || is_lost(&guard));
+        if let (Some(standing), true) = (standing.await, is_lost(&guard)) {
+            // Paused between its last step and the release: it did nothing as holder since.
+            history.lost_at(id, who, target, standing);
+        }
         history.release(id, who, target, release(guard)).await;
     }
 }
@@ -170,11 +174,10 @@ impl Hold<'_> {
         let epoch = |term: &fredlock::Term| Some(term.epoch());
         let (id, term) = history.acquire(who, target, 1, call, epoch).await;
         let Some(term) = term else { return };
-        work_while_held(history, id, who, target, asked, self.work, || {
+        let standing = work_while_held(history, id, who, target, asked, self.work, || {
             term.is_lost()
-        })
-        .await;
-        if !term.is_lost() {
+        });
+        if let (Some(_), false) = (standing.await, term.is_lost()) {
             let at = history.now();
             let write = term
                 .eval_while_held::<i64, _, _>(
@@ -185,6 +188,11 @@ impl Hold<'_> {
                 .await;
             if let Err(fredlock::Error::NotHeld { .. }) = write {
                 history.write_refused_at(id, who, target, at);
+            } else if term.is_lost() {
+                // Paused during the write or after it (a write cut short by the command
+                // timeout tells nothing): the write is guarded by the server, and the owner
+                // did nothing else as holder since it last found the term standing.
+                history.lost_at(id, who, target, at);
             }
         }
         history.release(id, who, target, term.resign()).await;
@@ -204,6 +212,10 @@ impl Hold<'_> {
 /// after `asked`): recorded as [`Call::NeverStood`] at `asked`, so it holds for no time, and
 /// counted. Found lost sooner, the hold cannot have passed its deadline: it stood from the
 /// answer until that step, and is checked as every hold is.
+///
+/// Returns when its last step found the hold standing, `None` when it recorded a loss: the
+/// caller that finds the hold lost after that records its loss there, since a process paused
+/// between that step and its release did nothing as holder while paused.
 async fn work_while_held(
     history: &History,
     id: u64,
@@ -212,7 +224,7 @@ async fn work_while_held(
     asked: Duration,
     work: Duration,
     is_lost: impl Fn() -> bool,
-) {
+) -> Option<Duration> {
     let until = Instant::now() + work;
     let mut standing: Option<Duration> = None;
     loop {
@@ -225,12 +237,12 @@ async fn work_while_held(
                 }
                 None => history.lost_at(id, who, name, now),
             }
-            return;
+            return None;
         }
         standing = Some(history.now());
         let now = Instant::now();
         if now >= until {
-            return;
+            return standing;
         }
         tokio::time::sleep((until - now).min(Duration::from_millis(5))).await;
     }

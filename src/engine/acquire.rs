@@ -20,6 +20,7 @@ use crate::engine::inflight::{boxed, InFlight};
 use crate::engine::kind::{AcquireArgs, Call, Kind, Primitive, Reply};
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
+use crate::engine::permissions;
 use crate::engine::profile::{Backoff, Wake, WakeRule};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
@@ -177,6 +178,9 @@ async fn acquire_loop(
     engine.core().ensure_open()?;
     check_primitive(&*kind)?;
     lease.check(kind.profile().name())?;
+    if !permissions::known(engine.core()) {
+        permissions::check(engine.core(), &*kind, Some(&pair.field), wait).await?;
+    }
     if let Some(wait) = wait {
         // Only a bounded wait has one to check: `lock()` pays nothing for it.
         durations::check_wait(kind.profile().name(), wait)?;

@@ -20,6 +20,7 @@ mod kind;
 mod ledger;
 pub(crate) mod metrics;
 pub(crate) mod naming;
+mod permissions;
 mod profile;
 mod pubsub;
 #[cfg(feature = "redis-rs")]
@@ -128,9 +129,16 @@ pub(crate) struct Core {
     /// The work running under holds (`with_lock`, a job, a leader's work): a shutdown waits
     /// until every one has been dropped before it gives the holds back.
     works: TaskTracker,
+    /// Whether the user has every permission a client needs (see `permissions`).
+    permitted: std::sync::atomic::AtomicBool,
 }
 
 impl Core {
+    /// The channel force unlocks of this client's holds are announced on (see `pubsub`).
+    pub(crate) fn own_channel(&self) -> String {
+        format!("fredlock_client:{}", self.id_text)
+    }
+
     /// The command connection: every read, and every change without replica sync.
     pub(crate) fn redis(&self) -> &Connection {
         &self.writer.client
@@ -373,6 +381,7 @@ impl Engine {
             undos: undo_tx,
             shutdown: shutdown.clone(),
             works: TaskTracker::new(),
+            permitted: std::sync::atomic::AtomicBool::new(false),
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),
@@ -470,6 +479,9 @@ impl Engine {
         let core = self.core();
         core.ensure_open()?;
         check_primitive(kind)?;
+        if !permissions::known(core) {
+            permissions::check(core, kind, None, None).await?;
+        }
         call.run(writer)
             .await
             .map_err(|source| self.redis_error(kind.profile().name(), None, source))

@@ -46,6 +46,11 @@ impl Keys {
         }
     }
 
+    /// How many keys were given to [`Keys::new`].
+    pub(crate) fn count(&self) -> usize {
+        1 + self.ends.iter().take_while(|end| **end != u32::MAX).count()
+    }
+
     /// The `i`-th key given to [`Keys::new`].
     pub(crate) fn get(&self, i: usize) -> Key {
         Key::from(self.joined.inner().slice(self.range(i)))

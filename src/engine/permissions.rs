@@ -1,0 +1,222 @@
+//! The one check of a client's ACL permissions, before its first call writes anything.
+//!
+//! Redis checks a script's commands one at a time, as it runs them, and keeps what the script
+//! wrote before the one it refused: a user without `pexpire` would leave a lock's hash behind
+//! with no TTL, held for ever. So before a client's first call the engine asks the server, in
+//! one script, whether the client's user may run every command its scripts and pub/sub use,
+//! on that call's key and wake channel and the client's own channel (`redis.acl_check_cmd`,
+//! Redis 7 and Valkey; a server without it is not asked). A refusal fails that call with a
+//! `NOPERM` error naming the command and what it was checked on, and the next call asks
+//! again; once the answer is yes, no call asks again (one atomic load on the hot path).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use super::kind::Primitive;
+use super::profile::Wake;
+use super::script::Script;
+use super::Core;
+use super::Value;
+use crate::error::{Error, RedisErrorKind, Result};
+
+/// Every command a primitive's scripts run (`redis.call` in `lua/`, publishing aside), and the
+/// one a job lock sends by itself (`set`): a unit test keeps this list and the scripts in step.
+pub(crate) const SCRIPT_COMMANDS: &[&str] = &[
+    "decr",
+    "decrby",
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hkeys",
+    "hlen",
+    "hset",
+    "incr",
+    "incrby",
+    "lindex",
+    "lpop",
+    "lrange",
+    "lrem",
+    "pexpire",
+    "pttl",
+    "rpush",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+];
+
+/// The commands a client sends outside scripts on the connections it keeps (health checks,
+/// confirming a subscription, the server's version and connection id), which a connection may
+/// open without; a subcommand as `command|subcommand`, as ACL rules write it.
+const CONNECTION_COMMANDS: &[&str] = &["ping", "info", "client|id"];
+
+/// Asks with `redis.acl_check_cmd`: `KEYS[1]` is the name's key (`ARGV[1]` is unused), `ARGV[2]` and `ARGV[3]` the publish
+/// and subscribe commands, `ARGV[4]` how many channels follow (the client's own, only
+/// subscribed to, then the lock's wake channel, also published on), then how many keys follow
+/// (every key a call of the lock sends, checked for writing), then the commands to check on the
+/// key. Answers 1, 0 from a server that cannot be asked, or a `NOPERM` error.
+const PROBE: &str = r"
+if redis.acl_check_cmd == nil then
+  return 0
+end
+local key, publish, subscribe = KEYS[1], ARGV[2], ARGV[3]
+local unsubscribe = subscribe == 'ssubscribe' and 'sunsubscribe' or 'unsubscribe'
+local channels = tonumber(ARGV[4])
+for i = 5, 4 + channels do
+  local channel = ARGV[i]
+  for _, command in ipairs({subscribe, unsubscribe}) do
+    if not redis.acl_check_cmd(command, channel) then
+      return redis.error_reply('NOPERM this user may not ' .. command .. ' channel ' .. channel)
+    end
+  end
+  if i > 5 and not redis.acl_check_cmd(publish, channel, '0') then
+    return redis.error_reply('NOPERM this user may not ' .. publish .. ' to channel ' .. channel)
+  end
+end
+local keys = tonumber(ARGV[5 + channels])
+for i = 6 + channels + keys, #ARGV do
+  local command = ARGV[i]
+  local parent, sub = string.match(command, '^(%w+)|(%w+)$')
+  if parent then
+    if not redis.acl_check_cmd(parent, sub) then
+      return redis.error_reply('NOPERM this user may not run the ' .. command .. ' command')
+    end
+  elseif not redis.acl_check_cmd(command, key) then
+    return redis.error_reply('NOPERM this user may not run the ' .. command ..
+      ' command on key ' .. key)
+  end
+end
+for i = 6 + channels, 5 + channels + keys do
+  if not redis.acl_check_cmd('del', ARGV[i]) then
+    return redis.error_reply('NOPERM this user may not write key ' .. ARGV[i])
+  end
+end
+return 1
+";
+
+static PROBE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&[PROBE]));
+
+/// Whether the client's user has been found to have every permission it needs.
+pub(crate) fn known(core: &Core) -> bool {
+    core.permitted.load(Ordering::Relaxed)
+}
+
+/// Asks the server whether the client's user may do all a client does, on `kind`'s key and
+/// channel (a waiter's own, for `owner`, where each waiter has one); a refusal names the missing
+/// permission, the lock and `owner`. Only the server's answer fails the call: without one (an
+/// outage, or no answer within `bound`, the call's wait) the call goes on unchecked. Boxed: it
+/// runs once, and a caller's future should not carry its room.
+pub(crate) fn check<'a>(
+    core: &'a Core,
+    kind: &'a dyn Primitive,
+    owner: Option<&'a str>,
+    bound: Option<Duration>,
+) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
+    Box::pin(async move {
+        let profile = kind.profile();
+        let (publish, subscribe) = if core.writer.sharded {
+            ("spublish", "ssubscribe")
+        } else {
+            ("publish", "subscribe")
+        };
+        // The client's own channel (subscribed only), then the lock's wake channel.
+        let mut channels = vec![core.own_channel()];
+        match profile.wake() {
+            Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) => {
+                channels.push(channel.to_string());
+            }
+            Wake::PerWaiter(prefix) => {
+                channels.push(format!("{}:{}", &*prefix, owner.unwrap_or("probe")));
+            }
+            Wake::Backoff(_) => {}
+        }
+        // The name's key as the script's key too: it routes the call on a cluster, and a
+        // user who may not touch it is refused before the script runs.
+        let mut args: Vec<Value> = vec![
+            Value::from(String::new()),
+            Value::from(publish.to_owned()),
+            Value::from(subscribe.to_owned()),
+            Value::from(channels.len().to_string()),
+        ];
+        args.extend(channels.into_iter().map(Value::from));
+        // Every key (and channel name) a call of it sends, which must be writable.
+        let keys = profile.keys();
+        args.push(Value::from(keys.count().to_string()));
+        args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
+        let commands = SCRIPT_COMMANDS.iter().chain(CONNECTION_COMMANDS);
+        args.extend(commands.map(|c| Value::from((*c).to_owned())));
+        let asked = PROBE_SCRIPT.call::<i64>(&core.writer, profile.keys().first(1), args);
+        let answer = match bound {
+            Some(bound) => match tokio::time::timeout(bound, asked).await {
+                Ok(answer) => answer,
+                // The wait ran out first: the call's own attempt says what happened.
+                Err(_) => return Ok(()),
+            },
+            None => asked.await,
+        };
+        match answer {
+            Ok(_) => {
+                core.permitted.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(source) if source.kind() == RedisErrorKind::Refused => Err(Error::from_redis(
+                &core.address,
+                profile.name(),
+                owner,
+                source,
+            )),
+            // No answer (an outage, a stalled server): the call goes on unchecked and meets the
+            // outage as it would have, waiting it out within its wait; the next call asks.
+            Err(_) => Ok(()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::SCRIPT_COMMANDS;
+
+    /// The commands `redis.call('...')` runs in every file of `lua/`.
+    fn called_in_scripts() -> BTreeSet<String> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let mut called = BTreeSet::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for call in ["redis.call('", "redis.pcall('"] {
+                for (at, _) in text.match_indices(call) {
+                    let rest = &text[at + call.len()..];
+                    let end = rest.find('\'').unwrap();
+                    called.insert(rest[..end].to_lowercase());
+                }
+            }
+        }
+        called
+    }
+
+    #[test]
+    fn the_checked_commands_are_those_the_scripts_run() {
+        let listed: BTreeSet<String> = SCRIPT_COMMANDS.iter().map(|c| c.to_string()).collect();
+        let mut called = called_in_scripts();
+        // A job lock's first attempt is a `SET` of its own, outside any script; publishing is
+        // checked on the channels.
+        called.insert("set".into());
+        called.remove("publish");
+        assert_eq!(listed, called);
+    }
+}

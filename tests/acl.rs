@@ -1,0 +1,206 @@
+//! Least privilege (issue 46): the ACL rule docs/SECURITY.md gives is all a client needs, and
+//! a client whose user lacks any part of it is told at its first call, naming what is missing
+//! and the lock, before anything is written.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, RedisServer};
+use fred::prelude::*;
+use fredlock::prelude::*;
+use fredlock::LockClient;
+
+/// Every primitive's plain cycle, with waiters woken by pub/sub and a renewal, as `a` and `b`
+/// (two clients of the same user).
+async fn core_suite(a: &LockClient, b: &LockClient) -> fredlock::Result<()> {
+    let lock = a.lock("acl-lock");
+    let guard = lock.lock().await?;
+    let waiter = {
+        let lock = b.lock("acl-lock");
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(5), None).await })
+    };
+    // Held past a renewal (the watchdog lease is 1 s).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    guard.unlock().await?;
+    waiter
+        .await
+        .expect("the waiter ends")?
+        .expect("woken")
+        .unlock()
+        .await?;
+
+    let fair = a.fair_lock("acl-fair");
+    let guard = fair.lock().await?;
+    let waiter = {
+        let fair = b.fair_lock("acl-fair");
+        tokio::spawn(async move { fair.try_lock(Duration::from_secs(5), None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.unlock().await?;
+    waiter
+        .await
+        .expect("the waiter ends")?
+        .expect("woken")
+        .unlock()
+        .await?;
+
+    a.fenced_lock("acl-fenced").lock().await?.unlock().await?;
+    a.spin_lock("acl-spin").lock().await?.unlock().await?;
+    let rw = a.rw_lock("acl-rw");
+    rw.read_lock().lock().await?.unlock().await?;
+    rw.write_lock().lock().await?.unlock().await?;
+
+    let semaphore = a.semaphore("acl-semaphore");
+    semaphore.try_set_permits(1).await?;
+    semaphore.acquire(1).await?.release().await?;
+    let permits = a.permit_semaphore("acl-permits");
+    permits.try_set_permits(1).await?;
+    permits.acquire().await?.release().await?;
+    let latch = a.count_down_latch("acl-latch");
+    latch.try_set_count(1).await?;
+    latch.count_down().await?;
+    latch.wait().await?;
+
+    a.leader_election("acl-leader")
+        .campaign()
+        .await?
+        .resign()
+        .await?;
+    let run = a.job_lock("acl-job").at_most_for(Duration::from_secs(5));
+    let ran = run.run(async {}).await?;
+    assert!(
+        matches!(ran, fredlock::JobRun::Ran(())),
+        "the job ran: {ran:?}"
+    );
+    Ok(())
+}
+
+/// The rule of docs/SECURITY.md: its one line that starts `ACL SETUSER`, split into words.
+fn documented_rule() -> Vec<String> {
+    let doc = include_str!("../docs/SECURITY.md");
+    let line = doc
+        .lines()
+        .find(|line| line.starts_with("ACL SETUSER fredlock "))
+        .expect("docs/SECURITY.md gives the rule");
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Makes user `fredlock` (password `secret`) with `rule` (the documented words after `ACL`).
+async fn set_user(raw: &Client, rule: &[String]) {
+    let mut args: Vec<String> = rule[1..].to_vec();
+    for arg in &mut args {
+        if arg == ">PASSWORD" {
+            *arg = ">secret".into();
+        }
+    }
+    let _: () = raw
+        .custom(fred::cmd!("ACL"), args)
+        .await
+        .unwrap_or_else(|error| panic!("ACL SETUSER {rule:?}: {error}"));
+}
+
+/// A client of user `fredlock` with the prefix the rule is written for, and a watchdog lease of
+/// 1 s, so that a hold of 0.7 s is renewed.
+async fn fredlock_user(server: &RedisServer) -> fredlock::Result<LockClient> {
+    common::builder()
+        .url(format!(
+            "redis://fredlock:secret@127.0.0.1:{}",
+            server.port()
+        ))
+        .key_prefix("app:")
+        .watchdog_lease(Duration::from_secs(1))
+        .build()
+        .await
+}
+
+/// Every primitive works for a user with exactly the documented rule, and leaves no key without
+/// a TTL but the counters that are kept by design (a semaphore's permits, a fencing token, an
+/// epoch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primitive_works_with_the_documented_rule() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        set_user(&raw, &documented_rule()).await;
+        let a = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        let b = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        core_suite(&a, &b)
+            .await
+            .expect("every primitive works with the rule");
+        a.shutdown().await;
+        b.shutdown().await;
+        for key in common::all_keys(&raw).await {
+            assert!(key.contains("app:"), "{key} is outside the prefix");
+        }
+    })
+    .await;
+}
+
+/// With each part of the rule removed in turn, the client cannot connect (the parts connecting
+/// needs, its error naming the command) or its first call fails naming what is missing and the
+/// lock; either way nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let rule = documented_rule();
+        let start = rule.iter().position(|word| word == "-@all").unwrap() + 1;
+        // `select` is sent only for a URL that names a database.
+        let parts: Vec<&String> = rule[start..].iter().filter(|p| *p != "+select").collect();
+        assert!(parts.len() > 40, "{parts:?}");
+        for part in parts {
+            let without: Vec<String> = rule.iter().filter(|word| *word != part).cloned().collect();
+            set_user(&raw, &without).await;
+            let missing = part.trim_start_matches(['+', '~', '&']);
+            let error = match fredlock_user(&server).await {
+                Err(error) => {
+                    // Connecting: the server's own NOPERM names the command.
+                    let shown = error.to_string();
+                    assert!(
+                        shown.contains(&format!("'{missing}'")) || shown.contains(missing),
+                        "without {part}: {shown}"
+                    );
+                    assert!(
+                        ["+ping", "+info", "+client|id"].contains(&part.as_str()),
+                        "without {part}, connecting failed: {shown}"
+                    );
+                    continue;
+                }
+                Ok(client) => {
+                    let error = client
+                        .lock("acl-lock")
+                        .try_lock(Duration::from_secs(1), None)
+                        .await
+                        .err()
+                        .unwrap_or_else(|| panic!("without {part}, the first call succeeded"));
+                    client.shutdown().await;
+                    error
+                }
+            };
+            let shown = error.to_string();
+            assert!(shown.contains("app:acl-lock"), "without {part}: {shown}");
+            assert!(shown.contains("NOPERM"), "without {part}: {shown}");
+            let named = match part.chars().next() {
+                Some('+') => shown.contains(missing),
+                // A pattern: the key or channel it no longer lets through.
+                _ => shown.contains(" key") || shown.contains(" channel "),
+            };
+            assert!(
+                named,
+                "without {part}, the error does not say what: {shown}"
+            );
+            assert_eq!(
+                common::all_keys(&raw).await,
+                Vec::<String>::new(),
+                "without {part}, something was written"
+            );
+        }
+    })
+    .await;
+}

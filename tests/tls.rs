@@ -3,6 +3,9 @@
 //! error, and a TLS URL without a TLS feature compiled in is refused at build time.
 
 mod common;
+#[path = "common/logs.rs"]
+#[allow(dead_code)]
+mod logs;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -361,4 +364,120 @@ async fn tls_urls_are_refused_without_a_tls_feature() {
         }
     })
     .await;
+}
+
+/// A `rediss://` URL with a user and a password in it logs in over TLS (the test CA trusted as
+/// the platform's roots, through `SSL_CERT_FILE`, in a child process so that no other test sees
+/// it), and neither the password nor a wrong one shows in a `Debug`, an error, a log line at
+/// TRACE level or a metric's labels (`rediss_url_child` greps them).
+#[cfg(all(
+    any(feature = "tls-rustls", feature = "tls-native-tls"),
+    feature = "metrics"
+))]
+#[test]
+fn a_rediss_url_with_a_user_and_password_logs_in_and_never_shows_them() {
+    let certs = Certificates::make();
+    let secret = "tls-s3cret-9d";
+    let tls_port = free_port().to_string();
+    let server = RedisServer::start_with(
+        &[
+            "--tls-port",
+            &tls_port,
+            "--tls-cert-file",
+            &certs.path("server.pem"),
+            "--tls-key-file",
+            &certs.path("server.key"),
+            "--tls-ca-cert-file",
+            &certs.path("ca.pem"),
+            "--tls-auth-clients",
+            "no",
+            "--user",
+            "carol",
+            "on",
+            &format!(">{secret}"),
+            "~*",
+            "&*",
+            "+@all",
+        ],
+        free_port,
+    );
+    let env = [
+        ("SSL_CERT_FILE", certs.path("ca.pem")),
+        (
+            "FREDLOCK_TLS_URL",
+            format!("rediss://carol:{secret}@localhost:{tls_port}"),
+        ),
+        ("FREDLOCK_TLS_SECRET", secret.to_string()),
+    ];
+    let output = common::test_child("rediss_url_child", &env)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run the child");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the child failed: {}\n{printed}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("logged in over TLS"), "{printed}");
+    drop(server);
+}
+
+/// The child of `a_rediss_url_with_a_user_and_password_logs_in_and_never_shows_them`.
+#[cfg(all(
+    any(feature = "tls-rustls", feature = "tls-native-tls"),
+    feature = "metrics"
+))]
+#[test]
+#[ignore = "run by a_rediss_url_with_a_user_and_password_logs_in_and_never_shows_them"]
+fn rediss_url_child() {
+    use fredlock::prelude::*;
+    let (Ok(url), Ok(secret)) = (
+        std::env::var("FREDLOCK_TLS_URL"),
+        std::env::var("FREDLOCK_TLS_SECRET"),
+    ) else {
+        return;
+    };
+    let wrong = "wr0ng-tls-pass-9d";
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().expect("the child's one recorder");
+    let (logged, _default) = logs::capture_logs(tracing::Level::TRACE);
+    // One thread: every task of the clients logs through the default set here.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut shown = Vec::new();
+    runtime.block_on(bounded(async {
+        let builder = common::builder().url(url.clone()).metrics_lock_names(true);
+        shown.push(format!("{builder:?}"));
+        let client = builder.build().await.expect("carol logs in over TLS");
+        shown.push(format!("{client:?}"));
+        let guard = client.lock("tls-secret").lock().await.unwrap();
+        shown.push(format!("{guard:?}"));
+        guard.unlock().await.unwrap();
+        println!("logged in over TLS");
+        let refused = common::builder()
+            .url(url.replace(&secret, wrong))
+            .build()
+            .await
+            .expect_err("a wrong password is refused");
+        shown.push(refused.to_string());
+        shown.push(format!("{refused:?}"));
+        client.shutdown().await;
+    }));
+    shown.push(logged.text());
+    let metrics = snapshotter.snapshot().into_vec();
+    assert!(!metrics.is_empty(), "the lock was counted");
+    for (key, _, _, _) in metrics {
+        shown.push(format!("{key:?}"));
+    }
+    for text in &shown {
+        assert!(
+            !text.contains(&secret) && !text.contains(wrong),
+            "a password shown: {text}"
+        );
+    }
+    assert!(shown[0].contains("carol:***@"), "{}", shown[0]);
 }

@@ -105,6 +105,35 @@ impl LockClient {
         self.shared.engine.core().name.as_deref()
     }
 
+    /// A receiver of this client's events from now on: every hold acquired, released, renewed
+    /// late or not at all, lost (and why) or force-unlocked, leader terms won and lost, job runs
+    /// run, skipped and lost, and the connection lost and back.
+    ///
+    /// The client never waits for a receiver: one that falls more than
+    /// [`DEFAULT_EVENT_CAPACITY`](crate::events::DEFAULT_EVENT_CAPACITY) events behind loses the
+    /// oldest, learns how many from [`RecvError::Lagged`](crate::events::RecvError::Lagged), and
+    /// the loss is counted in the metric `fredlock_events_lagged_total`. With no receiver, no
+    /// event is made. The events of one lock come in the order they happened.
+    ///
+    /// ```no_run
+    /// # async fn example(client: fredlock::LockClient) {
+    /// use fredlock::{LockEventKind, LossReason};
+    ///
+    /// let mut events = client.events();
+    /// tokio::spawn(async move {
+    ///     while let Ok(event) = events.recv().await {
+    ///         if let LockEventKind::Lost(why) = event.what() {
+    ///             tracing::error!(lock = event.name(), ?why, "lost a lock");
+    ///         }
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn events(&self) -> crate::engine::events::LockEvents {
+        let core = self.shared.engine.core();
+        core.report.events.subscribe(core.metrics.clone())
+    }
+
     /// The Redis key of the lock named `name`: the client's key prefix, then the name. An empty
     /// name stays empty, for the first operation to refuse.
     pub(crate) fn key(&self, name: String) -> String {

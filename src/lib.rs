@@ -242,6 +242,7 @@ pub use counter::permit_semaphore::{LeasedPermit, PermitSemaphore};
 pub use counter::semaphore::{Semaphore, SemaphorePermit};
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
+pub use engine::events::{LockEvent, LockEventKind, LockEvents, LossReason};
 pub use engine::replicas::ReplicaSync;
 pub use error::{Error, NodeFailure, NodeFailureReason, RedisError, RedisErrorKind, Result};
 pub use family::{DistributedGuard, DistributedLock};
@@ -267,6 +268,14 @@ pub use redlock::{
     DEFAULT_RETRY_DELAY, DRIFT_ALLOWANCE, MIN_NODE_TIMEOUT,
 };
 
+/// A client's event stream ([`LockClient::events`]): the events, why a hold was lost, and the
+/// receiver's errors.
+pub mod events {
+    pub use crate::engine::events::{
+        LockEvent, LockEventKind, LockEvents, LossReason, RecvError, DEFAULT_EVENT_CAPACITY,
+    };
+}
+
 #[doc(hidden)]
 pub use ops::replay_ledger;
 #[doc(hidden)]
@@ -278,20 +287,22 @@ pub use ops::source as script_source;
 /// before building the [`LockClient`]: a client registers each kind's metrics when it first
 /// records one, and keeps the handles.
 ///
-/// Every metric has the label `kind` (`lock`, `spin_lock`, `fenced_lock`, `fair_lock`,
-/// `read_lock`, `write_lock`, `semaphore`, `permit_semaphore`, `leader_election`, `job`) and,
-/// with [`LockClientBuilder::metrics_lock_names`], `lock` (the name). They are recorded in one
+/// Every metric but [`EVENTS_LAGGED`](metrics::EVENTS_LAGGED) (the events slow receivers of
+/// [`LockClient::events`] lost, per process) has the label `kind` (`lock`, `spin_lock`,
+/// `fenced_lock`, `fair_lock`, `read_lock`, `write_lock`, `semaphore`, `permit_semaphore`,
+/// `leader_election`, `job`) and, with [`LockClientBuilder::metrics_lock_names`], `lock` (the
+/// name). They are recorded in one
 /// place, the engine every primitive runs on, so a primitive added later has them all.
 pub mod metrics {
     pub use crate::engine::metrics::{
-        ACQUISITIONS, ERRORS, HANDOFFS, HELD, LOST, RENEWALS, RENEWAL_FAILURES, TIMEOUTS, WAIT,
-        WAITING,
+        ACQUISITIONS, ERRORS, EVENTS_LAGGED, HANDOFFS, HELD, LOST, RENEWALS, RENEWAL_FAILURES,
+        TIMEOUTS, WAIT, WAITING,
     };
     pub use crate::job::{JOB_RUN, JOB_RUNS};
 
     /// Every metric name, for documentation and tests: those recorded for every primitive,
     /// and the job lock's runs (named by the job lock, recorded by the engine).
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         ACQUISITIONS,
         HANDOFFS,
         TIMEOUTS,
@@ -304,6 +315,7 @@ pub mod metrics {
         WAITING,
         JOB_RUNS,
         JOB_RUN,
+        EVENTS_LAGGED,
     ];
 }
 

@@ -376,6 +376,19 @@ async fn every_metric_counts_what_happened() {
         );
         assert_eq!(counter(metrics::ACQUISITIONS, &job_labels), 2);
         assert_eq!(counter(metrics::TIMEOUTS, &job_labels), 1);
+        // A receiver of the client's events that falls behind: what it lost is counted.
+        let mut events = client.events();
+        let lock = client.lock("m-events");
+        let capacity = fredlock::events::DEFAULT_EVENT_CAPACITY;
+        for _ in 0..capacity {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }
+        match events.recv().await {
+            Err(fredlock::events::RecvError::Lagged(lost)) => {
+                assert_eq!(counter(metrics::EVENTS_LAGGED, &[]), lost);
+            }
+            other => panic!("expected Lagged, got {other:?}"),
+        }
         // Each metric the crate names was recorded.
         for metric in metrics::ALL {
             assert!(

@@ -23,8 +23,9 @@ use fredlock::prelude::*;
 /// The flag that makes the benchmark a child: `--instructions-child <subject> <cycles> <url>`.
 pub const CHILD_FLAG: &str = "--instructions-child";
 
-const SUBJECTS: [&str; 8] = [
+const SUBJECTS: [&str; 9] = [
     "fredlock",
+    IDLE_RECEIVER,
     "fredlock fenced",
     "fredlock spin",
     RAW,
@@ -34,6 +35,8 @@ const SUBJECTS: [&str; 8] = [
     FLOOR_REDIS_RS,
 ];
 
+/// The reentrant lock of a client with an event receiver that never reads (issue 46).
+pub const IDLE_RECEIVER: &str = "fredlock + idle event receiver";
 /// The two script calls by hand through fred.
 const RAW: &str = "raw EVALSHA x2";
 /// The floor subject.
@@ -105,6 +108,13 @@ pub fn instructions(url: &str) -> Vec<Row> {
             .find(|(subject, _)| *subject == wanted)
             .map(|(_, marginal)| *marginal)
     };
+    if let (Some(plain), Some(idle)) = (of("fredlock"), of(IDLE_RECEIVER)) {
+        rows.push(Row::ratio(
+            "8 instructions",
+            &format!("{IDLE_RECEIVER} / fredlock"),
+            idle / plain,
+        ));
+    }
     // Each subject against the raw calls and the floor through its own client library.
     for (subject, marginal) in &per_cycle {
         if !subject.starts_with("fredlock") {
@@ -147,8 +157,10 @@ pub async fn child(subject: &str, cycles: u64, url: &str) {
         .build()
         .await
         .expect("connect");
+    // Kept, never read: every event of the cycles goes into its ring.
+    let _idle = (subject == IDLE_RECEIVER).then(|| client.events());
     let lock = match subject {
-        "fredlock" | ON_REDIS_RS => Some(client.lock("bench:instructions")),
+        "fredlock" | ON_REDIS_RS | IDLE_RECEIVER => Some(client.lock("bench:instructions")),
         "fredlock fenced" => Some(
             client
                 .fenced_lock("bench:instructions:fenced")

@@ -179,7 +179,17 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
     let ping = median("3 wake-up", "PING round trip", "median");
     let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
     let calls = many as f64 / 100.0 + 1.0;
-    let wanted: [(&str, Option<f64>, Bound, String); 22] = [
+    let wanted: [(&str, Option<f64>, Bound, String); 23] = [
+        (
+            "1 uncontended: idle event receiver / none",
+            median(
+                "1 uncontended",
+                "fredlock + idle event receiver / fredlock",
+                "ratio",
+            ),
+            Bound::AtMost(1.02),
+            String::new(),
+        ),
         (
             "1 uncontended: fredlock / raw",
             median("1 uncontended", "fredlock / raw", "ratio"),

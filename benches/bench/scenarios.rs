@@ -289,6 +289,20 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             async move { lock_cycle(&lock).await }
         }));
     }
+    // The same lock on a client whose event receiver never reads (issue 46): every event
+    // goes into the receiver's ring, the oldest dropped.
+    let listened = LockClient::connect(url).await.expect("connect");
+    let idle_receiver = listened.events();
+    let lock = listened.lock("bench:uncontended:events");
+    subjects.push(Subject::new(
+        crate::instructions::IDLE_RECEIVER,
+        "lock+unlock",
+        move || {
+            crate::recording::record(false);
+            let lock = lock.clone();
+            async move { lock_cycle(&lock).await }
+        },
+    ));
     // Built with the `metrics` feature: the same lock with a Prometheus recorder recording.
     if crate::recording::ENABLED {
         let lock = client.lock("bench:uncontended:metrics");
@@ -399,6 +413,17 @@ pub async fn uncontended(url: &str, sizes: Sizes) -> (Vec<Row>, Vec<(String, Vec
             recorded / plain,
         ));
     }
+    if let (Some(plain), Some(listened)) = (
+        median_of(ours),
+        median_of(at(crate::instructions::IDLE_RECEIVER)),
+    ) {
+        rows.push(Row::ratio(
+            "1 uncontended",
+            &format!("{} / fredlock", crate::instructions::IDLE_RECEIVER),
+            listened / plain,
+        ));
+    }
+    drop(idle_receiver);
     if let (Some(floor), Some(redis_rs)) = (median_of(floor), median_of(at("redis-rs EVALSHA x2")))
     {
         rows.push(Row::ratio(

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::engine::durations;
+use crate::engine::events::LockEventKind;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
@@ -146,9 +147,18 @@ fn acquiring<T: 'static>(
         let result = acquire_loop(engine, kind, &pair, wait, lease, started).await;
         let waited = started.elapsed();
         let ended = match &result {
-            Ok(Acquired::Won(win)) => Ended::Acquired {
-                contended: win.contended,
-            },
+            Ok(Acquired::Won(win)) => {
+                let what = if class.term {
+                    LockEventKind::TermWon
+                } else {
+                    LockEventKind::Acquired
+                };
+                let events = &engine.core().report.events;
+                events.emit(class.label, &pair.name, Some(&pair.field), what);
+                Ended::Acquired {
+                    contended: win.contended,
+                }
+            }
             Ok(Acquired::Busy | Acquired::Refused(_)) => Ended::TimedOut,
             Err(error) => Ended::Failed(error),
         };
@@ -179,7 +189,10 @@ async fn acquire_loop(
     check_primitive(&*kind)?;
     lease.check(kind.profile().name())?;
     if !permissions::known(engine.core()) {
-        permissions::check(engine.core(), &*kind, Some(&pair.field), wait).await?;
+        // A bounded wait bounds the question too; a single attempt (a wait of zero) waits for
+        // the answer as for its own reply.
+        let bound = wait.filter(|wait| !wait.is_zero());
+        permissions::check(engine.core(), &*kind, Some(&pair.field), bound).await?;
     }
     if let Some(wait) = wait {
         // Only a bounded wait has one to check: `lock()` pays nothing for it.

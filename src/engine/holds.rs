@@ -17,9 +17,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::engine::events::{LockEventKind, LossReason, Report};
 use crate::engine::kind::Kind;
 use crate::engine::ledger::Pair;
-use crate::engine::metrics::Metrics;
 use crate::engine::{durations, naming, HashState};
 use crate::error::Result;
 
@@ -116,8 +116,8 @@ pub(crate) struct Hold {
     /// How long after the last confirmed renewal was sent the hold counts as lost while
     /// watchdog guards remain, in ns; see `LockClientBuilder::renew_deadline`.
     renew_deadline: u64,
-    /// Where its loss is counted.
-    metrics: Metrics,
+    /// Where its loss is counted and told.
+    report: Arc<Report>,
     /// The primitive held, whose key and renewal script the watchdog renews this hold with. Its
     /// guards keep it alive anyway; a copy of the key would cost every held lock its bytes.
     pub(crate) kind: Arc<dyn Kind>,
@@ -202,7 +202,7 @@ impl Hold {
                 "lock lost: no renewal confirmed within the renew deadline (noticed {late_ms} ms \
                  after it)"
             );
-            self.mark_lost();
+            self.mark_lost(LossReason::DeadlinePassed);
         }
         true
     }
@@ -225,10 +225,22 @@ impl Hold {
 
     /// Marks the hold lost; every guard's `lost()` completes. The first time counts a loss,
     /// before any guard can learn of it.
-    pub(crate) fn mark_lost(&self) {
+    pub(crate) fn mark_lost(&self, why: LossReason) {
         if !self.lost.swap(true, Ordering::SeqCst) {
-            self.metrics
-                .lost(self.kind.profile().label(), &self.pair.name);
+            let profile = self.kind.profile();
+            self.report.metrics.lost(profile.label(), &self.pair.name);
+            let what = if profile.class().term {
+                LockEventKind::TermLost(why)
+            } else {
+                LockEventKind::Lost(why)
+            };
+            let (name, owner) = (&self.pair.name, Some(&self.pair.field));
+            let events = &self.report.events;
+            if why == LossReason::DeadlinePassed {
+                // The renewal on its way, or the next one, did not confirm in time.
+                events.emit(profile.label(), name, owner, LockEventKind::RenewalFailed);
+            }
+            events.emit(profile.label(), name, owner, what);
         }
         self.tell_lost();
     }
@@ -352,14 +364,14 @@ pub(crate) struct Holds {
     map: DashMap<Registered, (), HashState>,
     watchdog_lease: Duration,
     renew_deadline: Duration,
-    metrics: Metrics,
+    report: Arc<Report>,
 }
 
 impl Holds {
     pub(crate) fn new(
         watchdog_lease: Duration,
         renew_deadline: Duration,
-        metrics: Metrics,
+        report: Arc<Report>,
     ) -> Holds {
         // Before any hold records an instant.
         LazyLock::force(&EPOCH);
@@ -367,7 +379,7 @@ impl Holds {
             map: DashMap::with_hasher(HashState::default()),
             watchdog_lease,
             renew_deadline,
-            metrics,
+            report,
         }
     }
 
@@ -396,7 +408,9 @@ impl Holds {
             }
             Entry::Vacant(entry) => {
                 entry.insert(());
-                self.metrics.held(kind.profile().label(), &pair.name, 1.0);
+                self.report
+                    .metrics
+                    .held(kind.profile().label(), &pair.name, 1.0);
                 fresh.0
             }
         };
@@ -442,8 +456,13 @@ impl Holds {
             registered && one_less(hold)
         });
         if removed.is_some() {
-            self.metrics
-                .held(hold.kind.profile().label(), &hold.pair.name, -1.0);
+            let label = hold.kind.profile().label();
+            self.report.metrics.held(label, &hold.pair.name, -1.0);
+            if !hold.lost.load(Ordering::Relaxed) {
+                let (name, owner) = (&hold.pair.name, Some(&hold.pair.field));
+                let released = LockEventKind::Released;
+                self.report.events.emit(label, name, owner, released);
+            }
         }
         if !registered {
             // Not the registered hold (it was lost and replaced): only its own counts change.
@@ -477,7 +496,7 @@ impl Holds {
                 client = naming::of_field(&pair.field).as_deref(),
                 "lock lost: its owner's field was gone from Redis"
             );
-            entry.key().0.mark_lost();
+            entry.key().0.mark_lost(LossReason::Deleted);
         }
     }
 
@@ -512,7 +531,7 @@ impl Holds {
                 expires_at: leased_at.saturating_add(since_epoch_len(lease)),
             }),
             renew_deadline: since_epoch_len(self.renew_deadline),
-            metrics: self.metrics.clone(),
+            report: self.report.clone(),
             kind: kind.clone(),
             extras: OnceLock::new(),
         })

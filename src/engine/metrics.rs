@@ -33,6 +33,8 @@ pub const WAIT: &str = "fredlock_acquire_wait_seconds";
 pub const HELD: &str = "fredlock_held";
 /// Tasks waiting for a primitive that another owner holds (gauge).
 pub const WAITING: &str = "fredlock_waiting_tasks";
+/// Events a slow receiver of a client's events lost, having fallen too far behind (counter).
+pub const EVENTS_LAGGED: &str = "fredlock_events_lagged_total";
 /// The metrics of a primitive that runs work under its holds (a job lock's runs), named by the
 /// primitive: a counter of the runs by `outcome`, and a histogram of how long the work ran.
 #[derive(Clone, Copy, Debug)]
@@ -218,6 +220,11 @@ mod record {
             counter!(ERRORS, labels).increment(1);
         }
 
+        /// `lost` events a slow receiver of the client's events lost.
+        pub(crate) fn events_lagged(&self, lost: u64) {
+            counter!(EVENTS_LAGGED).increment(lost);
+        }
+
         pub(crate) fn lost(&self, kind: &'static str, name: &str) {
             self.handle(kind, name, |h| &h.lost, |l| counter!(LOST, l))
                 .increment(1);
@@ -295,6 +302,8 @@ mod record {
         #[inline(always)]
         pub(crate) fn failed(&self, _: &'static str, _: &str, _: &Error) {}
         #[inline(always)]
+        pub(crate) fn events_lagged(&self, _: u64) {}
+
         pub(crate) fn lost(&self, _: &'static str, _: &str) {}
         #[inline(always)]
         pub(crate) fn renewed(&self, _: &'static str, _: &str, _: bool) {}

@@ -10,6 +10,7 @@
 
 mod acquire;
 pub(crate) mod durations;
+pub(crate) mod events;
 mod fred_client;
 mod guard;
 mod holds;
@@ -131,6 +132,8 @@ pub(crate) struct Core {
     works: TaskTracker,
     /// Whether the user has every permission a client needs (see `permissions`).
     permitted: std::sync::atomic::AtomicBool,
+    /// Where holds' changes are counted and told (see `events`).
+    pub(crate) report: Arc<events::Report>,
 }
 
 impl Core {
@@ -359,6 +362,13 @@ impl Engine {
             pubsub::PubSub::start(subscriber.clone(), sharded, own, shutdown.clone());
         tasks.extend(pubsub_tasks);
         let (undo_tx, undo_rx) = mpsc::unbounded_channel();
+        let report = Arc::new(events::Report {
+            metrics: settings.metrics.clone(),
+            events: events::Events::new(
+                events::DEFAULT_EVENT_CAPACITY,
+                settings.client_name.clone(),
+            ),
+        });
         let core = Arc::new(Core {
             id,
             name: settings.client_name.clone(),
@@ -374,7 +384,7 @@ impl Engine {
             holds: holds::Holds::new(
                 settings.watchdog_lease,
                 settings.renew_deadline,
-                settings.metrics,
+                report.clone(),
             ),
             ledger: ledger::Ledger::new(),
             pubsub,
@@ -382,6 +392,7 @@ impl Engine {
             shutdown: shutdown.clone(),
             works: TaskTracker::new(),
             permitted: std::sync::atomic::AtomicBool::new(false),
+            report,
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),

@@ -161,6 +161,9 @@ pub(crate) struct Class {
     pub(crate) own: Own,
     /// The names it cannot take, if there are any: a rule on a handle's keys.
     pub(crate) refusal: Option<Refusal>,
+    /// Whether its holds are a leader's terms: events say a term was won or lost rather than
+    /// a hold acquired or lost.
+    pub(crate) term: bool,
 }
 
 impl Class {
@@ -175,6 +178,7 @@ impl Class {
             wake,
             own: Own::Nothing,
             refusal: None,
+            term: false,
         }
     }
 }

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+use crate::engine::events::{LockEventKind, LossReason};
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::script::Script;
 use crate::engine::Core;
@@ -70,6 +71,10 @@ pub(crate) struct Watchdog {
     retry_scheduled: bool,
     /// Holds whose last renewal failed, by address, until renewed or lost.
     failing: HashMap<usize, Arc<Hold>>,
+    /// Holds a force unlock named, by address, until found gone (lost as forced) or standing.
+    forced: HashMap<usize, Arc<Hold>>,
+    /// Whether a connection loss was told and no reconnect since.
+    disconnected: bool,
     batches: JoinSet<BatchResult>,
 }
 
@@ -87,6 +92,8 @@ impl Watchdog {
             queue: DelayQueue::new(),
             retry_scheduled: false,
             failing: HashMap::new(),
+            forced: HashMap::new(),
+            disconnected: false,
             batches: JoinSet::new(),
         }
     }
@@ -108,11 +115,22 @@ impl Watchdog {
                             due.push(hold.clone());
                         }
                     });
+                    for hold in &due {
+                        self.tell(hold, LockEventKind::ForceUnlocked);
+                        self.forced.insert(address(hold), hold.clone());
+                    }
                     self.renew(due);
                 }
                 reconnected = reconnects.recv() => match reconnected {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         tracing::debug!("reconnected; checking every hold");
+                        // One loss and one return per outage, the loss told here if nothing
+                        // noticed it before.
+                        let server = &self.core.address;
+                        if !std::mem::take(&mut self.disconnected) {
+                            self.core.report.events.connection(server, LockEventKind::ConnectionLost);
+                        }
+                        self.core.report.events.connection(server, LockEventKind::ConnectionBack);
                         self.renew_all();
                     }
                     Err(RecvError::Closed) => reconnects = self.core.redis().reconnects(),
@@ -152,6 +170,7 @@ impl Watchdog {
         let mut renewed = 0usize;
         self.core.holds.each(|hold| {
             if hold.watchdog_guards() > 0 {
+                self.tell(hold, LockEventKind::RenewalLate);
                 renewed += 1;
                 if locks.len() < LATE_LOCKS_NAMED {
                     locks.push(hold.pair.name.to_string());
@@ -190,6 +209,10 @@ impl Watchdog {
                 continue; // nothing to renew or check: it has no lease
             };
             if hold.guards() == 0 || hold.is_lost() {
+                if hold.guards() > 0 && hold.watchdog_guards() == 0 {
+                    // A fixed lease past its end, which nothing else marks: it ran out.
+                    hold.mark_lost(LossReason::Expired);
+                }
                 self.failing.remove(&address(&hold));
                 continue;
             }
@@ -276,6 +299,21 @@ impl Watchdog {
                 tracing::debug!(locks = holds.len(), %error, "lock check failed")
             }
         }
+        // One loss and one return per outage: the first renewal without an answer tells the
+        // loss, the first answer after it (or a reconnect) the return.
+        let answered = match &result {
+            Ok(_) => true,
+            Err(error) => error.kind() == RedisErrorKind::Refused,
+        };
+        if answered == self.disconnected {
+            self.disconnected = !answered;
+            let what = if answered {
+                LockEventKind::ConnectionBack
+            } else {
+                LockEventKind::ConnectionLost
+            };
+            self.core.report.events.connection(&self.core.address, what);
+        }
         for (i, hold) in holds.into_iter().enumerate() {
             hold.visiting.store(false, Ordering::Release);
             if hold.guards() == 0 {
@@ -289,6 +327,10 @@ impl Watchdog {
                     let metrics = &self.core.metrics;
                     metrics.renewed(hold.kind.profile().label(), &hold.pair.name, renewed);
                 }
+                if result.is_err() && now < hold.deadline() {
+                    // Retried until the deadline; a failure at it is told with the loss.
+                    self.tell(&hold, LockEventKind::RenewalFailed);
+                }
             }
             match &result {
                 Ok(replies) if replies.get(i).copied() == Some(1) => {
@@ -296,6 +338,7 @@ impl Watchdog {
                         hold.leased(sent_at, self.timeout);
                     }
                     self.failing.remove(&address(&hold));
+                    self.forced.remove(&address(&hold));
                 }
                 Ok(_) => {
                     tracing::warn!(
@@ -303,7 +346,15 @@ impl Watchdog {
                         client = self.core.name.as_deref(),
                         "lock lost: its owner's field is gone from Redis"
                     );
-                    self.lose(&hold);
+                    let why = if self.forced.contains_key(&address(&hold)) {
+                        LossReason::Forced
+                    } else if visit == Visit::Check && now >= hold.deadline() {
+                        // A fixed lease found gone at its end: it ran out.
+                        LossReason::Expired
+                    } else {
+                        LossReason::Deleted
+                    };
+                    self.lose(&hold, why);
                 }
                 // A fixed lease ends by itself; the next period looks again.
                 Err(_) if visit == Visit::Check => {}
@@ -316,7 +367,7 @@ impl Watchdog {
                         client = self.core.name.as_deref(),
                         "lock lost: no renewal confirmed within the renew deadline"
                     );
-                    self.lose(&hold);
+                    self.lose(&hold, LossReason::DeadlinePassed);
                 }
             }
         }
@@ -334,9 +385,17 @@ impl Watchdog {
         }
     }
 
-    fn lose(&mut self, hold: &Arc<Hold>) {
+    fn lose(&mut self, hold: &Arc<Hold>, why: LossReason) {
         self.failing.remove(&address(hold));
-        hold.mark_lost();
+        self.forced.remove(&address(hold));
+        hold.mark_lost(why);
+    }
+
+    /// Tells the client's events `what` happened to `hold`.
+    fn tell(&self, hold: &Hold, what: LockEventKind) {
+        let (name, owner) = (&hold.pair.name, Some(&hold.pair.field));
+        let label = hold.kind.profile().label();
+        self.core.report.events.emit(label, name, owner, what);
     }
 }
 

@@ -2,6 +2,7 @@
 //! its hold, giving it back, and what the run reports.
 
 use super::*;
+use crate::engine::events::LockEventKind;
 
 impl JobLock {
     // The calls below are boxed where they are awaited: inline, their futures nest deeper than
@@ -352,13 +353,14 @@ impl JobLock {
         }
         let outcome = if output.is_some() { "ran" } else { "lost" };
         tracing::Span::current().record("outcome", outcome);
-        self.client.engine().core().metrics.work_ended(
-            RUN_METRICS,
-            JOB.label,
-            self.key(),
-            outcome,
-            Some(ran_for),
-        );
+        let core = self.client.engine().core();
+        core.metrics
+            .work_ended(RUN_METRICS, JOB.label, self.key(), outcome, Some(ran_for));
+        let what = match output {
+            Some(_) => LockEventKind::JobRan,
+            None => LockEventKind::JobLost,
+        };
+        core.report.events.work(JOB.label, self.key(), what);
         match output {
             Some(output) => JobRun::Ran(output),
             None => JobRun::Lost,
@@ -387,13 +389,11 @@ impl JobLock {
     fn skipped<T>(&self, holder: Option<JobHolder>, last_tick: Option<SystemTime>) -> JobRun<T> {
         tracing::Span::current().record("outcome", "skipped");
         tracing::debug!(job = %self.key(), holder = ?holder.as_ref().map(JobHolder::value), "job skipped");
-        self.client.engine().core().metrics.work_ended(
-            RUN_METRICS,
-            JOB.label,
-            self.key(),
-            "skipped",
-            None,
-        );
+        let core = self.client.engine().core();
+        core.metrics
+            .work_ended(RUN_METRICS, JOB.label, self.key(), "skipped", None);
+        let skipped = LockEventKind::JobSkipped;
+        core.report.events.work(JOB.label, self.key(), skipped);
         JobRun::Skipped(Skipped { holder, last_tick })
     }
 }

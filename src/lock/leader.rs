@@ -661,6 +661,7 @@ fn election_keys(key: &str) -> Keys {
 /// terms are renewed as locks are.
 static LEADER_ELECTION: Class = Class {
     renewal: Some(&LOCK_RENEW),
+    term: true,
     ..Class::new("leader_election", WakeRule::Shared(CHANNEL))
 };
 

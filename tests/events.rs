@@ -1,0 +1,413 @@
+//! The event stream (issue 46): `client.events()` tells what happens to the client's holds,
+//! each event produced here by its real cause: an unlock, a force unlock from another client,
+//! a lease that ran out, a stalled server, a restarted one, a blocked runtime; a receiver that
+//! falls behind loses the oldest and is told how many.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bounded, RedisServer};
+use fredlock::events::RecvError;
+use fredlock::prelude::*;
+use fredlock::{LockClient, LockEvent, LockEventKind, LockEvents, LossReason};
+
+/// The next event within `limit`, or why none came.
+async fn next(events: &mut LockEvents, limit: Duration) -> Result<LockEvent, String> {
+    match tokio::time::timeout(limit, events.recv()).await {
+        Ok(Ok(event)) => Ok(event),
+        Ok(Err(error)) => Err(format!("{error:?}")),
+        Err(_) => Err(format!("no event within {limit:?}")),
+    }
+}
+
+/// Receives until an event of `name` (or of the connection, for `"connection"`) is `what`,
+/// within `limit`; the events of that name received on the way, that one last.
+async fn until(
+    events: &mut LockEvents,
+    name: &str,
+    what: LockEventKind,
+    limit: Duration,
+) -> Vec<LockEventKind> {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let event = next(events, left)
+            .await
+            .unwrap_or_else(|why| panic!("waiting for {what:?} of {name}: {why}; saw {seen:?}"));
+        if event.name() == name || event.kind() == name {
+            seen.push(event.what());
+            if event.what() == what {
+                return seen;
+            }
+        }
+    }
+}
+
+async fn client_with(server: &RedisServer, watchdog: Duration, name: &str) -> LockClient {
+    common::builder()
+        .url(server.url())
+        .watchdog_lease(watchdog)
+        .client_name(name)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Acquisitions and releases of one lock come in order, naming the kind, the lock, the owner
+/// and the client; a leader's term is won and, resigned, released; a job's run ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_are_told_in_order_with_kind_name_owner_and_client() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = client_with(&server, Duration::from_secs(30), "events-1").await;
+        let mut events = client.events();
+        let lock = client.lock("ev-order");
+        let mut owners = Vec::new();
+        for _ in 0..3 {
+            let guard = lock.lock().await.unwrap();
+            owners.push(guard.owner_field().to_owned());
+            guard.unlock().await.unwrap();
+        }
+        for owner in &owners {
+            for what in [LockEventKind::Acquired, LockEventKind::Released] {
+                let event = next(&mut events, Duration::from_secs(2)).await.unwrap();
+                assert_eq!(event.what(), what, "{event:?}");
+                assert_eq!(event.kind(), "lock");
+                assert_eq!(event.name(), "ev-order");
+                assert_eq!(event.owner(), Some(owner.as_str()));
+                assert_eq!(event.client_name(), Some("events-1"));
+            }
+        }
+
+        let term = client
+            .leader_election("ev-leader")
+            .campaign()
+            .await
+            .unwrap();
+        let event = next(&mut events, Duration::from_secs(2)).await.unwrap();
+        assert_eq!(event.what(), LockEventKind::TermWon, "{event:?}");
+        assert_eq!(event.kind(), "leader_election");
+        assert_eq!(event.owner(), Some(term.owner_field()));
+        term.resign().await.unwrap();
+        assert_eq!(
+            until(
+                &mut events,
+                "ev-leader",
+                LockEventKind::Released,
+                Duration::from_secs(2)
+            )
+            .await,
+            [LockEventKind::Released]
+        );
+
+        // A job lock's name is its key, ShedLock's `job-lock:default:<name>`.
+        let job = client
+            .job_lock("ev-job")
+            .at_most_for(Duration::from_secs(5));
+        assert!(matches!(
+            job.run(async {}).await.unwrap(),
+            fredlock::JobRun::Ran(())
+        ));
+        let seen = until(
+            &mut events,
+            "job-lock:default:ev-job",
+            LockEventKind::JobRan,
+            Duration::from_secs(2),
+        )
+        .await;
+        assert_eq!(seen.last(), Some(&LockEventKind::JobRan), "{seen:?}");
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A job another instance runs is skipped here, and told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_job_is_told() {
+    bounded(async {
+        let server = RedisServer::start();
+        let here = client_with(&server, Duration::from_secs(30), "events-here").await;
+        let there = client_with(&server, Duration::from_secs(30), "events-there").await;
+        let mut events = here.events();
+        let (started, running) = tokio::sync::oneshot::channel();
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let job = there
+            .job_lock("ev-skipped")
+            .at_most_for(Duration::from_secs(10));
+        let runner = tokio::spawn(async move {
+            job.run(async move {
+                started.send(()).unwrap();
+                let _ = finished.await;
+            })
+            .await
+        });
+        running.await.unwrap();
+        let job = here
+            .job_lock("ev-skipped")
+            .at_most_for(Duration::from_secs(10));
+        assert!(matches!(
+            job.run(async {}).await.unwrap(),
+            fredlock::JobRun::Skipped(_)
+        ));
+        let name = "job-lock:default:ev-skipped";
+        let seen = until(
+            &mut events,
+            name,
+            LockEventKind::JobSkipped,
+            Duration::from_secs(2),
+        )
+        .await;
+        assert_eq!(seen, [LockEventKind::JobSkipped]);
+        finish.send(()).unwrap();
+        let ran = runner.await.unwrap().unwrap();
+        assert!(matches!(ran, fredlock::JobRun::Ran(())));
+        here.shutdown().await;
+        there.shutdown().await;
+    })
+    .await;
+}
+
+/// A force unlock from another client: the holder is told of it on its own channel, then finds
+/// the hold gone, lost as forced; a leader's term likewise ends as a term lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_from_another_client_is_told_then_lost_as_forced() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = client_with(&server, Duration::from_secs(30), "events-holder").await;
+        let operator = client_with(&server, Duration::from_secs(30), "events-operator").await;
+        let raw = server.raw().await;
+        let mut events = holder.events();
+        let guard = holder.lock("ev-forced").lock().await.unwrap();
+        common::listening_for_force_unlocks(&raw, &holder).await;
+        assert!(operator.lock("ev-forced").force_unlock().await.unwrap());
+        let seen = until(
+            &mut events,
+            "ev-forced",
+            LockEventKind::Lost(LossReason::Forced),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            [
+                LockEventKind::Acquired,
+                LockEventKind::ForceUnlocked,
+                LockEventKind::Lost(LossReason::Forced)
+            ]
+        );
+        assert!(guard.is_lost());
+        let term = holder.leader_election("ev-term").campaign().await.unwrap();
+        assert!(operator
+            .leader_election("ev-term")
+            .force_unlock()
+            .await
+            .unwrap());
+        let seen = until(
+            &mut events,
+            "ev-term",
+            LockEventKind::TermLost(LossReason::Forced),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            [
+                LockEventKind::TermWon,
+                LockEventKind::ForceUnlocked,
+                LockEventKind::TermLost(LossReason::Forced)
+            ]
+        );
+        assert!(term.is_lost());
+        drop(guard);
+        drop(term);
+        holder.shutdown().await;
+        operator.shutdown().await;
+    })
+    .await;
+}
+
+/// A fixed lease that runs out while its guard is kept is lost as expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_ran_out_is_lost_as_expired() {
+    bounded(async {
+        let server = RedisServer::start();
+        // The watchdog looks every third of its lease: every 0.3 s here.
+        let client = client_with(&server, Duration::from_millis(900), "events-lease").await;
+        let mut events = client.events();
+        let guard = client
+            .lock("ev-lease")
+            .try_lock(Duration::from_secs(1), Some(Duration::from_millis(400)))
+            .await
+            .unwrap()
+            .expect("free");
+        let seen = until(
+            &mut events,
+            "ev-lease",
+            LockEventKind::Lost(LossReason::Expired),
+            Duration::from_secs(3),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            [
+                LockEventKind::Acquired,
+                LockEventKind::Lost(LossReason::Expired)
+            ]
+        );
+        drop(guard);
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A server that stops answering (DEBUG SLEEP past the renew deadline): the renewal fails, the
+/// connection is told lost, and the hold is lost once its deadline passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_server_fails_renewals_and_the_deadline_loses_the_hold() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let raw = server.raw().await;
+        let client = client_with(&server, Duration::from_millis(900), "events-stalled").await;
+        let mut events = client.events();
+        let guard = client.lock("ev-stalled").lock().await.unwrap();
+        let sleeper = {
+            let raw = raw.clone();
+            tokio::spawn(async move { common::debug_sleep(&raw, 2.5).await })
+        };
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !seen.contains(&LockEventKind::Lost(LossReason::DeadlinePassed)) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match next(&mut events, left).await {
+                Ok(event) => seen.push(event.what()),
+                Err(why) => panic!("{why}; saw {seen:?}"),
+            }
+        }
+        assert_eq!(seen.first(), Some(&LockEventKind::Acquired), "{seen:?}");
+        let at = |what| seen.iter().position(|seen| *seen == what);
+        let lost = at(LockEventKind::Lost(LossReason::DeadlinePassed)).unwrap();
+        let failed = at(LockEventKind::RenewalFailed).expect("a failed renewal told");
+        assert!(failed < lost, "{seen:?}");
+        assert!(guard.is_lost());
+        // The renewal without an answer tells the connection lost, at its deadline: before the
+        // loss or just after it.
+        if at(LockEventKind::ConnectionLost).is_none() {
+            let seen = until(
+                &mut events,
+                "connection",
+                LockEventKind::ConnectionLost,
+                Duration::from_secs(3),
+            )
+            .await;
+            assert_eq!(seen, [LockEventKind::ConnectionLost]);
+        }
+        sleeper.await.unwrap();
+        drop(guard);
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A server restarted on its port: the connection is told lost, then back, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_told_as_connection_lost_then_back() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let client = client_with(&server, Duration::from_secs(30), "events-restart").await;
+        let mut events = client.events();
+        let address = format!("127.0.0.1:{}", server.port());
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.start_again();
+        let seen = until(
+            &mut events,
+            "connection",
+            LockEventKind::ConnectionBack,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            [LockEventKind::ConnectionLost, LockEventKind::ConnectionBack]
+        );
+        // After it, the lock works, and no second loss or return was told.
+        client
+            .lock("ev-after")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        let event = next(&mut events, Duration::from_secs(2)).await.unwrap();
+        assert_eq!(event.what(), LockEventKind::Acquired);
+        assert!(address.ends_with(&server.port().to_string()));
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A runtime blocked past half a renewal period (synchronous work in an async task): the
+/// renewals ran late, and each hold renewed is told so.
+#[tokio::test(flavor = "current_thread")]
+async fn renewals_held_up_by_a_blocked_runtime_are_told_late() {
+    bounded(async {
+        let server = RedisServer::start();
+        // Renewed every second, lost 2 s after the last renewal.
+        let client = client_with(&server, Duration::from_secs(3), "events-late").await;
+        let mut events = client.events();
+        let guard = client.lock("ev-late").lock().await.unwrap();
+        // The only thread, blocked for 1.7 s: the watchdog's tick, due after 1 s, comes 0.7 s
+        // late (over half a period), before the renew deadline.
+        std::thread::sleep(Duration::from_millis(1700));
+        let seen = until(
+            &mut events,
+            "ev-late",
+            LockEventKind::RenewalLate,
+            Duration::from_secs(3),
+        )
+        .await;
+        assert_eq!(seen, [LockEventKind::Acquired, LockEventKind::RenewalLate]);
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A receiver that never reads does not hold the client up; when it reads, it learns how many
+/// events it lost (the oldest), then gets the newest ones in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_falls_behind_is_told_how_many_it_lost() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = client_with(&server, Duration::from_secs(30), "events-lag").await;
+        let mut events = client.events();
+        let capacity = fredlock::events::DEFAULT_EVENT_CAPACITY;
+        let cycles = capacity; // two events each
+        let lock = client.lock("ev-lag");
+        for _ in 0..cycles {
+            lock.lock().await.unwrap().unlock().await.unwrap();
+        }
+        match events.recv().await {
+            Err(RecvError::Lagged(lost)) => {
+                assert_eq!(lost as usize, 2 * cycles - capacity, "the oldest are lost")
+            }
+            other => panic!("expected Lagged, got {other:?}"),
+        }
+        // What is kept is the newest, in order: acquired, released, ..
+        for i in 0..capacity {
+            let event = events.try_recv().unwrap();
+            let expected = if i % 2 == 0 {
+                LockEventKind::Acquired
+            } else {
+                LockEventKind::Released
+            };
+            assert_eq!(event.what(), expected, "event {i}");
+        }
+        assert!(events.try_recv().is_err(), "nothing more");
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bounded, RedisServer};
+use common::{bounded, RedisSentinel, RedisServer};
 use fredlock::events::RecvError;
 use fredlock::prelude::*;
 use fredlock::{LockClient, LockEvent, LockEventKind, LockEvents, LossReason};
@@ -344,6 +344,40 @@ async fn a_restarted_server_is_told_as_connection_lost_then_back() {
         let event = next(&mut events, Duration::from_secs(2)).await.unwrap();
         assert_eq!(event.what(), LockEventKind::Acquired);
         assert!(address.ends_with(&server.port().to_string()));
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A Sentinel failover: the client follows the new master, told as the connection lost, then
+/// back, once each; a lock works after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_told_as_connection_lost_then_back() {
+    bounded(async {
+        let setup = RedisSentinel::start(1);
+        let client = common::lock_client_at(&setup.url(), Duration::from_secs(30)).await;
+        let mut events = client.events();
+        let old = setup.master_port();
+        let new = tokio::task::block_in_place(|| setup.failover());
+        assert_ne!(old, new);
+        let seen = until(
+            &mut events,
+            "connection",
+            LockEventKind::ConnectionBack,
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            [LockEventKind::ConnectionLost, LockEventKind::ConnectionBack]
+        );
+        let lock = client.lock("ev-failover");
+        let guard = lock.try_lock(Duration::from_secs(10), None).await.unwrap();
+        guard
+            .expect("free on the new master")
+            .unlock()
+            .await
+            .unwrap();
         client.shutdown().await;
     })
     .await;

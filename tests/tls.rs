@@ -105,22 +105,31 @@ impl Drop for Certificates {
 
 /// A server with a plaintext port (the harness's) and a TLS port, and the TLS port's number.
 fn tls_server(certs: &Certificates) -> (RedisServer, u16) {
+    tls_server_with(certs, &[])
+}
+
+/// [`tls_server`] with `extra` arguments (a user, say).
+fn tls_server_with(certs: &Certificates, extra: &[&str]) -> (RedisServer, u16) {
     let tls_port = free_port().to_string();
-    let server = RedisServer::start_with(
-        &[
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            &certs.path("server.pem"),
-            "--tls-key-file",
-            &certs.path("server.key"),
-            "--tls-ca-cert-file",
-            &certs.path("ca.pem"),
-            "--tls-auth-clients",
-            "no",
-        ],
-        free_port,
+    let (cert, key, ca) = (
+        certs.path("server.pem"),
+        certs.path("server.key"),
+        certs.path("ca.pem"),
     );
+    let mut args = vec![
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ];
+    args.extend_from_slice(extra);
+    let server = RedisServer::start_with(&args, free_port);
     (server, tls_port.parse().unwrap())
 }
 
@@ -378,29 +387,9 @@ async fn tls_urls_are_refused_without_a_tls_feature() {
 fn a_rediss_url_with_a_user_and_password_logs_in_and_never_shows_them() {
     let certs = Certificates::make();
     let secret = "tls-s3cret-9d";
-    let tls_port = free_port().to_string();
-    let server = RedisServer::start_with(
-        &[
-            "--tls-port",
-            &tls_port,
-            "--tls-cert-file",
-            &certs.path("server.pem"),
-            "--tls-key-file",
-            &certs.path("server.key"),
-            "--tls-ca-cert-file",
-            &certs.path("ca.pem"),
-            "--tls-auth-clients",
-            "no",
-            "--user",
-            "carol",
-            "on",
-            &format!(">{secret}"),
-            "~*",
-            "&*",
-            "+@all",
-        ],
-        free_port,
-    );
+    let password = format!(">{secret}");
+    let user = ["--user", "carol", "on", &password, "~*", "&*", "+@all"];
+    let (server, tls_port) = tls_server_with(&certs, &user);
     let env = [
         ("SSL_CERT_FILE", certs.path("ca.pem")),
         (

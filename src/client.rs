@@ -129,9 +129,8 @@ impl LockClient {
     /// });
     /// # }
     /// ```
-    pub fn events(&self) -> crate::engine::events::LockEvents {
-        let core = self.shared.engine.core();
-        core.report.events.subscribe(core.metrics.clone())
+    pub fn events(&self) -> crate::inspection::LockEvents {
+        self.shared.engine.core().report.events.subscribe()
     }
 
     /// The Redis key of the lock named `name`: the client's key prefix, then the name. An empty

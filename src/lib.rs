@@ -242,13 +242,13 @@ pub use counter::permit_semaphore::{LeasedPermit, PermitSemaphore};
 pub use counter::semaphore::{Semaphore, SemaphorePermit};
 pub use deployment::{Deployment, NodeReport, Topology};
 pub use engine::durations::MAX_DURATION;
-pub use engine::events::{LockEvent, LockEventKind, LockEvents, LossReason};
 pub use engine::replicas::ReplicaSync;
 pub use error::{Error, NodeFailure, NodeFailureReason, RedisError, RedisErrorKind, Result};
 pub use family::{DistributedGuard, DistributedLock};
 pub use inspection::{
     ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter,
 };
+pub use inspection::{LockEvent, LockEventKind, LockEvents, LossReason};
 pub use job::{
     JobHolder, JobLock, JobRun, Skipped, DEFAULT_AT_MOST_FOR, DEFAULT_JOB_ENV, DEFAULT_JOB_PREFIX,
     DEFAULT_TICKS_KEPT_FOR, JOB_POLL,
@@ -271,7 +271,7 @@ pub use redlock::{
 /// A client's event stream ([`LockClient::events`]): the events, why a hold was lost, and the
 /// receiver's errors.
 pub mod events {
-    pub use crate::engine::events::{
+    pub use crate::inspection::{
         LockEvent, LockEventKind, LockEvents, LossReason, RecvError, DEFAULT_EVENT_CAPACITY,
     };
 }

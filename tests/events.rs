@@ -169,6 +169,33 @@ async fn a_skipped_job_is_told() {
     .await;
 }
 
+/// A job that outlives its lock (`at_most_for`) is stopped, and told lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_outlives_its_lock_is_told_lost() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = client_with(&server, Duration::from_secs(30), "events-job-lost").await;
+        let mut events = client.events();
+        let job = client
+            .job_lock("ev-job-lost")
+            .at_most_for(Duration::from_millis(300));
+        let run = job.run(tokio::time::sleep(Duration::from_secs(5))).await;
+        assert!(run.unwrap().is_lost());
+        let name = "job-lock:default:ev-job-lost";
+        let seen = until(
+            &mut events,
+            name,
+            LockEventKind::JobLost,
+            Duration::from_secs(3),
+        )
+        .await;
+        assert_eq!(seen.first(), Some(&LockEventKind::Acquired), "{seen:?}");
+        assert_eq!(seen.last(), Some(&LockEventKind::JobLost), "{seen:?}");
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A force unlock from another client: the holder is told of it on its own channel, then finds
 /// the hold gone, lost as forced; a leader's term likewise ends as a term lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

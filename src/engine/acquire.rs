@@ -14,7 +14,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::engine::durations;
-use crate::engine::events::LockEventKind;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
@@ -27,6 +26,7 @@ use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{Error, Failure, RedisError, RedisErrorKind, Result};
+use crate::inspection::LockEventKind;
 use crate::owner::OwnerId;
 
 /// An attempt that began before the wait's deadline may run this much past it, so that a

@@ -13,166 +13,9 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
-use super::metrics::Metrics;
+use super::metrics::{self, Metrics};
 use super::Str;
-
-pub use tokio::sync::broadcast::error::RecvError;
-
-/// How many events a receiver may fall behind before it loses the oldest, unless the builder
-/// says otherwise.
-pub const DEFAULT_EVENT_CAPACITY: usize = 1024;
-
-/// Why a hold was lost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// Its lease ran out (a fixed lease, not renewed by design) and its key with it.
-    Expired,
-    /// Its key or its owner's field was gone from Redis before its lease ended: deleted, or
-    /// lost with the server's data.
-    Deleted,
-    /// It was force-unlocked (by an operator, the CLI or another client).
-    Forced,
-    /// No renewal was confirmed within the renew deadline: the client could not reach Redis.
-    DeadlinePassed,
-}
-
-/// What happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockEventKind {
-    /// A hold was taken (a lock, a permit, a reader's or writer's hold, a job's run).
-    Acquired,
-    /// The last guard of a hold is gone: released, or dropped and given back.
-    Released,
-    /// The watchdog's renewals ran late (its task was held up): the holds it renews were
-    /// renewed later than their period.
-    RenewalLate,
-    /// A renewal of the hold failed; it is retried until the renew deadline.
-    RenewalFailed,
-    /// The hold is lost, and why.
-    Lost(LossReason),
-    /// A force unlock named one of this client's holds (told on the client's own channel);
-    /// `Lost(Forced)` follows once the watchdog has found it gone.
-    ForceUnlocked,
-    /// This client became the leader (a term of a leader election began).
-    TermWon,
-    /// A term of this client's ended without its resigning, and why.
-    TermLost(LossReason),
-    /// A job lock's job ran to its end here.
-    JobRan,
-    /// A job lock's job was skipped here: another instance held it, or ran the tick.
-    JobSkipped,
-    /// A job lock's job was stopped here, its lock lost while it ran.
-    JobLost,
-    /// The connection to Redis failed: a renewal found no connection, or it was found
-    /// reconnected before anything else noticed.
-    ConnectionLost,
-    /// The connection to Redis is back (a new connection, before anything is sent on it).
-    ConnectionBack,
-}
-
-/// One event of a client's stream: what happened, to which primitive (its kind and name), for
-/// which owner, on which client.
-///
-/// Events of one lock come in the order they happened. The connection's events name no
-/// primitive: their `kind` is `"connection"` and their name the server's address.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct LockEvent {
-    kind: &'static str,
-    name: Str,
-    owner: Option<Str>,
-    client_name: Option<Arc<str>>,
-    what: LockEventKind,
-}
-
-impl LockEvent {
-    /// What happened.
-    pub fn what(&self) -> LockEventKind {
-        self.what
-    }
-
-    /// The primitive's kind, as its metrics label it (`lock`, `fair_lock`, `leader_election`,
-    /// `job`, ..), or `connection`.
-    pub fn kind(&self) -> &'static str {
-        self.kind
-    }
-
-    /// The primitive's name (with the client's key prefix), or the server's address for the
-    /// connection's events.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The owner field of the hold (`<client uuid>:<owner id>`), where there is one.
-    pub fn owner(&self) -> Option<&str> {
-        self.owner.as_deref()
-    }
-
-    /// The client's name for people, if it was given one
-    /// ([`client_name`](crate::LockClientBuilder::client_name)).
-    pub fn client_name(&self) -> Option<&str> {
-        self.client_name.as_deref()
-    }
-}
-
-/// A receiver of a client's events; see [`LockClient::events`](crate::LockClient::events).
-pub struct LockEvents {
-    receiver: broadcast::Receiver<LockEvent>,
-    metrics: Metrics,
-    /// The sender's count of receivers, one less when this is dropped.
-    receivers: Arc<AtomicUsize>,
-}
-
-impl Drop for LockEvents {
-    fn drop(&mut self) {
-        self.receivers.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl LockEvents {
-    /// The next event, waiting for one.
-    ///
-    /// # Errors
-    ///
-    /// [`RecvError::Lagged`] with how many events this receiver lost, having fallen more than
-    /// the capacity behind (the next call returns the oldest one kept); [`RecvError::Closed`]
-    /// once the client has shut down and every event was received.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: an event is taken only when this returns it.
-    pub async fn recv(&mut self) -> Result<LockEvent, RecvError> {
-        let received = self.receiver.recv().await;
-        if let Err(RecvError::Lagged(lost)) = &received {
-            self.metrics.events_lagged(*lost);
-        }
-        received
-    }
-
-    /// The next event if one is waiting, without waiting; see [`recv`](Self::recv).
-    ///
-    /// # Errors
-    ///
-    /// As [`recv`](Self::recv), and [`TryRecvError::Empty`](broadcast::error::TryRecvError)
-    /// when no event is waiting.
-    pub fn try_recv(&mut self) -> Result<LockEvent, broadcast::error::TryRecvError> {
-        let received = self.receiver.try_recv();
-        if let Err(broadcast::error::TryRecvError::Lagged(lost)) = &received {
-            self.metrics.events_lagged(*lost);
-        }
-        received
-    }
-}
-
-impl std::fmt::Debug for LockEvents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockEvents")
-            .field("waiting", &self.receiver.len())
-            .finish()
-    }
-}
+use crate::inspection::{LockEvent, LockEventKind, LockEvents};
 
 /// Where a client's events are sent.
 pub(crate) struct Events {
@@ -193,14 +36,14 @@ impl Events {
         }
     }
 
-    /// A new receiver, of the events sent from now on, counting its losses in `metrics`.
-    pub(crate) fn subscribe(&self, metrics: Metrics) -> LockEvents {
+    /// A new receiver, of the events sent from now on, counting its losses in the metrics.
+    pub(crate) fn subscribe(&self) -> LockEvents {
         self.receivers.fetch_add(1, Ordering::Relaxed);
-        LockEvents {
-            receiver: self.sender.subscribe(),
-            metrics,
-            receivers: self.receivers.clone(),
-        }
+        LockEvents::new(
+            self.sender.subscribe(),
+            self.receivers.clone(),
+            metrics::events_lagged,
+        )
     }
 
     /// Whether anyone listens: with no receiver, no event is built.
@@ -240,13 +83,15 @@ impl Events {
     #[cold]
     fn send(&self, kind: &'static str, name: Str, owner: Option<Str>, what: LockEventKind) {
         // An error only says no receiver is left: nobody to tell.
-        let _ = self.sender.send(LockEvent {
+        let owner = owner.map(|owner| owner.inner().clone());
+        let client_name = self.client_name.clone();
+        let _ = (self.sender).send(LockEvent::new(
             kind,
-            name,
+            name.inner().clone(),
             owner,
-            client_name: self.client_name.clone(),
+            client_name,
             what,
-        });
+        ));
     }
 }
 

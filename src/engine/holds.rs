@@ -17,11 +17,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::events::{LockEventKind, LossReason, Report};
+use crate::engine::events::Report;
 use crate::engine::kind::Kind;
 use crate::engine::ledger::Pair;
 use crate::engine::{durations, naming, HashState};
 use crate::error::Result;
+use crate::inspection::{LockEventKind, LossReason};
 
 /// How long a hold lasts without being renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

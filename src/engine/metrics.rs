@@ -35,6 +35,15 @@ pub const HELD: &str = "fredlock_held";
 pub const WAITING: &str = "fredlock_waiting_tasks";
 /// Events a slow receiver of a client's events lost, having fallen too far behind (counter).
 pub const EVENTS_LAGGED: &str = "fredlock_events_lagged_total";
+/// Counts `lost` events that a slow receiver of a client's events lost (per process: no
+/// label).
+pub(crate) fn events_lagged(lost: u64) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(EVENTS_LAGGED).increment(lost);
+    #[cfg(not(feature = "metrics"))]
+    let _ = lost;
+}
+
 /// The metrics of a primitive that runs work under its holds (a job lock's runs), named by the
 /// primitive: a counter of the runs by `outcome`, and a histogram of how long the work ran.
 #[derive(Clone, Copy, Debug)]
@@ -220,11 +229,6 @@ mod record {
             counter!(ERRORS, labels).increment(1);
         }
 
-        /// `lost` events a slow receiver of the client's events lost.
-        pub(crate) fn events_lagged(&self, lost: u64) {
-            counter!(EVENTS_LAGGED).increment(lost);
-        }
-
         pub(crate) fn lost(&self, kind: &'static str, name: &str) {
             self.handle(kind, name, |h| &h.lost, |l| counter!(LOST, l))
                 .increment(1);
@@ -302,8 +306,6 @@ mod record {
         #[inline(always)]
         pub(crate) fn failed(&self, _: &'static str, _: &str, _: &Error) {}
         #[inline(always)]
-        pub(crate) fn events_lagged(&self, _: u64) {}
-
         pub(crate) fn lost(&self, _: &'static str, _: &str) {}
         #[inline(always)]
         pub(crate) fn renewed(&self, _: &'static str, _: &str, _: bool) {}

@@ -365,7 +365,7 @@ impl Engine {
         let report = Arc::new(events::Report {
             metrics: settings.metrics.clone(),
             events: events::Events::new(
-                events::DEFAULT_EVENT_CAPACITY,
+                crate::inspection::DEFAULT_EVENT_CAPACITY,
                 settings.client_name.clone(),
             ),
         });

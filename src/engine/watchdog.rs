@@ -29,11 +29,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
-use crate::engine::events::{LockEventKind, LossReason};
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::script::Script;
 use crate::engine::Core;
 use crate::error::{Failure, RedisError, RedisErrorKind};
+use crate::inspection::{LockEventKind, LossReason};
 
 /// Keys per renewal script call, as Redisson does.
 const BATCH: usize = 100;

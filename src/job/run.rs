@@ -2,7 +2,7 @@
 //! its hold, giving it back, and what the run reports.
 
 use super::*;
-use crate::engine::events::LockEventKind;
+use crate::inspection::LockEventKind;
 
 impl JobLock {
     // The calls below are boxed where they are awaited: inline, their futures nest deeper than

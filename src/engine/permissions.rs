@@ -159,7 +159,9 @@ pub(crate) fn check<'a>(
         args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
         let commands = SCRIPT_COMMANDS.iter().chain(CONNECTION_COMMANDS);
         args.extend(commands.map(|c| Value::from((*c).to_owned())));
-        let asked = PROBE_SCRIPT.call::<i64>(&core.writer, profile.keys().first(1), args);
+        // A read: on the command connection, never waiting for replicas (replica sync).
+        let reads = core.reads();
+        let asked = PROBE_SCRIPT.call::<i64>(&reads, profile.keys().first(1), args);
         let answer = match bound {
             Some(bound) => match tokio::time::timeout(bound, asked).await {
                 Ok(answer) => answer,

@@ -248,8 +248,12 @@ async fn a_slow_wait_stalls_no_other_task() {
             took >= Duration::from_millis(1900),
             "it sat in its WAIT: {took:?}"
         );
+        // A read stalled behind the WAIT would take the WAIT's 2 s. Twice the normal median,
+        // or 1 ms where that is less: medians of about 100 µs on a shared machine moved by
+        // more than 2x from run to run (2d33c07: 293-339 µs normal, 328-332 µs during; later,
+        // 114-140 µs normal, 337-353 µs during, the same during a WAIT as before).
         assert!(
-            during <= normal * 2,
+            during <= (normal * 2).max(Duration::from_millis(1)),
             "reads kept their latency: {normal:?} -> {during:?}"
         );
         client.shutdown().await;

@@ -136,10 +136,16 @@ pub(crate) struct Core {
     pub(crate) report: Arc<events::Report>,
 }
 
+/// The channel of the client `id` (Redisson's text form), on which force unlocks of its holds
+/// are announced: `fredlock_client:<client uuid>`.
+fn own_channel(id: &str) -> String {
+    format!("fredlock_client:{id}")
+}
+
 impl Core {
     /// The channel force unlocks of this client's holds are announced on (see `pubsub`).
     pub(crate) fn own_channel(&self) -> String {
-        format!("fredlock_client:{}", self.id_text)
+        own_channel(&self.id_text)
     }
 
     /// The command connection: every read, and every change without replica sync.
@@ -357,7 +363,7 @@ impl Engine {
             ));
         }
         // Where force unlocks of this client's holds are announced (see `pubsub`).
-        let own = pubsub::Channel::from(format!("fredlock_client:{}", id.hyphenated()));
+        let own = pubsub::Channel::from(own_channel(&id.hyphenated().to_string()));
         let (pubsub, pubsub_tasks) =
             pubsub::PubSub::start(subscriber.clone(), sharded, own, shutdown.clone());
         tasks.extend(pubsub_tasks);

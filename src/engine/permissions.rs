@@ -64,8 +64,8 @@ pub(crate) const SCRIPT_COMMANDS: &[&str] = &[
 /// open without; a subcommand as `command|subcommand`, as ACL rules write it.
 const CONNECTION_COMMANDS: &[&str] = &["ping", "info", "client|id"];
 
-/// Asks with `redis.acl_check_cmd`: `KEYS[1]` is the name's key (`ARGV[1]` is unused), `ARGV[2]` and `ARGV[3]` the publish
-/// and subscribe commands, `ARGV[4]` how many channels follow (the client's own, only
+/// Asks with `redis.acl_check_cmd`: `KEYS[1]` is the name's key, `ARGV[1]` and `ARGV[2]` the
+/// publish and subscribe commands, `ARGV[3]` how many channels follow (the client's own, only
 /// subscribed to, then the lock's wake channel, also published on), then how many keys follow
 /// (every key a call of the lock sends, checked for writing), then the commands to check on the
 /// key. Answers 1, 0 from a server that cannot be asked, or a `NOPERM` error.
@@ -73,22 +73,22 @@ const PROBE: &str = r"
 if redis.acl_check_cmd == nil then
   return 0
 end
-local key, publish, subscribe = KEYS[1], ARGV[2], ARGV[3]
+local key, publish, subscribe = KEYS[1], ARGV[1], ARGV[2]
 local unsubscribe = subscribe == 'ssubscribe' and 'sunsubscribe' or 'unsubscribe'
-local channels = tonumber(ARGV[4])
-for i = 5, 4 + channels do
+local channels = tonumber(ARGV[3])
+for i = 4, 3 + channels do
   local channel = ARGV[i]
   for _, command in ipairs({subscribe, unsubscribe}) do
     if not redis.acl_check_cmd(command, channel) then
       return redis.error_reply('NOPERM this user may not ' .. command .. ' channel ' .. channel)
     end
   end
-  if i > 5 and not redis.acl_check_cmd(publish, channel, '0') then
+  if i > 4 and not redis.acl_check_cmd(publish, channel, '0') then
     return redis.error_reply('NOPERM this user may not ' .. publish .. ' to channel ' .. channel)
   end
 end
-local keys = tonumber(ARGV[5 + channels])
-for i = 6 + channels + keys, #ARGV do
+local keys = tonumber(ARGV[4 + channels])
+for i = 5 + channels + keys, #ARGV do
   local command = ARGV[i]
   local parent, sub = string.match(command, '^(%w+)|(%w+)$')
   if parent then
@@ -100,7 +100,7 @@ for i = 6 + channels + keys, #ARGV do
       ' command on key ' .. key)
   end
 end
-for i = 6 + channels, 5 + channels + keys do
+for i = 5 + channels, 4 + channels + keys do
   if not redis.acl_check_cmd('del', ARGV[i]) then
     return redis.error_reply('NOPERM this user may not write key ' .. ARGV[i])
   end
@@ -147,7 +147,6 @@ pub(crate) fn check<'a>(
         // The name's key as the script's key too: it routes the call on a cluster, and a
         // user who may not touch it is refused before the script runs.
         let mut args: Vec<Value> = vec![
-            Value::from(String::new()),
             Value::from(publish.to_owned()),
             Value::from(subscribe.to_owned()),
             Value::from(channels.len().to_string()),

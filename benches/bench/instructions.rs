@@ -23,7 +23,7 @@ use fredlock::prelude::*;
 /// The flag that makes the benchmark a child: `--instructions-child <subject> <cycles> <url>`.
 pub const CHILD_FLAG: &str = "--instructions-child";
 
-const SUBJECTS: [&str; 9] = [
+const SUBJECTS: [&str; 11] = [
     "fredlock",
     IDLE_RECEIVER,
     "fredlock fenced",
@@ -33,6 +33,8 @@ const SUBJECTS: [&str; 9] = [
     ON_REDIS_RS,
     RAW_REDIS_RS,
     FLOOR_REDIS_RS,
+    JOB_REDIS_RS,
+    RSLOCK,
 ];
 
 /// The reentrant lock of a client with an event receiver that never reads (issue 46).
@@ -46,6 +48,11 @@ const FLOOR: &str = "floor: Redisson's minimal scripts";
 const ON_REDIS_RS: &str = "fredlock on redis-rs";
 const RAW_REDIS_RS: &str = "raw EVALSHA x2 on redis-rs";
 const FLOOR_REDIS_RS: &str = "floor on redis-rs";
+/// An empty job's run on redis-rs (one `SET NX PX`, one release script), against rslock's
+/// lock+unlock (one `SET NX PX`, one unlock script) through the same client library: what
+/// scenario 13 compares in time, counted in instructions.
+const JOB_REDIS_RS: &str = "fredlock job on redis-rs";
+const RSLOCK: &str = "rslock 0.10";
 
 /// Redisson's RLock acquire as its script does it (our Lua): take or re-enter, else the TTL.
 const MINIMAL_ACQUIRE: &str = "if redis.call('exists', KEYS[1]) == 0 \
@@ -115,9 +122,16 @@ pub fn instructions(url: &str) -> Vec<Row> {
             idle / plain,
         ));
     }
+    if let (Some(job), Some(rslock)) = (of(JOB_REDIS_RS), of(RSLOCK)) {
+        rows.push(Row::ratio(
+            "8 instructions",
+            &format!("{JOB_REDIS_RS} / {RSLOCK}"),
+            job / rslock,
+        ));
+    }
     // Each subject against the raw calls and the floor through its own client library.
     for (subject, marginal) in &per_cycle {
-        if !subject.starts_with("fredlock") {
+        if !subject.starts_with("fredlock") || *subject == JOB_REDIS_RS {
             continue;
         }
         let bases = if *subject == ON_REDIS_RS {
@@ -146,7 +160,7 @@ pub fn instructions(url: &str) -> Vec<Row> {
 pub async fn child(subject: &str, cycles: u64, url: &str) {
     // Built with the `metrics` feature, cycles are counted with a recorder recording.
     crate::recording::record_for_count();
-    let backend = if subject == ON_REDIS_RS {
+    let backend = if subject == ON_REDIS_RS || subject == JOB_REDIS_RS {
         fredlock::Backend::RedisRs
     } else {
         fredlock::Backend::Fred
@@ -179,6 +193,26 @@ pub async fn child(subject: &str, cycles: u64, url: &str) {
         Some(lock) => {
             for _ in 0..WARM_UP + cycles {
                 lock_cycle(&lock).await;
+            }
+        }
+        None if subject == JOB_REDIS_RS => {
+            let job = client
+                .job_lock("bench:instructions:job")
+                .at_most_for(std::time::Duration::from_secs(10));
+            for _ in 0..WARM_UP + cycles {
+                let ran = job.run(async {}).await.expect("run");
+                assert!(ran.is_ran(), "the job was not free");
+            }
+        }
+        None if subject == RSLOCK => {
+            let rslock = rslock::LockManager::new(vec![url.to_string()]);
+            let ttl = std::time::Duration::from_secs(10);
+            for _ in 0..WARM_UP + cycles {
+                let guard = rslock
+                    .lock(b"bench:instructions:rslock", ttl)
+                    .await
+                    .expect("rslock lock");
+                rslock.unlock(&guard).await;
             }
         }
         None if subject == FLOOR => {

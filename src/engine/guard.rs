@@ -99,7 +99,7 @@ impl Guard {
     }
 
     pub(crate) async fn lost(&self) {
-        self.hold.lost().await
+        self.hold.lost(&self.engine.core().holds.expiries).await
     }
 
     pub(crate) fn cancellation_token(&self) -> CancellationToken {

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::events::Report;
+use crate::engine::expiry::{Expire, Expiries, Watch};
 use crate::engine::kind::Kind;
 use crate::engine::ledger::Pair;
 use crate::engine::{durations, naming, HashState};
@@ -96,6 +97,7 @@ pub(crate) fn since_epoch(at: Instant) -> u64 {
 /// the lock). A renewed hold has its renew deadline, a third of the lease early, instead.
 const TIMER_SLACK: u64 = 2_000_000;
 
+/// The instant `nanos` ns after [`EPOCH`].
 pub(crate) fn from_epoch(nanos: u64) -> Instant {
     *EPOCH + Duration::from_nanos(nanos)
 }
@@ -264,19 +266,27 @@ impl Hold {
         self.notify_changed();
     }
 
-    /// Completes when the hold is known lost.
-    pub(crate) async fn lost(&self) {
+    /// Completes when the hold is known lost: marked lost, or past its deadline, which
+    /// `expiries` watches for it (a watch written down again whenever the deadline moves).
+    pub(crate) async fn lost(self: &Arc<Self>, expiries: &Expiries<Hold>) {
         let extras = self.extras();
+        let mut watch = None;
         loop {
             // Created before the state is read, so that no change between the two is missed.
             let changed = extras.changed.notified();
             if self.is_lost() {
                 return;
             }
-            tokio::select! {
-                _ = tokio::time::sleep_until(self.deadline()) => {}
-                _ = changed => {}
+            let deadline = self.deadline();
+            if !watch
+                .as_ref()
+                .is_some_and(|watch: &Watch<'_, Hold>| watch.is_for(deadline))
+            {
+                // The old one struck out first: a waiter has one entry in the map.
+                drop(watch.take());
+                watch = Some(expiries.watch(self, deadline));
             }
+            changed.await;
         }
     }
 
@@ -329,6 +339,18 @@ impl Hold {
     }
 }
 
+impl Expire for Hold {
+    /// Past its deadline, for the expiry task: a fixed lease that ran out is marked lost (a
+    /// renewed hold past its renew deadline is marked by `is_lost`); a deadline that moved
+    /// meanwhile wakes the waiters, who watch for the new one.
+    fn expire(&self) {
+        if self.guards() > 0 && self.is_lost() {
+            self.mark_lost(LossReason::Expired);
+        }
+        self.notify_changed();
+    }
+}
+
 /// A duration in the nanoseconds [`LeaseTimes`] counts.
 fn since_epoch_len(length: Duration) -> u64 {
     u64::try_from(length.as_nanos()).unwrap_or(u64::MAX)
@@ -363,6 +385,8 @@ impl Eq for Registered {}
 /// The registry of holds, keyed by (name, owner field).
 pub(crate) struct Holds {
     map: DashMap<Registered, (), HashState>,
+    /// The deadlines of the holds a guard waits to lose, and their timer's task.
+    pub(crate) expiries: Arc<Expiries<Hold>>,
     watchdog_lease: Duration,
     renew_deadline: Duration,
     report: Arc<Report>,
@@ -378,6 +402,7 @@ impl Holds {
         LazyLock::force(&EPOCH);
         Holds {
             map: DashMap::with_hasher(HashState::default()),
+            expiries: Arc::default(),
             watchdog_lease,
             renew_deadline,
             report,

@@ -11,6 +11,7 @@
 mod acquire;
 pub(crate) mod durations;
 pub(crate) mod events;
+mod expiry;
 mod fred_client;
 mod guard;
 mod holds;
@@ -402,6 +403,9 @@ impl Engine {
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),
+        ));
+        tasks.push(tokio::spawn(
+            core.holds.expiries.clone().run(shutdown.clone()),
         ));
         tasks.push(tokio::spawn(undo::run(core.clone(), undo_rx, shutdown)));
         tracing::debug!(client = %id, "lock client started");

@@ -144,6 +144,11 @@ fn own_channel(id: &str) -> String {
 }
 
 impl Core {
+    /// The client's id, hyphenated.
+    pub(crate) fn id_text(&self) -> &str {
+        &self.id_text
+    }
+
     /// The channel force unlocks of this client's holds are announced on (see `pubsub`).
     pub(crate) fn own_channel(&self) -> String {
         own_channel(&self.id_text)

@@ -277,12 +277,17 @@ impl JobLock {
     /// its hold with.
     fn new_run(&self, take: Take) -> Arc<JobRunKind> {
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
-        let value = format!(
-            "ADDED:{}@{}:{}:{n}",
-            iso_utc(SystemTime::now()),
-            self.host,
-            self.client.id().hyphenated()
-        );
+        // `ADDED:<time>@<host>:<client id>:<n>`, written part by part (see `push_iso_utc`).
+        let id = self.client.engine().core().id_text();
+        let mut value = String::with_capacity(6 + ISO_LEN + self.host.len() + id.len() + 22);
+        value.push_str("ADDED:");
+        push_iso_utc(&mut value, SystemTime::now());
+        value.push('@');
+        value.push_str(&self.host);
+        value.push(':');
+        value.push_str(id);
+        value.push(':');
+        push_decimal(&mut value, n);
         Arc::new(JobRunKind {
             profile: self.kind.profile.clone(),
             field: Field::from(value),

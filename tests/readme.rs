@@ -156,6 +156,23 @@ fn readme_shows_exactly_the_snippets_tested_here() {
     }
 }
 
+/// README says each test binary runs four tests at a time unless the environment says
+/// otherwise: cargo hands the test binaries `.cargo/config.toml`'s RUST_TEST_THREADS.
+#[test]
+fn the_tests_run_four_at_a_time() {
+    let config =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.cargo/config.toml"))
+            .unwrap();
+    assert!(
+        config.contains("[env]\nRUST_TEST_THREADS = \"4\"\n"),
+        ".cargo/config.toml sets no RUST_TEST_THREADS of 4"
+    );
+    assert!(
+        std::env::var("RUST_TEST_THREADS").is_ok(),
+        "cargo ran this test without RUST_TEST_THREADS"
+    );
+}
+
 #[tokio::test]
 async fn the_snippets_run_as_written() {
     bounded(async {

@@ -14,35 +14,48 @@ impl ThrowAwayRedis {
         ThrowAwayRedis::start_with(None, &[])
     }
 
-    /// Starts one with a config file (given first) and extra arguments.
+    /// Starts one with a config file (given first) and extra arguments, on a port the OS
+    /// calls free, and waits until it answers. The port is free when asked, not always when the
+    /// server binds it (another process may take it in between): a server that exits is
+    /// started again on another port, and one counts as up only when the server answering on
+    /// its port is this process (its `INFO` says so), not whoever took the port.
     pub fn start_with(
         config: Option<&std::path::Path>,
         extra: &[&str],
     ) -> std::io::Result<ThrowAwayRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let mut command = std::process::Command::new("redis-server");
-        if let Some(config) = config {
-            command.arg(config);
-        }
-        let child = command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .spawn()?;
-        let server = ThrowAwayRedis {
-            child,
-            url: format!("redis://127.0.0.1:{port}"),
-        };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let mut command = std::process::Command::new("redis-server");
+            if let Some(config) = config {
+                command.arg(config);
             }
-            std::thread::sleep(std::time::Duration::from_millis(25));
+            let child = command
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(extra)
+                .stdout(std::process::Stdio::null())
+                .spawn()?;
+            let process_id = format!("process_id:{}\r\n", child.id());
+            let mut server = ThrowAwayRedis {
+                child,
+                url: format!("redis://127.0.0.1:{port}"),
+            };
+            for _ in 0..400 {
+                if let Ok(Some(_)) = server.child.try_wait() {
+                    break; // most likely the port was taken: another one
+                }
+                if info(port, "server").contains(&process_id) {
+                    return Ok(server);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            server.kill();
         }
-        Ok(server)
+        Err(std::io::Error::other(
+            "redis-server did not start on a free port in five tries",
+        ))
     }
 
     /// Its `redis://` URL.
@@ -129,12 +142,22 @@ impl ThrowAwaySentinel {
                 ]
                 .concat(),
             )?;
-            // A replica promoted before its first sync would come up empty.
-            for _ in 0..400 {
-                if info_replication(replica.port()).contains("master_link_status:up") {
+            // A replica promoted before its first sync would come up empty; one that never
+            // syncs would leave every lock waiting for it (replica sync): said, not waited on.
+            let mut synced = false;
+            for _ in 0..800 {
+                if info(replica.port(), "replication").contains("master_link_status:up") {
+                    synced = true;
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            if !synced {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(std::io::Error::other(format!(
+                    "the replica on port {} did not sync with the master within 20 s",
+                    replica.port()
+                )));
             }
             replicas.push(replica);
         }
@@ -164,15 +187,17 @@ impl Drop for ThrowAwaySentinel {
     }
 }
 
-/// `INFO replication` of the server on `port`, over a plain socket.
-#[allow(dead_code)]
-fn info_replication(port: u16) -> String {
+/// `INFO <section>` of the server on `port`, over a plain socket ("" when it does not answer).
+fn info(port: u16, section: &str) -> String {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
         return String::new();
     };
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_millis(500)));
-    if stream.write_all(b"INFO replication\r\n").is_err() {
+    if stream
+        .write_all(format!("INFO {section}\r\n").as_bytes())
+        .is_err()
+    {
         return String::new();
     }
     let mut reply = [0u8; 4096];

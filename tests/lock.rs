@@ -997,7 +997,10 @@ async fn repeated_waits_reuse_the_subscription() {
     .await;
 }
 
-/// How long a channel stays subscribed after its last waiter left (the engine's linger).
+/// How long a channel stays subscribed after its last waiter left: a copy of the engine's
+/// private `LINGER` (src/engine/pubsub.rs), to change with it. A longer linger keeps this test
+/// right; a shorter one would make it check rounds whose channel may be gone (failing when one
+/// is), not pass where it should fail.
 const CHANNEL_LINGER: Duration = Duration::from_secs(1);
 
 /// One task that waits for `lock` whenever told to, reporting each time it holds it (and

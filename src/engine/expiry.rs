@@ -5,10 +5,10 @@
 //! wakes its time driver (an `eventfd` write and a parked worker's turn) for each timer that
 //! comes before the driver's next wake-up: a job's run, which waits for its loss while the job
 //! runs, took 1.22x rslock's lock+unlock on a multi-threaded runtime (1.04x on a
-//! current-thread one), and 1.00x with the wait taken out (bench scenario 13). Here a waiter writes its deadline into a map,
-//! and the task's timer is set again only when a deadline comes before the one it sleeps
-//! until. A deadline given up (its waiter gone) is left to pass: the task wakes for it once,
-//! finds nothing due, and sleeps until the next.
+//! current-thread one), and 1.00x with the wait taken out (bench scenario 13). Here a waiter
+//! writes its deadline into a map, and the task's timer is set again only when a deadline comes
+//! before the one it sleeps until. A deadline given up (its waiter gone) is left to pass: the
+//! task wakes for it once, finds nothing due, and sleeps until the next.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

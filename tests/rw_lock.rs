@@ -1086,8 +1086,12 @@ async fn releases_forget_ended_readers_and_the_keys_of_holds_given_back() {
         let owners = [1, 2, 3].map(fredlock::OwnerId::from_raw);
         let [ended, releasing, living] = owners.map(|owner| rw.clone().with_owner(owner));
         let ended_guard = ended.read_lock().lock().await.unwrap();
-        let releasing_guard = releasing.read_lock().lock().await.unwrap();
         let living_guard = living.read_lock().lock().await.unwrap();
+        // The releasing reader's hold is taken last, so that it is the longest (the hash's TTL
+        // set in the same call): only a release of a hold within 5 ms of the hash's TTL passes
+        // over the readers, and taken second, a busy machine put more than that between it and
+        // the living reader's, whose hold then outlasted it.
+        let releasing_guard = releasing.read_lock().lock().await.unwrap();
         let field = |owner| client.owner_field(owner);
         // The ended reader's hold key goes (as an expiry would take it).
         let _: i64 = raw

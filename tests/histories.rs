@@ -698,10 +698,14 @@ where
 }
 
 /// The negative control of the history checker on real runs: a client that ignores its loss
-/// (works on past a 150 ms lease while another takes the lock) shows as two holds at once, with
-/// the stretch of history that shows it; the same run recording the loss is clean.
+/// (works on past a 2 s lease while another takes the lock) shows as two holds at once, with
+/// the stretch of history that shows it; the same run recording the loss is clean. The lease
+/// is long enough that the early margin of a fixed lease (2 ms and 1 % of it, 22 ms) covers
+/// the wake-up of a busy machine: with 150 ms (3.5 ms), one run in 30 on an idle 2-core machine
+/// saw its loss after the other took the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_that_ignores_its_loss_shows_in_the_history() {
+    const LEASE: Duration = Duration::from_secs(2);
     bounded(async {
         let server = RedisServer::start();
         for careful in [false, true] {
@@ -716,11 +720,7 @@ async fn a_client_that_ignores_its_loss_shows_in_the_history() {
                     "a",
                     "h-careless",
                     1,
-                    async {
-                        lock.lock_with_lease(Duration::from_millis(150))
-                            .await
-                            .map(Some)
-                    },
+                    async { lock.lock_with_lease(LEASE).await.map(Some) },
                     |_| None,
                 )
                 .await;
@@ -730,22 +730,18 @@ async fn a_client_that_ignores_its_loss_shows_in_the_history() {
                 let lock = b.lock("h-careless");
                 async move {
                     let (id, guard) = history
-                        .acquire(
-                            "b",
-                            "h-careless",
-                            1,
-                            lock.try_lock(Duration::from_secs(2), None),
-                            |_| None,
-                        )
+                        .acquire("b", "h-careless", 1, lock.try_lock(LEASE * 2, None), |_| {
+                            None
+                        })
                         .await;
                     let guard = guard.expect("taken after the lease");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     history.release(id, "b", "h-careless", guard.unlock()).await;
                 }
             });
-            // Works for 400 ms; a careful worker stops believing at `lost()`.
+            // Works 400 ms past the lease; a careful worker stops believing at `lost()`.
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(400)) => {}
+                _ = tokio::time::sleep(LEASE + Duration::from_millis(400)) => {}
                 _ = guard.lost(), if careful => history.lost(id, "a", "h-careless"),
             }
             if careful {

@@ -30,6 +30,7 @@ for_each_kind!(
     stale_guard_cannot_release_another_owners_lock,
     watchdog_keeps_lock_and_stops_after_unlock,
     fixed_lease_expires,
+    a_fixed_lease_counts_as_lost_early_by_its_drift_allowance,
     waiter_wakes_promptly_on_unlock,
     missed_message_costs_at_most_the_ttl,
     try_lock_waits_about_wait,
@@ -194,6 +195,31 @@ async fn fixed_lease_expires(kind: Kind) {
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
     assert!(!taken.is_lost());
     taken.unlock().await.unwrap();
+}
+
+/// A fixed lease counts as lost 2 ms and 1 % of it (22 ms of 2 s) before its estimated end,
+/// so that its holder learns of the end before Redis can give the lock to another; and not
+/// before that. `is_lost` reads the clock itself, so no timer's lateness enters the check.
+async fn a_fixed_lease_counts_as_lost_early_by_its_drift_allowance(kind: Kind) {
+    let server = RedisServer::start();
+    let client = server.lock_client(DEFAULT_WATCHDOG).await;
+    let lease = Duration::from_secs(2);
+    let before = Instant::now();
+    let guard = kind
+        .lock(&client, "drift")
+        .lock_with_lease(lease)
+        .await
+        .unwrap();
+    let after = Instant::now();
+    // The estimate counts from when the acquire was sent, between `before` and `after`.
+    tokio::time::sleep_until(before + lease - Duration::from_millis(40)).await;
+    let lost = guard.is_lost();
+    if Instant::now() < before + lease - Duration::from_millis(22) {
+        assert!(!lost, "lost before the early margin");
+    }
+    tokio::time::sleep_until(after + lease - Duration::from_millis(21)).await;
+    assert!(guard.is_lost(), "not lost 21 ms before the lease's end");
+    guard.unlock().await.ok();
 }
 
 /// 5. A waiter is woken by the unlock message, not by the 30 s TTL.

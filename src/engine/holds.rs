@@ -90,12 +90,19 @@ pub(crate) fn since_epoch(at: Instant) -> u64 {
 }
 
 /// How long before a fixed lease's estimated end (counted from when its acquire was sent, the
-/// earliest Redis can end it) its hold counts as lost, in ns: tokio's timers fire up to a tick
-/// (1 ms) after the instant they are given, and the wake-up takes a little more, and a holder
-/// must learn of the end before Redis can give the lock to another, not a tick after (a history
-/// under Valkey showed the loss seen 1.4 ms after the estimate, 0.3 ms after another owner took
-/// the lock). A renewed hold has its renew deadline, a third of the lease early, instead.
+/// earliest Redis can end it) its hold counts as lost: [`TIMER_SLACK`] and a
+/// [`DRIFT_SHARE`]th of the lease, Redlock's clock-drift allowance (`lease * 0.01 + 2 ms`). A
+/// holder must learn of the end before Redis can give the lock to another, not a tick after:
+/// tokio's timers fire up to a tick (1 ms) after the instant they are given, and the wake-up
+/// takes more on a busy machine, more than 2 ms alone covers (histories under Valkey and on
+/// redis-rs showed the loss of a 150 ms lease seen 1.4 and 4.4 ms after the estimate, after
+/// another owner took the lock). A renewed hold has its renew deadline, a third of the lease
+/// early, instead.
 const TIMER_SLACK: u64 = 2_000_000;
+
+/// The share of a fixed lease by which its hold counts as lost early, on top of
+/// [`TIMER_SLACK`]: one hundredth.
+const DRIFT_SHARE: u64 = 100;
 
 /// The instant `nanos` ns after [`EPOCH`].
 pub(crate) fn from_epoch(nanos: u64) -> Instant {
@@ -211,16 +218,18 @@ impl Hold {
     }
 
     /// When the hold counts as lost unless something changes: the renew deadline while watchdog
-    /// guards remain, else the end of the fixed lease, [`TIMER_SLACK`] early.
+    /// guards remain, else the end of the fixed lease, [`TIMER_SLACK`] and a [`DRIFT_SHARE`]th
+    /// of the lease early.
     pub(crate) fn deadline(&self) -> Instant {
         let times = self.times();
         if self.watchdog_guards() > 0 {
             from_epoch(times.leased_at.saturating_add(self.renew_deadline))
         } else {
+            let lease = times.expires_at.saturating_sub(times.leased_at);
             from_epoch(
                 times
                     .expires_at
-                    .saturating_sub(TIMER_SLACK)
+                    .saturating_sub(TIMER_SLACK.saturating_add(lease / DRIFT_SHARE))
                     .max(times.leased_at),
             )
         }

@@ -102,8 +102,11 @@ impl LockGuard {
     /// expired, or taken over after a failover), no renewal got through within the client's
     /// [`renew_deadline`](crate::LockClientBuilder::renew_deadline) (which passes while Redis still
     /// has the lock for a third of the watchdog lease, by default), a fixed lease ended, or the
-    /// client shut down. A renewal that gets through after that does not undo the report. Never
-    /// completes while the hold is safe.
+    /// client shut down. A fixed lease counts as ended 2 ms and 1 % of it before its end as
+    /// reckoned from when the acquire was sent (Redlock's clock-drift allowance), so that the
+    /// holder learns of it before Redis can give the lock to another, unless this process is
+    /// stalled for longer than that. A renewal that gets through after that does not undo the
+    /// report. Never completes while the hold is safe.
     ///
     /// # Cancel safety
     ///

@@ -277,3 +277,16 @@ async fn the_deployment_check_flags_replica_sync_without_replicas() {
     })
     .await;
 }
+
+/// The harness's own start-up check (tests/common/up.rs): a server counts as up only when the
+/// process answering on its port is the one the test started, not another test's server that
+/// took the port first (CI runs two cargo passes at once).
+#[test]
+fn a_server_is_up_only_when_its_own_process_answers() {
+    let server = RedisServer::start();
+    assert!(common::up::answers_as(server.port(), server.pid()));
+    assert!(!common::up::answers_as(server.port(), server.pid() + 1));
+    // Nothing on the port: not up.
+    let port = free_port();
+    assert!(!common::up::answers_as(port, server.pid()));
+}

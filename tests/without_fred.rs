@@ -7,8 +7,10 @@
 //! fred, which this build does not have.
 #![cfg(feature = "redis-rs")]
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+#[path = "common/up.rs"]
+mod up;
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -82,7 +84,7 @@ impl Server {
                 .unwrap_or_else(|error| panic!("start {binary}: {error}"));
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
-                if answers(port) {
+                if up::answers_as(port, child.id()) {
                     return Server { port, child };
                 }
                 if child.try_wait().ok().flatten().is_some() {
@@ -106,19 +108,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn answers(port: u16) -> bool {
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200))
-    else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut reply = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
 }
 
 /// A builder on redis-rs: without fred the default, with fred chosen by name.

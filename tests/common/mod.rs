@@ -1,6 +1,7 @@
-//! Test harness, by concern: throw-away servers (`servers`), a proxy that stalls, cuts and loses
-//! replies (`proxy`), PostgreSQL (`postgres`), the lock kinds every `for_each_kind!` test runs
-//! for (`kinds`), histories of operations and their checker (`history`), and here what every test uses (time bounds, raw clients, server reads).
+//! Test harness, by concern: throw-away servers (`servers`) and whether one is up (`up`), a
+//! proxy that stalls, cuts and loses replies (`proxy`), PostgreSQL (`postgres`), the lock kinds
+//! every `for_each_kind!` test runs for (`kinds`), histories of operations and their checker
+//! (`history`), and here what every test uses (time bounds, raw clients, server reads).
 
 #![allow(dead_code)]
 
@@ -10,6 +11,7 @@ mod kinds;
 mod postgres;
 mod proxy;
 mod servers;
+pub mod up;
 
 // Not every test uses every concern.
 #[allow(unused_imports)]

@@ -142,7 +142,7 @@ impl RedisServer {
             if let Ok(Some(_)) = child.try_wait() {
                 return false; // exited: most likely the port was taken
             }
-            if ping(self.port) {
+            if up::answers_as(self.port, child.id()) {
                 self.child = Some(child);
                 return true;
             }
@@ -643,21 +643,6 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
         .expect("find a free port")
-}
-
-fn ping(port: u16) -> bool {
-    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200))
-    else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    // A server with a password answers, too: it is up.
-    let mut reply = [0u8; 7];
-    stream.read_exact(&mut reply).is_ok() && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
 }
 
 impl RedisServer {

@@ -1,18 +1,18 @@
 //! fredlock's benchmark: lock cost against the Redis round trip, and against other lock crates.
 //!
 //! ```text
-//! cargo bench --bench bench                  # the full run (about 5 minutes)
-//! cargo bench --bench bench -- --quick       # a short smoke run
-//! cargo bench --bench bench -- --json        # JSON on stdout, the table on stderr
-//! cargo bench --bench bench -- --only 1,3    # some scenarios
-//! cargo bench --bench bench -- --chart PATH  # where the wake-up chart goes (the uncontended
-//!                                            # one goes beside it)
-//! cargo bench --bench bench -- --locks N     # locks and waiters in scenarios 5, 6, 9
-//! cargo bench --bench bench -- --watchdog S  # scenario 5's watchdog lease in seconds
-//!                                            # (3 unless given; the default client's is 30)
-//! cargo bench --bench bench -- --current-thread  # one runtime thread instead of one per core
-//! cargo bench --bench bench -- --only 8      # instructions per cycle under valgrind callgrind
-//! cargo bench --bench bench -- --only 13     # the job lock against rslock
+//! cargo bench -p fredlock-bench                # the full run (about 5 minutes)
+//! cargo bench -p fredlock-bench -- --quick       # a short smoke run
+//! cargo bench -p fredlock-bench -- --json        # JSON on stdout, the table on stderr
+//! cargo bench -p fredlock-bench -- --only 1,3    # some scenarios
+//! cargo bench -p fredlock-bench -- --chart PATH  # where the wake-up chart goes (the uncontended
+//!                                                # one goes beside it)
+//! cargo bench -p fredlock-bench -- --locks N     # locks and waiters in scenarios 5, 6, 9
+//! cargo bench -p fredlock-bench -- --watchdog S  # scenario 5's watchdog lease in seconds
+//!                                                # (3 unless given; the default client's is 30)
+//! cargo bench -p fredlock-bench -- --current-thread  # one runtime thread instead of one per core
+//! cargo bench -p fredlock-bench -- --only 8      # instructions per cycle under valgrind callgrind
+//! cargo bench -p fredlock-bench -- --only 13     # the job lock against rslock
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and

@@ -290,3 +290,30 @@ fn a_server_is_up_only_when_its_own_process_answers() {
     let port = free_port();
     assert!(!common::up::answers_as(port, server.pid()));
 }
+
+/// A port held by this test, handed out once as the first pick of
+/// `a_server_whose_first_port_is_taken_starts_on_another`.
+static TAKEN: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
+
+fn taken_port_then_free() -> u16 {
+    TAKEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take()
+        .unwrap_or_else(free_port)
+}
+
+/// The harness retries on another port when its first is taken between the probe and the
+/// server's bind, as happens when CI's passes run side by side; each retry must find its
+/// directory still there (a failed try once removed it, and every later try exited at once).
+#[test]
+fn a_server_whose_first_port_is_taken_starts_on_another() {
+    let holder = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    *TAKEN.lock().unwrap() = Some(taken);
+    let server = RedisServer::start_with(&[], taken_port_then_free);
+    assert!(TAKEN.lock().unwrap().is_none(), "the taken port was tried");
+    assert_ne!(server.port(), taken);
+    assert!(common::up::answers_as(server.port(), server.pid()));
+    drop(holder);
+}

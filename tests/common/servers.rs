@@ -66,16 +66,18 @@ impl RedisServer {
             std::fs::write(&path, text).expect("write the server's config file");
             path
         });
+        // One handle for every try: dropping a failed one would remove the directory (and the
+        // config file) the next try starts in, and that server would exit at once.
+        let mut server = RedisServer {
+            port: 0,
+            dir,
+            extra: extra.iter().map(|arg| arg.to_string()).collect(),
+            config_file,
+            child: None,
+        };
         // Another process may take the port between our probe and the server's bind: retry.
         for _ in 0..10 {
-            let port = pick_port();
-            let mut server = RedisServer {
-                port,
-                dir: dir.clone(),
-                extra: extra.iter().map(|arg| arg.to_string()).collect(),
-                config_file: config_file.clone(),
-                child: None,
-            };
+            server.port = pick_port();
             if server.spawn() {
                 return server;
             }

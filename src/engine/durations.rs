@@ -23,6 +23,15 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// The shortest lease: Redis counts expiry in whole milliseconds.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(1);
 
+/// The fixed part of the clock-drift allowance on a lease, as the Redlock algorithm publishes
+/// it (`lease * 0.01 + 2 ms`): a fixed lease counts as lost this much early (engine), and a
+/// Redlock's validity is cut by it (public as `DRIFT_ALLOWANCE`).
+pub(crate) const DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+/// The share of a lease in the same allowance: a [`DRIFT_SHARE`]th, one hundredth (Redlock's
+/// `DEFAULT_DRIFT_FACTOR` is its inverse).
+pub(crate) const DRIFT_SHARE: u32 = 100;
+
 /// Fails with [`Error::InvalidArgument`] unless `min <= value <= MAX_DURATION`; `what` names the
 /// setting and, where there is one, the lock.
 pub(crate) fn check(what: impl fmt::Display, value: Duration, min: Duration) -> Result<()> {

@@ -98,11 +98,11 @@ pub(crate) fn since_epoch(at: Instant) -> u64 {
 /// redis-rs showed the loss of a 150 ms lease seen 1.4 and 4.4 ms after the estimate, after
 /// another owner took the lock). A renewed hold has its renew deadline, a third of the lease
 /// early, instead.
-const TIMER_SLACK: u64 = 2_000_000;
+const TIMER_SLACK: u64 = durations::DRIFT_FIXED.as_nanos() as u64;
 
 /// The share of a fixed lease by which its hold counts as lost early, on top of
 /// [`TIMER_SLACK`]: one hundredth.
-const DRIFT_SHARE: u64 = 100;
+const DRIFT_SHARE: u64 = durations::DRIFT_SHARE as u64;
 
 /// The instant `nanos` ns after [`EPOCH`].
 pub(crate) fn from_epoch(nanos: u64) -> Instant {

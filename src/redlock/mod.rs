@@ -27,12 +27,19 @@ pub const DEFAULT_REDLOCK_LEASE: Duration = Duration::from_secs(30);
 /// The smallest default per-node timeout; the default is `lease / 100`, but not below this.
 pub const MIN_NODE_TIMEOUT: Duration = Duration::from_millis(5);
 
-/// The share of the lease assumed lost to clock drift between the nodes and this process.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// The share of the lease assumed lost to clock drift between the nodes and this process:
+/// one hundredth. The same allowance, with [`DRIFT_ALLOWANCE`], is how early any fixed-lease
+/// guard counts its hold as lost ([`LockGuard::lost`](crate::LockGuard::lost)).
+///
+/// ```
+/// assert_eq!(fredlock::DEFAULT_DRIFT_FACTOR, 0.01);
+/// assert_eq!(fredlock::DRIFT_ALLOWANCE, std::time::Duration::from_millis(2));
+/// ```
+pub const DEFAULT_DRIFT_FACTOR: f64 = 1.0 / durations::DRIFT_SHARE as f64;
 
 /// The fixed part of the drift allowance, on top of `lease * drift_factor`, as the algorithm
 /// publishes it.
-pub const DRIFT_ALLOWANCE: Duration = Duration::from_millis(2);
+pub const DRIFT_ALLOWANCE: Duration = durations::DRIFT_FIXED;
 
 /// A failed attempt is retried after a random delay in this range.
 pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =

@@ -897,6 +897,52 @@ async fn the_reconnect_policy_given_is_followed() {
     .await;
 }
 
+/// A dropped connection fails a call at once, whatever the reconnect delay: fred counts itself
+/// connected until its first reconnect attempt (here 3 s after the drop), and a call sent
+/// before it would wait for that attempt and then the command timeout. The engine follows the
+/// drop itself, and waits without spinning until the connection is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_fails_calls_before_the_first_reconnect() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let delay = Duration::from_secs(3);
+        let client = common::builder()
+            .url(server.url())
+            .reconnect_policy(fred::types::config::ReconnectPolicy::new_constant(
+                0,
+                delay.as_millis() as u32,
+            ))
+            .build()
+            .await
+            .unwrap();
+        let lock = client.lock("dropped");
+        lock.lock().await.unwrap().unlock().await.unwrap();
+        server.kill();
+        // The drop is read off the socket at once; the first reconnect is 3 s away.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let error = lock.try_lock(Duration::ZERO, None).await.unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a single attempt waited {:?} (the next reconnect is {delay:?} after the drop)",
+            started.elapsed()
+        );
+        assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+        // A wait through the outage: back once fred reconnects, after its delay.
+        let cut = Instant::now();
+        server.start_again();
+        let guard = lock
+            .try_lock(Duration::from_secs(20), None)
+            .await
+            .unwrap()
+            .expect("acquired once the connection is back");
+        println!("locked {:?} after the restart", cut.elapsed());
+        guard.unlock().await.unwrap();
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A password in the URL logs in, and is never shown: not in the builder's or the client's
 /// `Debug`, not in an error (a wrong password, a refused URL), not in a log line at any level.
 #[test]

@@ -26,7 +26,13 @@ use fred::types::config::{ConnectionConfig, Options, PerformanceConfig};
 use fred::types::{Builder, RespVersion};
 #[cfg(feature = "fred")]
 use fred::types::{ClusterHash, CustomCommand};
+#[cfg(feature = "fred")]
+use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "fred")]
+use std::sync::Arc;
 use tokio::sync::broadcast;
+#[cfg(feature = "fred")]
+use tokio::sync::Notify;
 
 #[cfg(feature = "fred")]
 use crate::engine::key_slot;
@@ -556,6 +562,73 @@ fn keep_routing<C: ClientLike + Clone + Send + Sync + 'static>(
     });
 }
 
+/// Keeps `dropped` true from fred's report that its connection to `client`'s one server
+/// dropped until fred reports a new one. fred itself counts as connected until its first
+/// reconnect attempt, one reconnect delay after the drop (100-200 ms with the default policy,
+/// longer with a user's), and a call sent in that time waits for the reconnect or the command
+/// timeout: the engine asks [`Connection::is_connected`] to fail such a call at once. Errors
+/// are read before reconnects, so a drop and the reconnect after it, both unread, leave it
+/// false. A cluster's nodes drop one at a time, each without the others: not followed.
+#[cfg(feature = "fred")]
+fn follow_drops(client: &Client, dropped: &Arc<Dropped>) {
+    let mut errors = client.error_rx();
+    let mut reconnects = client.reconnect_rx();
+    // Not the client: the task ends when fred closes its channels as the client goes away,
+    // or when the connection is gone.
+    let dropped = Arc::downgrade(dropped);
+    tokio::spawn(async move {
+        loop {
+            let now = tokio::select! {
+                biased;
+                error = errors.recv() => match error {
+                    // A connection's own error: it dropped. Without a server: a reconnect
+                    // failed, while fred already counts itself not connected.
+                    Ok((_, Some(_))) => true,
+                    Ok((_, None)) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                reconnect = reconnects.recv() => match reconnect {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => false,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            let Some(dropped) = dropped.upgrade() else {
+                return;
+            };
+            dropped.now.store(now, Ordering::Release);
+            if !now {
+                dropped.back.notify_waiters();
+            }
+        }
+    });
+}
+
+/// A fred connection's drop, as [`follow_drops`] follows it.
+#[cfg(feature = "fred")]
+struct Dropped {
+    /// True from a drop until the reconnect after it (an atomic: every attempt reads it).
+    now: AtomicBool,
+    /// Told when `now` turns false.
+    back: Notify,
+    /// Whether a task follows it (started by the first `connect`).
+    followed: AtomicBool,
+}
+
+#[cfg(feature = "fred")]
+impl Dropped {
+    /// Returns once `now` is false.
+    async fn back(&self) {
+        loop {
+            // Made before the look, so a reconnect told between the two is not missed.
+            let told = self.back.notified();
+            if !self.now.load(Ordering::Acquire) {
+                return;
+            }
+            told.await;
+        }
+    }
+}
+
 /// What a connection and a subscriber do alike: connect, follow their connections, close.
 #[cfg(feature = "fred")]
 impl<C: ClientLike + EventInterface + Clone + Sync + 'static> Link<C> {
@@ -583,6 +656,10 @@ impl Link<Client> {
 #[derive(Clone)]
 pub(crate) struct Connection {
     link: Link<Client>,
+    /// Whether fred's connection to its one server (standalone or behind Sentinel) dropped
+    /// and has not been made again, shared by clones: see [`follow_drops`].
+    #[cfg(feature = "fred")]
+    dropped: Arc<Dropped>,
     /// Where every call goes on a cluster when it is not its first key's slot (read by fred
     /// alone, so far).
     #[cfg_attr(not(feature = "fred"), allow(dead_code))]
@@ -650,11 +727,26 @@ impl Connection {
     }
 
     fn with(link: Link<Client>) -> Connection {
-        Connection { link, route: None }
+        Connection {
+            link,
+            #[cfg(feature = "fred")]
+            dropped: Arc::new(Dropped {
+                now: AtomicBool::new(false),
+                back: Notify::new(),
+                followed: AtomicBool::new(false),
+            }),
+            route: None,
+        }
     }
 
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
+        #[cfg(feature = "fred")]
+        if let Link::Fred(client) = &self.link {
+            if !client.is_clustered() && !self.dropped.followed.swap(true, Ordering::Relaxed) {
+                follow_drops(client, &self.dropped);
+            }
+        }
         self.link.connect().await
     }
 
@@ -683,6 +775,8 @@ impl Connection {
     pub(crate) fn on_node(&self, node: Server) -> Connection {
         Connection {
             link: self.link.clone(),
+            #[cfg(feature = "fred")]
+            dropped: self.dropped.clone(),
             route: Some(Options {
                 cluster_node: Some(node),
                 ..Options::default()
@@ -694,6 +788,8 @@ impl Connection {
     pub(crate) fn on_slot(&self, slot: u16) -> Connection {
         Connection {
             link: self.link.clone(),
+            #[cfg(feature = "fred")]
+            dropped: self.dropped.clone(),
             route: Some(Options {
                 cluster_hash: Some(ClusterHash::Custom(slot)),
                 ..Options::default()
@@ -703,6 +799,10 @@ impl Connection {
 
     /// Whether it is connected now (it reconnects in the background).
     pub(crate) fn is_connected(&self) -> bool {
+        #[cfg(feature = "fred")]
+        if self.dropped.now.load(Ordering::Acquire) {
+            return false;
+        }
         self.link.is_connected()
     }
 
@@ -712,6 +812,7 @@ impl Connection {
             &self.link,
             |client| {
                 let _ = client.wait_for_connect().await;
+                self.dropped.back().await;
             },
             |link| link.wait_for_connect().await
         )

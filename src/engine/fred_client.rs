@@ -742,7 +742,7 @@ impl Connection {
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
         #[cfg(feature = "fred")]
-        if let Link::Fred(client) = &self.link {
+        if let Some(client) = self.fred() {
             if !client.is_clustered() && !self.dropped.followed.swap(true, Ordering::Relaxed) {
                 follow_drops(client, &self.dropped);
             }

@@ -175,191 +175,197 @@ fn acquiring<T: 'static>(
 }
 
 /// The attempts of one [`acquire`], from `started` on.
-async fn acquire_loop(
-    engine: &Engine,
+///
+/// Not an `async fn`, which would keep its arguments twice (as given, and as its body's own),
+/// in every waiting task.
+#[allow(clippy::manual_async_fn)] // the point: see above
+fn acquire_loop<'a>(
+    engine: &'a Engine,
     kind: Arc<dyn Kind>,
-    pair: &Pair,
+    pair: &'a Pair,
     wait: Option<Duration>,
     lease: Lease,
     started: Instant,
-) -> Result<Acquired> {
-    // Locals that only name what the pair or the engine hold are not kept: every one would
-    // be room in every waiting task.
-    engine.core().ensure_open()?;
-    check_primitive(&*kind)?;
-    lease.check(kind.profile().name())?;
-    if !permissions::known(engine.core()) {
-        // A bounded wait bounds the question too; a single attempt (a wait of zero) waits for
-        // the answer as for its own reply.
-        let bound = wait.filter(|wait| !wait.is_zero());
-        permissions::check(engine.core(), &*kind, Some(&pair.field), bound).await?;
-    }
-    if let Some(wait) = wait {
-        // Only a bounded wait has one to check: `lock()` pays nothing for it.
-        durations::check_wait(kind.profile().name(), wait)?;
-    }
-    let single_attempt = wait == Some(Duration::ZERO);
-    // The deadline and the queue place are worked out where needed from what the future
-    // keeps anyway, rather than kept (closures would keep their references).
-    // Boxed, like everything a waiting task keeps that most waiters have none of.
-    let queued =
-        place(&kind, wait).map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
-    // Busy replies so far, which a backing-off kind's pauses grow with.
-    let mut busy: u32 = 0;
-    // Connection errors in a row, which the pause after one grows with.
-    let mut errors: u8 = 0;
-    let mut waiter: Option<Waiter> = None;
-    // The waiters' channel as it was before the first attempt, if subscribed already (a worker
-    // loop's lingering channel): joining it after a busy reply needs no second attempt when
-    // nothing was delivered since.
-    let mut quiet: Option<Quiet> = None;
-    // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
-    // lock held by someone else.
-    let mut reached = false;
-    // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
-    let mut last_failure: Option<Box<Error>> = None;
-    let mut settle = SettleOnDrop::new(engine.core(), &kind, &pair.field);
-    // Counted among the waiting from the first busy reply on, until this future ends.
-    let mut waiting: Option<Waiting> = None;
-    loop {
-        if waiter.is_none() && !single_attempt {
-            quiet = engine
-                .core()
-                .pubsub
-                .quiet(|| channel(&*kind, &pair.field).map(|(channel, _)| channel));
+) -> impl Future<Output = Result<Acquired>> + Send + 'a {
+    async move {
+        // Locals that only name what the pair or the engine hold are not kept: every one would
+        // be room in every waiting task.
+        engine.core().ensure_open()?;
+        check_primitive(&*kind)?;
+        lease.check(kind.profile().name())?;
+        if !permissions::known(engine.core()) {
+            // A bounded wait bounds the question too; a single attempt (a wait of zero) waits for
+            // the answer as for its own reply.
+            let bound = wait.filter(|wait| !wait.is_zero());
+            permissions::check(engine.core(), &*kind, Some(&pair.field), bound).await?;
         }
-        // Armed while an attempt is on its way and after one whose reply was lost.
-        settle.arm();
-        // Boxed, like the join, the leave and the reconnect wait below: passing states which,
-        // inline, would make every waiting task carry their timers and calls (about 700 bytes)
-        // all its wait.
-        let attempt = boxed(|| {
-            attempt(
-                engine,
-                &kind,
-                pair,
-                lease,
-                place(&kind, wait),
-                deadline(started, wait),
-                single_attempt,
-            )
-        })
-        .await;
-        if matches!(
-            attempt,
-            Ok(Attempt::Won(_) | Attempt::Busy { .. } | Attempt::Refused(_))
-        ) {
-            // A reply: it carried the fences of every earlier lost one.
-            settle.disarm();
+        if let Some(wait) = wait {
+            // Only a bounded wait has one to check: `lock()` pays nothing for it.
+            durations::check_wait(kind.profile().name(), wait)?;
         }
-        // Moved into a block of its own, so that no waiting state keeps its room.
-        let pause = {
-            let attempt = attempt;
-            match attempt {
-                Ok(Attempt::Won(mut win)) => {
-                    win.contended = busy > 0;
-                    // The acquire script took the waiter out of the queue.
-                    if let Some(queued) = queued {
-                        queued.keep();
-                    }
-                    tracing::debug!(
-                        lock = %pair.name, owner = %pair.field,
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "acquired"
-                    );
-                    return Ok(Acquired::Won(win));
+        let single_attempt = wait == Some(Duration::ZERO);
+        // The deadline and the queue place are worked out where needed from what the future
+        // keeps anyway, rather than kept (closures would keep their references).
+        // Boxed, like everything a waiting task keeps that most waiters have none of.
+        let queued =
+            place(&kind, wait).map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
+        // Busy replies so far, which a backing-off kind's pauses grow with.
+        let mut busy: u32 = 0;
+        // Connection errors in a row, which the pause after one grows with.
+        let mut errors: u8 = 0;
+        let mut waiter: Option<Waiter> = None;
+        // The waiters' channel as it was before the first attempt, if subscribed already (a worker
+        // loop's lingering channel): joining it after a busy reply needs no second attempt when
+        // nothing was delivered since.
+        let mut quiet: Option<Quiet> = None;
+        // Whether any attempt got an answer: a wait that ends without one reports the outage, not a
+        // lock held by someone else.
+        let mut reached = false;
+        // Boxed: a waiting task keeps room for it all its wait, and it is rarely set.
+        let mut last_failure: Option<Box<Error>> = None;
+        let mut settle = SettleOnDrop::new(engine.core(), &kind, &pair.field);
+        // Counted among the waiting from the first busy reply on, until this future ends.
+        let mut waiting: Option<Waiting> = None;
+        // A wait that ends without the lock leaves its queue place after the loop, with what
+        // it ends with boxed: that local is room in every state of the future.
+        let left: Box<Result<Acquired>> = loop {
+            if waiter.is_none() && !single_attempt {
+                quiet = engine
+                    .core()
+                    .pubsub
+                    .quiet(|| channel(&*kind, &pair.field).map(|(channel, _)| channel));
+            }
+            // Armed while an attempt is on its way and after one whose reply was lost.
+            settle.arm();
+            // The attempt lives in this block alone, with no await after its own: a local
+            // kept over two awaits (rustc frees it at the end of its scope, not at its move)
+            // gets room of its own in every state of the future, the waiting one too.
+            let pause = {
+                // Boxed, like the join, the leave and the reconnect wait below: passing states
+                // which, inline, would make every waiting task carry their timers and calls
+                // (about 700 bytes) all its wait.
+                let attempt = boxed(|| {
+                    attempt(
+                        engine,
+                        &kind,
+                        pair,
+                        lease,
+                        place(&kind, wait),
+                        deadline(started, wait),
+                        single_attempt,
+                    )
+                })
+                .await;
+                if matches!(
+                    attempt,
+                    Ok(Attempt::Won(_) | Attempt::Busy { .. } | Attempt::Refused(_))
+                ) {
+                    // A reply: it carried the fences of every earlier lost one.
+                    settle.disarm();
                 }
-                Ok(Attempt::Refused(said)) => {
-                    boxed(|| leave_now(queued)).await;
-                    return Ok(Acquired::Refused(said));
-                }
-                Ok(Attempt::Busy { retry_after }) => {
-                    reached = true;
-                    errors = 0;
-                    let pause = match kind.profile().wake() {
-                        Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
-                        _ => retry_after,
-                    };
-                    busy = busy.saturating_add(1);
-                    if waiting.is_none() && !single_attempt {
-                        waiting = Some(
-                            engine
-                                .core()
-                                .metrics
-                                .waiting(kind.profile().label(), &pair.name),
+                match attempt {
+                    Ok(Attempt::Won(mut win)) => {
+                        win.contended = busy > 0;
+                        // The acquire script took the waiter out of the queue.
+                        if let Some(queued) = queued {
+                            queued.keep();
+                        }
+                        tracing::debug!(
+                            lock = %pair.name, owner = %pair.field,
+                            waited_ms = started.elapsed().as_millis() as u64,
+                            "acquired"
                         );
+                        return Ok(Acquired::Won(win));
                     }
-                    // Trying again is what keeps a queued waiter's place.
-                    place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
-                }
-                Ok(Attempt::TimedOut) => {
-                    boxed(|| leave_now(queued)).await;
-                    return gave_up(engine, &pair.name, reached, last_failure.take());
-                }
-                Err(error) if error.is_transient() && !single_attempt => {
-                    tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
-                    if !matches!(error, Error::Unavailable { source: None, .. }) {
-                        last_failure = Some(Box::new(error));
+                    Ok(Attempt::Refused(said)) => break Box::new(Ok(Acquired::Refused(said))),
+                    Ok(Attempt::Busy { retry_after }) => {
+                        reached = true;
+                        errors = 0;
+                        let pause = match kind.profile().wake() {
+                            Wake::Backoff(backoff) => retry_after.min(backoff.pause(busy)),
+                            _ => retry_after,
+                        };
+                        busy = busy.saturating_add(1);
+                        if waiting.is_none() && !single_attempt {
+                            waiting = Some(
+                                engine
+                                    .core()
+                                    .metrics
+                                    .waiting(kind.profile().label(), &pair.name),
+                            );
+                        }
+                        // Trying again is what keeps a queued waiter's place.
+                        place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
                     }
-                    let pause = error_pause(errors);
-                    errors = errors.saturating_add(1);
-                    pause
+                    Ok(Attempt::TimedOut) => {
+                        break Box::new(gave_up(engine, &pair.name, reached, last_failure.take()))
+                    }
+                    Err(error) if error.is_transient() && !single_attempt => {
+                        tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
+                        if !matches!(error, Error::Unavailable { source: None, .. }) {
+                            last_failure = Some(Box::new(error));
+                        }
+                        let pause = error_pause(errors);
+                        errors = errors.saturating_add(1);
+                        pause
+                    }
+                    Err(error) => return Err(error),
                 }
-                Err(error) => return Err(error),
+            };
+            if single_attempt {
+                return Ok(Acquired::Busy);
+            }
+            let until = bounded(Instant::now() + pause, deadline(started, wait));
+            if !engine.core().redis().is_connected() {
+                // Nothing to subscribe to while fred reconnects: wait for the connection (or the
+                // pause) instead, and try again at once when it is back.
+                boxed(|| reconnected(engine.core(), until)).await?;
+            } else {
+                // A waiter's first busy reply joins its channel; once joined, it tries again at
+                // once, unless the channel was subscribed since before that reply's attempt and
+                // has delivered nothing since: an unlock after the attempt then wakes it.
+                let mut wait = true;
+                if waiter.is_none() {
+                    if let Some((channel, messages)) = channel(&*kind, &pair.field) {
+                        tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
+                        let joined = boxed(|| {
+                            join(
+                                engine.core(),
+                                channel,
+                                messages,
+                                kind.profile().wants(),
+                                until,
+                            )
+                        })
+                        .await?;
+                        wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
+                        waiter = Some(joined);
+                    }
+                }
+                if wait {
+                    match &waiter {
+                        Some(waiter) => {
+                            // Shutting down closes every wait entry, which ends this wait. Checked
+                            // once joined, so a shutdown cannot slip in between.
+                            engine.core().ensure_open()?;
+                            pubsub::woken(waiter.wait(until).await);
+                            engine.core().ensure_open()?;
+                        }
+                        // A kind whose waiters back off.
+                        None => tokio::select! {
+                            biased;
+                            _ = engine.core().shutdown.cancelled() => return Err(Error::Shutdown),
+                            _ = tokio::time::sleep_until(until) => {}
+                        },
+                    }
+                }
+            }
+            if deadline(started, wait).is_some_and(|deadline| Instant::now() >= deadline) {
+                break Box::new(gave_up(engine, &pair.name, reached, last_failure.take()));
             }
         };
-        if single_attempt {
-            return Ok(Acquired::Busy);
-        }
-        let until = bounded(Instant::now() + pause, deadline(started, wait));
-        if !engine.core().redis().is_connected() {
-            // Nothing to subscribe to while fred reconnects: wait for the connection (or the
-            // pause) instead, and try again at once when it is back.
-            boxed(|| reconnected(engine.core(), until)).await?;
-        } else {
-            // A waiter's first busy reply joins its channel; once joined, it tries again at
-            // once, unless the channel was subscribed since before that reply's attempt and
-            // has delivered nothing since: an unlock after the attempt then wakes it.
-            let mut wait = true;
-            if waiter.is_none() {
-                if let Some((channel, messages)) = channel(&*kind, &pair.field) {
-                    tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
-                    let joined = boxed(|| {
-                        join(
-                            engine.core(),
-                            channel,
-                            messages,
-                            kind.profile().wants(),
-                            until,
-                        )
-                    })
-                    .await?;
-                    wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
-                    waiter = Some(joined);
-                }
-            }
-            if wait {
-                match &waiter {
-                    Some(waiter) => {
-                        // Shutting down closes every wait entry, which ends this wait. Checked
-                        // once joined, so a shutdown cannot slip in between.
-                        engine.core().ensure_open()?;
-                        pubsub::woken(waiter.wait(until).await);
-                        engine.core().ensure_open()?;
-                    }
-                    // A kind whose waiters back off.
-                    None => tokio::select! {
-                        biased;
-                        _ = engine.core().shutdown.cancelled() => return Err(Error::Shutdown),
-                        _ = tokio::time::sleep_until(until) => {}
-                    },
-                }
-            }
-        }
-        if deadline(started, wait).is_some_and(|deadline| Instant::now() >= deadline) {
-            boxed(|| leave_now(queued)).await;
-            return gave_up(engine, &pair.name, reached, last_failure.take());
-        }
+        boxed(|| leave_now(queued)).await;
+        *left
     }
 }
 

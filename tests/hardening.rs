@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{bounded, free_port, Kind, RedisCluster, RedisServer, StallingProxy};
 use fred::prelude::*;
 use fredlock::prelude::*;
-use fredlock::{Error, MultiLock, RedLock, MAX_DURATION};
+use fredlock::{Error, LockClient, MultiLock, RedLock, MAX_DURATION};
 use tokio::time::Instant;
 
 /// Names whose braces are not a hash tag, and one that is.
@@ -856,6 +856,20 @@ async fn bad_input_sweep() {
     .await;
 }
 
+/// A client of `server` whose fred connection tries again every `delay` after a drop, without
+/// end.
+async fn reconnecting_every(server: &RedisServer, delay: Duration) -> LockClient {
+    common::builder()
+        .url(server.url())
+        .reconnect_policy(fred::types::config::ReconnectPolicy::new_constant(
+            0,
+            delay.as_millis() as u32,
+        ))
+        .build()
+        .await
+        .unwrap()
+}
+
 /// `reconnect_policy` is the one fred follows: with a constant 3 s between attempts, a client
 /// whose server restarted at once is back no sooner than that (the default backs off from
 /// 100 ms), and then locks again.
@@ -864,15 +878,7 @@ async fn the_reconnect_policy_given_is_followed() {
     bounded(async {
         let mut server = RedisServer::start();
         let delay = Duration::from_secs(3);
-        let client = common::builder()
-            .url(server.url())
-            .reconnect_policy(fred::types::config::ReconnectPolicy::new_constant(
-                0,
-                delay.as_millis() as u32,
-            ))
-            .build()
-            .await
-            .unwrap();
+        let client = reconnecting_every(&server, delay).await;
         let lock = client.lock("policy");
         lock.lock().await.unwrap().unlock().await.unwrap();
         let cut = Instant::now();
@@ -906,15 +912,7 @@ async fn a_dropped_connection_fails_calls_before_the_first_reconnect() {
     bounded(async {
         let mut server = RedisServer::start();
         let delay = Duration::from_secs(3);
-        let client = common::builder()
-            .url(server.url())
-            .reconnect_policy(fred::types::config::ReconnectPolicy::new_constant(
-                0,
-                delay.as_millis() as u32,
-            ))
-            .build()
-            .await
-            .unwrap();
+        let client = reconnecting_every(&server, delay).await;
         let lock = client.lock("dropped");
         lock.lock().await.unwrap().unlock().await.unwrap();
         server.kill();

@@ -291,16 +291,16 @@ fn a_server_is_up_only_when_its_own_process_answers() {
     assert!(!common::up::answers_as(port, server.pid()));
 }
 
-/// A port held by this test, handed out once as the first pick of
-/// `a_server_whose_first_port_is_taken_starts_on_another`.
-static TAKEN: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
-
-fn taken_port_then_free() -> u16 {
-    TAKEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .take()
-        .unwrap_or_else(free_port)
+/// A port picker that hands out `first` once, then free ports.
+fn first_then_free(first: u16) -> impl Fn() -> u16 {
+    let first = std::sync::Mutex::new(Some(first));
+    move || {
+        first
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+            .unwrap_or_else(free_port)
+    }
 }
 
 /// The harness retries on another port when its first is taken between the probe and the
@@ -310,10 +310,46 @@ fn taken_port_then_free() -> u16 {
 fn a_server_whose_first_port_is_taken_starts_on_another() {
     let holder = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
     let taken = holder.local_addr().unwrap().port();
-    *TAKEN.lock().unwrap() = Some(taken);
-    let server = RedisServer::start_with(&[], taken_port_then_free);
-    assert!(TAKEN.lock().unwrap().is_none(), "the taken port was tried");
+    let pick = first_then_free(taken);
+    let tried = std::sync::atomic::AtomicUsize::new(0);
+    let server = RedisServer::start_with(&[], || {
+        tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        pick()
+    });
+    assert!(
+        tried.into_inner() >= 2,
+        "the taken port was tried, then another"
+    );
     assert_ne!(server.port(), taken);
     assert!(common::up::answers_as(server.port(), server.pid()));
+    drop(holder);
+}
+
+/// The same for PostgreSQL: a server counts as up once its own pid file says it is ready, not
+/// when something answers on its port. Here the port is the test's listener, which a connect
+/// reaches while the server that could not bind it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_whose_first_port_is_taken_starts_on_another() {
+    let holder = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let taken = holder.local_addr().unwrap().port();
+    let pick = first_then_free(taken);
+    let tried = std::sync::atomic::AtomicUsize::new(0);
+    let server = tokio::task::block_in_place(|| {
+        common::PostgresServer::start_with(|| {
+            tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            pick()
+        })
+    });
+    assert!(
+        tried.into_inner() >= 2,
+        "the taken port was tried, then another"
+    );
+    assert_ne!(server.port(), taken);
+    bounded(async {
+        let client = server.client().await;
+        let row = client.query_one("SELECT 1", &[]).await.unwrap();
+        assert_eq!(row.get::<_, i32>(0), 1);
+    })
+    .await;
     drop(holder);
 }

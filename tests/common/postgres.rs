@@ -24,6 +24,11 @@ pub struct PostgresServer {
 impl PostgresServer {
     /// Starts a server and waits until it accepts connections.
     pub fn start() -> PostgresServer {
+        PostgresServer::start_with(free_port)
+    }
+
+    /// [`start`](Self::start) on the ports `pick` gives, one per try.
+    pub fn start_with(pick: impl Fn() -> u16) -> PostgresServer {
         let bin = postgres_bin();
         let dir = std::env::temp_dir().join(format!(
             "fredlock-pg-{}-{}",
@@ -55,7 +60,7 @@ impl PostgresServer {
             child: None,
         };
         for _ in 0..10 {
-            server.port = free_port();
+            server.port = pick();
             let mut postgres = Command::new(bin.join("postgres"));
             postgres
                 .current_dir(&server.dir)
@@ -75,7 +80,9 @@ impl PostgresServer {
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // exited: most likely the port was taken
                 }
-                if TcpStream::connect((Ipv4Addr::LOCALHOST, server.port)).is_ok() {
+                // Its own pid file, not an open port: when the port was taken between the
+                // pick and the bind, whoever took it answers there while this child exits.
+                if ready_as(&data, child.id()) {
                     server.child = Some(child);
                     return server;
                 }
@@ -85,6 +92,11 @@ impl PostgresServer {
             let _ = child.wait();
         }
         panic!("could not start postgres");
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The connection string of its `postgres` database, as `DATABASE_URL` takes it.
@@ -120,6 +132,18 @@ impl Drop for PostgresServer {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Whether the server of `data` is process `pid` and has said it is ready for connections in
+/// its `postmaster.pid` (line 1 its pid, line 8 its status), which it writes once it listens on
+/// its port.
+fn ready_as(data: &std::path::Path, pid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(data.join("postmaster.pid")) else {
+        return false;
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    lines.first().map(|line| line.trim()) == Some(pid.to_string().as_str())
+        && lines.get(7).map(|line| line.trim()) == Some("ready")
 }
 
 /// Where PostgreSQL's server programs are: on PATH, else Debian's `/usr/lib/postgresql/<v>/bin`

@@ -50,11 +50,11 @@ impl RedisServer {
     }
 
     /// Starts a server with extra arguments, on a port chosen by `pick_port`.
-    pub fn start_with(extra: &[&str], pick_port: fn() -> u16) -> RedisServer {
-        RedisServer::start_in(extra, pick_port, None)
+    pub fn start_with(extra: &[&str], pick_port: impl Fn() -> u16) -> RedisServer {
+        RedisServer::start_in(extra, &pick_port, None)
     }
 
-    fn start_in(extra: &[&str], pick_port: fn() -> u16, config: Option<&str>) -> RedisServer {
+    fn start_in(extra: &[&str], pick_port: &dyn Fn() -> u16, config: Option<&str>) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "fredlock-test-{}-{}",
             std::process::id(),
@@ -455,7 +455,7 @@ impl RedisSentinel {
             ));
         }
         let sentinels: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::start_in(&["--sentinel"], free_port, Some(&config)))
+            .map(|_| RedisServer::start_in(&["--sentinel"], &free_port, Some(&config)))
             .collect();
         let setup = RedisSentinel {
             servers,

@@ -291,15 +291,43 @@ fn a_server_is_up_only_when_its_own_process_answers() {
     assert!(!common::up::answers_as(port, server.pid()));
 }
 
-/// A port picker that hands out `first` once, then free ports.
-fn first_then_free(first: u16) -> impl Fn() -> u16 {
-    let first = std::sync::Mutex::new(Some(first));
-    move || {
-        first
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
-            .unwrap_or_else(free_port)
+/// A loopback port the test holds, handed to a harness as its first pick (free ports after
+/// that), as happens when another process takes a port between the harness's probe and its
+/// server's bind. Counts the picks.
+struct TakenFirst {
+    _holder: std::net::TcpListener,
+    port: u16,
+    picks: std::sync::atomic::AtomicUsize,
+}
+
+impl TakenFirst {
+    fn new() -> TakenFirst {
+        let holder = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
+        TakenFirst {
+            port: holder.local_addr().unwrap().port(),
+            _holder: holder,
+            picks: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn pick(&self) -> u16 {
+        match self
+            .picks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => self.port,
+            _ => free_port(),
+        }
+    }
+
+    /// Checks that the harness tried the taken port, then started on `port`, another.
+    fn assert_moved_to(&self, port: u16) {
+        let picks = self.picks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            picks >= 2,
+            "the taken port was tried, then another ({picks} picks)"
+        );
+        assert_ne!(port, self.port);
     }
 }
 
@@ -308,21 +336,10 @@ fn first_then_free(first: u16) -> impl Fn() -> u16 {
 /// directory still there (a failed try once removed it, and every later try exited at once).
 #[test]
 fn a_server_whose_first_port_is_taken_starts_on_another() {
-    let holder = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let taken = holder.local_addr().unwrap().port();
-    let pick = first_then_free(taken);
-    let tried = std::sync::atomic::AtomicUsize::new(0);
-    let server = RedisServer::start_with(&[], || {
-        tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        pick()
-    });
-    assert!(
-        tried.into_inner() >= 2,
-        "the taken port was tried, then another"
-    );
-    assert_ne!(server.port(), taken);
+    let taken = TakenFirst::new();
+    let server = RedisServer::start_with(&[], || taken.pick());
+    taken.assert_moved_to(server.port());
     assert!(common::up::answers_as(server.port(), server.pid()));
-    drop(holder);
 }
 
 /// The same for PostgreSQL: a server counts as up once its own pid file says it is ready, not
@@ -330,26 +347,14 @@ fn a_server_whose_first_port_is_taken_starts_on_another() {
 /// reaches while the server that could not bind it exits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_whose_first_port_is_taken_starts_on_another() {
-    let holder = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let taken = holder.local_addr().unwrap().port();
-    let pick = first_then_free(taken);
-    let tried = std::sync::atomic::AtomicUsize::new(0);
-    let server = tokio::task::block_in_place(|| {
-        common::PostgresServer::start_with(|| {
-            tried.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            pick()
-        })
-    });
-    assert!(
-        tried.into_inner() >= 2,
-        "the taken port was tried, then another"
-    );
-    assert_ne!(server.port(), taken);
+    let taken = TakenFirst::new();
+    let server =
+        tokio::task::block_in_place(|| common::PostgresServer::start_with(|| taken.pick()));
+    taken.assert_moved_to(server.port());
     bounded(async {
         let client = server.client().await;
         let row = client.query_one("SELECT 1", &[]).await.unwrap();
         assert_eq!(row.get::<_, i32>(0), 1);
     })
     .await;
-    drop(holder);
 }

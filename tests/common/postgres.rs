@@ -5,7 +5,7 @@
 use super::*;
 use std::future::Future;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
-    /// Starts a server and waits until it accepts connections.
+    /// Starts a server and waits until it says it is ready (see [`ready_as`]).
     pub fn start() -> PostgresServer {
         PostgresServer::start_with(free_port)
     }

@@ -301,7 +301,10 @@ fn acquire_loop<'a>(
                         break Box::new(gave_up(engine, &pair.name, reached, last_failure.take()))
                     }
                     Err(error) if error.is_transient() && !single_attempt => {
-                        tracing::debug!(lock = %pair.name, owner = %pair.field, %error, "acquire failed; retrying");
+                        tracing::debug!(
+                            lock = %pair.name, owner = %pair.field, %error,
+                            "acquire failed; retrying"
+                        );
                         if !matches!(error, Error::Unavailable { source: None, .. }) {
                             last_failure = Some(Box::new(error));
                         }

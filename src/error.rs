@@ -412,17 +412,46 @@ pub(crate) enum Failure {
     Timeout,
     /// Authentication.
     Auth,
+    /// An error reply from the server (`NOPERM ..`, `WRONGTYPE ..`): the server's own words
+    /// follow.
+    Reply,
     /// Anything else, in the client library's word for it.
     Other(String),
 }
 
+/// Whether `details` starts as a server's error reply does: an upper-case code (`ERR`,
+/// `NOPERM`, `WRONGTYPE`, ..), then a space or the end.
+fn is_server_reply(details: &str) -> bool {
+    let code = details.split(' ').next().unwrap_or_default();
+    code.len() >= 2
+        && code.starts_with(|c: char| c.is_ascii_uppercase())
+        && code
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
 impl RedisError {
     /// An error of `kind`, where `failure` failed, with the client library's `details`.
+    ///
+    /// A library's word that says nothing (fred's "unknown error" for a server's error reply,
+    /// redis-rs's empty category for one it has no kind for) is replaced: the message names the
+    /// failure in the crate's words, whichever library reported it.
     pub(crate) fn new(kind: RedisErrorKind, failure: Failure, details: impl Into<String>) -> Self {
+        let details = details.into();
+        let failure = match failure {
+            Failure::Other(word) if word.trim().is_empty() || word.starts_with("unknown") => {
+                if is_server_reply(&details) {
+                    Failure::Reply
+                } else {
+                    Failure::Other("failed".into())
+                }
+            }
+            other => other,
+        };
         RedisError {
             kind,
             failure,
-            details: details.into(),
+            details,
         }
     }
 
@@ -485,6 +514,7 @@ impl fmt::Display for RedisError {
             Failure::Connection => "connection failed",
             Failure::Timeout => "timed out",
             Failure::Auth => "authentication error",
+            Failure::Reply => "refused by the server",
             Failure::Other(word) => word,
         };
         write!(f, "{failed}: {what}")?;
@@ -517,6 +547,16 @@ pub(crate) fn parse_not_replicated(error: &RedisError) -> Option<(u32, u32)> {
             .and_then(|(_, number)| number.parse::<u32>().ok())
     });
     Some((numbers.next()?, numbers.next()?))
+}
+
+/// A call the client did not send because it knows it has no connection (it is reconnecting,
+/// or the server refused the last connection): nothing was sent, so nothing ran.
+pub(crate) fn not_connected() -> RedisError {
+    RedisError::new(
+        RedisErrorKind::NotSent,
+        Failure::Connection,
+        "not connected (the server refused the connection, or the client is reconnecting)",
+    )
 }
 
 /// True when the command was not sent at all. Such a command never ran, so sending it again is
@@ -575,6 +615,41 @@ impl fmt::Display for Context<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_is_named_in_the_crates_words_whatever_the_library_said() {
+        let nopermit = "NOPERM User fredlock has no permissions to run the 'pexpire' command";
+        // fred's word for a server's error reply, and redis-rs's empty category.
+        for word in ["unknown error", "", "unknown"] {
+            let error = RedisError::new(
+                RedisErrorKind::Refused,
+                Failure::Other(word.into()),
+                nopermit,
+            );
+            let shown = error.to_string();
+            assert_eq!(
+                shown,
+                format!("refused by the server: {nopermit}"),
+                "{word:?}"
+            );
+            let other = RedisError::new(
+                RedisErrorKind::NoReply,
+                Failure::Other(word.into()),
+                "closed",
+            );
+            assert_eq!(other.to_string(), "failed: closed", "{word:?}");
+        }
+        let kept = RedisError::new(
+            RedisErrorKind::Refused,
+            Failure::Other("parse error".into()),
+            "x",
+        );
+        assert_eq!(kept.to_string(), "parse error: x");
+        assert!(is_server_reply("ERR wrong") && is_server_reply("WRONGTYPE Operation"));
+        assert!(
+            !is_server_reply("Connection closed") && !is_server_reply("") && !is_server_reply("E")
+        );
+    }
 
     #[test]
     fn not_replicated_errors_carry_their_counts() {

@@ -516,6 +516,9 @@ pub enum LossReason {
     Forced,
     /// No renewal was confirmed within the renew deadline: the client could not reach Redis.
     DeadlinePassed,
+    /// The client shut down and could not give it back (no connection, or the work under it
+    /// did not stop in time): it ends with its lease.
+    Shutdown,
 }
 
 /// What happened.
@@ -551,6 +554,9 @@ pub enum LockEventKind {
     ConnectionLost,
     /// The connection to Redis is back (a new connection, before anything is sent on it).
     ConnectionBack,
+    /// A wait for a hold (a `lock()`, an `acquire`, a `campaign()`, a latch's `wait()`) ended
+    /// without it: the client shut down under it.
+    WaitEnded,
 }
 
 /// One event of a client's stream: what happened, to which primitive (its kind and name), for

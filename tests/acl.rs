@@ -184,6 +184,11 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
                 }
             };
             let shown = error.to_string();
+            assert_eq!(
+                common::library_word(&shown),
+                None,
+                "without {part}: {shown}"
+            );
             assert!(shown.contains("app:acl-lock"), "without {part}: {shown}");
             assert!(shown.contains("NOPERM"), "without {part}: {shown}");
             let named = match part.chars().next() {

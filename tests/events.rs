@@ -472,3 +472,78 @@ async fn a_receiver_that_falls_behind_is_told_how_many_it_lost() {
     })
     .await;
 }
+
+/// `shutdown()` tells of each hold it gives back and of each wait it ends, then the stream
+/// ends, while a handle of the client still lives (issue 57: before, the holds went back
+/// without an event, and the documented read loop never ended while a clone was kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_tells_each_hold_and_wait_then_the_stream_ends() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = client_with(&server, Duration::from_secs(30), "events-end").await;
+        let other = client_with(&server, Duration::from_secs(30), "events-other").await;
+        let mut events = client.events();
+        let held = client.lock("ev-end-held").lock().await.unwrap();
+        let semaphore = client.semaphore("ev-end-sem");
+        assert!(semaphore.try_set_permits(1).await.unwrap());
+        let permit = semaphore.acquire(1).await.unwrap();
+        // A wait of this client's, on a lock the other client holds.
+        let taken = other.lock("ev-end-wait").lock().await.unwrap();
+        let waiting_lock = client.lock("ev-end-wait");
+        let waiter = tokio::spawn(async move { waiting_lock.lock().await.map(drop) });
+        let joined = common::eventually(Duration::from_secs(5), || async {
+            client.inspect("ev-end-wait").await.is_ok_and(|inspection| {
+                inspection.is_some_and(|inspection| inspection.listeners.unwrap_or(0) >= 1)
+            })
+        })
+        .await;
+        assert!(joined, "the waiter never waited");
+        // A handle that outlives the shutdown: the stream must end all the same.
+        let kept = client.clone();
+        client.shutdown().await;
+
+        let mut seen = Vec::new();
+        let end = loop {
+            match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+                Ok(Ok(event)) => seen.push((event.name().to_owned(), event.what())),
+                Ok(Err(error)) => break Some(error),
+                Err(_) => break None,
+            }
+        };
+        assert!(
+            matches!(end, Some(RecvError::Closed)),
+            "the stream did not end after shutdown ({end:?}); saw {seen:?}"
+        );
+        for (name, what) in [
+            ("ev-end-held", LockEventKind::Released),
+            ("ev-end-sem", LockEventKind::Released),
+            ("ev-end-wait", LockEventKind::WaitEnded),
+        ] {
+            assert!(
+                seen.iter().any(|(n, w)| n == name && *w == what),
+                "no {what:?} of {name} at shutdown; saw {seen:?}"
+            );
+        }
+        let waited = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the wait ended")
+            .unwrap();
+        assert!(
+            matches!(waited, Err(fredlock::Error::Shutdown)),
+            "{waited:?}"
+        );
+        // Given back: the other client takes them at once.
+        assert!(other
+            .lock("ev-end-held")
+            .try_lock_now()
+            .await
+            .unwrap()
+            .is_some());
+        // A stream asked for after the shutdown is at its end already.
+        let mut late = kept.events();
+        assert!(matches!(late.recv().await, Err(RecvError::Closed)));
+        drop((held, permit, taken, kept));
+        other.shutdown().await;
+    })
+    .await;
+}

@@ -357,9 +357,10 @@ async fn a_stalled_server_is_unavailable_not_busy() {
     .await;
 }
 
-/// An unlock while the connection is down is not lost: it is sent once fred has reconnected,
-/// and the lock is released then, not left to its 20 s lease; `lock()` keeps trying through the
-/// same cut.
+/// An unlock while the connection is down is not lost: it answers `Unavailable` at once (the
+/// client knows it has no connection: one outage rule, issue 57), and its release is sent once
+/// the client has reconnected, so the lock is released then, not left to its 20 s lease;
+/// `lock()` keeps trying through the same cut.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlock_during_a_reconnect_is_sent_when_the_connection_is_back() {
     bounded(async {
@@ -370,30 +371,38 @@ async fn an_unlock_during_a_reconnect_is_sent_when_the_connection_is_back() {
         let lock = client.lock("cut");
         let guard = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
         proxy.cut();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let unlocking = tokio::spawn(guard.unlock());
+        let dropped = common::eventually(Duration::from_secs(5), || async {
+            !client.stats().connected
+        })
+        .await;
+        assert!(dropped, "the client never saw the cut");
+        let started = Instant::now();
+        let unlocked = guard.unlock().await;
+        assert!(
+            matches!(unlocked, Err(fredlock::Error::Unavailable { .. }))
+                && started.elapsed() < Duration::from_secs(1),
+            "unlock while the client knows it has no connection: {unlocked:?} after {:?}",
+            started.elapsed()
+        );
         let other = client.lock("cut-waiter");
         let waiting = tokio::spawn(async move { other.lock().await });
         tokio::time::sleep(Duration::from_millis(700)).await;
         let exists: u32 = raw.exists("cut").await.unwrap();
         assert_eq!(exists, 1, "still held while the connection is cut");
         assert!(
-            !unlocking.is_finished(),
-            "unlock gave up while the connection was cut"
-        );
-        assert!(
             !waiting.is_finished(),
             "lock() gave up while the connection was cut"
         );
         let healed = Instant::now();
         proxy.heal();
-        tokio::time::timeout(Duration::from_secs(10), unlocking)
-            .await
-            .expect("the unlock ends once the connection is back")
-            .unwrap()
-            .expect("released");
-        let exists: u32 = raw.exists("cut").await.unwrap();
-        assert_eq!(exists, 0);
+        let released = common::eventually(Duration::from_secs(10), || async {
+            raw.exists::<u32, _>("cut").await.unwrap() == 0
+        })
+        .await;
+        assert!(
+            released,
+            "the release was not sent once the connection was back"
+        );
         println!("released {:?} after the network healed", healed.elapsed());
         let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
             .await

@@ -25,7 +25,7 @@ use crate::engine::profile::{Backoff, Wake, WakeRule};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
-use crate::error::{Error, Failure, RedisError, RedisErrorKind, Result};
+use crate::error::{not_connected, Error, RedisError, Result};
 use crate::inspection::LockEventKind;
 use crate::owner::OwnerId;
 
@@ -322,7 +322,9 @@ fn acquire_loop<'a>(
             if !engine.core().redis().is_connected() {
                 // Nothing to subscribe to while fred reconnects: wait for the connection (or the
                 // pause) instead, and try again at once when it is back.
-                boxed(|| reconnected(engine.core(), until)).await?;
+                if boxed(|| reconnected(engine.core(), until)).await.is_err() {
+                    return Err(ended_by_shutdown(engine, &*kind, Some(&pair.field)));
+                }
             } else {
                 // A waiter's first busy reply joins its channel; once joined, it tries again at
                 // once, unless the channel was subscribed since before that reply's attempt and
@@ -340,7 +342,11 @@ fn acquire_loop<'a>(
                                 until,
                             )
                         })
-                        .await?;
+                        .await
+                        .map_err(|error| match error {
+                            Error::Shutdown => ended_by_shutdown(engine, &*kind, Some(&pair.field)),
+                            other => other,
+                        })?;
                         wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
                         waiter = Some(joined);
                     }
@@ -350,14 +356,20 @@ fn acquire_loop<'a>(
                         Some(waiter) => {
                             // Shutting down closes every wait entry, which ends this wait. Checked
                             // once joined, so a shutdown cannot slip in between.
-                            engine.core().ensure_open()?;
+                            if engine.core().ensure_open().is_err() {
+                                return Err(ended_by_shutdown(engine, &*kind, Some(&pair.field)));
+                            }
                             pubsub::woken(waiter.wait(until).await);
-                            engine.core().ensure_open()?;
+                            if engine.core().ensure_open().is_err() {
+                                return Err(ended_by_shutdown(engine, &*kind, Some(&pair.field)));
+                            }
                         }
                         // A kind whose waiters back off.
                         None => tokio::select! {
                             biased;
-                            _ = engine.core().shutdown.cancelled() => return Err(Error::Shutdown),
+                            _ = engine.core().shutdown.cancelled() => {
+                                return Err(ended_by_shutdown(engine, &*kind, Some(&pair.field)));
+                            }
                             _ = tokio::time::sleep_until(until) => {}
                         },
                     }
@@ -433,25 +445,31 @@ pub(crate) async fn wait_until(
             return gave_up(engine, name, reached, last_failure).map(|_| false);
         }
         let until = bounded(Instant::now() + pause, ends);
+        // The shutdown ends the wait, and says so (`LockEventKind::WaitEnded`).
+        let ended = || ended_by_shutdown(engine, kind, None);
         if !core.redis().is_connected() {
-            reconnected(core, until).await?;
+            reconnected(core, until).await.map_err(|_| ended())?;
             continue;
         }
         match (&waiter, &listens) {
             // Joined, and subscribed before the next look: a message after it is not missed.
             (None, Some((channel, messages))) => {
-                waiter = Some(join(core, channel.clone(), *messages, 1, until).await?);
+                let joined = join(core, channel.clone(), *messages, 1, until).await;
+                waiter = Some(joined.map_err(|error| match error {
+                    Error::Shutdown => ended(),
+                    other => other,
+                })?);
                 continue;
             }
             (None, None) => tokio::select! {
                 biased;
-                _ = core.shutdown.cancelled() => return Err(Error::Shutdown),
+                _ = core.shutdown.cancelled() => return Err(ended()),
                 _ = tokio::time::sleep_until(until) => {}
             },
             (Some(waiter), _) => {
-                core.ensure_open()?;
+                core.ensure_open().map_err(|_| ended())?;
                 pubsub::woken(waiter.wait(until).await);
-                core.ensure_open()?;
+                core.ensure_open().map_err(|_| ended())?;
             }
         }
     }
@@ -470,7 +488,18 @@ fn place(kind: &Arc<dyn Kind>, wait: Option<Duration>) -> Option<Duration> {
         .filter(|_| wait != Some(Duration::ZERO))
 }
 
-/// Waits, while fred reconnects, for the connection or until `until`.
+/// A wait the client's shutdown ended: told on the event stream (the shutdown gives up every
+/// wait as it gives back every hold), then the error.
+#[cold]
+fn ended_by_shutdown(engine: &Engine, kind: &dyn Primitive, owner: Option<&Field>) -> Error {
+    let profile = kind.profile();
+    let what = LockEventKind::WaitEnded;
+    let events = &engine.core().report.events;
+    events.emit(profile.label(), &profile.name_text(), owner, what);
+    Error::Shutdown
+}
+
+/// Waits, while the client reconnects, for the connection or until `until`.
 async fn reconnected(core: &Core, until: Instant) -> Result<()> {
     tokio::select! {
         biased;
@@ -713,15 +742,6 @@ fn retry_after(pttl: i64, watchdog_lease: Duration) -> Duration {
         Err(_) if pttl == -1 => watchdog_lease / 3,
         Err(_) => Duration::from_millis(1),
     }
-}
-
-/// What an attempt that could not be sent failed with.
-fn not_connected() -> RedisError {
-    RedisError::new(
-        RedisErrorKind::NotSent,
-        Failure::Connection,
-        "not connected (the server refused the connection, or fred is reconnecting)",
-    )
 }
 
 fn bounded(until: Instant, deadline: Option<Instant>) -> Instant {

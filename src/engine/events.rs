@@ -9,7 +9,7 @@
 //! `fredlock_events_lagged_total`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use tokio::sync::broadcast;
 
@@ -19,7 +19,9 @@ use crate::inspection::{LockEvent, LockEventKind, LockEvents};
 
 /// Where a client's events are sent.
 pub(crate) struct Events {
-    sender: broadcast::Sender<LockEvent>,
+    /// Taken when the client has shut down ([`close`](Self::close)): every receiver then reads
+    /// what is left and comes to the stream's end, whatever handles of the client remain.
+    sender: RwLock<Option<broadcast::Sender<LockEvent>>>,
     /// How many [`LockEvents`] there are: one atomic load tells whether to build an event,
     /// where the channel's own count takes its lock.
     receivers: Arc<AtomicUsize>,
@@ -30,20 +32,30 @@ impl Events {
     pub(crate) fn new(capacity: usize, client_name: Option<Arc<str>>) -> Events {
         let (sender, _) = broadcast::channel(capacity.max(1));
         Events {
-            sender,
+            sender: RwLock::new(Some(sender)),
             receivers: Arc::new(AtomicUsize::new(0)),
             client_name,
         }
     }
 
     /// A new receiver, of the events sent from now on, counting its losses in the metrics.
+    /// After the client shut down: a stream already at its end.
     pub(crate) fn subscribe(&self) -> LockEvents {
+        let receiver = match &*self.sender.read().unwrap_or_else(PoisonError::into_inner) {
+            Some(sender) => sender.subscribe(),
+            None => broadcast::channel(1).1,
+        };
         self.receivers.fetch_add(1, Ordering::Relaxed);
-        LockEvents::new(
-            self.sender.subscribe(),
-            self.receivers.clone(),
-            metrics::events_lagged,
-        )
+        LockEvents::new(receiver, self.receivers.clone(), metrics::events_lagged)
+    }
+
+    /// Ends the stream: the client has shut down, and nothing more will be told. Receivers read
+    /// what was sent before, then come to the end.
+    pub(crate) fn close(&self) {
+        self.sender
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
     }
 
     /// Whether anyone listens: with no receiver, no event is built.
@@ -85,7 +97,11 @@ impl Events {
         // An error only says no receiver is left: nobody to tell.
         let owner = owner.map(|owner| owner.inner().clone());
         let client_name = self.client_name.clone();
-        let _ = (self.sender).send(LockEvent::new(
+        let sender = self.sender.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(sender) = &*sender else {
+            return;
+        };
+        let _ = sender.send(LockEvent::new(
             kind,
             name.inner().clone(),
             owner,

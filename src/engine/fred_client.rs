@@ -41,7 +41,7 @@ use crate::engine::redis_rs_client;
 #[cfg(feature = "redis-rs")]
 use crate::engine::redis_rs_cluster;
 use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
-use crate::error::{Failure, RedisError, RedisErrorKind};
+use crate::error::{not_connected, Failure, RedisError, RedisErrorKind};
 
 #[cfg(not(feature = "fred"))]
 pub(crate) use crate::engine::settings::{Config, ReconnectPolicy, ServerConfig};
@@ -686,7 +686,7 @@ macro_rules! on_fred {
 /// Runs `$fred` on the connection's fred client, routed as the connection says, or `$other`
 /// on another library's link, and sorts the error.
 macro_rules! routed {
-    ($connection:expr, |$client:ident| $fred:expr, |$link:ident| $other:expr) => {
+    ($connection:expr, |$client:ident| $fred:expr, |$link:ident| $other:expr) => {{
         match &$connection.link {
             #[cfg(feature = "fred")]
             Link::Fred(on) => on_fred!($connection, on, |$client| $fred),
@@ -700,7 +700,7 @@ macro_rules! routed {
                 $other.await
             }
         }
-    };
+    }};
 }
 
 /// Where a connection pointed at a node or a slot sends its calls, on a redis-rs cluster.
@@ -804,6 +804,23 @@ impl Connection {
             return false;
         }
         self.link.is_connected()
+    }
+
+    /// A call made on a connection to one server that knows it has none is not sent: it fails
+    /// at once, never sent, whatever the client library (fred would hold it back until it
+    /// reconnects or the command timeout passes). One outage rule for every public call
+    /// (lib.rs's "Outages"): each asks this before its first command; the reads here ask it
+    /// themselves. What the engine sends in the background (releases of dropped guards,
+    /// leaves, settles, renewals) waits for the connection instead, within the command timeout
+    /// (`script::write`). A cluster's nodes come and go one at a time, each call routed to its
+    /// own: left to the library.
+    #[inline]
+    pub(crate) fn refused_unconnected(&self) -> Result<(), RedisError> {
+        if self.is_clustered() || self.is_connected() {
+            Ok(())
+        } else {
+            Err(not_connected())
+        }
     }
 
     /// Returns once it is connected (at once when it is).
@@ -935,6 +952,7 @@ impl Connection {
         name: &'static str,
         args: Vec<Value>,
     ) -> Result<R, RedisError> {
+        self.refused_unconnected()?;
         routed!(
             self,
             |client| client.custom::<R, Value>(
@@ -951,6 +969,7 @@ impl Connection {
         &self,
         commands: Vec<(&'static str, Vec<Value>)>,
     ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
+        self.refused_unconnected()?;
         match &self.link {
             #[cfg(not(feature = "fred"))]
             Link::Fred(absent) => absent.absent(),
@@ -982,6 +1001,7 @@ impl Connection {
         &self,
         key: impl Into<Key> + Send,
     ) -> Result<R, RedisError> {
+        self.refused_unconnected()?;
         routed!(self, |client| client.get::<R, _>(key), |link| link
             .command::<R>("GET", &[Value::from(key.into())]))
     }
@@ -992,6 +1012,7 @@ impl Connection {
         key: impl Into<Key> + Send,
         field: &str,
     ) -> Result<R, RedisError> {
+        self.refused_unconnected()?;
         routed!(self, |client| client.hget::<R, _, _>(key, field), |link| {
             link.command::<R>("HGET", &[Value::from(key.into()), Value::from(field)])
         })
@@ -999,6 +1020,7 @@ impl Connection {
 
     /// `TYPE key`: `none` when there is no key.
     pub(crate) async fn key_type(&self, key: impl Into<Key> + Send) -> Result<String, RedisError> {
+        self.refused_unconnected()?;
         routed!(self, |client| client.r#type::<String, _>(key), |link| {
             link.command::<String>("TYPE", &[Value::from(key.into())])
         })
@@ -1006,6 +1028,7 @@ impl Connection {
 
     /// `PTTL key`: -2 when there is no key, -1 when it never expires.
     pub(crate) async fn pttl(&self, key: impl Into<Key> + Send) -> Result<i64, RedisError> {
+        self.refused_unconnected()?;
         routed!(self, |client| client.pttl::<i64, _>(key), |link| link
             .command::<i64>("PTTL", &[Value::from(key.into())]))
     }
@@ -1020,6 +1043,7 @@ impl Connection {
         sharded: bool,
     ) -> Result<Vec<Value>, RedisError> {
         if sharded {
+            self.refused_unconnected()?;
             routed!(
                 self,
                 |client| client.pubsub_shardnumsub::<Vec<Value>, _>(channel),

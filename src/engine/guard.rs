@@ -47,6 +47,17 @@ impl Guard {
             core.holds.detach(&self.hold, self.lease, None);
             return Err(error);
         }
+        if let Err(unsent) = core.redis().refused_unconnected() {
+            // One outage rule: a client that knows it has no connection answers at once. The
+            // release is not given up: the undo task sends it once the connection is back
+            // (within a command timeout), as for a guard dropped without an unlock.
+            let error = self.unavailable(Some(unsent));
+            let metrics = &core.metrics;
+            metrics.failed(self.kind.profile().label(), &self.hold.pair.name, &error);
+            self.released = false;
+            drop(self);
+            return Err(error);
+        }
         let release = self.release();
         let span = tracing::debug_span!(
             "release",

@@ -264,6 +264,13 @@ impl Hold {
         self.tell_lost();
     }
 
+    /// Sends `what` of this hold to the client's event stream, if anyone listens.
+    pub(crate) fn tell(&self, what: LockEventKind) {
+        let (name, owner) = (&self.pair.name, Some(&self.pair.field));
+        let label = self.kind.profile().label();
+        self.report.events.emit(label, name, owner, what);
+    }
+
     /// Tells the guards of a hold just marked lost.
     fn tell_lost(&self) {
         // The flag is set before the token is looked at, as `lost_token` makes the token before

@@ -137,6 +137,7 @@ impl Engine {
         crate::engine::check_primitive(kind)?;
         let redis_error =
             |source: RedisError| self.redis_error(kind.profile().name(), None, source);
+        core.redis().refused_unconnected().map_err(redis_error)?;
         let reply: Value = kind
             .inspect()
             .run(&core.reads())
@@ -217,6 +218,7 @@ impl Engine {
         core.ensure_open()?;
         let redis = core.redis();
         let redis_error = |source: RedisError| self.redis_error(pattern, None, source);
+        redis.refused_unconnected().map_err(redis_error)?;
         let mut keys = Vec::new();
         if redis.is_clustered() {
             for master in core.masters() {

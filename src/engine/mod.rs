@@ -257,6 +257,8 @@ async fn stop(core: Arc<Core>, tasks: Vec<JoinHandle<()>>) {
         connection.quit().await;
     }
     core.redis().quit().await;
+    // Last: the events of the hand-over and of the waits it ended are in the stream first.
+    core.report.events.close();
     tracing::debug!(client = %core.id, "lock client shut down");
 }
 
@@ -505,6 +507,9 @@ impl Engine {
         let core = self.core();
         core.ensure_open()?;
         check_primitive(kind)?;
+        if let Err(unsent) = core.redis().refused_unconnected() {
+            return Err(self.redis_error(kind.profile().name(), None, unsent));
+        }
         if !permissions::known(core) {
             permissions::check(core, kind, None, None).await?;
         }

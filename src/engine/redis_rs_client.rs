@@ -33,7 +33,7 @@ use crate::engine::join::join_all;
 use crate::engine::{
     FromValue, Key, Map, Message, MessageKind, ReconnectPolicy, ScanType, Sent, Server, Str, Value,
 };
-use crate::error::{Failure, RedisError, RedisErrorKind};
+use crate::error::{not_connected, Failure, RedisError, RedisErrorKind};
 
 /// Messages buffered for the subscriber's reader, as fred's broadcast capacity is set.
 const MESSAGE_BUFFER: usize = 4096;
@@ -578,33 +578,18 @@ impl Link {
             .clone()
     }
 
-    /// The connection in use. While it is being made again, a call waits for it, up to the
-    /// command timeout, and is then sent once, as fred holds a command back while it
-    /// reconnects: a call in a short outage goes out when the connection is back instead of
-    /// failing at once. Never connected, closed, or not back in time: not sent.
+    /// The connection in use. While it is being made again (or never was, or is closed), a
+    /// call is not sent and fails at once: the client knows it has no connection (one outage
+    /// rule on every client library, lib.rs's "Outages"). The engine's write funnel sends a
+    /// change again once the connection is back, within the command timeout counted from the
+    /// first send; waiting here too made such a call wait two command timeouts.
     ///
-    /// Subscriptions do not wait: calls that wait are let go together when the connection is
-    /// back, in no set order, and a `SUBSCRIBE` overtaken by its `UNSUBSCRIBE` would leave the
-    /// channel subscribed (`tests/faults.rs`, `reconnects_leave_no_subscriptions_behind`). They
-    /// fail at once instead, and the engine subscribes its channels again on the announcement
-    /// of the new connection.
-    async fn ready(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
-        if let Some(current) = self.current() {
-            return Ok(current);
-        }
-        let coming_back = {
-            let state = self
-                .shared
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            state.reconnecting && !state.closed
-        };
-        if coming_back {
-            let mut connected = self.shared.connected.subscribe();
-            let back = connected.wait_for(|connected| *connected);
-            let _ = tokio::time::timeout(self.shared.target.command_timeout, back).await;
-        }
+    /// Subscriptions never waited either: calls that wait are let go together when the
+    /// connection is back, in no set order, and a `SUBSCRIBE` overtaken by its `UNSUBSCRIBE`
+    /// would leave the channel subscribed (`tests/faults.rs`,
+    /// `reconnects_leave_no_subscriptions_behind`); the engine subscribes its channels again on
+    /// the announcement of the new connection.
+    fn ready(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
         self.current().ok_or_else(not_connected)
     }
 
@@ -780,7 +765,7 @@ impl Link {
 
     /// `ASKING`, then `command`, written together so that nothing comes between them.
     async fn asking<R: FromValue>(&self, command: redis::Cmd) -> Result<R, RedisError> {
-        let (generation, mut connection) = self.ready().await?;
+        let (generation, mut connection) = self.ready()?;
         let mut pipeline = redis::pipe();
         pipeline.cmd("ASKING").add_command(command);
         let replies = connection.send_packed_commands(&pipeline, 1, 1).await;
@@ -798,7 +783,7 @@ impl Link {
     }
 
     async fn raw(&self, command: redis::Cmd) -> Result<Value, RedisError> {
-        let (generation, mut connection) = self.ready().await?;
+        let (generation, mut connection) = self.ready()?;
         let reply = connection.send_packed_command(&command).await;
         self.checked(generation, reply).and_then(read)
     }
@@ -1213,14 +1198,6 @@ fn no_connection_within(to: impl std::fmt::Display, timeout: Duration) -> RedisE
     )
 }
 
-fn not_connected() -> RedisError {
-    RedisError::new(
-        RedisErrorKind::NotSent,
-        Failure::Connection,
-        "not connected (the server refused the connection, or the client is reconnecting)",
-    )
-}
-
 /// A redis-rs error sorted as the ledger needs it, in the crate's words.
 pub(crate) fn sorted(error: redis::RedisError) -> RedisError {
     use redis::{ErrorKind, ServerErrorKind};
@@ -1235,6 +1212,10 @@ pub(crate) fn sorted(error: redis::RedisError) -> RedisError {
         Failure::Connection
     } else if error.kind() == ErrorKind::AuthenticationFailed {
         Failure::Auth
+    } else if error.code().is_some() {
+        // The server's error reply, whose category redis-rs leaves empty when it has no kind
+        // for its code (NOPERM).
+        Failure::Reply
     } else {
         Failure::Other(error.category().to_ascii_lowercase())
     };

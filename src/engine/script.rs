@@ -15,7 +15,7 @@ use crate::engine::{Connection, FromValue, Key, Sent, Value};
 use tokio::time::Instant;
 
 use crate::engine::replicas::Writer;
-use crate::error::{was_not_sent, RedisError};
+use crate::error::{was_not_sent, Failure, RedisError, RedisErrorKind};
 
 /// A script whose SHA1s are computed once per process.
 ///
@@ -195,9 +195,11 @@ impl Script {
 /// Whether [`write`] may send a command again that fred could not send at all.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempts {
-    /// A command that never ran is sent again once the connection is back, within the client's
-    /// command timeout: as if fred had queued it, which it does for commands made a moment
-    /// earlier or later. Every lock script call.
+    /// A command that never ran (the connection being made again, a slot moving, a node
+    /// between masters) is sent again once it can be, within the client's command timeout
+    /// counted from the first send. Every lock script call. A public call made while the client
+    /// knows it has no connection never gets here: it answers at once
+    /// (`Connection::refused_unconnected`).
     UntilSent,
     /// Once, whatever happens: for a caller that bounds and orders its own requests (Redlock's
     /// per-node `SET NX PX`, whose release must come after it on the wire).
@@ -224,10 +226,16 @@ where
         .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
             loop {
-                match send(redis).await {
+                let sent = match &resend {
+                    None => send(redis).await,
+                    // A call sent again answers within the command timeout of its first send,
+                    // not one more command timeout after the connection came back.
+                    Some(resend) => resend.bounded(send(redis)).await,
+                };
+                match sent {
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
-                        // A call fred could not send fails at once: its first failure is its
-                        // first send, and the clock is read only on this path.
+                        // A call the client could not send fails at once: its first failure is
+                        // its first send, and the clock is read only on this path.
                         let resend =
                             resend.get_or_insert_with(|| Resend::new(redis, Instant::now()));
                         if !Box::pin(resend.wait(redis)).await {
@@ -255,6 +263,22 @@ impl Resend {
         Resend {
             until: first_sent + redis.command_timeout(),
             pause: Duration::from_millis(20),
+        }
+    }
+
+    /// `sending`'s answer, or a lost reply once the command timeout of the first send has
+    /// passed (the call may have gone out: what the command timeout of the library says too).
+    pub(crate) async fn bounded<R>(
+        &self,
+        sending: impl Future<Output = Result<R, RedisError>>,
+    ) -> Result<R, RedisError> {
+        match tokio::time::timeout_at(self.until, sending).await {
+            Ok(answer) => answer,
+            Err(_) => Err(RedisError::new(
+                RedisErrorKind::NoReply,
+                Failure::Timeout,
+                "no reply within the command timeout of the first send",
+            )),
         }
     }
 

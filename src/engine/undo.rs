@@ -3,6 +3,7 @@
 //! up, and settles of lost replies; and the hand-over of every hold at shutdown. `Drop` only queues the undo, so it stays synchronous, cheap
 //! and safe outside a runtime; this task sends the scripts.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use crate::engine::kind::{Call, Kind, ReleaseArgs};
 use crate::engine::ledger::{Fencing, Pair, Turn};
 use crate::engine::{Core, Field};
 use crate::error::{is_transient, RedisError};
+use crate::inspection::{LockEventKind, LossReason};
 
 /// How long shutdown waits for queued requests before giving up on them (leases and queue
 /// places still end what they would have undone).
@@ -53,18 +55,30 @@ pub(crate) async fn hand_over(core: &Arc<Core>) {
             "shutdown: work under a lock did not stop within {HAND_OVER_LIMIT:?} of its loss; \
              no hold is handed over, each ends with its lease"
         );
+        kept(&holds);
         return;
     }
-    if holds.is_empty() || !core.redis().is_connected() {
+    if holds.is_empty() {
+        return;
+    }
+    if !core.redis().is_connected() {
+        kept(&holds);
         return;
     }
     let mut running = JoinSet::new();
+    let mut pending = HashMap::with_capacity(holds.len());
     for hold in holds {
-        let core = core.clone();
-        running.spawn(async move { give_back(&core, &hold).await });
+        let task_core = core.clone();
+        let task_hold = hold.clone();
+        let task = running.spawn(async move { give_back(&task_core, &task_hold).await });
+        pending.insert(task.id(), hold);
     }
     let timed_out = tokio::time::timeout(HAND_OVER_LIMIT, async {
-        while running.join_next().await.is_some() {}
+        while let Some(done) = running.join_next_with_id().await {
+            if let Ok((id, ())) = done {
+                pending.remove(&id);
+            }
+        }
     })
     .await
     .is_err();
@@ -73,6 +87,15 @@ pub(crate) async fn hand_over(core: &Arc<Core>) {
             pending = running.len(),
             "shutdown could not hand over every hold in time; those end with their lease"
         );
+    }
+    let left: Vec<Arc<Hold>> = pending.into_values().collect();
+    kept(&left);
+}
+
+/// Tells of each of `holds` that the shutdown could not give it back: it ends with its lease.
+fn kept(holds: &[Arc<Hold>]) {
+    for hold in holds {
+        hold.tell(LockEventKind::Lost(LossReason::Shutdown));
     }
 }
 
@@ -89,13 +112,19 @@ async fn give_back(core: &Arc<Core>, hold: &Arc<Hold>) {
     )
     .await;
     match reply {
-        Ok(_) => tracing::debug!(
-            lock = %hold.pair.name, owner = %hold.pair.field, "handed over at shutdown"
-        ),
-        Err(error) => tracing::warn!(
-            lock = %hold.pair.name, owner = %hold.pair.field, %error,
-            "could not hand over a hold at shutdown; it ends with its lease"
-        ),
+        Ok(_) => {
+            tracing::debug!(
+                lock = %hold.pair.name, owner = %hold.pair.field, "handed over at shutdown"
+            );
+            hold.tell(LockEventKind::Released);
+        }
+        Err(error) => {
+            tracing::warn!(
+                lock = %hold.pair.name, owner = %hold.pair.field, %error,
+                "could not hand over a hold at shutdown; it ends with its lease"
+            );
+            hold.tell(LockEventKind::Lost(LossReason::Shutdown));
+        }
     }
     settle_later(core, &hold.kind, turn);
 }

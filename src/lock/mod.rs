@@ -267,7 +267,11 @@ impl Lock {
         let core = self.client.engine().core();
         core.ensure_open()?;
         engine::check_primitive(&*self.kind)?;
-        Ok(core.redis())
+        let redis = core.redis();
+        redis
+            .refused_unconnected()
+            .map_err(self.redis_error(None))?;
+        Ok(redis)
     }
 
     /// Acquires the lock for its owner, waiting at most `wait` (`None`: as long as it takes), and

@@ -66,6 +66,20 @@ pub async fn connect(url: &str) -> fredlock::Result<fredlock::LockClient> {
     builder().url(url).build().await
 }
 
+/// A word of an error's message that says nothing or names a client library (the crate's
+/// messages are its own, whichever library reported the failure: issue 57), if there is one.
+pub fn library_word(shown: &str) -> Option<&'static str> {
+    let lower = shown.to_ascii_lowercase().replace("fredlock", "");
+    ["fred", "redis-rs", "redis::", "unknown error"]
+        .into_iter()
+        .find(|word| lower.contains(word))
+        .or_else(|| {
+            // A failure without its word: "..: : NOPERM", or a message that starts with ": ".
+            (shown.starts_with(": ") || shown.contains(": : ") || shown.contains("(: "))
+                .then_some("an empty failure")
+        })
+}
+
 /// Upper bound for any single test.
 pub const TEST_LIMIT: Duration = Duration::from_secs(90);
 

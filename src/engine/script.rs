@@ -230,7 +230,9 @@ where
                     None => send(redis).await,
                     // A call sent again answers within the command timeout of its first send,
                     // not one more command timeout after the connection came back.
-                    Some(resend) => resend.bounded(send(redis)).await,
+                    // Boxed: off the common path, and the script call's future (kilobytes)
+                    // inline twice would double every caller's (a debug build's stack).
+                    Some(resend) => Box::pin(resend.bounded(send(redis))).await,
                 };
                 match sent {
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {

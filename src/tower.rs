@@ -454,14 +454,14 @@ where
             };
             // Dropped with this future if the request is cancelled, and given back in the
             // background when it completes (the permit's drop), so that the response does not
-            // wait for the release's round trip.
-            tokio::select! {
-                biased;
-                () = permit.lost() => Err(Box::new(crate::Error::Lost {
+            // wait for the release's round trip. The request runs as work under a hold: a
+            // shutdown stops it and waits for it before it hands the permit over.
+            match permit.while_held(inner.call(request)).await {
+                Some(response) => response.map_err(Into::into),
+                None => Err(Box::new(crate::Error::Lost {
                     lock: semaphore.name().to_owned(),
                     owner: permit.id().to_owned(),
                 }) as BoxError),
-                response = inner.call(request) => response.map_err(Into::into),
             }
         })
     }

@@ -590,3 +590,77 @@ async fn a_request_whose_permit_is_lost_is_stopped() {
     })
     .await
 }
+
+/// What a request's work leaves behind when it is dropped, slowly: when its drop ended.
+struct SlowEnd(std::sync::Arc<std::sync::Mutex<Option<Instant>>>);
+
+impl Drop for SlowEnd {
+    fn drop(&mut self) {
+        // A drop that takes a while (a flush, a file closed): the permit must not be handed
+        // over before it is done.
+        std::thread::sleep(Duration::from_millis(500));
+        *self.0.lock().unwrap() = Some(Instant::now());
+    }
+}
+
+/// `shutdown()` stops a request running under the fleet-wide limit and waits for its work to
+/// be dropped before it hands the permit over, as it does for work under a lock (issue 57: the
+/// layer's own `select!` on the permit's loss ran outside the engine's work under holds, so the
+/// permit went back while the request's work still ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_limited_request_before_it_gives_the_permit_back() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = common::connect(&server.url()).await.unwrap();
+        let ended = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let work_ended = ended.clone();
+        let service = ServiceBuilder::new()
+            .layer(ConcurrencyLimitLayer::new(
+                client.clone(),
+                "shutdown-limit",
+                1,
+            ))
+            .service_fn(move |()| {
+                let end = SlowEnd(work_ended.clone());
+                async move {
+                    let _end = end;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok::<_, BoxError>("finished")
+                }
+            });
+        let running = tokio::spawn(service.oneshot(()));
+        let other = common::connect(&server.url()).await.unwrap();
+        let limit = other.permit_semaphore("shutdown-limit");
+        let taken = common::eventually(Duration::from_secs(5), || async {
+            limit.available_permits().await.unwrap() == 0
+        })
+        .await;
+        assert!(taken, "the request never took its permit");
+        let shutting = tokio::spawn({
+            let client = client.clone();
+            async move { client.shutdown().await }
+        });
+        // The permit comes back at the shutdown's hand-over, not at the end of its lease.
+        let mut permit = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while permit.is_none() && Instant::now() < deadline {
+            permit = limit.try_acquire_now().await.unwrap();
+        }
+        let given_back = Instant::now();
+        let permit = permit.expect("the shutdown handed the permit over");
+        let ended_at = *ended.lock().unwrap();
+        assert!(
+            ended_at.is_some_and(|ended_at| ended_at <= given_back),
+            "the permit was handed over while the request's work still ran"
+        );
+        let answered = tokio::time::timeout(Duration::from_secs(5), running)
+            .await
+            .expect("the request answered")
+            .unwrap();
+        assert!(answered.is_err(), "the request was stopped: {answered:?}");
+        shutting.await.unwrap();
+        permit.release().await.unwrap();
+        other.shutdown().await;
+    })
+    .await
+}

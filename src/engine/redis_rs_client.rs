@@ -546,6 +546,11 @@ impl Link {
             .generation();
         if let Some(generation) = generation {
             self.shared.lost(generation);
+            // Returns once connected again, as fred's forced reconnection does: a call made
+            // right after it would otherwise find no connection and answer at once that it has
+            // none (the outage rule). Bounded by the command timeout.
+            let timeout = self.shared.target.command_timeout;
+            let _ = tokio::time::timeout(timeout, self.wait_for_connect()).await;
         }
     }
 

@@ -470,10 +470,10 @@ impl LockClientBuilder {
     }
 
     /// How a connection is made again after it drops ([`ReconnectPolicy`](crate::ReconnectPolicy),
-    /// on either client library). Default: forever, with exponential backoff from 100 ms to
-    /// 2 s.
-    pub fn reconnect_policy(mut self, policy: ReconnectPolicy) -> Self {
-        self.reconnect_policy = policy;
+    /// on either client library; with feature `fred`, fred's own policy is taken too). Default:
+    /// forever, with exponential backoff from 100 ms to 2 s.
+    pub fn reconnect_policy(mut self, policy: impl Into<ReconnectPolicy>) -> Self {
+        self.reconnect_policy = policy.into();
         self
     }
 

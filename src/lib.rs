@@ -329,18 +329,14 @@ pub mod prelude {
 }
 
 /// How a lost connection is made again ([`LockClientBuilder::reconnect_policy`]), with the
-/// constructors of fred's type of the same name.
-#[cfg(not(feature = "fred"))]
+/// constructors of fred's type of the same name (`new_constant`, `new_linear`,
+/// `new_exponential`) and `set_jitter`. The crate's own in every build: turning feature `fred`
+/// on beside `redis-rs` changes no type (fred's policy converts into it, `From`).
 pub use crate::engine::settings::ReconnectPolicy;
 /// The fred types that appear in fredlock's API.
 #[cfg(feature = "fred")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
 pub use fred;
-/// How a lost connection is made again ([`LockClientBuilder::reconnect_policy`]): fred's
-/// `ReconnectPolicy`, or in a build without fred the crate's own, with the same constructors
-/// (`new_constant`, `new_linear`, `new_exponential`) and `set_jitter`.
-#[cfg(feature = "fred")]
-pub use fred::types::config::ReconnectPolicy;
 /// The token [`LockGuard::cancellation_token`] returns: it is cancelled when the lock is lost.
 pub use tokio_util::sync::CancellationToken;
 

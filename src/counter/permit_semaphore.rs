@@ -2,7 +2,6 @@
 //! the server's clock and renewed by the watchdog while their guard lives.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -422,7 +421,11 @@ impl LeasedPermit {
     /// Runs `work` while the permit is held: `None` once it is lost (the work is dropped).
     /// The work counts among the client's work under holds, which a shutdown stops and waits
     /// for before it gives the permits back (the fleet-wide limit layer's requests).
-    pub(crate) async fn while_held<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+    #[cfg(feature = "tower")]
+    pub(crate) async fn while_held<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
         self.guard.engine().while_held(self.lost(), work).await
     }
 }

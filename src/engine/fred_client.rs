@@ -43,14 +43,17 @@ use crate::engine::redis_rs_cluster;
 use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
 use crate::error::{not_connected, Failure, RedisError, RedisErrorKind};
 
+/// How a connection is made again: the crate's own in every build, converted to fred's here
+/// ([`fred_policy`]).
+pub(crate) use crate::engine::settings::ReconnectPolicy;
 #[cfg(not(feature = "fred"))]
-pub(crate) use crate::engine::settings::{Config, ReconnectPolicy, ServerConfig};
+pub(crate) use crate::engine::settings::{Config, ServerConfig};
 #[cfg(not(feature = "fred"))]
 use absent::{Client, ClusterHash, Options, SubscriberClient};
 /// What a client is configured with: fred's own configuration, which the public builder
 /// takes; in a build without fred, the crate's own of the same shape.
 #[cfg(feature = "fred")]
-pub(crate) use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
+pub(crate) use fred::types::config::{Config, ServerConfig};
 
 /// fred's refusal to write a command a second time.
 #[cfg(feature = "fred")]
@@ -315,8 +318,66 @@ fn fred_builder(
     builder
         .set_performance_config(performance)
         .set_connection_config(connection)
-        .set_policy(reconnect_policy.clone());
+        .set_policy(fred_policy(reconnect_policy));
     builder
+}
+
+/// `policy` in fred's words.
+#[cfg(feature = "fred")]
+pub(crate) fn fred_policy(policy: &ReconnectPolicy) -> fred::types::config::ReconnectPolicy {
+    use crate::engine::settings::Shape;
+    use fred::types::config::ReconnectPolicy as Fred;
+    let attempts = policy.max_attempts;
+    let mut fred = match policy.shape {
+        Shape::Constant { delay } => Fred::new_constant(attempts, delay),
+        Shape::Linear { max_delay, delay } => Fred::new_linear(attempts, max_delay, delay),
+        Shape::Exponential {
+            min_delay,
+            max_delay,
+            base,
+        } => Fred::new_exponential(attempts, min_delay, max_delay, base),
+    };
+    fred.set_jitter(policy.jitter);
+    fred
+}
+
+/// fred's policy, for a service that has one already: the builder takes it as the crate's own.
+#[cfg(feature = "fred")]
+impl From<fred::types::config::ReconnectPolicy> for ReconnectPolicy {
+    fn from(fred: fred::types::config::ReconnectPolicy) -> ReconnectPolicy {
+        use fred::types::config::ReconnectPolicy as Fred;
+        let (mut policy, jitter) = match fred {
+            Fred::Constant {
+                max_attempts,
+                delay,
+                jitter,
+                ..
+            } => (ReconnectPolicy::new_constant(max_attempts, delay), jitter),
+            Fred::Linear {
+                max_attempts,
+                max_delay,
+                delay,
+                jitter,
+                ..
+            } => (
+                ReconnectPolicy::new_linear(max_attempts, max_delay, delay),
+                jitter,
+            ),
+            Fred::Exponential {
+                max_attempts,
+                min_delay,
+                max_delay,
+                base,
+                jitter,
+                ..
+            } => (
+                ReconnectPolicy::new_exponential(max_attempts, min_delay, max_delay, base),
+                jitter,
+            ),
+        };
+        policy.set_jitter(jitter);
+        policy
+    }
 }
 
 /// fred's place in a build without it: a type of which no value exists, so that the seam is

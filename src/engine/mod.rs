@@ -33,7 +33,6 @@ mod refusal;
 pub(crate) mod replicas;
 mod script;
 mod sentinel;
-#[cfg(any(not(feature = "fred"), test))]
 pub(crate) mod settings;
 mod undo;
 pub(crate) mod value;

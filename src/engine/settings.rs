@@ -1,8 +1,10 @@
-//! What a client is configured with in a build without fred: the servers, the credentials and
-//! the reconnect policy, read from a URL as fred reads one (the same schemes and the same
-//! fields), so that the public builder is written once for either build.
+//! What a client is configured with in a build without fred: the servers and the credentials,
+//! read from a URL as fred reads one (the same schemes and the same fields), so that the public
+//! builder is written once for either build; and in every build the reconnect policy, the
+//! crate's own (converted to fred's at the seam), so that turning fred on beside redis-rs
+//! changes no type of the public API.
 //!
-//! A build with fred compiles it for its tests alone, which hold it to fred's reading.
+//! A build with fred uses the configuration only in its tests, which hold it to fred's reading.
 #![cfg_attr(feature = "fred", allow(dead_code))]
 
 use std::fmt;
@@ -245,17 +247,18 @@ fn decoded(text: &str) -> Result<String, UrlError> {
 /// each try (in milliseconds), as fred's policy of the same name counts them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconnectPolicy {
-    shape: Shape,
+    pub(crate) shape: Shape,
     /// At most this many tries in a row (0: without end).
-    max_attempts: u32,
+    pub(crate) max_attempts: u32,
     attempts: u32,
     /// Up to this many milliseconds added to each wait at random, so that clients that lost
     /// the same server do not all come back at once.
-    jitter: u32,
+    pub(crate) jitter: u32,
 }
 
+/// How the waits between tries grow.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Shape {
+pub(crate) enum Shape {
     Constant {
         delay: u32,
     },
@@ -399,6 +402,29 @@ mod tests {
         assert!(Config::from_url("redis://h:port").is_err());
         assert!(Config::from_url("redis://h:1/db").is_err());
         assert!(Config::from_url("rediss://h:1").unwrap().uses_tls());
+    }
+
+    #[test]
+    fn fred_policies_convert_into_the_crates_own_and_back() {
+        use fred::types::config::ReconnectPolicy as Fred;
+        for mut fred in [
+            Fred::new_constant(3, 50),
+            Fred::new_linear(0, 500, 100),
+            Fred::new_exponential(4, 1, 100, 10),
+        ] {
+            fred.set_jitter(0);
+            let mut ours = ReconnectPolicy::from(fred.clone());
+            let mut back = crate::engine::fred_client::fred_policy(&ours);
+            assert_eq!(back, fred);
+            for attempt in 0..8 {
+                let theirs = fred.next_delay();
+                assert_eq!(ours.next_delay(), theirs, "{ours:?}, attempt {attempt}");
+                assert_eq!(back.next_delay(), theirs, "{ours:?}, attempt {attempt}");
+            }
+        }
+        let mut jittered = Fred::new_constant(1, 10);
+        jittered.set_jitter(7);
+        assert_eq!(ReconnectPolicy::from(jittered).jitter, 7);
     }
 
     #[test]

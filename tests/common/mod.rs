@@ -98,26 +98,39 @@ pub async fn listen(
     fred::clients::SubscriberClient,
     tokio::sync::broadcast::Receiver<fred::types::Message>,
 ) {
+    static LISTENERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let subscriber = Builder::from_config(Config::from_url(url).unwrap())
         .build_subscriber_client()
         .unwrap();
     subscriber.init().await.unwrap();
+    // Named, so that the server's own list tells when this connection is subscribed.
+    let name = format!(
+        "fredlock-test-listener-{}-{}",
+        std::process::id(),
+        LISTENERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let _: () = subscriber.client_setname(name.as_str()).await.unwrap();
     let messages = subscriber.message_rx();
     subscriber.subscribe(channel).await.unwrap();
     // Until the server counts the subscription, a PUBLISH can pass it by: semaphore's
     // wire_layout_matches_redisson heard one of its two messages in two CI runs (stop 39's,
-    // and a fresh-clone run in stop 41), never alone. Asked of the server itself.
+    // and a fresh-clone run in stop 41), never alone. Asked of the server itself, for this
+    // connection: the channel's count alone (`PUBSUB NUMSUB`) also counts a lock client's
+    // own subscription (a waiter's channel lingers after it is woken), and semaphore's
+    // interoperates_with_redisson_replay heard nothing on redis-rs once in CI (issue 57).
     let raw = raw_client(url).await;
     let counted = eventually(Duration::from_secs(5), || async {
-        let reply: Vec<fred::types::Value> = raw
-            .custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", channel])
+        let list: String = raw
+            .custom(fred::cmd!("CLIENT"), vec!["LIST"])
             .await
             .unwrap();
-        reply
-            .get(1)
-            .and_then(fred::types::Value::as_i64)
-            .unwrap_or(0)
-            >= 1
+        list.lines().any(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            fields.contains(&format!("name={name}").as_str())
+                && fields
+                    .iter()
+                    .any(|field| field.strip_prefix("sub=").is_some_and(|n| n != "0"))
+        })
     })
     .await;
     assert!(

@@ -156,7 +156,7 @@ impl LockClient {
     /// `None` when the client runs on another library ([`Backend`](crate::Backend)).
     #[cfg(feature = "fred")]
     #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
-    pub fn redis(&self) -> Option<&fred::clients::Client> {
+    pub fn redis(&self) -> Option<&crate::engine::FredClient> {
         self.shared.engine.core().redis().fred()
     }
 

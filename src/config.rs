@@ -128,7 +128,7 @@ pub struct LockClientBuilder {
     protocol: Option<Protocol>,
     /// The connection settings of the service's own redis-rs client, when handed over.
     #[cfg(feature = "redis-rs")]
-    redis_rs: Option<redis::ConnectionInfo>,
+    redis_rs: Option<crate::engine::RedisRsSettings>,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -177,7 +177,10 @@ impl std::fmt::Debug for LockClientBuilder {
         #[cfg(feature = "redis-rs")]
         debug.field(
             "redis_rs_client",
-            &self.redis_rs.as_ref().map(|_| "a redis::Client's settings"),
+            &self
+                .redis_rs
+                .as_ref()
+                .map(|_| "a redis-rs client's settings"),
         );
         debug.finish_non_exhaustive()
     }
@@ -319,9 +322,9 @@ impl LockClientBuilder {
     /// ```
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
-    pub fn redis_rs_client(mut self, client: &redis::Client) -> Self {
+    pub fn redis_rs_client(mut self, client: &crate::engine::RedisRsClient) -> Self {
         self.backend = Backend::RedisRs;
-        self.redis_rs = Some(client.get_connection_info().clone());
+        self.redis_rs = Some(crate::engine::redis_rs_settings_of(client));
         self
     }
 
@@ -354,9 +357,8 @@ impl LockClientBuilder {
     /// ```
     #[cfg(feature = "fred")]
     #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
-    pub fn fred_client(self, client: &fred::clients::Client) -> Self {
-        use fred::interfaces::ClientLike;
-        self.config(client.client_config())
+    pub fn fred_client(self, client: &crate::engine::FredClient) -> Self {
+        self.config(crate::engine::fred_config_of(client))
     }
 
     /// Finds the master through Redis Sentinel: `sentinels` are the sentinels' addresses (one is
@@ -596,13 +598,7 @@ impl LockClientBuilder {
         #[cfg(feature = "redis-rs")]
         if let Some(info) = &self.redis_rs {
             // Where the handed-over client connects, for messages that name the server.
-            let (host, port) = match info.addr() {
-                redis::ConnectionAddr::Tcp(host, port)
-                | redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
-                // A Unix socket (refused when the client connects), or what a later redis-rs
-                // adds.
-                other => (other.to_string(), 0),
-            };
+            let (host, port) = crate::engine::redis_rs_address(info);
             return Ok(Config {
                 server: ServerConfig::new_centralized(host, port),
                 ..Config::default()

@@ -9,10 +9,10 @@
 //! type. See `docs/ARCHITECTURE.md`.
 
 mod acquire;
+mod client;
 pub(crate) mod durations;
 pub(crate) mod events;
 mod expiry;
-mod fred_client;
 mod guard;
 mod holds;
 mod inflight;
@@ -25,19 +25,11 @@ pub(crate) mod naming;
 mod permissions;
 mod profile;
 mod pubsub;
-#[cfg(feature = "redis-rs")]
-mod redis_rs_client;
-#[cfg(feature = "redis-rs")]
-mod redis_rs_cluster;
 mod refusal;
 pub(crate) mod replicas;
 mod script;
 mod sentinel;
-pub(crate) mod settings;
 mod undo;
-pub(crate) mod value;
-#[cfg(any(not(feature = "fred"), all(test, feature = "redis-rs")))]
-mod vocabulary;
 mod watchdog;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -56,7 +48,12 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{
     acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
 };
-pub(crate) use fred_client::{
+#[cfg(feature = "fred")]
+pub(crate) use client::{fred_config_of, FredClient};
+#[cfg(feature = "redis-rs")]
+pub(crate) use client::{redis_rs_address, redis_rs_settings_of, RedisRsClient, RedisRsSettings};
+pub(crate) use client::{settings, value};
+pub(crate) use client::{
     Config, Connection, Connector, Library, Protocol, ReconnectPolicy, Reconnects, Sent, Sentinels,
     ServerConfig, Subscriber,
 };

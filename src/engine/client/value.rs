@@ -22,7 +22,7 @@ pub(crate) use fred::types::{FromValue, Key, Message, Value};
 pub(crate) use fred::types::{Map, MessageKind};
 
 #[cfg(not(feature = "fred"))]
-pub(crate) use crate::engine::vocabulary::{
+pub(crate) use crate::engine::client::vocabulary::{
     key_slot, sha1_hex, FromValue, Key, Map, Message, MessageKind, ScanType, Server, Str, Value,
 };
 

@@ -9,6 +9,15 @@
 //!
 //! The vocabulary of calls is in `value.rs`.
 
+#[cfg(feature = "redis-rs")]
+mod redis_rs;
+#[cfg(feature = "redis-rs")]
+mod redis_rs_cluster;
+pub(crate) mod settings;
+pub(crate) mod value;
+#[cfg(any(not(feature = "fred"), all(test, feature = "redis-rs")))]
+mod vocabulary;
+
 use std::time::Duration;
 
 #[cfg(feature = "fred")]
@@ -36,24 +45,51 @@ use tokio::sync::Notify;
 
 #[cfg(feature = "fred")]
 use crate::engine::key_slot;
-#[cfg(feature = "redis-rs")]
-use crate::engine::redis_rs_client;
-#[cfg(feature = "redis-rs")]
-use crate::engine::redis_rs_cluster;
 use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
 use crate::error::{not_connected, Failure, RedisError, RedisErrorKind};
 
 /// How a connection is made again: the crate's own in every build, converted to fred's here
 /// ([`fred_policy`]).
-pub(crate) use crate::engine::settings::ReconnectPolicy;
+pub(crate) use crate::engine::client::settings::ReconnectPolicy;
 #[cfg(not(feature = "fred"))]
-pub(crate) use crate::engine::settings::{Config, ServerConfig};
+pub(crate) use crate::engine::client::settings::{Config, ServerConfig};
 #[cfg(not(feature = "fred"))]
 use absent::{Client, ClusterHash, Options, SubscriberClient};
 /// What a client is configured with: fred's own configuration, which the public builder
 /// takes; in a build without fred, the crate's own of the same shape.
 #[cfg(feature = "fred")]
 pub(crate) use fred::types::config::{Config, ServerConfig};
+
+/// The client libraries' own types that the public builder and client take or hand out
+/// (`LockClientBuilder::fred_client`, `redis_rs_client`, `LockClient::redis`): named here, so
+/// that no file outside the seam names a client library.
+#[cfg(feature = "fred")]
+pub(crate) use fred::clients::Client as FredClient;
+#[cfg(feature = "redis-rs")]
+pub(crate) use redis::{Client as RedisRsClient, ConnectionInfo as RedisRsSettings};
+
+/// The configuration of a fred client the service already has.
+#[cfg(feature = "fred")]
+pub(crate) fn fred_config_of(client: &FredClient) -> Config {
+    client.client_config()
+}
+
+/// The connection settings of a redis-rs client the service already has.
+#[cfg(feature = "redis-rs")]
+pub(crate) fn redis_rs_settings_of(client: &RedisRsClient) -> RedisRsSettings {
+    client.get_connection_info().clone()
+}
+
+/// Where a redis-rs client handed over connects, as host and port, for messages that name the
+/// server (a Unix socket, refused when the client connects, by its path and port 0).
+#[cfg(feature = "redis-rs")]
+pub(crate) fn redis_rs_address(settings: &RedisRsSettings) -> (String, u16) {
+    match settings.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+        other => (other.to_string(), 0),
+    }
+}
 
 /// fred's refusal to write a command a second time.
 #[cfg(feature = "fred")]
@@ -106,7 +142,7 @@ pub(crate) struct Connector {
     /// With redis-rs: where its connections go, or why it cannot serve this configuration
     /// (refused by the first connection made).
     #[cfg(feature = "redis-rs")]
-    redis_rs: Option<Result<redis_rs_client::Target, RedisError>>,
+    redis_rs: Option<Result<redis_rs::Target, RedisError>>,
 }
 
 /// Where a Sentinel deployment's master is looked up.
@@ -146,7 +182,7 @@ impl Connector {
                 command_timeout,
                 reconnect_policy,
             )),
-            Library::RedisRs(Some(info)) => Some(redis_rs_client::Target::handed_over(
+            Library::RedisRs(Some(info)) => Some(redis_rs::Target::handed_over(
                 *info,
                 protocol.map(redis_rs_protocol),
                 command_timeout,
@@ -243,15 +279,13 @@ impl Connector {
             // One attempt: a sentinel that goes away ends the watch, which moves on to the
             // next sentinel with a connection of its own.
             let once = ReconnectPolicy::new_constant(1, 0);
-            let target = redis_rs_client::Target::new(
+            let target = redis_rs::Target::new(
                 sentinel.clone(),
                 sentinel_login(&self.config, username, password),
                 timeout,
                 once,
             )?;
-            return Ok(Connection::with(Link::RedisRs(redis_rs_client::Link::new(
-                target,
-            ))));
+            return Ok(Connection::with(Link::RedisRs(redis_rs::Link::new(target))));
         }
         #[cfg(not(feature = "fred"))]
         {
@@ -325,7 +359,7 @@ fn fred_builder(
 /// `policy` in fred's words.
 #[cfg(feature = "fred")]
 pub(crate) fn fred_policy(policy: &ReconnectPolicy) -> fred::types::config::ReconnectPolicy {
-    use crate::engine::settings::Shape;
+    use crate::engine::client::settings::Shape;
     use fred::types::config::ReconnectPolicy as Fred;
     let attempts = policy.max_attempts;
     let mut fred = match policy.shape {
@@ -424,14 +458,11 @@ fn without_fred() -> RedisError {
 
 /// A redis-rs link to `target`: one server's, or a cluster's (`subscribes`: a subscriber's).
 #[cfg(feature = "redis-rs")]
-fn redis_rs_link<C>(
-    target: redis_rs_client::Target,
-    subscribes: bool,
-) -> Result<Link<C>, RedisError> {
+fn redis_rs_link<C>(target: redis_rs::Target, subscribes: bool) -> Result<Link<C>, RedisError> {
     Ok(if target.seeds().is_some() {
         Link::RedisRsCluster(redis_rs_cluster::Cluster::new(target, subscribes)?)
     } else {
-        Link::RedisRs(redis_rs_client::Link::new(target))
+        Link::RedisRs(redis_rs::Link::new(target))
     })
 }
 
@@ -443,8 +474,8 @@ fn redis_rs_target(
     protocol: redis::ProtocolVersion,
     command_timeout: Duration,
     policy: ReconnectPolicy,
-) -> Result<redis_rs_client::Target, RedisError> {
-    let login = redis_rs_client::Login {
+) -> Result<redis_rs::Target, RedisError> {
+    let login = redis_rs::Login {
         username: config.username.as_deref(),
         password: config.password.as_deref(),
         database: config.database,
@@ -453,14 +484,14 @@ fn redis_rs_target(
     };
     match &config.server {
         ServerConfig::Centralized { server } => {
-            redis_rs_client::Target::new(server.clone(), login, command_timeout, policy)
+            redis_rs::Target::new(server.clone(), login, command_timeout, policy)
         }
         ServerConfig::Sentinel {
             hosts,
             service_name,
             username,
             password,
-        } => redis_rs_client::Target::behind_sentinels(
+        } => redis_rs::Target::behind_sentinels(
             hosts.clone(),
             service_name.clone(),
             sentinel_login(config, username.as_deref(), password.as_deref()),
@@ -469,7 +500,7 @@ fn redis_rs_target(
             policy,
         ),
         ServerConfig::Clustered { hosts, .. } => {
-            redis_rs_client::Target::cluster(hosts.clone(), login, command_timeout, policy)
+            redis_rs::Target::cluster(hosts.clone(), login, command_timeout, policy)
         }
         #[allow(unreachable_patterns)]
         _ => Err(not_yet("this server configuration")),
@@ -483,12 +514,12 @@ fn sentinel_login<'c>(
     config: &'c Config,
     username: Option<&'c str>,
     password: Option<&'c str>,
-) -> redis_rs_client::Login<'c> {
+) -> redis_rs::Login<'c> {
     let (username, password) = match password {
         Some(password) => (username, Some(password)),
         None => (config.username.as_deref(), config.password.as_deref()),
     };
-    redis_rs_client::Login {
+    redis_rs::Login {
         username,
         password,
         database: None,
@@ -531,7 +562,7 @@ enum Link<C> {
     #[cfg_attr(not(feature = "fred"), allow(dead_code))]
     Fred(C),
     #[cfg(feature = "redis-rs")]
-    RedisRs(redis_rs_client::Link),
+    RedisRs(redis_rs::Link),
     /// A cluster on redis-rs: a link per master.
     #[cfg(feature = "redis-rs")]
     RedisRsCluster(redis_rs_cluster::Cluster),
@@ -1424,7 +1455,7 @@ mod unconnected {
         #[cfg(not(feature = "fred"))]
         pub(crate) fn unconnected() -> Connection {
             let nowhere = Server::new("127.0.0.1", 1);
-            let login = redis_rs_client::Login {
+            let login = redis_rs::Login {
                 username: None,
                 password: None,
                 database: None,
@@ -1432,10 +1463,9 @@ mod unconnected {
                 protocol: redis::ProtocolVersion::RESP3,
             };
             let policy = ReconnectPolicy::new_constant(1, 0);
-            let target =
-                redis_rs_client::Target::new(nowhere, login, Duration::from_secs(1), policy)
-                    .expect("an address");
-            Connection::with(Link::RedisRs(redis_rs_client::Link::new(target)))
+            let target = redis_rs::Target::new(nowhere, login, Duration::from_secs(1), policy)
+                .expect("an address");
+            Connection::with(Link::RedisRs(redis_rs::Link::new(target)))
         }
     }
 }

@@ -414,7 +414,7 @@ mod tests {
         ] {
             fred.set_jitter(0);
             let mut ours = ReconnectPolicy::from(fred.clone());
-            let mut back = crate::engine::fred_client::fred_policy(&ours);
+            let mut back = crate::engine::client::fred_policy(&ours);
             assert_eq!(back, fred);
             for attempt in 0..8 {
                 let theirs = fred.next_delay();

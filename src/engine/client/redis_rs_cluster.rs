@@ -20,8 +20,8 @@ use std::time::Duration;
 use redis::AsyncConnectionConfig;
 use tokio::sync::broadcast;
 
+use crate::engine::client::redis_rs::{announcements, read, sorted, Link, Seeds, Target};
 use crate::engine::join::join_all;
-use crate::engine::redis_rs_client::{announcements, read, sorted, Link, Seeds, Target};
 use crate::engine::{key_slot, FromValue, Key, Message, ScanType, Sent, Server, Value};
 use crate::error::{Failure, RedisError, RedisErrorKind};
 

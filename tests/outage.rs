@@ -151,9 +151,10 @@ async fn every_call_follows_the_outage_rule_over_a_cut_connection() {
 async fn walk(fault: Fault) {
     Box::pin(async {
         let mut server = RedisServer::start();
-        // Kept while the server is paused, and resumed on every way out: a stopped server
-        // would outlive the test.
-        let paused = Paused(server.pid());
+        // Resumed on every way out: a stopped server would outlive the test. Only the paused
+        // fault has one (a killed server's pid may be another process's by the end).
+        let paused = (fault == Fault::Paused).then(|| Paused(server.pid()));
+        let pid = || paused.as_ref().expect("a paused server").0;
         let proxy = (fault == Fault::Cut).then(|| StallingProxy::start(server.port()));
         let url = proxy
             .as_ref()
@@ -177,7 +178,7 @@ async fn walk(fault: Fault) {
         assert!(c.stats().connected, "connected before the server goes");
         match fault {
             Fault::Killed => server.kill(),
-            Fault::Paused => common::signal(paused.0, "STOP"),
+            Fault::Paused => common::signal(pid(), "STOP"),
             Fault::Cut => proxy.as_ref().expect("the proxy").cut(),
         }
         if fault.known() {
@@ -418,7 +419,7 @@ async fn walk(fault: Fault) {
             // and the cut one kept its permits held: the waiting acquires need more.
             Fault::Paused | Fault::Cut => {
                 if fault == Fault::Paused {
-                    common::signal(paused.0, "CONT");
+                    common::signal(pid(), "CONT");
                 } else {
                     proxy.as_ref().expect("the proxy").heal();
                 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bounded, RedisSentinel, RedisServer};
+use common::{bounded, RedisSentinel, RedisServer, StallingProxy};
 use fredlock::events::RecvError;
 use fredlock::prelude::*;
 use fredlock::{LockClient, LockEvent, LockEventKind, LockEvents, LossReason};
@@ -491,13 +491,22 @@ async fn shutdown_tells_each_hold_and_wait_then_the_stream_ends() {
         let taken = other.lock("ev-end-wait").lock().await.unwrap();
         let waiting_lock = client.lock("ev-end-wait");
         let waiter = tokio::spawn(async move { waiting_lock.lock().await.map(drop) });
-        let joined = common::eventually(Duration::from_secs(5), || async {
-            client.inspect("ev-end-wait").await.is_ok_and(|inspection| {
-                inspection.is_some_and(|inspection| inspection.listeners.unwrap_or(0) >= 1)
+        // Every kind of wait: an acquire of permits (its one permit is out), and a latch's wait
+        // (the engine's other wait loop).
+        let waiting_semaphore = semaphore.clone();
+        let sem_waiter = tokio::spawn(async move { waiting_semaphore.acquire(1).await.map(drop) });
+        let latch = client.count_down_latch("ev-end-latch");
+        assert!(latch.try_set_count(1).await.unwrap());
+        let latch_waiter = tokio::spawn(async move { latch.wait().await });
+        for name in ["ev-end-wait", "ev-end-sem", "ev-end-latch"] {
+            let joined = common::eventually(Duration::from_secs(5), || async {
+                client.inspect(name).await.is_ok_and(|inspection| {
+                    inspection.is_some_and(|inspection| inspection.listeners.unwrap_or(0) >= 1)
+                })
             })
-        })
-        .await;
-        assert!(joined, "the waiter never waited");
+            .await;
+            assert!(joined, "the waiter on {name} never waited");
+        }
         // A handle that outlives the shutdown: the stream must end all the same.
         let kept = client.clone();
         client.shutdown().await;
@@ -518,6 +527,8 @@ async fn shutdown_tells_each_hold_and_wait_then_the_stream_ends() {
             ("ev-end-held", LockEventKind::Released),
             ("ev-end-sem", LockEventKind::Released),
             ("ev-end-wait", LockEventKind::WaitEnded),
+            ("ev-end-sem", LockEventKind::WaitEnded),
+            ("ev-end-latch", LockEventKind::WaitEnded),
         ] {
             assert!(
                 seen.iter().any(|(n, w)| n == name && *w == what),
@@ -532,6 +543,16 @@ async fn shutdown_tells_each_hold_and_wait_then_the_stream_ends() {
             matches!(waited, Err(fredlock::Error::Shutdown)),
             "{waited:?}"
         );
+        for waiter in [sem_waiter, latch_waiter] {
+            let waited = tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("the wait ended")
+                .unwrap();
+            assert!(
+                matches!(waited, Err(fredlock::Error::Shutdown)),
+                "{waited:?}"
+            );
+        }
         // Given back: the other client takes them at once.
         assert!(other
             .lock("ev-end-held")
@@ -544,6 +565,47 @@ async fn shutdown_tells_each_hold_and_wait_then_the_stream_ends() {
         assert!(matches!(late.recv().await, Err(RecvError::Closed)));
         drop((held, permit, taken, kept));
         other.shutdown().await;
+    })
+    .await;
+}
+
+/// A hold the shutdown cannot give back (the connection is cut) is told lost, why, and the
+/// stream still ends (issue 57).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_tells_a_hold_it_could_not_give_back() {
+    bounded(async {
+        let server = RedisServer::start();
+        let proxy = StallingProxy::start(server.port());
+        let client = common::connect(&proxy.url()).await.unwrap();
+        let mut events = client.events();
+        let held = client.lock("ev-kept").lock().await.unwrap();
+        proxy.cut();
+        let dropped = common::eventually(Duration::from_secs(5), || async {
+            !client.stats().connected
+        })
+        .await;
+        assert!(dropped, "the client never saw the cut");
+        client.shutdown().await;
+        let mut seen = Vec::new();
+        let end = loop {
+            match tokio::time::timeout(Duration::from_secs(5), events.recv()).await {
+                Ok(Ok(event)) => seen.push((event.name().to_owned(), event.what())),
+                Ok(Err(error)) => break Some(error),
+                Err(_) => break None,
+            }
+        };
+        assert!(
+            matches!(end, Some(RecvError::Closed)),
+            "{end:?}; saw {seen:?}"
+        );
+        assert!(
+            seen.contains(&(
+                "ev-kept".to_owned(),
+                LockEventKind::Lost(LossReason::Shutdown)
+            )),
+            "saw {seen:?}"
+        );
+        drop(held);
     })
     .await;
 }

@@ -116,7 +116,7 @@ impl Watchdog {
                         }
                     });
                     for hold in &due {
-                        self.tell(hold, LockEventKind::ForceUnlocked);
+                        hold.tell(LockEventKind::ForceUnlocked);
                         self.forced.insert(address(hold), hold.clone());
                     }
                     self.renew(due);
@@ -170,7 +170,7 @@ impl Watchdog {
         let mut renewed = 0usize;
         self.core.holds.each(|hold| {
             if hold.watchdog_guards() > 0 {
-                self.tell(hold, LockEventKind::RenewalLate);
+                hold.tell(LockEventKind::RenewalLate);
                 renewed += 1;
                 if locks.len() < LATE_LOCKS_NAMED {
                     locks.push(hold.pair.name.to_string());
@@ -329,7 +329,7 @@ impl Watchdog {
                 }
                 if result.is_err() && now < hold.deadline() {
                     // Retried until the deadline; a failure at it is told with the loss.
-                    self.tell(&hold, LockEventKind::RenewalFailed);
+                    hold.tell(LockEventKind::RenewalFailed);
                 }
             }
             match &result {
@@ -389,13 +389,6 @@ impl Watchdog {
         self.failing.remove(&address(hold));
         self.forced.remove(&address(hold));
         hold.mark_lost(why);
-    }
-
-    /// Tells the client's events `what` happened to `hold`.
-    fn tell(&self, hold: &Hold, what: LockEventKind) {
-        let (name, owner) = (&hold.pair.name, Some(&hold.pair.field));
-        let label = hold.kind.profile().label();
-        self.core.report.events.emit(label, name, owner, what);
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::engine::value::Value;
+use crate::engine::client::value::Value;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 use uuid::Uuid;

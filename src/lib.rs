@@ -332,7 +332,7 @@ pub mod prelude {
 /// constructors of fred's type of the same name (`new_constant`, `new_linear`,
 /// `new_exponential`) and `set_jitter`. The crate's own in every build: turning feature `fred`
 /// on beside `redis-rs` changes no type (fred's policy converts into it, `From`).
-pub use crate::engine::settings::ReconnectPolicy;
+pub use crate::engine::client::settings::ReconnectPolicy;
 /// The fred types that appear in fredlock's API.
 #[cfg(feature = "fred")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]

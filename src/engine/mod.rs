@@ -9,7 +9,7 @@
 //! type. See `docs/ARCHITECTURE.md`.
 
 mod acquire;
-mod client;
+pub(crate) mod client;
 pub(crate) mod durations;
 pub(crate) mod events;
 mod expiry;
@@ -48,11 +48,11 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{
     acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
 };
+pub(crate) use client::value;
 #[cfg(feature = "fred")]
 pub(crate) use client::{fred_config_of, FredClient};
 #[cfg(feature = "redis-rs")]
 pub(crate) use client::{redis_rs_address, redis_rs_settings_of, RedisRsClient, RedisRsSettings};
-pub(crate) use client::{settings, value};
 pub(crate) use client::{
     Config, Connection, Connector, Library, Protocol, ReconnectPolicy, Reconnects, Sent, Sentinels,
     ServerConfig, Subscriber,

@@ -159,11 +159,12 @@
 //!   `leader()`, changes such as `add_permits` or `count_down`, `force_unlock`, inspections,
 //!   an unlock or a release) within the client's
 //!   [`command_timeout`](LockClientBuilder::command_timeout) (5 s by default), at once where the
-//!   client already knows it has no connection (the same on fred and on redis-rs). An
-//!   `Unavailable` unlock says nothing of the hold: its release is sent in the background once
-//!   the connection is back, and the hold ends with its lease at the latest. [`RedLock`] answers [`Error::NoQuorum`]
-//!   instead, listing each node; [`LockClient::check_deployment`] answers [`Error::Redis`], its
-//!   own diagnosis of the connection.
+//!   client already knows it has no connection to its one server, the same on fred and on
+//!   redis-rs (on a cluster, each call goes to its own node as the client library routes it).
+//!   An `Unavailable` unlock says nothing of the hold: its release is sent in the background
+//!   once the connection is back, and the hold ends with its lease at the latest. [`RedLock`]
+//!   answers [`Error::NoQuorum`] instead, listing each node; [`LockClient::check_deployment`]
+//!   answers [`Error::Redis`], its own diagnosis of the connection.
 //!
 //! `tests/outage.rs` calls each of them against a killed server, a paused one (SIGSTOP) and a
 //! connection cut, on both client libraries.

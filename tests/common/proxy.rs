@@ -28,6 +28,17 @@ pub struct StallingProxy {
     /// Added to every chunk either way, in ms.
     latency: std::sync::Arc<std::sync::atomic::AtomicU64>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The reply to the next request holding these bytes is lost ([`lose_reply_to`]).
+    ///
+    /// [`lose_reply_to`]: Self::lose_reply_to
+    lose_to: std::sync::Arc<std::sync::Mutex<Option<Target>>>,
+}
+
+/// The request whose reply is lost: the bytes it holds, and whether it was sent (its
+/// connection's reply side then loses the next reply and clears this).
+struct Target {
+    needle: Vec<u8>,
+    sent: bool,
 }
 
 impl StallingProxy {
@@ -44,6 +55,8 @@ impl StallingProxy {
         let stop = Arc::new(AtomicBool::new(false));
         let lose_reply = Arc::new(std::sync::atomic::AtomicU8::new(KEEP));
         let latency = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let lose_to: Arc<std::sync::Mutex<Option<Target>>> = Arc::default();
+        let targeted = lose_to.clone();
         let (flags, cutting, done) = (stalled.clone(), cut.clone(), stop.clone());
         let losing = lose_reply.clone();
         let delay = latency.clone();
@@ -60,13 +73,31 @@ impl StallingProxy {
                             continue;
                         };
                         let _ = client.set_nonblocking(false);
-                        for (from, to, replies) in [
-                            (client.try_clone(), server.try_clone(), None),
-                            (server.try_clone(), client.try_clone(), Some(losing.clone())),
+                        // This connection's own: its next reply is lost (armed by a request
+                        // holding `lose_to`'s bytes).
+                        let own = Arc::new(std::sync::atomic::AtomicU8::new(KEEP));
+                        for (from, to, replies, watch) in [
+                            (
+                                client.try_clone(),
+                                server.try_clone(),
+                                None,
+                                Some(targeted.clone()),
+                            ),
+                            (
+                                server.try_clone(),
+                                client.try_clone(),
+                                Some(losing.clone()),
+                                Some(targeted.clone()),
+                            ),
                         ] {
                             if let (Ok(from), Ok(to)) = (from, to) {
-                                let (flags, cutting, done, delay) =
-                                    (flags.clone(), cutting.clone(), done.clone(), delay.clone());
+                                let (flags, cutting, done, delay, own) = (
+                                    flags.clone(),
+                                    cutting.clone(),
+                                    done.clone(),
+                                    delay.clone(),
+                                    own.clone(),
+                                );
                                 std::thread::spawn(move || {
                                     let faults = Faults {
                                         stalled: &flags,
@@ -74,6 +105,8 @@ impl StallingProxy {
                                         stop: &done,
                                         lose_reply: replies.as_deref(),
                                         latency: &delay,
+                                        lose_to: watch.as_deref(),
+                                        own: &own,
                                     };
                                     pump(from, to, faults)
                                 });
@@ -91,6 +124,7 @@ impl StallingProxy {
             lose_reply,
             latency,
             stop,
+            lose_to,
         }
     }
 
@@ -133,6 +167,20 @@ impl StallingProxy {
             .store(LOSE, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// The reply to the next request that holds `needle` is thrown away and its connection
+    /// closed, whichever connection sends it: as [`lose_next_reply`](Self::lose_next_reply),
+    /// but never another connection's reply (a subscriber's, a background call's) that happens
+    /// to come first.
+    pub fn lose_reply_to(&self, needle: &[u8]) {
+        *self
+            .lose_to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Target {
+            needle: needle.to_vec(),
+            sent: false,
+        });
+    }
+
     /// The next reply the server sends is delivered, then its connection is closed: the client
     /// has its answer, and its next command on that connection needs a new one.
     pub fn close_after_next_reply(&self) {
@@ -151,6 +199,11 @@ impl StallingProxy {
     /// Whether a reply armed by [`lose_next_reply`](Self::lose_next_reply) is still to come.
     pub fn reply_pending_loss(&self) -> bool {
         self.lose_reply.load(std::sync::atomic::Ordering::SeqCst) != KEEP
+            || self
+                .lose_to
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some()
     }
 }
 
@@ -175,6 +228,10 @@ struct Faults<'a> {
     /// On the reply side only: what happens to the next chunk ([`LOSE`], [`CLOSE_AFTER`]).
     lose_reply: Option<&'a std::sync::atomic::AtomicU8>,
     latency: &'a std::sync::atomic::AtomicU64,
+    /// The request whose reply is lost ([`StallingProxy::lose_reply_to`]).
+    lose_to: Option<&'a std::sync::Mutex<Option<Target>>>,
+    /// The connection's own loss, armed by its request side, taken by its reply side.
+    own: &'a std::sync::atomic::AtomicU8,
 }
 
 /// Copies `from` to `to`, holding each chunk while stalled and for the latency, until either
@@ -208,9 +265,31 @@ fn pump(mut from: TcpStream, mut to: TcpStream, faults: Faults<'_>) {
         if faults.cut.load(Ordering::SeqCst) || faults.stop.load(Ordering::Relaxed) {
             break;
         }
-        let fault = faults
+        let mut fault = faults
             .lose_reply
             .map_or(KEEP, |fault| fault.swap(KEEP, Ordering::SeqCst));
+        if let Some(lose_to) = faults.lose_to {
+            let mut target = lose_to
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if faults.lose_reply.is_none() {
+                // The request side: armed before the request is forwarded, so before its
+                // reply can come.
+                if let Some(target) = target.as_mut().filter(|target| !target.sent) {
+                    let needle = &target.needle;
+                    if buffer[..read]
+                        .windows(needle.len())
+                        .any(|window| window == needle)
+                    {
+                        faults.own.store(LOSE, Ordering::SeqCst);
+                        target.sent = true;
+                    }
+                }
+            } else if fault == KEEP && faults.own.swap(KEEP, Ordering::SeqCst) == LOSE {
+                fault = LOSE;
+                *target = None;
+            }
+        }
         if fault == LOSE {
             break;
         }

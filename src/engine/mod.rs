@@ -66,7 +66,7 @@ pub(crate) use metrics::Metrics;
 pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
-pub(crate) use value::{key_slot, sha1_hex, FromValue, Key, Message, ScanType, Server, Str, Value};
+pub(crate) use value::{key_slot, sha1_hex, FromValue, Key, ScanType, Server, Str, Value};
 #[cfg(feature = "redis-rs")]
 pub(crate) use value::{Map, MessageKind};
 

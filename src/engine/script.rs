@@ -181,14 +181,16 @@ impl Script {
         .await
     }
 
-    /// Runs the call a primitive made of this script; see [`run`](Self::run).
-    pub(crate) async fn call<R: FromValue>(
-        &self,
-        writer: &Writer,
+    /// Runs the call a primitive made of this script; see [`run`](Self::run). `run`'s own
+    /// future, not one wrapped around it: a caller's futures nest one level less (rustc's
+    /// query depth).
+    pub(crate) fn call<'s, R: FromValue>(
+        &'s self,
+        writer: &'s Writer,
         keys: Vec<Key>,
         args: Vec<Value>,
-    ) -> Result<R, RedisError> {
-        self.run(writer, || (keys.clone(), args.clone())).await
+    ) -> impl Future<Output = Result<R, RedisError>> + use<'s, R> {
+        self.run(writer, move || (keys.clone(), args.clone()))
     }
 }
 

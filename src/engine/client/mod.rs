@@ -1,14 +1,25 @@
-//! What the crate needs of fred, its client library, kept in one place so that a second client
-//! library can stand beside it (issue 45's seam):
+//! The seam between the engine and the client libraries: what the crate needs of a client
+//! library, written down as two private traits, and the one place that picks a library.
 //!
-//! - [`Connection`]: a command connection, and every call the crate makes on it (a script call,
-//!   a plain command, the few reads), routed by the first key or to a node or slot;
-//! - fred's errors, sorted once, where they enter the crate, into what the ledger and the waits
+//! - [`ConnectionLike`]: a command connection: a script call (`EVALSHA`, then `EVAL` when the
+//!   server does not have the script cached), the few commands and reads the crate sends,
+//!   routed by the first key or to a node or slot ([`Route`]), its reconnect announcements,
+//!   and connecting, reconnecting and quitting;
+//! - [`SubscriberLike`]: a subscriber: classic and sharded subscribe and unsubscribe, the
+//!   messages, the reconnect announcements, a cluster's slots;
+//! - every error sorted once, where it enters the crate, into what the ledger and the waits
 //!   need to know ([`RedisErrorKind`]): never sent, sent without a reply (may have run), or
-//!   answered.
+//!   refused.
 //!
-//! The vocabulary of calls is in `value.rs`.
+//! One file per library implements them: `fred.rs` (fred: standalone, Sentinel, cluster),
+//! `redis_rs.rs` (redis-rs: one server, or the master behind Sentinel) and
+//! `redis_rs_cluster.rs` (a cluster on redis-rs). [`Connection`] and [`Subscriber`], which the
+//! engine holds, pick the library once (`Links`, `Listeners`) and hand each call to its trait
+//! method (`each!`); nothing outside this folder names a client library. The vocabulary of
+//! calls is in `value.rs`; the settings are in `settings.rs`.
 
+#[cfg(feature = "fred")]
+mod fred;
 #[cfg(feature = "redis-rs")]
 mod redis_rs;
 #[cfg(feature = "redis-rs")]
@@ -18,61 +29,33 @@ pub(crate) mod value;
 #[cfg(any(not(feature = "fred"), all(test, feature = "redis-rs")))]
 mod vocabulary;
 
+use std::future::Future;
 use std::time::Duration;
 
-#[cfg(feature = "fred")]
-use fred::clients::{Client, SubscriberClient};
-#[cfg(feature = "fred")]
-use fred::error::{Error as FredError, ErrorKind};
-#[cfg(feature = "fred")]
-use fred::interfaces::{
-    ClientInterface, ClientLike, ClusterInterface, EventInterface, HashesInterface, KeysInterface,
-    LuaInterface, PubsubInterface,
-};
-#[cfg(feature = "fred")]
-use fred::types::config::{ConnectionConfig, Options, PerformanceConfig};
-#[cfg(feature = "fred")]
-use fred::types::{Builder, RespVersion};
-#[cfg(feature = "fred")]
-use fred::types::{ClusterHash, CustomCommand};
-#[cfg(feature = "fred")]
-use std::sync::atomic::{AtomicBool, Ordering};
-#[cfg(feature = "fred")]
-use std::sync::Arc;
 use tokio::sync::broadcast;
-#[cfg(feature = "fred")]
-use tokio::sync::Notify;
 
-#[cfg(feature = "fred")]
-use crate::engine::key_slot;
-use crate::engine::{FromValue, Key, Message, ScanType, Server, Value};
+use crate::engine::client::value::{FromValue, Key, Message, ScanType, Server, Value};
 use crate::error::{not_connected, Failure, RedisError, RedisErrorKind};
 
-/// How a connection is made again: the crate's own in every build, converted to fred's here
-/// ([`fred_policy`]).
+#[cfg(all(test, feature = "fred"))]
+use self::fred::fred_policy;
+/// What a client is configured with, which the public builder takes: fred's own
+/// configuration while fred is compiled in, else the crate's own of the same shape.
+#[cfg(feature = "fred")]
+pub(crate) use self::fred::{fred_config_of, Config, FredClient, ServerConfig};
+#[cfg(feature = "fred")]
+use self::fred::{FredConnection, FredSubscriber};
+/// How a connection is made again: the crate's own in every build, converted to each
+/// library's own by that library's file.
 pub(crate) use crate::engine::client::settings::ReconnectPolicy;
 #[cfg(not(feature = "fred"))]
 pub(crate) use crate::engine::client::settings::{Config, ServerConfig};
-#[cfg(not(feature = "fred"))]
-use absent::{Client, ClusterHash, Options, SubscriberClient};
-/// What a client is configured with: fred's own configuration, which the public builder
-/// takes; in a build without fred, the crate's own of the same shape.
-#[cfg(feature = "fred")]
-pub(crate) use fred::types::config::{Config, ServerConfig};
 
 /// The client libraries' own types that the public builder and client take or hand out
-/// (`LockClientBuilder::fred_client`, `redis_rs_client`, `LockClient::redis`): named here, so
-/// that no file outside the seam names a client library.
-#[cfg(feature = "fred")]
-pub(crate) use fred::clients::Client as FredClient;
+/// (`LockClientBuilder::redis_rs_client`): named here, so that no file outside the seam names
+/// a client library.
 #[cfg(feature = "redis-rs")]
 pub(crate) use redis::{Client as RedisRsClient, ConnectionInfo as RedisRsSettings};
-
-/// The configuration of a fred client the service already has.
-#[cfg(feature = "fred")]
-pub(crate) fn fred_config_of(client: &FredClient) -> Config {
-    client.client_config()
-}
 
 /// The connection settings of a redis-rs client the service already has.
 #[cfg(feature = "redis-rs")]
@@ -91,16 +74,6 @@ pub(crate) fn redis_rs_address(settings: &RedisRsSettings) -> (String, u16) {
     }
 }
 
-/// fred's refusal to write a command a second time.
-#[cfg(feature = "fred")]
-const TOO_MANY_WRITES: &str = "Too many failed write attempts.";
-
-/// fred's refusal to follow an `ASK` (a slot half moved to another master) when the command
-/// has no attempt left: the server answered `ASK`, so the command did not run. fred then ends
-/// its routing task: the client answers no call until it is started again.
-#[cfg(feature = "fred")]
-const ASK_REFUSED: &str = "Max attempts reached.";
-
 /// What a [`Connection::call`] sends.
 #[derive(Clone, Copy)]
 pub(crate) enum Sent<'s> {
@@ -110,10 +83,289 @@ pub(crate) enum Sent<'s> {
     Command(&'static str),
 }
 
-/// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
-/// every waiter). fred's default of 32 is easily outrun by a busy lock.
-#[cfg(feature = "fred")]
-const MESSAGE_BUFFER: usize = 4096;
+/// Where a call goes on a cluster (elsewhere every call goes to the one server).
+#[derive(Clone, Debug)]
+pub(crate) enum Route {
+    /// To the master of its first key's slot (or for `PUBSUB`, its channel's; or any master
+    /// for a call without one).
+    FirstKey,
+    /// To this node.
+    Node(Server),
+    /// To the master of this slot.
+    Slot(u16),
+}
+
+/// The announcements of a connection's reconnects: one per new connection (the node it reached),
+/// before anything is sent on it; closed when the client quits.
+pub(crate) type Reconnects = broadcast::Receiver<Server>;
+
+/// The pub/sub messages of a [`Subscriber`] (or of a connection that subscribes), as they
+/// come in.
+pub(crate) type Messages = broadcast::Receiver<Message>;
+
+/// What the crate needs of a client library's command connection (on a cluster, its
+/// connections to every master). Clones share the connection.
+///
+/// Every error is a [`RedisError`], sorted by the library's file: never sent, sent without a
+/// reply, or refused. A call is sent once: a library must not write a script again on its own
+/// after a reconnect (the engine decides what may run twice). The reads have default bodies
+/// made of [`command`](Self::command); a library with commands of its own for them may use
+/// those.
+///
+/// Each method returns the library's own future, or an `async fn`'s of the library's file: no
+/// future of the seam's own stands between a caller's and the library's, so the futures of a
+/// caller's call nest no deeper than they must (rustc's query depth, which a caller's
+/// `async fn` reaches at about 128 nested futures).
+pub(crate) trait ConnectionLike: Clone + Send + Sync + 'static {
+    /// Connects, and returns once connected (or with why it could not).
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// Whether it is connected now (it reconnects in the background): false from the moment
+    /// the library learns a connection dropped.
+    fn is_connected(&self) -> bool;
+
+    /// Returns once it is connected (at once when it is).
+    fn wait_for_connect(&self) -> impl Future<Output = ()> + Send;
+
+    fn is_clustered(&self) -> bool;
+
+    /// The service it finds its master under, behind Sentinel.
+    fn sentinel_service(&self) -> Option<String>;
+
+    /// The server's major version, once the connection has read it.
+    fn server_major(&self) -> Option<u64>;
+
+    /// How long a call waits for its reply before it fails with a lost reply.
+    fn command_timeout(&self) -> Duration;
+
+    /// The pub/sub messages of a connection that subscribes (a sentinel's).
+    fn messages(&self) -> Messages;
+
+    /// The announcements of its new connections from now on.
+    fn reconnects(&self) -> Reconnects;
+
+    /// The nodes it is connected to now (each master's, on a cluster).
+    fn connected_to(&self) -> Vec<Server>;
+
+    /// The masters of a cluster, as its routing table has them; none outside one.
+    fn masters(&self) -> Vec<Server>;
+
+    /// Drops its connections and connects again (to where the configuration now says).
+    fn reconnect(&self) -> impl Future<Output = ()> + Send;
+
+    /// Closes it; calls after this fail.
+    fn quit(&self) -> impl Future<Output = ()> + Send;
+
+    /// One call of a script (`EVALSHA`, then `EVAL` when the server answers `NOSCRIPT`) or a
+    /// plain command (its name, the keys, the arguments), with the keys and arguments `call`
+    /// makes: once, and a second time only for the `EVAL`.
+    fn call<R: FromValue>(
+        &self,
+        route: &Route,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> impl Future<Output = Result<R, RedisError>>;
+
+    /// One command, `name` then `args`, routed by its first argument as a key (for `PUBSUB`,
+    /// by its second: the channel).
+    fn command<R: FromValue>(
+        &self,
+        route: &Route,
+        name: &'static str,
+        args: Vec<Value>,
+    ) -> impl Future<Output = Result<R, RedisError>>;
+
+    /// Commands sent together, each `name` then its arguments (the first a key), with each
+    /// one's reply or error, in order.
+    fn pipeline(
+        &self,
+        route: &Route,
+        commands: Vec<(&'static str, Vec<Value>)>,
+    ) -> impl Future<Output = Result<Vec<Result<Value, RedisError>>, RedisError>> + Send;
+
+    /// One page of `SCAN cursor MATCH pattern COUNT count [TYPE of_type]` on the node: the
+    /// next cursor ("0" at the end) and the keys.
+    fn scan_page(
+        &self,
+        route: &Route,
+        cursor: String,
+        pattern: &str,
+        count: u32,
+        of_type: Option<ScanType>,
+    ) -> impl Future<Output = Result<(String, Vec<String>), RedisError>> + Send;
+
+    /// `SUBSCRIBE channel` on a connection that also asks (a sentinel's, RESP3).
+    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// `GET key`.
+    fn get<R: FromValue>(
+        &self,
+        route: &Route,
+        key: Key,
+    ) -> impl Future<Output = Result<R, RedisError>> {
+        self.command(route, "GET", vec![Value::from(key)])
+    }
+
+    /// `HGET key field`.
+    fn hget<R: FromValue>(
+        &self,
+        route: &Route,
+        key: Key,
+        field: &str,
+    ) -> impl Future<Output = Result<R, RedisError>> {
+        self.command(route, "HGET", vec![Value::from(key), Value::from(field)])
+    }
+
+    /// `TYPE key`: `none` when there is no key.
+    fn key_type(
+        &self,
+        route: &Route,
+        key: Key,
+    ) -> impl Future<Output = Result<String, RedisError>> {
+        self.command(route, "TYPE", vec![Value::from(key)])
+    }
+
+    /// `PTTL key`: -2 when there is no key, -1 when it never expires.
+    fn pttl(&self, route: &Route, key: Key) -> impl Future<Output = Result<i64, RedisError>> {
+        self.command(route, "PTTL", vec![Value::from(key)])
+    }
+
+    /// How many subscribers `channel` has (`PUBSUB NUMSUB`, or `PUBSUB SHARDNUMSUB` when
+    /// `sharded`), as the reply's pair.
+    fn subscribers(
+        &self,
+        route: &Route,
+        channel: &str,
+        sharded: bool,
+    ) -> impl Future<Output = Result<Vec<Value>, RedisError>> {
+        let which = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+        self.command(
+            route,
+            "PUBSUB",
+            vec![Value::from(which), Value::from(channel)],
+        )
+    }
+
+    /// `CLIENT SETNAME name`.
+    fn set_name(&self, route: &Route, name: &str) -> impl Future<Output = Result<(), RedisError>> {
+        self.command(
+            route,
+            "CLIENT",
+            vec![Value::from("SETNAME"), Value::from(name)],
+        )
+    }
+
+    /// `CLIENT LIST`.
+    fn client_list(&self, route: &Route) -> impl Future<Output = Result<String, RedisError>> {
+        self.command(route, "CLIENT", vec![Value::from("LIST")])
+    }
+}
+
+/// What the crate needs of a client library's subscriber: the connection pub/sub messages come
+/// in on (on a cluster, one per node it listens on), and the subscriptions it keeps. Clones
+/// share it.
+pub(crate) trait SubscriberLike: Clone + Send + Sync + 'static {
+    /// Connects, and returns once connected (or with why it could not).
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions
+    /// (not when the command is written: a waiter told "subscribed" too early would make its
+    /// second attempt possibly before the subscription exists, and miss an unlock published
+    /// in between).
+    fn subscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// Subscribes sharded `channels`, all of one slot (`SSUBSCRIBE` on the slot's node), and
+    /// returns once the server has them.
+    fn ssubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// `UNSUBSCRIBE channels`.
+    fn unsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// `SUNSUBSCRIBE channels`, all of one slot.
+    fn sunsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// Whether it can take sharded channels.
+    fn shards(&self) -> bool;
+
+    /// The classic channels the library itself subscribes again after a reconnect (none on a
+    /// library that leaves that to the engine).
+    fn tracked_channels(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The node that serves `slot`, as its routing table says (none outside a cluster).
+    fn slot_owner(&self, slot: u16) -> Option<Server>;
+
+    /// Reads the cluster's slots again.
+    fn refresh_slots(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// The messages from now on.
+    fn messages(&self) -> Messages;
+
+    /// The announcements of its new connections from now on.
+    fn reconnects(&self) -> Reconnects;
+
+    /// The nodes it is connected to now.
+    fn connected_to(&self) -> Vec<Server>;
+
+    /// Drops its connections and connects again (to where the configuration now says).
+    fn reconnect(&self) -> impl Future<Output = ()> + Send;
+
+    /// Closes it.
+    fn quit(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// The client libraries compiled in, as a command connection: the one list of them. A third
+/// library is a variant here and in [`Listeners`], an arm in `each!`, its file and its
+/// feature.
+#[derive(Clone)]
+enum Links {
+    #[cfg(feature = "fred")]
+    Fred(FredConnection),
+    #[cfg(feature = "redis-rs")]
+    RedisRs(redis_rs::Link),
+    /// A cluster on redis-rs: a link per master.
+    #[cfg(feature = "redis-rs")]
+    RedisRsCluster(redis_rs_cluster::Cluster),
+}
+
+/// The client libraries compiled in, as a subscriber.
+#[derive(Clone)]
+enum Listeners {
+    #[cfg(feature = "fred")]
+    Fred(FredSubscriber),
+    #[cfg(feature = "redis-rs")]
+    RedisRs(redis_rs::Link),
+    #[cfg(feature = "redis-rs")]
+    RedisRsCluster(redis_rs_cluster::Cluster),
+}
+
+/// `$body` with `$link` bound to the library under `$on` (a [`Links`] or a [`Listeners`]),
+/// whose methods it calls through the seam's trait.
+macro_rules! each {
+    ($libraries:ident, $on:expr, |$link:ident| $body:expr) => {
+        match $on {
+            #[cfg(feature = "fred")]
+            $libraries::Fred($link) => $body,
+            #[cfg(feature = "redis-rs")]
+            $libraries::RedisRs($link) => $body,
+            #[cfg(feature = "redis-rs")]
+            $libraries::RedisRsCluster($link) => $body,
+        }
+    };
+}
 
 /// Which client library a lock client's connections are made with.
 #[derive(Clone, Debug)]
@@ -137,8 +389,9 @@ pub(crate) enum Protocol {
 /// connection, its subscriber, replica sync's own connections, and a connection to a sentinel.
 pub(crate) struct Connector {
     config: Config,
+    /// With fred: its builder, unless redis-rs makes the connections.
     #[cfg(feature = "fred")]
-    builder: Builder,
+    fred: Option<self::fred::Connections>,
     /// With redis-rs: where its connections go, or why it cannot serve this configuration
     /// (refused by the first connection made).
     #[cfg(feature = "redis-rs")]
@@ -153,52 +406,51 @@ pub(crate) struct Sentinels {
 
 impl Connector {
     /// Connections made by `library` to what `config` names, over `protocol` (when `None`:
-    /// fred's configuration's, or RESP3 on redis-rs),
-    /// whose calls fail after `command_timeout` without a reply, reconnecting as
-    /// `reconnect_policy` says.
+    /// fred's configuration's, or RESP3 on redis-rs), whose calls fail after `command_timeout`
+    /// without a reply, reconnecting as `reconnect_policy` says.
     pub(crate) fn new(
         library: Library,
-        #[cfg_attr(not(feature = "fred"), allow(unused_mut))] mut config: Config,
+        config: Config,
         protocol: Option<Protocol>,
         command_timeout: Duration,
         reconnect_policy: ReconnectPolicy,
     ) -> Connector {
-        #[cfg(feature = "fred")]
-        if let Some(protocol) = protocol {
-            config.version = match protocol {
-                Protocol::Resp2 => RespVersion::RESP2,
-                Protocol::Resp3 => RespVersion::RESP3,
-            };
-        }
-        #[cfg(feature = "fred")]
-        let builder = fred_builder(&config, command_timeout, &reconnect_policy);
-        #[cfg(feature = "redis-rs")]
-        let redis_rs = match library {
+        match library {
             #[cfg(feature = "fred")]
-            Library::Fred => None,
-            Library::RedisRs(None) => Some(redis_rs_target(
-                &config,
-                protocol.map_or(redis::ProtocolVersion::RESP3, redis_rs_protocol),
-                command_timeout,
-                reconnect_policy,
-            )),
-            Library::RedisRs(Some(info)) => Some(redis_rs::Target::handed_over(
-                *info,
-                protocol.map(redis_rs_protocol),
-                command_timeout,
-                reconnect_policy,
-            )),
-        };
-        #[cfg(not(feature = "redis-rs"))]
-        let _ = protocol;
-        #[cfg(not(feature = "redis-rs"))]
-        let Library::Fred = library;
-        Connector {
-            config,
-            #[cfg(feature = "fred")]
-            builder,
+            Library::Fred => Connector {
+                fred: Some(self::fred::Connections::new(
+                    &config,
+                    protocol,
+                    command_timeout,
+                    &reconnect_policy,
+                )),
+                #[cfg(feature = "redis-rs")]
+                redis_rs: None,
+                config,
+            },
             #[cfg(feature = "redis-rs")]
-            redis_rs,
+            Library::RedisRs(handed_over) => {
+                let target = match handed_over {
+                    None => redis_rs_target(
+                        &config,
+                        protocol.map_or(redis::ProtocolVersion::RESP3, redis_rs_protocol),
+                        command_timeout,
+                        reconnect_policy,
+                    ),
+                    Some(info) => redis_rs::Target::handed_over(
+                        *info,
+                        protocol.map(redis_rs_protocol),
+                        command_timeout,
+                        reconnect_policy,
+                    ),
+                };
+                Connector {
+                    config,
+                    #[cfg(feature = "fred")]
+                    fred: None,
+                    redis_rs: Some(target),
+                }
+            }
         }
     }
 
@@ -235,28 +487,40 @@ impl Connector {
     pub(crate) fn connection(&self) -> Result<Connection, RedisError> {
         #[cfg(feature = "redis-rs")]
         if let Some(target) = &self.redis_rs {
-            return Ok(Connection::with(redis_rs_link(target.clone()?, false)?));
+            let target = target.clone()?;
+            return Ok(Connection::with(if target.seeds().is_some() {
+                Links::RedisRsCluster(redis_rs_cluster::Cluster::new(target, false)?)
+            } else {
+                Links::RedisRs(redis_rs::Link::new(target))
+            }));
         }
         #[cfg(feature = "fred")]
-        return Ok(Connection::new(self.builder.build()?));
-        #[cfg(not(feature = "fred"))]
-        Err(without_fred())
+        if let Some(fred) = &self.fred {
+            return Ok(Connection::with(Links::Fred(fred.connection()?)));
+        }
+        Err(no_library())
     }
 
     /// A subscriber, not connected yet ([`Subscriber::connect`]).
     pub(crate) fn subscriber(&self) -> Result<Subscriber, RedisError> {
         #[cfg(feature = "redis-rs")]
         if let Some(target) = &self.redis_rs {
+            let target = target.clone()?.subscribing();
             return Ok(Subscriber {
-                link: redis_rs_link(target.clone()?.subscribing(), true)?,
+                link: if target.seeds().is_some() {
+                    Listeners::RedisRsCluster(redis_rs_cluster::Cluster::new(target, true)?)
+                } else {
+                    Listeners::RedisRs(redis_rs::Link::new(target))
+                },
             });
         }
         #[cfg(feature = "fred")]
-        return Ok(Subscriber {
-            link: Link::Fred(self.builder.build_subscriber_client()?),
-        });
-        #[cfg(not(feature = "fred"))]
-        Err(without_fred())
+        if let Some(fred) = &self.fred {
+            return Ok(Subscriber {
+                link: Listeners::Fred(fred.subscriber()?),
+            });
+        }
+        Err(no_library())
     }
 
     /// A connection to `sentinel` that both subscribes and asks (RESP3), with the sentinels'
@@ -285,185 +549,31 @@ impl Connector {
                 timeout,
                 once,
             )?;
-            return Ok(Connection::with(Link::RedisRs(redis_rs::Link::new(target))));
-        }
-        #[cfg(not(feature = "fred"))]
-        {
-            let _ = (sentinel, timeout);
-            Err(without_fred())
+            return Ok(Connection::with(Links::RedisRs(redis_rs::Link::new(
+                target,
+            ))));
         }
         #[cfg(feature = "fred")]
-        self.fred_sentinel(sentinel, timeout)
-    }
-
-    #[cfg(feature = "fred")]
-    fn fred_sentinel(
-        &self,
-        sentinel: &Server,
-        timeout: Duration,
-    ) -> Result<Connection, RedisError> {
-        let (username, password) = match &self.config.server {
-            ServerConfig::Sentinel {
-                username, password, ..
-            } => (username.clone(), password.clone()),
-            _ => (None, None),
-        };
-        let config = Config {
-            server: ServerConfig::Centralized {
-                server: sentinel.clone(),
-            },
-            username: username.or_else(|| self.config.username.clone()),
-            password: password.or_else(|| self.config.password.clone()),
-            // RESP3, so that the connection can ask who the master is while it is subscribed.
-            version: RespVersion::RESP3,
-            #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-            tls: self.config.tls.clone(),
-            ..Config::default()
-        };
-        let client = Builder::from_config(config)
-            .with_performance_config(|performance| {
-                performance.default_command_timeout = timeout;
-            })
-            .build()?;
-        Ok(Connection::new(client))
-    }
-}
-
-/// fred's builder of a client's connections: calls fail after `command_timeout` without a
-/// reply, connections come back as `reconnect_policy` says.
-#[cfg(feature = "fred")]
-fn fred_builder(
-    config: &Config,
-    command_timeout: Duration,
-    reconnect_policy: &ReconnectPolicy,
-) -> Builder {
-    let performance = PerformanceConfig {
-        default_command_timeout: command_timeout,
-        broadcast_channel_capacity: MESSAGE_BUFFER,
-        ..PerformanceConfig::default()
-    };
-    // One attempt per command: fred would otherwise send an in-flight script again after a
-    // reconnect, and a reentrant acquire or release must not run twice.
-    let connection = ConnectionConfig {
-        max_command_attempts: 1,
-        ..ConnectionConfig::default()
-    };
-    let mut builder = Builder::from_config(config.clone());
-    builder
-        .set_performance_config(performance)
-        .set_connection_config(connection)
-        .set_policy(fred_policy(reconnect_policy));
-    builder
-}
-
-/// `policy` in fred's words.
-#[cfg(feature = "fred")]
-pub(crate) fn fred_policy(policy: &ReconnectPolicy) -> fred::types::config::ReconnectPolicy {
-    use crate::engine::client::settings::Shape;
-    use fred::types::config::ReconnectPolicy as Fred;
-    let attempts = policy.max_attempts;
-    let mut fred = match policy.shape {
-        Shape::Constant { delay } => Fred::new_constant(attempts, delay),
-        Shape::Linear { max_delay, delay } => Fred::new_linear(attempts, max_delay, delay),
-        Shape::Exponential {
-            min_delay,
-            max_delay,
-            base,
-        } => Fred::new_exponential(attempts, min_delay, max_delay, base),
-    };
-    fred.set_jitter(policy.jitter);
-    fred
-}
-
-/// fred's policy, for a service that has one already: the builder takes it as the crate's own.
-#[cfg(feature = "fred")]
-impl From<fred::types::config::ReconnectPolicy> for ReconnectPolicy {
-    fn from(fred: fred::types::config::ReconnectPolicy) -> ReconnectPolicy {
-        use fred::types::config::ReconnectPolicy as Fred;
-        let (mut policy, jitter) = match fred {
-            Fred::Constant {
-                max_attempts,
-                delay,
-                jitter,
-                ..
-            } => (ReconnectPolicy::new_constant(max_attempts, delay), jitter),
-            Fred::Linear {
-                max_attempts,
-                max_delay,
-                delay,
-                jitter,
-                ..
-            } => (
-                ReconnectPolicy::new_linear(max_attempts, max_delay, delay),
-                jitter,
-            ),
-            Fred::Exponential {
-                max_attempts,
-                min_delay,
-                max_delay,
-                base,
-                jitter,
-                ..
-            } => (
-                ReconnectPolicy::new_exponential(max_attempts, min_delay, max_delay, base),
-                jitter,
-            ),
-        };
-        policy.set_jitter(jitter);
-        policy
-    }
-}
-
-/// fred's place in a build without it: a type of which no value exists, so that the seam is
-/// written once and the compiler sees that fred's arms are never taken.
-#[cfg(not(feature = "fred"))]
-mod absent {
-    use crate::engine::Server;
-
-    #[derive(Clone)]
-    pub(crate) enum Client {}
-
-    /// Where a call goes on a cluster, in fred's words (read by fred alone, so far).
-    #[derive(Clone, Default)]
-    #[allow(dead_code)]
-    pub(crate) struct Options {
-        pub(crate) cluster_node: Option<Server>,
-        pub(crate) cluster_hash: Option<ClusterHash>,
-    }
-
-    #[derive(Clone)]
-    #[allow(dead_code)]
-    pub(crate) enum ClusterHash {
-        Custom(u16),
-    }
-
-    pub(crate) type SubscriberClient = Client;
-
-    impl Client {
-        pub(crate) fn absent(&self) -> ! {
-            match *self {}
+        if self.fred.is_some() {
+            return Ok(Connection::with(Links::Fred(self::fred::sentinel(
+                &self.config,
+                sentinel,
+                timeout,
+            )?)));
         }
+        let _ = (sentinel, timeout);
+        Err(no_library())
     }
 }
 
-/// A connection asked of fred in a build without it.
-#[cfg(not(feature = "fred"))]
-fn without_fred() -> RedisError {
+/// A connection asked of a library the build does not have (the builder refuses such a
+/// backend before it makes a connector; kept so that no path panics).
+fn no_library() -> RedisError {
     RedisError::new(
         RedisErrorKind::Refused,
         Failure::Other("invalid client config".into()),
-        "fredlock was built without feature fred: use Backend::RedisRs",
+        "fredlock was built without the client library this backend needs",
     )
-}
-
-/// A redis-rs link to `target`: one server's, or a cluster's (`subscribes`: a subscriber's).
-#[cfg(feature = "redis-rs")]
-fn redis_rs_link<C>(target: redis_rs::Target, subscribes: bool) -> Result<Link<C>, RedisError> {
-    Ok(if target.seeds().is_some() {
-        Link::RedisRsCluster(redis_rs_cluster::Cluster::new(target, subscribes)?)
-    } else {
-        Link::RedisRs(redis_rs::Link::new(target))
-    })
 }
 
 /// What redis-rs connects to for `config`: one server (over TLS for a TLS URL), the master
@@ -538,341 +648,62 @@ fn redis_rs_protocol(protocol: Protocol) -> redis::ProtocolVersion {
     }
 }
 
-/// `$fred` on fred's client, or `$other` on another library's link.
-macro_rules! either {
-    ($link:expr, |$client:ident| $fred:expr, |$other_link:ident| $other:expr) => {
-        match $link {
-            #[cfg(feature = "fred")]
-            Link::Fred($client) => $fred,
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs($other_link) => $other,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster($other_link) => $other,
-        }
-    };
-}
-
-/// The client library under a [`Connection`] (`C`: fred's `Client`) or a [`Subscriber`]
-/// (fred's `SubscriberClient`).
-#[derive(Clone)]
-enum Link<C> {
-    // Never made in a build without fred, where `C` has no values.
-    #[cfg_attr(not(feature = "fred"), allow(dead_code))]
-    Fred(C),
-    #[cfg(feature = "redis-rs")]
-    RedisRs(redis_rs::Link),
-    /// A cluster on redis-rs: a link per master.
-    #[cfg(feature = "redis-rs")]
-    RedisRsCluster(redis_rs_cluster::Cluster),
-}
-
-/// The methods of [`Link`], for fred's clients or for fred's absence.
-macro_rules! link_methods {
-    () => {
-        /// Connects (and returns once connected, or with why it could not).
-        async fn connect(&self) -> Result<(), RedisError> {
-            either!(
-                self,
-                |client| {
-                    let task = client.init().await?;
-                    keep_routing(client.clone(), task);
-                    Ok(())
-                },
-                |link| link.connect().await
-            )
-        }
-
-        fn is_connected(&self) -> bool {
-            either!(self, |client| client.is_connected(), |link| link
-                .is_connected())
-        }
-
-        fn messages(&self) -> broadcast::Receiver<Message> {
-            either!(self, |client| client.message_rx(), |link| link.messages())
-        }
-
-        fn reconnects(&self) -> Reconnects {
-            either!(self, |client| client.reconnect_rx(), |link| link
-                .reconnects())
-        }
-
-        fn connected_to(&self) -> Vec<Server> {
-            either!(self, |client| client.active_connections(), |link| link
-                .connected_to())
-        }
-
-        async fn reconnect(&self) {
-            either!(
-                self,
-                |client| {
-                    let _ = client.force_reconnection().await;
-                },
-                |link| link.reconnect().await
-            )
-        }
-
-        async fn quit(&self) {
-            either!(
-                self,
-                |client| {
-                    let _ = client.quit().await;
-                },
-                |link| link.quit().await
-            )
-        }
-    };
-}
-
-/// Starts fred's routing task again when it ended on an `ASK` it could not follow (fred sends
-/// each command once, `max_command_attempts` 1, and has no attempt left for the `ASKING` an
-/// `ASK` needs; it then disconnects and ends the task, and every later call would time out).
-/// Any other end (the client quit, the reconnect policy gave up) is left as fred leaves it.
-#[cfg(feature = "fred")]
-fn keep_routing<C: ClientLike + Clone + Send + Sync + 'static>(
-    client: C,
-    task: fred::types::ConnectHandle,
-) {
-    tokio::spawn(async move {
-        let mut task = task;
-        loop {
-            match task.await {
-                Ok(Err(error)) if error.details() == ASK_REFUSED => {
-                    tracing::warn!(client = %client.id(), "fred stopped routing after an ASK it could not follow (a slot being moved); connecting again");
-                    match client.init().await {
-                        Ok(next) => task = next,
-                        Err(error) => {
-                            tracing::error!(client = %client.id(), %error, "could not connect again after an ASK");
-                            return;
-                        }
-                    }
-                }
-                _ => return,
-            }
-        }
-    });
-}
-
-/// Keeps `dropped` true from fred's report that its connection to `client`'s one server
-/// dropped until fred reports a new one. fred itself counts as connected until its first
-/// reconnect attempt, one reconnect delay after the drop (100-200 ms with the default policy,
-/// longer with a user's), and a call sent in that time waits for the reconnect or the command
-/// timeout: the engine asks [`Connection::is_connected`] to fail such a call at once. Errors
-/// are read before reconnects, so a drop and the reconnect after it, both unread, leave it
-/// false. A cluster's nodes drop one at a time, each without the others: not followed.
-#[cfg(feature = "fred")]
-fn follow_drops(client: &Client, dropped: &Arc<Dropped>) {
-    let mut errors = client.error_rx();
-    let mut reconnects = client.reconnect_rx();
-    // Not the client: the task ends when fred closes its channels as the client goes away,
-    // or when the connection is gone.
-    let dropped = Arc::downgrade(dropped);
-    tokio::spawn(async move {
-        loop {
-            let now = tokio::select! {
-                biased;
-                error = errors.recv() => match error {
-                    // A connection's own error: it dropped. Without a server: a reconnect
-                    // failed, while fred already counts itself not connected.
-                    Ok((_, Some(_))) => true,
-                    Ok((_, None)) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-                reconnect = reconnects.recv() => match reconnect {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => false,
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-            };
-            let Some(dropped) = dropped.upgrade() else {
-                return;
-            };
-            dropped.now.store(now, Ordering::Release);
-            if !now {
-                dropped.back.notify_waiters();
-            }
-        }
-    });
-}
-
-/// A fred connection's drop, as [`follow_drops`] follows it.
-#[cfg(feature = "fred")]
-struct Dropped {
-    /// True from a drop until the reconnect after it (an atomic: every attempt reads it).
-    now: AtomicBool,
-    /// Told when `now` turns false.
-    back: Notify,
-    /// Whether a task follows it (started by the first `connect`).
-    followed: AtomicBool,
-}
-
-#[cfg(feature = "fred")]
-impl Dropped {
-    /// Returns once `now` is false.
-    async fn back(&self) {
-        loop {
-            // Made before the look, so a reconnect told between the two is not missed.
-            let told = self.back.notified();
-            if !self.now.load(Ordering::Acquire) {
-                return;
-            }
-            told.await;
-        }
-    }
-}
-
-/// What a connection and a subscriber do alike: connect, follow their connections, close.
-#[cfg(feature = "fred")]
-impl<C: ClientLike + EventInterface + Clone + Sync + 'static> Link<C> {
-    link_methods!();
-}
-
-/// The same in a build without fred (where a connection's and a subscriber's placeholder for
-/// fred are one type).
-#[cfg(not(feature = "fred"))]
-impl Link<Client> {
-    link_methods!();
-}
-
 /// A command connection (on a cluster, one per master): every script call, command and read the
 /// crate sends goes through one. Clones share the connection.
 ///
 /// Each call goes where its first key's slot is served, unless the connection was pointed at a
 /// node ([`on_node`](Self::on_node)) or a slot ([`on_slot`](Self::on_slot)). Each call's error is
-/// a [`RedisError`], sorted once here.
-///
-/// Each method matches on the client library and awaits that library's own future in place:
-/// no future of the seam's own stands between a caller's and the library's, so the futures of
-/// a caller's call nest no deeper than they would without the seam (rustc's query depth, which
-/// a caller's `async fn` reaches at about 128 nested futures).
+/// a [`RedisError`], sorted by the library's file.
 #[derive(Clone)]
 pub(crate) struct Connection {
-    link: Link<Client>,
-    /// Whether fred's connection to its one server (standalone or behind Sentinel) dropped
-    /// and has not been made again, shared by clones: see [`follow_drops`].
-    #[cfg(feature = "fred")]
-    dropped: Arc<Dropped>,
-    /// Where every call goes on a cluster when it is not its first key's slot (read by fred
-    /// alone, so far).
-    #[cfg_attr(not(feature = "fred"), allow(dead_code))]
-    route: Option<Options>,
+    link: Links,
+    /// Where every call goes on a cluster.
+    route: Route,
 }
-
-/// Runs `$fred` on fred's client `$on`, routed as the connection says, and sorts the error.
-#[cfg(feature = "fred")]
-macro_rules! on_fred {
-    ($connection:expr, $on:expr, |$client:ident| $fred:expr) => {
-        match &$connection.route {
-            None => {
-                let $client = $on;
-                $fred.await.map_err(RedisError::from)
-            }
-            Some(options) => {
-                let $client = &$on.with_options(options);
-                $fred.await.map_err(RedisError::from)
-            }
-        }
-    };
-}
-
-/// Runs `$fred` on the connection's fred client, routed as the connection says, or `$other`
-/// on another library's link, and sorts the error.
-macro_rules! routed {
-    ($connection:expr, |$client:ident| $fred:expr, |$link:ident| $other:expr) => {{
-        match &$connection.link {
-            #[cfg(feature = "fred")]
-            Link::Fred(on) => on_fred!($connection, on, |$client| $fred),
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs($link) => $other.await,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster(cluster) => {
-                let $link = cluster.pinned(pin(&$connection.route));
-                $other.await
-            }
-        }
-    }};
-}
-
-/// Where a connection pointed at a node or a slot sends its calls, on a redis-rs cluster.
-#[cfg(feature = "redis-rs")]
-fn pin(route: &Option<Options>) -> Option<redis_rs_cluster::Pin> {
-    let route = route.as_ref()?;
-    if let Some(node) = &route.cluster_node {
-        return Some(redis_rs_cluster::Pin::Node(node.clone()));
-    }
-    match &route.cluster_hash {
-        Some(ClusterHash::Custom(slot)) => Some(redis_rs_cluster::Pin::Slot(*slot)),
-        _ => None,
-    }
-}
-
-/// The announcements of a connection's reconnects: one per new connection (the node it reached),
-/// before anything is sent on it; closed when the client quits.
-pub(crate) type Reconnects = broadcast::Receiver<Server>;
 
 impl Connection {
-    #[cfg(feature = "fred")]
-    pub(crate) fn new(client: Client) -> Connection {
-        Connection::with(Link::Fred(client))
-    }
-
-    fn with(link: Link<Client>) -> Connection {
+    fn with(link: Links) -> Connection {
         Connection {
             link,
-            #[cfg(feature = "fred")]
-            dropped: Arc::new(Dropped {
-                now: AtomicBool::new(false),
-                back: Notify::new(),
-                followed: AtomicBool::new(false),
-            }),
-            route: None,
+            route: Route::FirstKey,
         }
     }
 
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        #[cfg(feature = "fred")]
-        if let Some(client) = self.fred() {
-            if !client.is_clustered() && !self.dropped.followed.swap(true, Ordering::Relaxed) {
-                follow_drops(client, &self.dropped);
-            }
-        }
-        self.link.connect().await
+        each!(Links, &self.link, |link| ConnectionLike::connect(link)
+            .await)
     }
 
     /// The pub/sub messages of a connection that subscribes (a sentinel's).
-    pub(crate) fn messages(&self) -> broadcast::Receiver<Message> {
-        self.link.messages()
+    pub(crate) fn messages(&self) -> Messages {
+        each!(Links, &self.link, |link| ConnectionLike::messages(link))
     }
 
     /// `SUBSCRIBE channel` on a connection that also asks (a sentinel's, RESP3).
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), RedisError> {
-        either!(
-            &self.link,
-            |client| Ok(client.subscribe(channel).await?),
-            |link| link.subscribe(vec![channel.to_owned()]).await
+        each!(Links, &self.link, |link| ConnectionLike::subscribe(
+            link, channel
         )
+        .await)
     }
 
     /// fred's client under this connection, for the public API that hands it out; `None` on
     /// another library.
     #[cfg(feature = "fred")]
-    pub(crate) fn fred(&self) -> Option<&Client> {
-        either!(&self.link, |client| Some(client), |_link| None)
+    pub(crate) fn fred(&self) -> Option<&FredClient> {
+        match &self.link {
+            Links::Fred(link) => Some(link.client()),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
     }
 
     /// This connection, sending every call to `node` (on a cluster; elsewhere, to the server).
     pub(crate) fn on_node(&self, node: Server) -> Connection {
         Connection {
             link: self.link.clone(),
-            #[cfg(feature = "fred")]
-            dropped: self.dropped.clone(),
-            route: Some(Options {
-                cluster_node: Some(node),
-                ..Options::default()
-            }),
+            route: Route::Node(node),
         }
     }
 
@@ -880,22 +711,13 @@ impl Connection {
     pub(crate) fn on_slot(&self, slot: u16) -> Connection {
         Connection {
             link: self.link.clone(),
-            #[cfg(feature = "fred")]
-            dropped: self.dropped.clone(),
-            route: Some(Options {
-                cluster_hash: Some(ClusterHash::Custom(slot)),
-                ..Options::default()
-            }),
+            route: Route::Slot(slot),
         }
     }
 
     /// Whether it is connected now (it reconnects in the background).
     pub(crate) fn is_connected(&self) -> bool {
-        #[cfg(feature = "fred")]
-        if self.dropped.now.load(Ordering::Acquire) {
-            return false;
-        }
-        self.link.is_connected()
+        each!(Links, &self.link, |link| ConnectionLike::is_connected(link))
     }
 
     /// A call made on a connection to one server that knows it has none is not sent: it fails
@@ -917,81 +739,59 @@ impl Connection {
 
     /// Returns once it is connected (at once when it is).
     pub(crate) async fn wait_for_connect(&self) {
-        either!(
-            &self.link,
-            |client| {
-                let _ = client.wait_for_connect().await;
-                self.dropped.back().await;
-            },
-            |link| link.wait_for_connect().await
+        each!(Links, &self.link, |link| ConnectionLike::wait_for_connect(
+            link
         )
+        .await)
     }
 
     pub(crate) fn is_clustered(&self) -> bool {
-        either!(&self.link, |client| client.is_clustered(), |link| link
-            .is_clustered())
+        each!(Links, &self.link, |link| ConnectionLike::is_clustered(link))
     }
 
     /// The service it finds its master under, behind Sentinel.
     pub(crate) fn sentinel_service(&self) -> Option<String> {
-        either!(
-            &self.link,
-            |client| match &client.client_config().server {
-                ServerConfig::Sentinel { service_name, .. } => Some(service_name.clone()),
-                _ => None,
-            },
-            |link| link.sentinel_service()
-        )
+        each!(Links, &self.link, |link| ConnectionLike::sentinel_service(
+            link
+        ))
     }
 
     /// The server's major version, once the connection has read it.
     pub(crate) fn server_major(&self) -> Option<u64> {
-        either!(
-            &self.link,
-            |client| client.server_version().map(|version| version.major),
-            |link| link.server_major()
-        )
+        each!(Links, &self.link, |link| ConnectionLike::server_major(link))
     }
 
     /// How long a call waits for its reply before it fails with a lost reply.
     pub(crate) fn command_timeout(&self) -> Duration {
-        either!(
-            &self.link,
-            |client| client.perf_config().default_command_timeout,
-            |link| link.command_timeout()
-        )
+        each!(Links, &self.link, |link| ConnectionLike::command_timeout(
+            link
+        ))
     }
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        self.link.reconnects()
+        each!(Links, &self.link, |link| ConnectionLike::reconnects(link))
     }
 
     /// The nodes it is connected to now (each master's, on a cluster).
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        self.link.connected_to()
+        each!(Links, &self.link, |link| ConnectionLike::connected_to(link))
     }
 
     /// The masters of a cluster, as its routing table has them; none outside one.
     pub(crate) fn masters(&self) -> Vec<Server> {
-        either!(
-            &self.link,
-            |client| client
-                .cached_cluster_state()
-                .map(|state| state.unique_primary_nodes())
-                .unwrap_or_default(),
-            |link| link.masters()
-        )
+        each!(Links, &self.link, |link| ConnectionLike::masters(link))
     }
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        self.link.reconnect().await
+        each!(Links, &self.link, |link| ConnectionLike::reconnect(link)
+            .await)
     }
 
     /// Closes it; calls after this fail.
     pub(crate) async fn quit(&self) {
-        self.link.quit().await
+        each!(Links, &self.link, |link| ConnectionLike::quit(link).await)
     }
 
     /// One call of a script (`EVALSHA`, then `EVAL` when the server does not have it cached) or
@@ -1002,40 +802,13 @@ impl Connection {
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
-        match &self.link {
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => link.call(sent, call).await,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster(cluster) => {
-                cluster.pinned(pin(&self.route)).call(sent, call).await
-            }
-            #[cfg(feature = "fred")]
-            Link::Fred(on) => {
-                let (keys, args) = call();
-                match sent {
-                    Sent::Command(name) => {
-                        let mut command: Vec<Value> = keys.into_iter().map(Value::from).collect();
-                        command.extend(args);
-                        let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-                        on_fred!(self, on, |client| client.custom::<R, Value>(name, command))
-                    }
-                    Sent::Script { sha, body } => {
-                        match on_fred!(self, on, |client| client
-                            .evalsha::<R, _, _, _>(sha, keys, args))
-                        {
-                            Err(error) if error.details().starts_with("NOSCRIPT") => {
-                                let (keys, args) = call();
-                                on_fred!(self, on, |client| client
-                                    .eval::<R, _, _, _>(body, keys, args))
-                            }
-                            other => other,
-                        }
-                    }
-                }
-            }
-        }
+        each!(Links, &self.link, |link| ConnectionLike::call(
+            link,
+            &self.route,
+            sent,
+            call
+        )
+        .await)
     }
 
     /// One command, `name` then `args`, routed by its first argument as a key.
@@ -1045,14 +818,13 @@ impl Connection {
         args: Vec<Value>,
     ) -> Result<R, RedisError> {
         self.refused_unconnected()?;
-        routed!(
-            self,
-            |client| client.custom::<R, Value>(
-                CustomCommand::new_static(name, ClusterHash::FirstKey, false),
-                args
-            ),
-            |link| link.command::<R>(name, &args)
+        each!(Links, &self.link, |link| ConnectionLike::command(
+            link,
+            &self.route,
+            name,
+            args
         )
+        .await)
     }
 
     /// Commands sent together, each `name` then its arguments (the first a key), with each one's
@@ -1062,30 +834,12 @@ impl Connection {
         commands: Vec<(&'static str, Vec<Value>)>,
     ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
         self.refused_unconnected()?;
-        match &self.link {
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => link.pipeline(commands).await,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster(cluster) => {
-                cluster.pinned(pin(&self.route)).pipeline(commands).await
-            }
-            #[cfg(feature = "fred")]
-            Link::Fred(client) => {
-                let pipeline = client.pipeline();
-                for (name, args) in commands {
-                    let name = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-                    let () = pipeline.custom(name, args).await?;
-                }
-                Ok(pipeline
-                    .try_all::<Value>()
-                    .await
-                    .into_iter()
-                    .map(|reply| reply.map_err(RedisError::from))
-                    .collect())
-            }
-        }
+        each!(Links, &self.link, |link| ConnectionLike::pipeline(
+            link,
+            &self.route,
+            commands
+        )
+        .await)
     }
 
     /// `GET key`.
@@ -1094,8 +848,13 @@ impl Connection {
         key: impl Into<Key> + Send,
     ) -> Result<R, RedisError> {
         self.refused_unconnected()?;
-        routed!(self, |client| client.get::<R, _>(key), |link| link
-            .command::<R>("GET", &[Value::from(key.into())]))
+        let key = key.into();
+        each!(Links, &self.link, |link| ConnectionLike::get(
+            link,
+            &self.route,
+            key
+        )
+        .await)
     }
 
     /// `HGET key field`.
@@ -1105,55 +864,55 @@ impl Connection {
         field: &str,
     ) -> Result<R, RedisError> {
         self.refused_unconnected()?;
-        routed!(self, |client| client.hget::<R, _, _>(key, field), |link| {
-            link.command::<R>("HGET", &[Value::from(key.into()), Value::from(field)])
-        })
+        let key = key.into();
+        each!(Links, &self.link, |link| ConnectionLike::hget(
+            link,
+            &self.route,
+            key,
+            field
+        )
+        .await)
     }
 
     /// `TYPE key`: `none` when there is no key.
     pub(crate) async fn key_type(&self, key: impl Into<Key> + Send) -> Result<String, RedisError> {
         self.refused_unconnected()?;
-        routed!(self, |client| client.r#type::<String, _>(key), |link| {
-            link.command::<String>("TYPE", &[Value::from(key.into())])
-        })
+        let key = key.into();
+        each!(Links, &self.link, |link| ConnectionLike::key_type(
+            link,
+            &self.route,
+            key
+        )
+        .await)
     }
 
     /// `PTTL key`: -2 when there is no key, -1 when it never expires.
     pub(crate) async fn pttl(&self, key: impl Into<Key> + Send) -> Result<i64, RedisError> {
         self.refused_unconnected()?;
-        routed!(self, |client| client.pttl::<i64, _>(key), |link| link
-            .command::<i64>("PTTL", &[Value::from(key.into())]))
+        let key = key.into();
+        each!(Links, &self.link, |link| ConnectionLike::pttl(
+            link,
+            &self.route,
+            key
+        )
+        .await)
     }
 
     /// How many subscribers `channel` has (`PUBSUB NUMSUB`, or `PUBSUB SHARDNUMSUB` when
     /// `sharded`), as the reply's pair.
-    // Without fred, the two branches are redis-rs's one command.
-    #[cfg_attr(not(feature = "fred"), allow(clippy::if_same_then_else))]
     pub(crate) async fn subscribers(
         &self,
         channel: &str,
         sharded: bool,
     ) -> Result<Vec<Value>, RedisError> {
-        if sharded {
-            self.refused_unconnected()?;
-            routed!(
-                self,
-                |client| client.pubsub_shardnumsub::<Vec<Value>, _>(channel),
-                |link| link.command::<Vec<Value>>(
-                    "PUBSUB",
-                    &[Value::from(which(sharded)), Value::from(channel)]
-                )
-            )
-        } else {
-            routed!(
-                self,
-                |client| client.pubsub_numsub::<Vec<Value>, _>(channel),
-                |link| link.command::<Vec<Value>>(
-                    "PUBSUB",
-                    &[Value::from(which(sharded)), Value::from(channel)]
-                )
-            )
-        }
+        self.refused_unconnected()?;
+        each!(Links, &self.link, |link| ConnectionLike::subscribers(
+            link,
+            &self.route,
+            channel,
+            sharded
+        )
+        .await)
     }
 
     /// One page of `SCAN cursor MATCH pattern COUNT count [TYPE of_type]` on the node: the next
@@ -1165,57 +924,145 @@ impl Connection {
         count: u32,
         of_type: Option<ScanType>,
     ) -> Result<(String, Vec<String>), RedisError> {
-        match &self.link {
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => link.scan_page(cursor, pattern, count, of_type).await,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster(cluster) => {
-                cluster
-                    .pinned(pin(&self.route))
-                    .scan_page(cursor, pattern, count, of_type)
-                    .await
-            }
-            #[cfg(feature = "fred")]
-            Link::Fred(on) => {
-                on_fred!(self, on, |client| client
-                    .scan_page::<(String, Vec<String>), _, _>(
-                        cursor,
-                        pattern,
-                        Some(count),
-                        of_type
-                    ))
-            }
-        }
+        each!(Links, &self.link, |link| ConnectionLike::scan_page(
+            link,
+            &self.route,
+            cursor,
+            pattern,
+            count,
+            of_type
+        )
+        .await)
     }
 
     /// `CLIENT SETNAME name`.
     pub(crate) async fn set_name(&self, name: &str) -> Result<(), RedisError> {
-        routed!(self, |client| client.client_setname(name), |link| link
-            .command::<()>(
-                "CLIENT",
-                &[Value::from("SETNAME"), Value::from(name)]
-            ))
+        each!(Links, &self.link, |link| ConnectionLike::set_name(
+            link,
+            &self.route,
+            name
+        )
+        .await)
     }
 
     /// `CLIENT LIST`.
     pub(crate) async fn client_list(&self) -> Result<String, RedisError> {
-        routed!(
-            self,
-            |client| client.client_list::<String, String>(None, None),
-            |link| link.command::<String>("CLIENT", &[Value::from("LIST")])
+        each!(Links, &self.link, |link| ConnectionLike::client_list(
+            link,
+            &self.route
         )
+        .await)
     }
 }
 
-/// `PUBSUB`'s subcommand that counts a channel's subscribers.
-#[cfg(feature = "redis-rs")]
-fn which(sharded: bool) -> &'static str {
-    if sharded {
-        "SHARDNUMSUB"
-    } else {
-        "NUMSUB"
+/// The connection pub/sub messages come in on (on a cluster, one per node it listens on), and
+/// the subscriptions it keeps: classic channels, or sharded ones on the node of each channel's
+/// slot. Clones share it.
+#[derive(Clone)]
+pub(crate) struct Subscriber {
+    link: Listeners,
+}
+
+impl Subscriber {
+    /// Connects (and returns once connected, or with why it could not).
+    pub(crate) async fn connect(&self) -> Result<(), RedisError> {
+        each!(Listeners, &self.link, |link| SubscriberLike::connect(link)
+            .await)
+    }
+
+    /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions.
+    pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        each!(Listeners, &self.link, |link| SubscriberLike::subscribe(
+            link, channels
+        )
+        .await)
+    }
+
+    /// Subscribes sharded `channels`, all of one slot (`SSUBSCRIBE` on the slot's node), and
+    /// returns once the server has them.
+    pub(crate) async fn ssubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        each!(Listeners, &self.link, |link| SubscriberLike::ssubscribe(
+            link, channels
+        )
+        .await)
+    }
+
+    /// `UNSUBSCRIBE channels`.
+    pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        each!(Listeners, &self.link, |link| SubscriberLike::unsubscribe(
+            link, channels
+        )
+        .await)
+    }
+
+    /// `SUNSUBSCRIBE channels`, all of one slot.
+    pub(crate) async fn sunsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
+        each!(Listeners, &self.link, |link| SubscriberLike::sunsubscribe(
+            link, channels
+        )
+        .await)
+    }
+
+    /// Whether it can take sharded channels: not on redis-rs over RESP2, whose pub/sub knows
+    /// only classic ones.
+    pub(crate) fn shards(&self) -> bool {
+        each!(Listeners, &self.link, |link| SubscriberLike::shards(link))
+    }
+
+    /// The classic channels the library itself subscribes again after a reconnect (none on a
+    /// library that leaves that to the engine).
+    pub(crate) fn tracked_channels(&self) -> Vec<String> {
+        each!(Listeners, &self.link, |link| {
+            SubscriberLike::tracked_channels(link)
+        })
+    }
+
+    /// The node that serves `slot`, as its routing table says (none outside a cluster).
+    pub(crate) fn slot_owner(&self, slot: u16) -> Option<Server> {
+        each!(Listeners, &self.link, |link| SubscriberLike::slot_owner(
+            link, slot
+        ))
+    }
+
+    /// Reads the cluster's slots again.
+    pub(crate) async fn refresh_slots(&self) -> Result<(), RedisError> {
+        each!(Listeners, &self.link, |link| SubscriberLike::refresh_slots(
+            link
+        )
+        .await)
+    }
+
+    /// The messages from now on.
+    pub(crate) fn messages(&self) -> Messages {
+        each!(Listeners, &self.link, |link| SubscriberLike::messages(link))
+    }
+
+    /// The announcements of its new connections from now on.
+    pub(crate) fn reconnects(&self) -> Reconnects {
+        each!(Listeners, &self.link, |link| SubscriberLike::reconnects(
+            link
+        ))
+    }
+
+    /// The nodes it is connected to now.
+    pub(crate) fn connected_to(&self) -> Vec<Server> {
+        each!(Listeners, &self.link, |link| SubscriberLike::connected_to(
+            link
+        ))
+    }
+
+    /// Drops its connections and connects again (to where the configuration now says).
+    pub(crate) async fn reconnect(&self) {
+        each!(Listeners, &self.link, |link| SubscriberLike::reconnect(
+            link
+        )
+        .await)
+    }
+
+    /// Closes it.
+    pub(crate) async fn quit(&self) {
+        each!(Listeners, &self.link, |link| SubscriberLike::quit(link)
+            .await)
     }
 }
 
@@ -1229,217 +1076,6 @@ fn not_yet(what: &str) -> RedisError {
     )
 }
 
-/// The connection pub/sub messages come in on (on a cluster, one per node it listens on), and
-/// the subscriptions it keeps: classic channels, or sharded ones on the node of each channel's
-/// slot. Clones share it.
-#[derive(Clone)]
-pub(crate) struct Subscriber {
-    link: Link<SubscriberClient>,
-}
-
-/// The messages of a [`Subscriber`], as they come in.
-pub(crate) type Messages = broadcast::Receiver<Message>;
-
-impl Subscriber {
-    /// Connects (and returns once connected, or with why it could not).
-    pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        self.link.connect().await
-    }
-
-    /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions.
-    ///
-    /// fred completes a `SUBSCRIBE` as soon as it is written, not when Redis has processed it.
-    /// A waiter told "subscribed" too early would make its second attempt (on the other
-    /// connection) possibly before the subscription exists, and miss an unlock published in
-    /// between. Redis runs one connection's commands in order, so a `PING` behind the
-    /// `SUBSCRIBE`, on the same connection (in a cluster, the node fred sends subscriptions
-    /// to), answers only once it took effect. redis-rs (RESP3) returns on the server's reply.
-    pub(crate) async fn subscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        match &self.link {
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => link.subscribe(channels).await,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster(cluster) => cluster.subscribe(channels).await,
-            #[cfg(feature = "fred")]
-            Link::Fred(client) => {
-                client.subscribe(channels).await?;
-                let options = Options {
-                    cluster_hash: client
-                        .is_clustered()
-                        .then(|| ClusterHash::Custom(key_slot(client.id().as_bytes()))),
-                    ..Options::default()
-                };
-                client.with_options(&options).ping::<Value>(None).await?;
-                Ok(())
-            }
-        }
-    }
-
-    /// Subscribes sharded `channels`, all of one slot (`SSUBSCRIBE` on the slot's node), and
-    /// returns once the server has them (fred completes an `SSUBSCRIBE` on its reply: it never
-    /// pipelines one, so that it can follow a `MOVED`).
-    pub(crate) async fn ssubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        either!(
-            &self.link,
-            |client| Ok(client.ssubscribe(channels).await?),
-            |link| link.ssubscribe(channels).await
-        )
-    }
-
-    /// `UNSUBSCRIBE channels`.
-    pub(crate) async fn unsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        either!(
-            &self.link,
-            |client| Ok(client.unsubscribe(channels).await?),
-            |link| link.unsubscribe(channels).await
-        )
-    }
-
-    /// `SUNSUBSCRIBE channels`, all of one slot.
-    pub(crate) async fn sunsubscribe(&self, channels: Vec<String>) -> Result<(), RedisError> {
-        either!(
-            &self.link,
-            |client| Ok(client.sunsubscribe(channels).await?),
-            |link| link.sunsubscribe(channels).await
-        )
-    }
-
-    /// Whether it can take sharded channels: not on redis-rs over RESP2, whose pub/sub knows
-    /// only classic ones.
-    pub(crate) fn shards(&self) -> bool {
-        match &self.link {
-            #[cfg(not(feature = "fred"))]
-            Link::Fred(absent) => absent.absent(),
-            #[cfg(feature = "fred")]
-            Link::Fred(_) => true,
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRs(link) => link.shards(),
-            #[cfg(feature = "redis-rs")]
-            Link::RedisRsCluster(cluster) => cluster.shards(),
-        }
-    }
-
-    /// The classic channels the library itself subscribes again after a reconnect (none on a
-    /// library that leaves that to the engine).
-    pub(crate) fn tracked_channels(&self) -> Vec<String> {
-        either!(
-            &self.link,
-            |client| client
-                .tracked_channels()
-                .into_iter()
-                .map(|channel| channel.to_string())
-                .collect(),
-            |_link| Vec::new()
-        )
-    }
-
-    /// The node that serves `slot`, as its routing table says (none outside a cluster).
-    #[cfg_attr(not(feature = "fred"), allow(unused_variables))]
-    pub(crate) fn slot_owner(&self, slot: u16) -> Option<Server> {
-        either!(
-            &self.link,
-            |client| client.cached_cluster_state()?.get_server(slot).cloned(),
-            |link| link.slot_owner(slot)
-        )
-    }
-
-    /// Reads the cluster's slots again.
-    pub(crate) async fn refresh_slots(&self) -> Result<(), RedisError> {
-        either!(
-            &self.link,
-            |client| Ok(client.sync_cluster().await?),
-            |link| link.refresh_slots().await
-        )
-    }
-
-    /// The messages from now on.
-    pub(crate) fn messages(&self) -> Messages {
-        self.link.messages()
-    }
-
-    /// The announcements of its new connections from now on.
-    pub(crate) fn reconnects(&self) -> Reconnects {
-        self.link.reconnects()
-    }
-
-    /// The nodes it is connected to now.
-    pub(crate) fn connected_to(&self) -> Vec<Server> {
-        self.link.connected_to()
-    }
-
-    /// Drops its connections and connects again (to where the configuration now says).
-    pub(crate) async fn reconnect(&self) {
-        self.link.reconnect().await
-    }
-
-    /// Closes it.
-    pub(crate) async fn quit(&self) {
-        self.link.quit().await
-    }
-}
-
-#[cfg(feature = "fred")]
-impl From<FredError> for RedisError {
-    fn from(error: FredError) -> RedisError {
-        RedisError::new(kind(&error), failure(error.kind()), error.details())
-    }
-}
-
-/// What `error` means for the command that met it.
-#[cfg(feature = "fred")]
-fn kind(error: &FredError) -> RedisErrorKind {
-    let details = error.details();
-    // fred had no connection to route the command to (it is reconnecting), or did not follow an
-    // ASK; or the slot is being migrated and some keys have moved (TRYAGAIN), or the cluster
-    // cannot serve the slot for now (CLUSTERDOWN): refused before running.
-    if details.starts_with("Failed to route command")
-        || details == ASK_REFUSED
-        || details.starts_with("TRYAGAIN")
-        || details.starts_with("CLUSTERDOWN")
-    {
-        return RedisErrorKind::NotSent;
-    }
-    let no_reply = match error.kind() {
-        ErrorKind::IO
-        | ErrorKind::Timeout
-        | ErrorKind::Canceled
-        | ErrorKind::Routing
-        | ErrorKind::Cluster
-        | ErrorKind::Backpressure => true,
-        // Redis answers LOADING while it reads its data set after a restart, and fred reports a
-        // connection closed under a command as Unknown on some paths.
-        _ => {
-            details.starts_with("LOADING")
-                || details.contains("Connection closed")
-                || details.contains("connection closed")
-                // fred sends each command once (`max_command_attempts` 1) and says this when
-                // it would write one a second time: after a cluster's MOVED or ASK (it did not
-                // run), but also after a reconnect forced under it (the Sentinel watcher's, when
-                // the master switches), which puts the sent command back in the queue: it may
-                // have run. So it counts as a lost reply, never as a call that was not sent.
-                || details == TOO_MANY_WRITES
-        }
-    };
-    if no_reply {
-        RedisErrorKind::NoReply
-    } else {
-        RedisErrorKind::Refused
-    }
-}
-
-/// What failed, in the message's words.
-#[cfg(feature = "fred")]
-fn failure(kind: &ErrorKind) -> Failure {
-    match kind {
-        ErrorKind::IO => Failure::Connection,
-        ErrorKind::Timeout => Failure::Timeout,
-        ErrorKind::Auth => Failure::Auth,
-        other => Failure::Other(other.to_str().to_ascii_lowercase()),
-    }
-}
-
 /// A connection that was never connected, for tests that never send: fred's, or redis-rs's in
 /// a build without fred.
 #[cfg(test)]
@@ -1449,7 +1085,7 @@ mod unconnected {
     impl Connection {
         #[cfg(feature = "fred")]
         pub(crate) fn unconnected() -> Connection {
-            Connection::new(Client::default())
+            Connection::with(Links::Fred(FredConnection::new(Default::default())))
         }
 
         #[cfg(not(feature = "fred"))]
@@ -1465,97 +1101,7 @@ mod unconnected {
             let policy = ReconnectPolicy::new_constant(1, 0);
             let target = redis_rs::Target::new(nowhere, login, Duration::from_secs(1), policy)
                 .expect("an address");
-            Connection::with(Link::RedisRs(redis_rs::Link::new(target)))
+            Connection::with(Links::RedisRs(redis_rs::Link::new(target)))
         }
-    }
-}
-
-#[cfg(test)]
-#[cfg(feature = "fred")]
-mod tests {
-    use super::*;
-    use crate::error::{is_transient, reply_lost, was_not_sent, Error};
-
-    /// fred's answer while it has no connection to route a command to: never sent, so waits keep
-    /// waiting and releases are sent again (issue 11, point 3).
-    #[test]
-    fn a_command_fred_could_not_route_was_not_sent_and_is_transient() {
-        let unrouted = RedisError::from(FredError::new(
-            ErrorKind::Unknown,
-            "Failed to route command.",
-        ));
-        assert!(was_not_sent(&unrouted));
-        assert!(is_transient(&unrouted));
-        let error = Error::from_redis("127.0.0.1:6379", "a", Some("u:1"), unrouted);
-        assert!(error.is_transient());
-        let rejected = RedisError::from(FredError::new(ErrorKind::Unknown, "ERR unknown command"));
-        assert!(!was_not_sent(&rejected) && !is_transient(&rejected));
-        assert_eq!(rejected.kind(), RedisErrorKind::Refused);
-    }
-
-    /// A command fred refuses to write again may have run (a reconnect forced under it put it
-    /// back in the queue): its reply counts as lost, so it is fenced, never sent as it was.
-    #[test]
-    fn a_command_fred_would_write_twice_may_have_run() {
-        let requeued = RedisError::from(FredError::new(
-            ErrorKind::Unknown,
-            "Too many failed write attempts.",
-        ));
-        assert!(!was_not_sent(&requeued));
-        assert!(reply_lost(&requeued));
-    }
-
-    /// Each of fred's kinds of a failed connection, and a server loading its data, is a reply
-    /// that may be lost; a cluster that moves or cannot serve a slot refused before running.
-    #[test]
-    fn fred_errors_are_sorted_by_what_they_mean_for_the_command() {
-        for kind in [
-            ErrorKind::IO,
-            ErrorKind::Timeout,
-            ErrorKind::Canceled,
-            ErrorKind::Routing,
-            ErrorKind::Cluster,
-            ErrorKind::Backpressure,
-        ] {
-            let error = RedisError::from(FredError::new(kind.clone(), "x"));
-            assert_eq!(error.kind(), RedisErrorKind::NoReply, "{kind:?}");
-        }
-        for details in ["LOADING Redis is loading", "Connection closed abruptly"] {
-            let error = RedisError::from(FredError::new(ErrorKind::Unknown, details));
-            assert_eq!(error.kind(), RedisErrorKind::NoReply, "{details}");
-        }
-        for details in ["TRYAGAIN Multiple keys", "CLUSTERDOWN The cluster is down"] {
-            let error = RedisError::from(FredError::new(ErrorKind::Unknown, details));
-            assert_eq!(error.kind(), RedisErrorKind::NotSent, "{details}");
-        }
-        // An ASK fred did not follow: the server answered ASK, so it did not run.
-        let error = RedisError::from(FredError::new(ErrorKind::Routing, ASK_REFUSED));
-        assert_eq!(error.kind(), RedisErrorKind::NotSent);
-        for kind in [
-            ErrorKind::Auth,
-            ErrorKind::Parse,
-            ErrorKind::InvalidArgument,
-        ] {
-            let error = RedisError::from(FredError::new(kind.clone(), "x"));
-            assert_eq!(error.kind(), RedisErrorKind::Refused, "{kind:?}");
-        }
-    }
-
-    #[test]
-    fn fred_io_errors_read_as_words_with_a_hint() {
-        let refused = RedisError::from(FredError::new(
-            ErrorKind::IO,
-            r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
-        ));
-        assert_eq!(
-            refused.to_string(),
-            "connection failed: Connection refused; check that redis-server is running and \
-             listening at that address"
-        );
-        let auth = RedisError::from(FredError::new(ErrorKind::Auth, "WRONGPASS invalid"));
-        assert_eq!(
-            auth.to_string(),
-            "authentication error: WRONGPASS invalid; check the user name and password in the URL"
-        );
     }
 }

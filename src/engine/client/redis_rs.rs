@@ -29,9 +29,11 @@ use redis::aio::{MultiplexedConnection, PubSubSink};
 use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{broadcast, watch};
 
+use crate::engine::client::value::Message;
+use crate::engine::client::{ConnectionLike, Messages, Reconnects, Route, SubscriberLike};
 use crate::engine::join::join_all;
 use crate::engine::{
-    FromValue, Key, Map, Message, MessageKind, ReconnectPolicy, ScanType, Sent, Server, Str, Value,
+    FromValue, Key, Map, MessageKind, ReconnectPolicy, ScanType, Sent, Server, Str, Value,
 };
 use crate::error::{not_connected, Failure, RedisError, RedisErrorKind};
 
@@ -1238,6 +1240,169 @@ pub(crate) fn sorted(error: redis::RedisError) -> RedisError {
         _ => RedisErrorKind::Refused,
     };
     RedisError::new(kind, failure, details)
+}
+
+/// One server's link, or the master's behind Sentinel, behind the seam (a sentinel's own
+/// connection too, which subscribes and asks).
+impl ConnectionLike for Link {
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::connect(self)
+    }
+
+    fn is_connected(&self) -> bool {
+        Link::is_connected(self)
+    }
+
+    fn wait_for_connect(&self) -> impl Future<Output = ()> + Send {
+        Link::wait_for_connect(self)
+    }
+
+    fn is_clustered(&self) -> bool {
+        Link::is_clustered(self)
+    }
+
+    fn sentinel_service(&self) -> Option<String> {
+        Link::sentinel_service(self)
+    }
+
+    fn server_major(&self) -> Option<u64> {
+        Link::server_major(self)
+    }
+
+    fn command_timeout(&self) -> Duration {
+        Link::command_timeout(self)
+    }
+
+    fn messages(&self) -> Messages {
+        Link::messages(self)
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        Link::reconnects(self)
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        Link::connected_to(self)
+    }
+
+    fn masters(&self) -> Vec<Server> {
+        Link::masters(self)
+    }
+
+    fn reconnect(&self) -> impl Future<Output = ()> + Send {
+        Link::reconnect(self)
+    }
+
+    fn quit(&self) -> impl Future<Output = ()> + Send {
+        Link::quit(self)
+    }
+
+    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::subscribe(self, vec![channel.to_owned()])
+    }
+
+    fn call<R: FromValue>(
+        &self,
+        _route: &Route,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> impl Future<Output = Result<R, RedisError>> {
+        Link::call(self, sent, call)
+    }
+
+    fn command<R: FromValue>(
+        &self,
+        _route: &Route,
+        name: &'static str,
+        args: Vec<Value>,
+    ) -> impl Future<Output = Result<R, RedisError>> {
+        self.query(packed(name, None, &[], &args))
+    }
+
+    fn pipeline(
+        &self,
+        _route: &Route,
+        commands: Vec<(&'static str, Vec<Value>)>,
+    ) -> impl Future<Output = Result<Vec<Result<Value, RedisError>>, RedisError>> + Send {
+        Link::pipeline(self, commands)
+    }
+
+    fn scan_page(
+        &self,
+        _route: &Route,
+        cursor: String,
+        pattern: &str,
+        count: u32,
+        of_type: Option<ScanType>,
+    ) -> impl Future<Output = Result<(String, Vec<String>), RedisError>> + Send {
+        Link::scan_page(self, cursor, pattern, count, of_type)
+    }
+}
+
+impl SubscriberLike for Link {
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::connect(self)
+    }
+
+    fn subscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::subscribe(self, channels)
+    }
+
+    fn ssubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::ssubscribe(self, channels)
+    }
+
+    fn unsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::unsubscribe(self, channels)
+    }
+
+    fn sunsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::sunsubscribe(self, channels)
+    }
+
+    fn shards(&self) -> bool {
+        Link::shards(self)
+    }
+
+    fn slot_owner(&self, slot: u16) -> Option<Server> {
+        Link::slot_owner(self, slot)
+    }
+
+    fn refresh_slots(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Link::refresh_slots(self)
+    }
+
+    fn messages(&self) -> Messages {
+        Link::messages(self)
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        Link::reconnects(self)
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        Link::connected_to(self)
+    }
+
+    fn reconnect(&self) -> impl Future<Output = ()> + Send {
+        Link::reconnect(self)
+    }
+
+    fn quit(&self) -> impl Future<Output = ()> + Send {
+        Link::quit(self)
+    }
 }
 
 #[cfg(test)]

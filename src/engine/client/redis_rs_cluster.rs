@@ -14,6 +14,7 @@
 //! master when there is one).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -21,8 +22,10 @@ use redis::AsyncConnectionConfig;
 use tokio::sync::broadcast;
 
 use crate::engine::client::redis_rs::{announcements, read, sorted, Link, Seeds, Target};
+use crate::engine::client::value::Message;
+use crate::engine::client::{ConnectionLike, Messages, Reconnects, Route, SubscriberLike};
 use crate::engine::join::join_all;
-use crate::engine::{key_slot, FromValue, Key, Message, ScanType, Sent, Server, Value};
+use crate::engine::{key_slot, FromValue, Key, ScanType, Sent, Server, Value};
 use crate::error::{Failure, RedisError, RedisErrorKind};
 
 /// The slots of a cluster.
@@ -444,7 +447,9 @@ impl Cluster {
     }
 }
 
-/// The cluster with where its calls go ([`Cluster::pinned`]).
+/// The cluster with where its calls go ([`Cluster::pinned`]). Each call takes it by value,
+/// so that the seam hands back the call's own future.
+#[derive(Clone)]
 pub(crate) struct Pinned<'c> {
     cluster: &'c Cluster,
     pin: Option<Pin>,
@@ -478,7 +483,7 @@ impl Pinned<'_> {
 
     /// One call of a script or command, to its slot's master, following redirects.
     pub(crate) async fn call<R: FromValue>(
-        &self,
+        self,
         sent: Sent<'_>,
         call: &impl Fn() -> (Vec<Key>, Vec<Value>),
     ) -> Result<R, RedisError> {
@@ -509,10 +514,11 @@ impl Pinned<'_> {
     /// `name` with `args` (the first a key, or for `PUBSUB` the second: the channel), to its
     /// slot's master, following redirects.
     pub(crate) async fn command<R: FromValue>(
-        &self,
+        self,
         name: &str,
-        args: &[Value],
+        args: Vec<Value>,
     ) -> Result<R, RedisError> {
+        let args = &args[..];
         let key = if name.eq_ignore_ascii_case("PUBSUB") {
             args.get(1)
         } else {
@@ -590,21 +596,21 @@ impl Pinned<'_> {
     /// Commands sent together, each to its own slot's master (or all to the pinned node), with
     /// each one's reply or error in order.
     pub(crate) async fn pipeline(
-        &self,
+        self,
         commands: Vec<(&'static str, Vec<Value>)>,
     ) -> Result<Vec<Result<Value, RedisError>>, RedisError> {
         // The multiplexed connections write each as it is polled, without waiting for the one
         // before: as one pipeline per node, with each command routed (and redirected) alone.
         let sent: Vec<_> = commands
-            .iter()
-            .map(|(name, args)| self.command::<Value>(name, args))
+            .into_iter()
+            .map(|(name, args)| self.clone().command::<Value>(name, args))
             .collect();
         Ok(join_all(sent).await)
     }
 
     /// One page of `SCAN` on the pinned node.
     pub(crate) async fn scan_page(
-        &self,
+        self,
         cursor: String,
         pattern: &str,
         count: u32,
@@ -701,6 +707,179 @@ fn closed() -> RedisError {
         Failure::Connection,
         "the client was closed",
     )
+}
+
+/// A cluster behind the seam: each call pinned as its route says.
+impl ConnectionLike for Cluster {
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::connect(self)
+    }
+
+    fn is_connected(&self) -> bool {
+        Cluster::is_connected(self)
+    }
+
+    fn wait_for_connect(&self) -> impl Future<Output = ()> + Send {
+        Cluster::wait_for_connect(self)
+    }
+
+    fn is_clustered(&self) -> bool {
+        Cluster::is_clustered(self)
+    }
+
+    fn sentinel_service(&self) -> Option<String> {
+        Cluster::sentinel_service(self)
+    }
+
+    fn server_major(&self) -> Option<u64> {
+        Cluster::server_major(self)
+    }
+
+    fn command_timeout(&self) -> Duration {
+        Cluster::command_timeout(self)
+    }
+
+    fn messages(&self) -> Messages {
+        Cluster::messages(self)
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        Cluster::reconnects(self)
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        Cluster::connected_to(self)
+    }
+
+    fn masters(&self) -> Vec<Server> {
+        Cluster::masters(self)
+    }
+
+    fn reconnect(&self) -> impl Future<Output = ()> + Send {
+        Cluster::reconnect(self)
+    }
+
+    fn quit(&self) -> impl Future<Output = ()> + Send {
+        Cluster::quit(self)
+    }
+
+    fn subscribe(&self, channel: &str) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::subscribe(self, vec![channel.to_owned()])
+    }
+
+    fn call<R: FromValue>(
+        &self,
+        route: &Route,
+        sent: Sent<'_>,
+        call: &impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> impl Future<Output = Result<R, RedisError>> {
+        self.pinned(pin(route)).call(sent, call)
+    }
+
+    fn command<R: FromValue>(
+        &self,
+        route: &Route,
+        name: &'static str,
+        args: Vec<Value>,
+    ) -> impl Future<Output = Result<R, RedisError>> {
+        self.pinned(pin(route)).command(name, args)
+    }
+
+    fn pipeline(
+        &self,
+        route: &Route,
+        commands: Vec<(&'static str, Vec<Value>)>,
+    ) -> impl Future<Output = Result<Vec<Result<Value, RedisError>>, RedisError>> + Send {
+        self.pinned(pin(route)).pipeline(commands)
+    }
+
+    fn scan_page(
+        &self,
+        route: &Route,
+        cursor: String,
+        pattern: &str,
+        count: u32,
+        of_type: Option<ScanType>,
+    ) -> impl Future<Output = Result<(String, Vec<String>), RedisError>> + Send {
+        self.pinned(pin(route))
+            .scan_page(cursor, pattern, count, of_type)
+    }
+}
+
+/// Where a call routed as `route` says goes on the cluster: pinned to a node or a slot, or
+/// (`None`) by its first key.
+fn pin(route: &Route) -> Option<Pin> {
+    match route {
+        Route::FirstKey => None,
+        Route::Node(node) => Some(Pin::Node(node.clone())),
+        Route::Slot(slot) => Some(Pin::Slot(*slot)),
+    }
+}
+
+impl SubscriberLike for Cluster {
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::connect(self)
+    }
+
+    fn subscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::subscribe(self, channels)
+    }
+
+    fn ssubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::ssubscribe(self, channels)
+    }
+
+    fn unsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::unsubscribe(self, channels)
+    }
+
+    fn sunsubscribe(
+        &self,
+        channels: Vec<String>,
+    ) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::sunsubscribe(self, channels)
+    }
+
+    fn shards(&self) -> bool {
+        Cluster::shards(self)
+    }
+
+    fn slot_owner(&self, slot: u16) -> Option<Server> {
+        Cluster::slot_owner(self, slot)
+    }
+
+    fn refresh_slots(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
+        Cluster::refresh_slots(self)
+    }
+
+    fn messages(&self) -> Messages {
+        Cluster::messages(self)
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        Cluster::reconnects(self)
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        Cluster::connected_to(self)
+    }
+
+    fn reconnect(&self) -> impl Future<Output = ()> + Send {
+        Cluster::reconnect(self)
+    }
+
+    fn quit(&self) -> impl Future<Output = ()> + Send {
+        Cluster::quit(self)
+    }
 }
 
 #[cfg(test)]

@@ -491,7 +491,12 @@ async fn manage(
                 if shared.own.wanted.load(Ordering::Acquire) {
                     pending.insert(shared.own.name.clone());
                 }
-                subscribed.clear();
+                // A channel subscribed before may be subscribed on the new connection already:
+                // a SUBSCRIBE sent after the reconnect, before this announcement was read, went
+                // there. So each is unsubscribed once nobody waits on it, never just forgotten
+                // (an UNSUBSCRIBE of a channel the connection lacks is a no-op).
+                pending.extend(subscribed.iter().cloned());
+                uncertain.extend(subscribed.drain());
                 homes.clear();
                 idle.clear();
                 let channels: Vec<Channel> =

@@ -329,6 +329,8 @@ pub mod prelude {
     pub use crate::{DistributedGuard, DistributedLock, LockFamily};
 }
 
+/// A caller's script's words (`eval_while_held`): the crate's own in every build.
+pub use crate::engine::client::reply::{FromReply, Reply, ScriptArg};
 /// How a lost connection is made again ([`LockClientBuilder::reconnect_policy`]), with the
 /// constructors of fred's type of the same name (`new_constant`, `new_linear`,
 /// `new_exponential`) and `set_jitter`. The crate's own in every build: turning feature `fred`

@@ -379,6 +379,101 @@ async fn a_paused_holders_writes_are_rejected() {
     .await;
 }
 
+/// A held-only script's keys, arguments and reply are the crate's own words, read the same on
+/// every client library (this file runs on fred and on redis-rs): numbers, text, bytes that are
+/// not UTF-8, Lua's true and false, arrays, a hash as a map; a reply that is not the type asked
+/// is an error that shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_only_scripts_read_their_replies_alike_on_every_client() {
+    use fredlock::{FromReply, Reply, ScriptArg};
+    use std::collections::HashMap;
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let guard = client.lock("{words}").lock().await.unwrap();
+        let no_keys: [&str; 0] = [];
+        let no_args: [&str; 0] = [];
+        let reply = |script: &'static str| {
+            let guard = &guard;
+            async move {
+                guard
+                    .eval_while_held::<Reply, _, _>(script, no_keys, no_args)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(reply("return 42").await, Reply::Integer(42));
+        assert_eq!(reply("return 'paid'").await, Reply::Text("paid".into()));
+        assert_eq!(reply("return false").await, Reply::Nil);
+        assert_eq!(reply("return true").await, Reply::Integer(1));
+        assert_eq!(
+            reply("return {1, 'a', {2}}").await,
+            Reply::Array(vec![
+                Reply::Integer(1),
+                Reply::Text("a".into()),
+                Reply::Array(vec![Reply::Integer(2)])
+            ])
+        );
+        assert!(!bool::from_reply(reply("return false").await).unwrap());
+        assert_eq!(
+            String::from_reply(reply("return 42").await).as_deref(),
+            Some("42")
+        );
+
+        // Bytes that are not UTF-8 go and come back as they are; numbers go as decimal text.
+        let binary: Reply = guard
+            .eval_while_held(
+                "return ARGV[1]",
+                no_keys,
+                [ScriptArg::from(&[0xff_u8, 0][..])],
+            )
+            .await
+            .unwrap();
+        assert_eq!(binary, Reply::Bytes(vec![0xff, 0]));
+        let echoed: (String, i64) = guard
+            .eval_while_held(
+                "return {ARGV[1], tonumber(ARGV[2])}",
+                no_keys,
+                [ScriptArg::from(-1.5_f64), ScriptArg::from(7_u64)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(echoed, ("-1.5".to_string(), 7));
+
+        // A hash read back as a map (HGETALL's flat array of fields and values).
+        let hash: HashMap<String, i64> = guard
+            .eval_while_held(
+                "redis.call('hset', KEYS[1], 'a', ARGV[1], 'b', ARGV[2]) \
+                 return redis.call('hgetall', KEYS[1])",
+                ["{words}:data"],
+                [1, 2],
+            )
+            .await
+            .unwrap();
+        assert_eq!(hash, HashMap::from([("a".into(), 1), ("b".into(), 2)]));
+        let missing: Option<String> = guard
+            .eval_while_held(
+                "return redis.call('get', KEYS[1])",
+                ["{words}:none"],
+                no_args,
+            )
+            .await
+            .unwrap();
+        assert_eq!(missing, None);
+
+        let unreadable = guard
+            .eval_while_held::<i64, _, _>("return 'seven'", no_keys, no_args)
+            .await
+            .unwrap_err();
+        let shown = unreadable.to_string();
+        assert!(matches!(unreadable, Error::Redis { .. }), "{shown}");
+        assert!(shown.contains("seven") && shown.contains("i64"), "{shown}");
+        assert_eq!(common::library_word(&shown), None, "{shown}");
+        guard.unlock().await.unwrap();
+    })
+    .await;
+}
+
 /// The held-only write is checked by the server: a holder whose lock was deleted behind its
 /// back (it does not know yet) writes nothing; keys outside the lock's hash slot on a cluster are
 /// refused before anything is sent.

@@ -48,6 +48,7 @@ use crate::owner::OwnerId;
 pub(crate) use acquire::{
     acquire, acquire_as, check_name, check_primitive, wait_until, Acquired, Win,
 };
+pub(crate) use client::reply::{FromReply, ScriptArg};
 pub(crate) use client::value;
 #[cfg(feature = "fred")]
 pub(crate) use client::{fred_config_of, FredClient};
@@ -66,7 +67,9 @@ pub(crate) use metrics::Metrics;
 pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
-pub(crate) use value::{key_slot, sha1_hex, FromValue, Key, ScanType, Server, Str, Value};
+pub(crate) use value::{
+    key_of, key_slot, reply_of, sha1_hex, value_of, FromValue, Key, ScanType, Server, Str, Value,
+};
 #[cfg(feature = "redis-rs")]
 pub(crate) use value::{Map, MessageKind};
 

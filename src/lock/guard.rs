@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::engine::{FromValue, Key, Value};
+use crate::engine::{key_of, reply_of, value_of, FromReply, Key, ScriptArg, Value};
 use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 
@@ -145,6 +145,11 @@ impl LockGuard {
     /// `ARGV`; its reply is returned. It runs as the body of a function, so it ends with
     /// `return` as a script does, and may not declare globals.
     ///
+    /// Keys and arguments are anything that makes a [`ScriptArg`] (text, bytes, a number); the
+    /// reply is read as any [`FromReply`] type (a number, a string, a `bool`, an `Option`, a
+    /// `Vec`, a map, or the [`Reply`](crate::Reply) itself). They are the crate's own types,
+    /// whichever client library is compiled in.
+    ///
     /// ```no_run
     /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
     /// use fredlock::prelude::*;
@@ -162,14 +167,13 @@ impl LockGuard {
     /// lost here). On a cluster, [`Error::InvalidArgument`] before anything is sent when a key
     /// is not in the lock's hash slot: give the keys the lock's hash tag (`{name}`), as in the
     /// example. [`Error::Redis`] when the script fails (a `WRONGTYPE` of the caller's keys
-    /// included) or Redis cannot be reached.
+    /// included), when its reply is not an `R` (the message shows the reply), or when Redis
+    /// cannot be reached.
     ///
     /// # Cancel safety
     ///
     /// Not cancel safe in the sense that the script may run although the future was dropped
     /// before reporting it; it still runs only while the hold stands.
-    // Without fred, its bounds name the crate's own vocabulary, which callers never name.
-    #[cfg_attr(not(feature = "fred"), allow(private_bounds))]
     pub async fn eval_while_held<R, K, V>(
         &self,
         script: &str,
@@ -177,16 +181,16 @@ impl LockGuard {
         args: impl IntoIterator<Item = V>,
     ) -> Result<R>
     where
-        R: FromValue,
-        K: Into<Key>,
-        V: Into<Value>,
+        R: FromReply,
+        K: Into<ScriptArg>,
+        V: Into<ScriptArg>,
     {
         if self.is_lost() {
             return Err(self.guard.not_held());
         }
         let engine = self.guard.engine();
         let redis = engine.core().redis();
-        let mut keys: Vec<Key> = keys.into_iter().map(Into::into).collect();
+        let mut keys: Vec<Key> = keys.into_iter().map(|key| key_of(key.into())).collect();
         if redis.is_clustered() {
             let hash_slot = crate::engine::key_slot(self.name().as_bytes());
             if let Some(key) = keys
@@ -203,7 +207,7 @@ impl LockGuard {
             }
         }
         keys.push(Key::from(self.name()));
-        let mut args: Vec<Value> = args.into_iter().map(Into::into).collect();
+        let mut args: Vec<Value> = args.into_iter().map(|arg| value_of(arg.into())).collect();
         args.push(Value::from(self.owner_field()));
         let reply: Value = match wrapped(script)
             .call(&engine.core().writer, keys, args)
@@ -215,7 +219,13 @@ impl LockGuard {
             }
             Err(error) => return Err(self.script_error(error)),
         };
-        R::from_value(reply).map_err(|error| self.script_error(error.into()))
+        let reply = reply_of(reply);
+        R::from_reply(reply.clone()).ok_or_else(|| {
+            self.script_error(RedisError::unreadable(format!(
+                "the script's reply {reply:?} is not a {}",
+                std::any::type_name::<R>()
+            )))
+        })
     }
 
     /// An error of the caller's script (or of converting its reply), naming the lock, the owner

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use crate::engine::{FromValue, Key, Value};
+use crate::engine::{FromReply, ScriptArg, Value};
 use tokio::sync::{watch, RwLock};
 use tokio_util::sync::CancellationToken;
 
@@ -580,8 +580,6 @@ impl Term {
     /// # Cancel safety
     ///
     /// As [`LockGuard::eval_while_held`].
-    // Without fred, its bounds name the crate's own vocabulary, which callers never name.
-    #[cfg_attr(not(feature = "fred"), allow(private_bounds))]
     pub async fn eval_while_held<R, K, V>(
         &self,
         script: &str,
@@ -589,9 +587,9 @@ impl Term {
         args: impl IntoIterator<Item = V>,
     ) -> Result<R>
     where
-        R: FromValue,
-        K: Into<Key>,
-        V: Into<Value>,
+        R: FromReply,
+        K: Into<ScriptArg>,
+        V: Into<ScriptArg>,
     {
         let guard = self.shared.guard.read().await;
         match guard.as_ref() {

@@ -24,6 +24,7 @@ mod fred;
 mod redis_rs;
 #[cfg(feature = "redis-rs")]
 mod redis_rs_cluster;
+pub(crate) mod reply;
 pub(crate) mod settings;
 pub(crate) mod value;
 #[cfg(any(not(feature = "fred"), all(test, feature = "redis-rs")))]

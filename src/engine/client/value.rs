@@ -9,6 +9,12 @@
 //! arguments. So these stay fred's while fred is compiled in; a build without fred uses the
 //! crate's own (`vocabulary.rs`, held to fred's conversions by its tests), and a second client
 //! library converts from whichever these are.
+//!
+//! A caller's own script (`eval_while_held`) is public, so its words are the crate's own in
+//! every build (`reply.rs`): converted here ([`reply_of`], [`key_of`], [`value_of`]), off the
+//! lock's own path.
+
+use crate::engine::client::reply::{Reply, ScriptArg};
 
 #[cfg(feature = "fred")]
 pub(crate) use fred::bytes_utils::Str;
@@ -36,4 +42,36 @@ pub(crate) fn sha1_hex(text: &str) -> String {
 #[cfg(feature = "fred")]
 pub(crate) fn key_slot(key: &[u8]) -> u16 {
     fred::util::redis_keyslot(key)
+}
+
+/// A script's reply in the crate's own words, converted from the library's.
+pub(crate) fn reply_of(value: Value) -> Reply {
+    match value {
+        Value::Null => Reply::Nil,
+        Value::Integer(number) => Reply::Integer(number),
+        Value::Double(number) => Reply::Double(number),
+        Value::Boolean(flag) => Reply::Boolean(flag),
+        Value::String(text) => Reply::Text(text.to_string()),
+        Value::Bytes(bytes) => Reply::of_bytes(bytes.to_vec()),
+        Value::Array(items) => Reply::Array(items.into_iter().map(reply_of).collect()),
+        Value::Map(map) => Reply::Map(
+            map.inner()
+                .into_iter()
+                .map(|(key, value)| (Reply::of_bytes(key.as_bytes().to_vec()), reply_of(value)))
+                .collect(),
+        ),
+        // fred's answer to a command queued in a transaction, which a script never gets.
+        #[cfg(feature = "fred")]
+        Value::Queued => Reply::Text("QUEUED".into()),
+    }
+}
+
+/// A key of a caller's script, in the library's words.
+pub(crate) fn key_of(arg: ScriptArg) -> Key {
+    Key::from(bytes::Bytes::from(arg.into_bytes()))
+}
+
+/// An argument of a caller's script, in the library's words: its bytes, as Redis receives it.
+pub(crate) fn value_of(arg: ScriptArg) -> Value {
+    Value::Bytes(bytes::Bytes::from(arg.into_bytes()))
 }

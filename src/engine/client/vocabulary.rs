@@ -7,9 +7,8 @@
 //! primitives are written once for either build. Its unit tests, run in every build, hold it
 //! to fred's behaviour where fred is compiled in.
 //!
-//! `LockGuard::eval_while_held` names a key, an argument and a reply in its bounds; in a build
-//! without fred they are these, which a caller never names: it passes a `&str`, a `String` or a
-//! number, and reads a number, a string, an option or a list, as with fred.
+//! No public signature names these: a caller's own script (`eval_while_held`) speaks the
+//! crate's public words (`reply.rs`), converted to and from these in `value.rs`.
 //!
 //! It has what fred's types have that the crate reads in some build; not every part is read in
 //! every build (a test build with fred reads it only in its tests).

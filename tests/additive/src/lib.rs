@@ -5,7 +5,18 @@
 use std::time::Duration;
 
 use fredlock::prelude::*;
-use fredlock::{Backend, LockClient, LockEventKind, LossReason, ReconnectPolicy};
+use fredlock::{
+    Backend, FromReply, LockClient, LockEventKind, LossReason, ReconnectPolicy, Reply, ScriptArg,
+};
+
+/// A service's own type a script's reply is read as.
+pub struct Count(pub i64);
+
+impl FromReply for Count {
+    fn from_reply(reply: Reply) -> Option<Count> {
+        i64::from_reply(reply).map(Count)
+    }
+}
 
 /// A service's own description of a reconnect policy, for each client library's type it uses:
 /// fredlock's stays its own whatever features are on, so the two impls never collide (they
@@ -53,6 +64,19 @@ pub async fn work(client: &LockClient) -> fredlock::Result<i64> {
             [key.as_str()],
             Vec::<String>::new(),
         )
+        .await?;
+    // The crate's own words for a script, whatever features are on: a reply type of the
+    // service's own (an impl that would collide or stop compiling were the trait fred's with
+    // fred on), the reply itself, arguments made explicitly.
+    let Count(_) = guard
+        .eval_while_held(
+            "return tonumber(ARGV[1])",
+            [ScriptArg::from("orders:{42}:count")],
+            [ScriptArg::from(7_u32), ScriptArg::from(&b"raw"[..])],
+        )
+        .await?;
+    let _: Reply = guard
+        .eval_while_held("return {1, 'a'}", ["orders:{42}"], [0.5_f64])
         .await?;
     guard.unlock().await?;
     if let Ok(event) = events.try_recv() {

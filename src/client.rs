@@ -54,9 +54,11 @@ struct ClientState {
 }
 
 impl LockClient {
-    /// Connects to the Redis server at `url` with default settings.
+    /// Connects to the Redis server at `url` with default settings, on fred.
     ///
-    /// Equivalent to `LockClient::builder().url(url).build().await`.
+    /// Equivalent to `LockClient::builder().url(url).build().await`. In a build without fred,
+    /// use the builder and name `Backend::RedisRs` (see
+    /// [`LockClientBuilder::backend`](crate::LockClientBuilder::backend)).
     ///
     /// # Cancel safety
     ///
@@ -72,8 +74,9 @@ impl LockClient {
 
     pub(crate) async fn start(settings: LockClientBuilder) -> Result<LockClient> {
         let engine = Engine::start(engine::Settings {
-            library: settings.library(),
+            // The URL first: its error is the more specific when both are wrong.
             config: settings.redis_config()?,
+            library: settings.library()?,
             protocol: settings.engine_protocol(),
             command_timeout: settings.command_timeout,
             reconnect_policy: settings.reconnect_policy.clone(),

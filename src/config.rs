@@ -19,7 +19,12 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The client library a [`LockClient`]'s connections are made with; see
 /// [`LockClientBuilder::backend`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// fred is the default, and the default exists only where fred does (`Default` with feature
+/// `fred`): a build without fred names `Backend::RedisRs`, so that its code keeps its backend
+/// when another crate in the same build turns fred on (features are additive).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "fred", derive(Default))]
 #[non_exhaustive]
 pub enum Backend {
     /// fred, the default: every deployment (standalone, cluster, Sentinel, TLS).
@@ -36,7 +41,6 @@ pub enum Backend {
     /// [`LockClientBuilder::protocol`] (or the handed-over client) says RESP2.
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
-    #[cfg_attr(not(feature = "fred"), default)]
     RedisRs,
 }
 
@@ -124,7 +128,8 @@ pub struct LockClientBuilder {
     pub(crate) replica_sync: Option<ReplicaSync>,
     pub(crate) metrics_lock_names: bool,
     pub(crate) client_name: Option<String>,
-    backend: Backend,
+    /// The backend named (`backend`, `redis_rs_client`, `fred_client`, `config`); none: fred.
+    backend: Option<Backend>,
     protocol: Option<Protocol>,
     /// The connection settings of the service's own redis-rs client, when handed over.
     #[cfg(feature = "redis-rs")]
@@ -205,7 +210,7 @@ impl Default for LockClientBuilder {
             replica_sync: None,
             metrics_lock_names: false,
             client_name: None,
-            backend: Backend::default(),
+            backend: None,
             protocol: None,
             #[cfg(feature = "redis-rs")]
             redis_rs: None,
@@ -233,9 +238,14 @@ impl LockClientBuilder {
         self
     }
 
-    /// The client library the connections are made with: `Backend::Fred` (the default, with feature `fred`) or,
-    /// with feature `redis-rs`, `Backend::RedisRs`. Every lock kind, its keys and its scripts
-    /// are the same on both, so clients on either exclude each other.
+    /// The client library the connections are made with: `Backend::Fred` (the default, with
+    /// feature `fred`) or, with feature `redis-rs`, `Backend::RedisRs`. Every lock kind, its
+    /// keys and its scripts are the same on both, so clients on either exclude each other.
+    ///
+    /// A build without fred has no default: name `Backend::RedisRs` (or hand over a redis-rs
+    /// client, [`redis_rs_client`](Self::redis_rs_client)); [`build`](Self::build) refuses a
+    /// builder that names none, with [`Error::InvalidArgument`]. So the same code keeps its
+    /// backend when another crate in the build turns fred on.
     ///
     /// ```no_run
     /// # async fn demo() -> fredlock::Result<()> {
@@ -251,7 +261,7 @@ impl LockClientBuilder {
     /// # Ok(()) }
     /// ```
     pub fn backend(mut self, backend: Backend) -> Self {
-        self.backend = backend;
+        self.backend = Some(backend);
         self
     }
 
@@ -294,15 +304,24 @@ impl LockClientBuilder {
         })
     }
 
-    /// The engine's name for [`backend`](Self::backend).
-    pub(crate) fn library(&self) -> crate::engine::Library {
+    /// The engine's name for [`backend`](Self::backend): fred when none was named, and in a
+    /// build without fred an error that says to name one (were redis-rs the default there, the
+    /// same code would move to fred when another crate in the build turned fred on).
+    pub(crate) fn library(&self) -> Result<crate::engine::Library> {
         match self.backend {
             #[cfg(feature = "fred")]
-            Backend::Fred => crate::engine::Library::Fred,
+            Some(Backend::Fred) | None => Ok(crate::engine::Library::Fred),
             #[cfg(feature = "redis-rs")]
-            Backend::RedisRs => {
-                crate::engine::Library::RedisRs(self.redis_rs.clone().map(Box::new))
-            }
+            Some(Backend::RedisRs) => Ok(crate::engine::Library::RedisRs(
+                self.redis_rs.clone().map(Box::new),
+            )),
+            #[cfg(not(feature = "fred"))]
+            None => Err(Error::InvalidArgument(
+                "no backend named, and fredlock was built without feature fred (the default \
+                 backend): name it with .backend(Backend::RedisRs), or hand over a redis-rs \
+                 client with .redis_rs_client(..)"
+                    .into(),
+            )),
         }
     }
 
@@ -323,7 +342,7 @@ impl LockClientBuilder {
     #[cfg(feature = "redis-rs")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
     pub fn redis_rs_client(mut self, client: &crate::engine::RedisRsClient) -> Self {
-        self.backend = Backend::RedisRs;
+        self.backend = Some(Backend::RedisRs);
         self.redis_rs = Some(crate::engine::redis_rs_settings_of(client));
         self
     }

@@ -110,16 +110,12 @@ impl Drop for Server {
     }
 }
 
-/// A builder on redis-rs: without fred the default, with fred chosen by name.
+/// A builder on redis-rs, chosen by name (in every build: a build without fred has no
+/// default backend).
 fn on_redis_rs(server: &Server) -> LockClientBuilder {
-    let builder = LockClient::builder().url(server.url());
-    #[cfg(not(feature = "fred"))]
-    assert_eq!(
-        Backend::default(),
-        Backend::RedisRs,
-        "without fred, redis-rs is the default"
-    );
-    builder.backend(Backend::RedisRs)
+    LockClient::builder()
+        .url(server.url())
+        .backend(Backend::RedisRs)
 }
 
 async fn bounded(body: impl std::future::Future<Output = ()>) {
@@ -202,13 +198,36 @@ async fn locks_exclude_and_wake_on_redis_rs() {
 }
 
 /// What a build without fred cannot serve is refused by name before anything is sent: fred
-/// itself, and a malformed URL.
+/// itself, a builder that names no backend (fred's default, which a build without fred does not
+/// have: were redis-rs the default here, the same code would move to fred when another crate in
+/// the build turned fred on), and a malformed URL.
 #[cfg(not(feature = "fred"))]
 #[tokio::test]
 async fn a_build_without_fred_refuses_what_needs_it() {
     let error = "fred".parse::<Backend>().unwrap_err().to_string();
     assert!(error.contains("without feature fred"), "{error}");
+    for unnamed in [
+        LockClient::builder()
+            .url("redis://127.0.0.1:1")
+            .build()
+            .await,
+        LockClient::connect("redis://127.0.0.1:1").await,
+    ] {
+        let Err(error) = unnamed else {
+            panic!("a builder without a backend was built without fred");
+        };
+        assert!(
+            matches!(error, fredlock::Error::InvalidArgument(_)),
+            "{error}"
+        );
+        let error = error.to_string();
+        assert!(
+            error.contains("no backend named") && error.contains("Backend::RedisRs"),
+            "{error}"
+        );
+    }
     let error = LockClient::builder()
+        .backend(Backend::RedisRs)
         .url("redis://127.0.0.1:port")
         .build()
         .await

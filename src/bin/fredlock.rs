@@ -109,7 +109,11 @@ fn main() -> ExitCode {
 
 /// Runs the command: `Ok(true)` when all is well, `Ok(false)` when it found something.
 async fn run(cli: Cli) -> fredlock::Result<bool> {
-    let client = LockClient::connect(&cli.url).await?;
+    let builder = LockClient::builder().url(&cli.url);
+    // The command's own default: fred where it is built in, else redis-rs.
+    #[cfg(not(feature = "fred"))]
+    let builder = builder.backend(fredlock::Backend::RedisRs);
+    let client = builder.build().await?;
     let result = command(&client, cli.command, cli.json).await;
     client.shutdown().await;
     result

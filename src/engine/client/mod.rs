@@ -113,10 +113,12 @@ pub(crate) type Messages = broadcast::Receiver<Message>;
 /// made of [`command`](Self::command); a library with commands of its own for them may use
 /// those.
 ///
-/// Each method returns the library's own future, or an `async fn`'s of the library's file: no
-/// future of the seam's own stands between a caller's and the library's, so the futures of a
-/// caller's call nest no deeper than they must (rustc's query depth, which a caller's
-/// `async fn` reaches at about 128 nested futures).
+/// Each method returns the library's own future, or an `async fn`'s of the library's file, and
+/// [`Connection`]'s method awaits it in place: the futures of a caller's call nest no deeper
+/// than they must (rustc's query depth, which a caller's `async fn` reaches at about 128
+/// nested futures: `LeaderElection::observe`'s doc test is the deepest). Methods generic over
+/// the reply promise no `Send`: each library's future is `Send` for the replies the crate
+/// reads, which the compiler sees through the concrete type.
 pub(crate) trait ConnectionLike: Clone + Send + Sync + 'static {
     /// Connects, and returns once connected (or with why it could not).
     fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send;

@@ -243,7 +243,7 @@ impl LockClientBuilder {
     /// keys and its scripts are the same on both, so clients on either exclude each other.
     ///
     /// A build without fred has no default: name `Backend::RedisRs` (or hand over a redis-rs
-    /// client, [`redis_rs_client`](Self::redis_rs_client)); [`build`](Self::build) refuses a
+    /// client with `redis_rs_client`); [`build`](Self::build) refuses a
     /// builder that names none, with [`Error::InvalidArgument`]. So the same code keeps its
     /// backend when another crate in the build turns fred on.
     ///

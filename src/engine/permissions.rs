@@ -67,8 +67,10 @@ const CONNECTION_COMMANDS: &[&str] = &["ping", "info", "client|id"];
 /// Asks with `redis.acl_check_cmd`: `KEYS[1]` is the name's key, `ARGV[1]` and `ARGV[2]` the
 /// publish and subscribe commands, `ARGV[3]` how many channels follow (the client's own, only
 /// subscribed to, then the lock's wake channel, also published on), then how many keys follow
-/// (every key a call of the lock sends, checked for writing), then the commands to check on the
-/// key. Answers 1, 0 from a server that cannot be asked, or a `NOPERM` error.
+/// (every key a call of the lock sends, checked for writing), then how many commands follow
+/// that are checked on the key (the scripts'), then the commands that take no key (the
+/// connection's: a refusal names the command alone, never a key). Answers 1, 0 from a server
+/// that cannot be asked, or a `NOPERM` error.
 const PROBE: &str = r"
 if redis.acl_check_cmd == nil then
   return 0
@@ -88,11 +90,17 @@ for i = 4, 3 + channels do
   end
 end
 local keys = tonumber(ARGV[4 + channels])
-for i = 5 + channels + keys, #ARGV do
+local counted = 5 + channels + keys
+local keyed = tonumber(ARGV[counted])
+for i = counted + 1, #ARGV do
   local command = ARGV[i]
   local parent, sub = string.match(command, '^(%w+)|(%w+)$')
   if parent then
     if not redis.acl_check_cmd(parent, sub) then
+      return redis.error_reply('NOPERM this user may not run the ' .. command .. ' command')
+    end
+  elseif i > counted + keyed then
+    if not redis.acl_check_cmd(command) then
       return redis.error_reply('NOPERM this user may not run the ' .. command .. ' command')
     end
   elseif not redis.acl_check_cmd(command, key) then
@@ -156,6 +164,8 @@ pub(crate) fn check<'a>(
         let keys = profile.keys();
         args.push(Value::from(keys.count().to_string()));
         args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
+        // The scripts' commands, checked on the key; then the connection's, which take none.
+        args.push(Value::from(SCRIPT_COMMANDS.len().to_string()));
         let commands = SCRIPT_COMMANDS.iter().chain(CONNECTION_COMMANDS);
         args.extend(commands.map(|c| Value::from((*c).to_owned())));
         // A read: on the command connection, never waiting for replicas (replica sync).

@@ -99,8 +99,9 @@ if wrong then
 end
 local free = redis.call('exists', name) == 0
 local reentry = not free and redis.call('hexists', name, owner) == 1
-if fenced(KEYS[4], 6, owner) then
-    return stale()
+local halted = fenced(KEYS[4], 6, owner)
+if halted then
+    return halted
 end
 local head = purge(queue, timeouts, now, previous_head, expired, owner)
 
@@ -158,8 +159,9 @@ local head, expired, wrong = read_line(queue, timeouts, now)
 if wrong then
     return wrong
 end
-if fenced(KEYS[4], 5, owner) then
-    return stale()
+local halted = fenced(KEYS[4], 5, owner)
+if halted then
+    return halted
 end
 
 head = purge(queue, timeouts, now, head, expired)
@@ -188,8 +190,9 @@ local head, expired, wrong = read_line(queue, timeouts, now)
 if wrong then
     return wrong
 end
-if fenced(KEYS[4], 3, owner) then
-    return stale()
+local halted = fenced(KEYS[4], 3, owner)
+if halted then
+    return halted
 end
 
 head = purge(queue, timeouts, now, head, expired)

@@ -22,8 +22,9 @@
 --
 -- Tokens come from tokens.lua: never backwards, even after the counter is lost.
 
-if fenced(KEYS[2], 3, ARGV[2]) then
-    return stale()
+local halted = fenced(KEYS[2], 3, ARGV[2])
+if halted then
+    return halted
 end
 
 return take_with_token(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1], KEYS[3],

@@ -37,8 +37,9 @@ local SINCE = 'leader:since'
 -- Reply: {epoch, afresh} for a new term; nil for a re-entry its client counts;
 -- otherwise the term's remaining time to live in ms (-1 without expiry), which
 -- bounds how long a candidate sleeps before trying again.
-if fenced(KEYS[2], 4, ARGV[2]) then
-    return stale()
+local halted = fenced(KEYS[2], 4, ARGV[2])
+if halted then
+    return halted
 end
 local reply, first = take_with_token(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1], KEYS[3],
     'epoch counter of a leader election')
@@ -65,8 +66,9 @@ return reply
 --
 -- Reply: nil when the owner holds nothing, 0 when holds remain, 1 when the
 -- term ended.
-if fenced(KEYS[3], 3, ARGV[2]) then
-    return stale()
+local halted = fenced(KEYS[3], 3, ARGV[2])
+if halted then
+    return halted
 end
 local released = give_back_holds(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1])
 if released == 1 then

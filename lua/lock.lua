@@ -19,8 +19,9 @@
 -- first hold although its client counted more); otherwise the lock's remaining
 -- time to live in milliseconds (-1 when it has no expiry), which bounds how
 -- long a waiter may sleep before trying again.
-if fenced(KEYS[2], 3, ARGV[2]) then
-    return stale()
+local halted = fenced(KEYS[2], 3, ARGV[2])
+if halted then
+    return halted
 end
 return take_hold(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1])
 
@@ -49,8 +50,9 @@ return redis.error_reply('DEADLOCK ' .. ARGV[1])
 --
 -- Reply: nil when the owner holds nothing, 0 when holds remain, 1 when the
 -- lock was released.
-if fenced(KEYS[3], 4, ARGV[3]) then
-    return stale()
+local halted = fenced(KEYS[3], 4, ARGV[3])
+if halted then
+    return halted
 end
 local released = give_back_holds(KEYS[1], ARGV[3], tonumber(ARGV[4]), ARGV[2])
 if released == 1 and ARGV[1] ~= '' then

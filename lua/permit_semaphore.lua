@@ -74,8 +74,9 @@ end
 -- Reply: nil when the permit is taken (now, or by an earlier send of this
 -- acquisition whose reply was lost: its lease then starts again); otherwise how long (ms) until the
 -- earliest lease ends, -1 when none ends by time (a release publishes).
-if fenced(fences, 2, ARGV[2]) then
-    return stale()
+local halted = fenced(fences, 2, ARGV[2])
+if halted then
+    return halted
 end
 local now, wrong = prepare()
 if wrong then
@@ -107,8 +108,9 @@ return -1
 --
 -- Reply: nil when the permit is not held (its lease ended, or it was given
 -- back already), 0 when it is kept, 1 when it was given back.
-if fenced(fences, 2, ARGV[1]) then
-    return stale()
+local halted = fenced(fences, 2, ARGV[1])
+if halted then
+    return halted
 end
 local _, wrong = prepare()
 if wrong then

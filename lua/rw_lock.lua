@@ -67,8 +67,9 @@ local function open(own_args, owner)
     if wrong then
         return nil, wrong
     end
-    if fenced(fences, own_args, owner) then
-        return nil, stale()
+    local halted = fenced(fences, own_args, owner)
+    if halted then
+        return nil, halted
     end
     return mode
 end
@@ -366,8 +367,9 @@ return 1
 --
 -- Reply: 1 when the writer was waiting, 0 when it was not.
 local owner = ARGV[2]
-if fenced(fences, 2, owner) then
-    return stale()
+local halted = fenced(fences, 2, owner)
+if halted then
+    return halted
 end
 local removed = redis.pcall('zrem', writers, owner)
 if type(removed) ~= 'number' then

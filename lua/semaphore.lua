@@ -23,8 +23,9 @@ local counter, channel, fences, grants = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- Reply: nil when the permits are taken (now, or by an earlier send of this
 -- acquisition whose reply was lost); otherwise -1: none to wait for by time,
 -- a release publishes.
-if fenced(fences, 2, ARGV[2]) then
-    return stale()
+local halted = fenced(fences, 2, ARGV[2])
+if halted then
+    return halted
 end
 if redis.call('hexists', grants, ARGV[2]) == 1 then
     return nil
@@ -49,8 +50,9 @@ return -1
 --
 -- Reply: nil when the grant holds nothing (never took permits, or gave them
 -- back already), 0 when it keeps them, 1 when they were given back.
-if fenced(fences, 2, ARGV[1]) then
-    return stale()
+local halted = fenced(fences, 2, ARGV[1])
+if halted then
+    return halted
 end
 local taken = redis.call('hget', grants, ARGV[1])
 if not taken then

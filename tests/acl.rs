@@ -206,3 +206,138 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
     })
     .await;
 }
+
+/// The keys of the server that have no TTL.
+async fn keys_without_ttl(raw: &Client) -> Vec<String> {
+    let mut without = Vec::new();
+    for key in common::all_keys(raw).await {
+        let ttl: i64 = raw.pttl(&key).await.unwrap();
+        if ttl == -1 {
+            without.push(key);
+        }
+    }
+    without
+}
+
+/// Issue 58: `pexpire` taken away while the client runs, after its first call's permission
+/// question was answered yes. Redis checks a script's commands as it runs them and keeps what it
+/// wrote before a refused one, so an acquisition that wrote its key and was then refused the
+/// expiry left the key held for ever. Now each acquisition is refused before it writes, naming
+/// `pexpire` and the lock, and no key is left without a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pexpire_taken_away_at_run_time_leaves_no_key_without_a_ttl() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        set_user(&raw, &documented_rule()).await;
+        let client = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        // The first call asks the permission question, answered yes; the counters are set up.
+        client
+            .lock("rt-warm")
+            .lock()
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        let permits = client.permit_semaphore("rt-permits");
+        permits.try_set_permits(2).await.unwrap();
+        let kept = keys_without_ttl(&raw).await;
+
+        let _: () = raw
+            .custom(fred::cmd!("ACL"), vec!["SETUSER", "fredlock", "-pexpire"])
+            .await
+            .unwrap();
+        let wait = Duration::from_millis(300);
+        let attempts: Vec<(&str, fredlock::Result<bool>)> = vec![
+            (
+                "rt-lock",
+                client
+                    .lock("rt-lock")
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+            ),
+            (
+                "rt-fair",
+                client
+                    .fair_lock("rt-fair")
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+            ),
+            (
+                "rt-spin",
+                client
+                    .spin_lock("rt-spin")
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+            ),
+            (
+                "rt-fenced",
+                client
+                    .fenced_lock("rt-fenced")
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+            ),
+            (
+                "rt-rw",
+                client
+                    .rw_lock("rt-rw")
+                    .read_lock()
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+            ),
+            (
+                "rt-rw",
+                client
+                    .rw_lock("rt-rw")
+                    .write_lock()
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+            ),
+            (
+                "rt-permits",
+                client
+                    .permit_semaphore("rt-permits")
+                    .try_acquire(wait, None)
+                    .await
+                    .map(|p| p.is_some()),
+            ),
+            (
+                "rt-leader",
+                client
+                    .leader_election("rt-leader")
+                    .try_campaign(wait)
+                    .await
+                    .map(|t| t.is_some()),
+            ),
+        ];
+        for (name, attempt) in attempts {
+            let error = match attempt {
+                Err(error) => error,
+                Ok(took) => panic!("{name}: without pexpire the acquisition ended with {took}"),
+            };
+            let shown = error.to_string();
+            assert!(
+                shown.contains("NOPERM") && shown.contains("pexpire"),
+                "{name}: {shown}"
+            );
+            assert!(shown.contains(&format!("app:{name}")), "{name}: {shown}");
+            assert_eq!(common::library_word(&shown), None, "{name}: {shown}");
+        }
+        assert_eq!(
+            keys_without_ttl(&raw).await,
+            kept,
+            "a key was left without a TTL"
+        );
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -99,7 +99,7 @@ if wrong then
 end
 local free = redis.call('exists', name) == 0
 local reentry = not free and redis.call('hexists', name, owner) == 1
-local halted = fenced(KEYS[4], 6, owner)
+local halted = fenced(KEYS[4], 6, owner, {name, queue, timeouts})
 if halted then
     return halted
 end

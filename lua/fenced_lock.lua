@@ -22,7 +22,7 @@
 --
 -- Tokens come from tokens.lua: never backwards, even after the counter is lost.
 
-local halted = fenced(KEYS[2], 3, ARGV[2])
+local halted = fenced(KEYS[2], 3, ARGV[2], {KEYS[1]})
 if halted then
     return halted
 end

@@ -37,7 +37,7 @@ local SINCE = 'leader:since'
 -- Reply: {epoch, afresh} for a new term; nil for a re-entry its client counts;
 -- otherwise the term's remaining time to live in ms (-1 without expiry), which
 -- bounds how long a candidate sleeps before trying again.
-local halted = fenced(KEYS[2], 4, ARGV[2])
+local halted = fenced(KEYS[2], 4, ARGV[2], {KEYS[1]})
 if halted then
     return halted
 end

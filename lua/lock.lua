@@ -19,7 +19,7 @@
 -- first hold although its client counted more); otherwise the lock's remaining
 -- time to live in milliseconds (-1 when it has no expiry), which bounds how
 -- long a waiter may sleep before trying again.
-local halted = fenced(KEYS[2], 3, ARGV[2])
+local halted = fenced(KEYS[2], 3, ARGV[2], {KEYS[1]})
 if halted then
     return halted
 end

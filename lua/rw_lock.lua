@@ -60,14 +60,15 @@ end
 
 -- The checks every script that changes the lock starts with, before it writes
 -- anything: the mode (as read_mode), or an error reply for a key of another
--- kind or for a call fenced after its reply was lost (see holds.lua, which
--- those scripts include).
-local function open(own_args, owner)
+-- kind, for a call fenced after its reply was lost, or for a refused expiry
+-- of a key an acquisition may create (`expiring`: see fences.lua, which those
+-- scripts include).
+local function open(own_args, owner, expiring)
     local mode, wrong = read_mode()
     if wrong then
         return nil, wrong
     end
-    local halted = fenced(fences, own_args, owner)
+    local halted = fenced(fences, own_args, owner, expiring)
     if halted then
         return nil, halted
     end
@@ -154,7 +155,7 @@ end
 -- Reply: nil (or -3 for a first hold although the client counted more) when
 -- held; otherwise how long to sleep at most before trying again, in ms.
 local lease, owner, holds = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local mode, wrong = open(5, owner)
+local mode, wrong = open(5, owner, {name, writers})
 if wrong then
     return wrong
 end
@@ -209,7 +210,7 @@ return ttl
 -- Reply: as read_acquire; a DEADLOCK error when the owner holds a read hold
 -- (an upgrade would wait for itself).
 local lease, owner, holds, place = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
-local mode, wrong = open(5, owner)
+local mode, wrong = open(5, owner, {name, writers})
 if wrong then
     return wrong
 end

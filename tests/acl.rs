@@ -303,14 +303,6 @@ async fn pexpire_taken_away_at_run_time_leaves_no_key_without_a_ttl() {
                     .map(|g| g.is_some()),
             ),
             (
-                "rt-permits",
-                client
-                    .permit_semaphore("rt-permits")
-                    .try_acquire(wait, None)
-                    .await
-                    .map(|p| p.is_some()),
-            ),
-            (
                 "rt-leader",
                 client
                     .leader_election("rt-leader")

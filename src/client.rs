@@ -147,22 +147,6 @@ impl LockClient {
         }
     }
 
-    /// The fred client this lock client sends its commands on, for data commands that go with
-    /// the locks (one connection setup for both).
-    ///
-    /// It is configured for locks: every command is sent **once** (`max_command_attempts` 1,
-    /// so a command cut off by a reconnect fails instead of being sent again; a lock script must
-    /// never run twice), with the builder's `command_timeout` and reconnect policy. Retry your
-    /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
-    /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
-    ///
-    /// `None` when the client runs on another library ([`Backend`](crate::Backend)).
-    #[cfg(feature = "fred")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
-    pub fn redis(&self) -> Option<&crate::engine::FredClient> {
-        self.shared.engine.core().redis().fred()
-    }
-
     /// The hash field this client writes for `owner`: `<client uuid>:<owner id>`.
     pub fn owner_field(&self, owner: OwnerId) -> String {
         self.shared.engine.core().field(owner).to_string()

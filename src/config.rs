@@ -129,11 +129,11 @@ pub struct LockClientBuilder {
     pub(crate) metrics_lock_names: bool,
     pub(crate) client_name: Option<String>,
     /// The backend named (`backend`, `redis_rs_client`, `fred_client`, `config`); none: fred.
-    backend: Option<Backend>,
+    pub(crate) backend: Option<Backend>,
     protocol: Option<Protocol>,
     /// The connection settings of the service's own redis-rs client, when handed over.
     #[cfg(feature = "redis-rs")]
-    redis_rs: Option<crate::engine::RedisRsSettings>,
+    pub(crate) redis_rs: Option<crate::engine::RedisRsSettings>,
 }
 
 /// Where the sentinels are and which master they watch.
@@ -323,61 +323,6 @@ impl LockClientBuilder {
                     .into(),
             )),
         }
-    }
-
-    /// The address, credentials and TLS of a redis-rs client the service already has, so that
-    /// they are written once: the client runs on redis-rs ([`Backend::RedisRs`]) and opens
-    /// connections of its own with them (its commands are sent once each, and its pub/sub
-    /// needs a connection of its own), over RESP3 unless [`protocol`](Self::protocol) says
-    /// otherwise; the service's client is left as it is.
-    /// Timeouts and the reconnect policy stay this builder's. It takes precedence over
-    /// [`url`](Self::url) and `config`.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> fredlock::Result<()> {
-    /// let redis = redis::Client::open("redis://:secret@127.0.0.1:6379").expect("a valid URL");
-    /// let locks = fredlock::LockClient::builder().redis_rs_client(&redis).build().await?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "redis-rs")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
-    pub fn redis_rs_client(mut self, client: &crate::engine::RedisRsClient) -> Self {
-        self.backend = Some(Backend::RedisRs);
-        self.redis_rs = Some(crate::engine::redis_rs_settings_of(client));
-        self
-    }
-
-    /// A complete fred configuration (servers, credentials, TLS); it takes precedence over
-    /// [`url`](Self::url).
-    #[cfg(feature = "fred")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
-    pub fn config(mut self, config: Config) -> Self {
-        self.config = Some(config);
-        self
-    }
-
-    /// The servers, credentials, TLS and protocol of a fred client the service already has, so
-    /// that they are written once: the same as [`config`](Self::config) with
-    /// `client.client_config()`. fredlock opens connections of its own with them (its commands
-    /// are sent once each, never again after a reconnect, and its pub/sub needs a connection of
-    /// its own), so the service's client is left as it is. Timeouts and the reconnect policy
-    /// stay this builder's ([`command_timeout`](Self::command_timeout),
-    /// [`reconnect_policy`](Self::reconnect_policy)).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> fredlock::Result<()> {
-    /// use fredlock::fred::prelude::*;
-    ///
-    /// let config = Config::from_url("redis://:secret@127.0.0.1:6379").expect("a valid URL");
-    /// let redis = Builder::from_config(config).build().expect("a client");
-    /// redis.init().await.expect("connected");
-    /// let locks = fredlock::LockClient::builder().fred_client(&redis).build().await?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "fred")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
-    pub fn fred_client(self, client: &crate::engine::FredClient) -> Self {
-        self.config(crate::engine::fred_config_of(client))
     }
 
     /// Finds the master through Redis Sentinel: `sentinels` are the sentinels' addresses (one is

@@ -324,7 +324,7 @@ pub mod metrics {
 
 /// The traits whose methods every lock has: `use fredlock::prelude::*` brings `lock()`,
 /// `try_lock(wait, lease)`, `with_lock` and the reads of the lock family into scope (as
-/// `fred::prelude` does for fred's command families).
+/// fred's own prelude does for its command families).
 pub mod prelude {
     pub use crate::{DistributedGuard, DistributedLock, LockFamily};
 }

@@ -50,10 +50,8 @@ pub(crate) use acquire::{
 };
 pub(crate) use client::reply::{FromReply, ScriptArg};
 pub(crate) use client::value;
-#[cfg(feature = "fred")]
-pub(crate) use client::{fred_config_of, FredClient};
 #[cfg(feature = "redis-rs")]
-pub(crate) use client::{redis_rs_address, redis_rs_settings_of, RedisRsClient, RedisRsSettings};
+pub(crate) use client::{redis_rs_address, RedisRsSettings};
 pub(crate) use client::{
     Config, Connection, Connector, Library, Protocol, ReconnectPolicy, Reconnects, Sent, Sentinels,
     ServerConfig, Subscriber,

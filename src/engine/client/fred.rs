@@ -28,13 +28,60 @@ use crate::error::{Failure, RedisError, RedisErrorKind};
 /// takes.
 pub(crate) use fred::types::config::{Config, ServerConfig};
 
-/// fred's client, which the public builder takes and the client hands out
-/// (`LockClientBuilder::fred_client`, `LockClient::redis`).
+/// fred's client, which the public builder takes and the client hands out (below).
 pub(crate) use fred::clients::Client as FredClient;
 
-/// The configuration of a fred client the service already has.
-pub(crate) fn fred_config_of(client: &FredClient) -> Config {
-    client.client_config()
+/// The builder's methods that take a service's own fred configuration or client: in fred's
+/// file, so that no file outside the seam names fred.
+impl crate::config::LockClientBuilder {
+    /// A complete fred configuration (servers, credentials, TLS); it takes precedence over
+    /// [`url`](Self::url).
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = Some(config);
+        self
+    }
+
+    /// The servers, credentials, TLS and protocol of a fred client the service already has, so
+    /// that they are written once: the same as [`config`](Self::config) with
+    /// `client.client_config()`. fredlock opens connections of its own with them (its commands
+    /// are sent once each, never again after a reconnect, and its pub/sub needs a connection of
+    /// its own), so the service's client is left as it is. Timeouts and the reconnect policy
+    /// stay this builder's ([`command_timeout`](Self::command_timeout),
+    /// [`reconnect_policy`](Self::reconnect_policy)).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// use fredlock::fred::prelude::*;
+    ///
+    /// let config = Config::from_url("redis://:secret@127.0.0.1:6379").expect("a valid URL");
+    /// let redis = Builder::from_config(config).build().expect("a client");
+    /// redis.init().await.expect("connected");
+    /// let locks = fredlock::LockClient::builder().fred_client(&redis).build().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
+    pub fn fred_client(self, client: &FredClient) -> Self {
+        self.config(client.client_config())
+    }
+}
+
+/// The client's method that hands out its fred client.
+impl crate::client::LockClient {
+    /// The fred client this lock client sends its commands on, for data commands that go with
+    /// the locks (one connection setup for both).
+    ///
+    /// It is configured for locks: every command is sent **once** (`max_command_attempts` 1,
+    /// so a command cut off by a reconnect fails instead of being sent again; a lock script must
+    /// never run twice), with the builder's `command_timeout` and reconnect policy. Retry your
+    /// own idempotent commands yourself if you need to. Do not `quit()` it: that closes the
+    /// lock client's connection; [`shutdown`](Self::shutdown) does it when you are done.
+    ///
+    /// `None` when the client runs on another library ([`Backend`](crate::Backend)).
+    #[cfg_attr(docsrs, doc(cfg(feature = "fred")))]
+    pub fn redis(&self) -> Option<&FredClient> {
+        self.engine().core().redis().fred()
+    }
 }
 
 /// fred's refusal to write a command a second time.

@@ -43,26 +43,19 @@ use self::fred::fred_policy;
 /// What a client is configured with, which the public builder takes: fred's own
 /// configuration while fred is compiled in, else the crate's own of the same shape.
 #[cfg(feature = "fred")]
-pub(crate) use self::fred::{fred_config_of, Config, FredClient, ServerConfig};
+pub(crate) use self::fred::{Config, ServerConfig};
 #[cfg(feature = "fred")]
-use self::fred::{FredConnection, FredSubscriber};
+use self::fred::{FredClient, FredConnection, FredSubscriber};
 /// How a connection is made again: the crate's own in every build, converted to each
 /// library's own by that library's file.
 pub(crate) use crate::engine::client::settings::ReconnectPolicy;
 #[cfg(not(feature = "fred"))]
 pub(crate) use crate::engine::client::settings::{Config, ServerConfig};
 
-/// The client libraries' own types that the public builder and client take or hand out
-/// (`LockClientBuilder::redis_rs_client`): named here, so that no file outside the seam names
-/// a client library.
+/// The connection settings of a redis-rs client handed over (`LockClientBuilder::redis_rs_client`,
+/// in `redis_rs.rs`), which the builder keeps.
 #[cfg(feature = "redis-rs")]
-pub(crate) use redis::{Client as RedisRsClient, ConnectionInfo as RedisRsSettings};
-
-/// The connection settings of a redis-rs client the service already has.
-#[cfg(feature = "redis-rs")]
-pub(crate) fn redis_rs_settings_of(client: &RedisRsClient) -> RedisRsSettings {
-    client.get_connection_info().clone()
-}
+pub(crate) use redis::ConnectionInfo as RedisRsSettings;
 
 /// Where a redis-rs client handed over connects, as host and port, for messages that name the
 /// server (a Unix socket, refused when the client connects, by its path and port 0).

@@ -1242,6 +1242,31 @@ pub(crate) fn sorted(error: redis::RedisError) -> RedisError {
     RedisError::new(kind, failure, details)
 }
 
+/// The builder's method that takes a service's own redis-rs client: in redis-rs's file, so that
+/// no file outside the seam names redis-rs.
+impl crate::config::LockClientBuilder {
+    /// The address, credentials and TLS of a redis-rs client the service already has, so that
+    /// they are written once: the client runs on redis-rs ([`Backend::RedisRs`](crate::Backend::RedisRs)) and opens
+    /// connections of its own with them (its commands are sent once each, and its pub/sub
+    /// needs a connection of its own), over RESP3 unless [`protocol`](Self::protocol) says
+    /// otherwise; the service's client is left as it is.
+    /// Timeouts and the reconnect policy stay this builder's. It takes precedence over
+    /// [`url`](Self::url) and `config`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> fredlock::Result<()> {
+    /// let redis = redis::Client::open("redis://:secret@127.0.0.1:6379").expect("a valid URL");
+    /// let locks = fredlock::LockClient::builder().redis_rs_client(&redis).build().await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-rs")))]
+    pub fn redis_rs_client(mut self, client: &redis::Client) -> Self {
+        self.backend = Some(crate::Backend::RedisRs);
+        self.redis_rs = Some(client.get_connection_info().clone());
+        self
+    }
+}
+
 /// One server's link, or the master's behind Sentinel, behind the seam (a sentinel's own
 /// connection too, which subscribes and asks).
 impl ConnectionLike for Link {

@@ -1,6 +1,6 @@
 //! fred, the default client library, behind the seam: a command connection
 //! ([`FredConnection`], standalone, behind Sentinel or on a cluster) and a subscriber
-//! ([`FredSubscriber`]), each implementing the seam's trait; how their connections are made
+//! ([`FredSubscriber`]), one generic [`Fred`] implementing the seam's traits; how their connections are made
 //! ([`Connections`]); and fred's errors, sorted into the crate's kinds.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, Notify};
 use crate::engine::client::settings::{ReconnectPolicy, Shape};
 use crate::engine::client::value::{key_slot, FromValue, Key, ScanType, Server, Value};
 use crate::engine::client::{
-    ConnectionLike, Messages, Protocol, Reconnects, Route, Sent, SubscriberLike,
+    ConnectionLike, LinkLike, Messages, Protocol, Reconnects, Route, Sent, SubscriberLike,
 };
 use crate::error::{Failure, RedisError, RedisErrorKind};
 
@@ -144,8 +144,9 @@ impl Connections {
 
     /// A subscriber, not connected yet.
     pub(crate) fn subscriber(&self) -> Result<FredSubscriber, RedisError> {
-        Ok(FredSubscriber {
+        Ok(Fred {
             client: self.builder.build_subscriber_client()?,
+            dropped: None,
         })
     }
 }
@@ -238,23 +239,30 @@ impl From<fred::types::config::ReconnectPolicy> for ReconnectPolicy {
     }
 }
 
-/// fred's client as a command connection, with what fred does not track itself: whether its
-/// one server's connection dropped (shared by clones).
+/// One of fred's clients behind the seam: its client (`Client` for commands,
+/// `SubscriberClient` for pub/sub), and for a command connection what fred does not track
+/// itself: whether its one server's connection dropped (shared by clones).
 #[derive(Clone)]
-pub(crate) struct FredConnection {
-    client: Client,
-    dropped: Arc<Dropped>,
+pub(crate) struct Fred<C> {
+    client: C,
+    dropped: Option<Arc<Dropped>>,
 }
+
+/// fred's client as a command connection.
+pub(crate) type FredConnection = Fred<Client>;
+
+/// fred's subscriber client.
+pub(crate) type FredSubscriber = Fred<SubscriberClient>;
 
 impl FredConnection {
     pub(crate) fn new(client: Client) -> FredConnection {
-        FredConnection {
+        Fred {
             client,
-            dropped: Arc::new(Dropped {
+            dropped: Some(Arc::new(Dropped {
                 now: AtomicBool::new(false),
                 back: Notify::new(),
                 followed: AtomicBool::new(false),
-            }),
+            })),
         }
     }
 
@@ -296,23 +304,52 @@ fn options(route: &Route) -> Option<Options> {
     }
 }
 
-impl ConnectionLike for FredConnection {
+/// What fred's command connection and its subscriber do alike.
+impl<C: ClientLike + EventInterface + Clone + Send + Sync + 'static> LinkLike for Fred<C> {
     async fn connect(&self) -> Result<(), RedisError> {
-        if !self.client.is_clustered() && !self.dropped.followed.swap(true, Ordering::Relaxed) {
-            follow_drops(&self.client, &self.dropped);
+        if let Some(dropped) = &self.dropped {
+            if !self.client.is_clustered() && !dropped.followed.swap(true, Ordering::Relaxed) {
+                follow_drops(&self.client, dropped);
+            }
         }
         let task = self.client.init().await?;
         keep_routing(self.client.clone(), task);
         Ok(())
     }
 
+    fn messages(&self) -> Messages {
+        self.client.message_rx()
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        self.client.reconnect_rx()
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        self.client.active_connections()
+    }
+
+    async fn reconnect(&self) {
+        let _ = self.client.force_reconnection().await;
+    }
+
+    async fn quit(&self) {
+        let _ = self.client.quit().await;
+    }
+}
+
+impl ConnectionLike for FredConnection {
     fn is_connected(&self) -> bool {
-        !self.dropped.now.load(Ordering::Acquire) && self.client.is_connected()
+        let dropped = self.dropped.as_ref();
+        !dropped.is_some_and(|dropped| dropped.now.load(Ordering::Acquire))
+            && self.client.is_connected()
     }
 
     async fn wait_for_connect(&self) {
         let _ = self.client.wait_for_connect().await;
-        self.dropped.back().await;
+        if let Some(dropped) = &self.dropped {
+            dropped.back().await;
+        }
     }
 
     fn is_clustered(&self) -> bool {
@@ -334,31 +371,11 @@ impl ConnectionLike for FredConnection {
         self.client.perf_config().default_command_timeout
     }
 
-    fn messages(&self) -> Messages {
-        self.client.message_rx()
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        self.client.reconnect_rx()
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        self.client.active_connections()
-    }
-
     fn masters(&self) -> Vec<Server> {
         self.client
             .cached_cluster_state()
             .map(|state| state.unique_primary_nodes())
             .unwrap_or_default()
-    }
-
-    async fn reconnect(&self) {
-        let _ = self.client.force_reconnection().await;
-    }
-
-    async fn quit(&self) {
-        let _ = self.client.quit().await;
     }
 
     async fn call<R: FromValue>(
@@ -491,19 +508,7 @@ impl ConnectionLike for FredConnection {
     }
 }
 
-/// fred's subscriber client.
-#[derive(Clone)]
-pub(crate) struct FredSubscriber {
-    client: SubscriberClient,
-}
-
 impl SubscriberLike for FredSubscriber {
-    async fn connect(&self) -> Result<(), RedisError> {
-        let task = self.client.init().await?;
-        keep_routing(self.client.clone(), task);
-        Ok(())
-    }
-
     /// fred completes a `SUBSCRIBE` as soon as it is written, not when Redis has processed it:
     /// a `PING` behind it, on the same connection (in a cluster, the node fred sends
     /// subscriptions to), answers only once it took effect, as Redis runs one connection's
@@ -560,26 +565,6 @@ impl SubscriberLike for FredSubscriber {
     async fn refresh_slots(&self) -> Result<(), RedisError> {
         Ok(self.client.sync_cluster().await?)
     }
-
-    fn messages(&self) -> Messages {
-        self.client.message_rx()
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        self.client.reconnect_rx()
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        self.client.active_connections()
-    }
-
-    async fn reconnect(&self) {
-        let _ = self.client.force_reconnection().await;
-    }
-
-    async fn quit(&self) {
-        let _ = self.client.quit().await;
-    }
 }
 
 /// Starts fred's routing task again when it ended on an `ASK` it could not follow (fred sends
@@ -618,7 +603,7 @@ fn keep_routing<C: ClientLike + Clone + Send + Sync + 'static>(
 /// once. Errors are read before reconnects, so a drop and the reconnect after it, both unread,
 /// leave it false. A cluster's nodes drop one at a time, each without the others: not
 /// followed.
-fn follow_drops(client: &Client, dropped: &Arc<Dropped>) {
+fn follow_drops<C: EventInterface>(client: &C, dropped: &Arc<Dropped>) {
     let mut errors = client.error_rx();
     let mut reconnects = client.reconnect_rx();
     // Not the client: the task ends when fred closes its channels as the client goes away,

@@ -1,6 +1,7 @@
 //! The seam between the engine and the client libraries: what the crate needs of a client
 //! library, written down as two private traits, and the one place that picks a library.
 //!
+//! - [`LinkLike`]: what both below do alike: connect, follow their connections, close;
 //! - [`ConnectionLike`]: a command connection: a script call (`EVALSHA`, then `EVAL` when the
 //!   server does not have the script cached), the few commands and reads the crate sends,
 //!   routed by the first key or to a node or slot ([`Route`]), its reconnect announcements,
@@ -97,6 +98,29 @@ pub(crate) type Reconnects = broadcast::Receiver<Server>;
 /// come in.
 pub(crate) type Messages = broadcast::Receiver<Message>;
 
+/// What a client library's command connection and its subscriber do alike: connect, follow
+/// their connections, close. Clones share the connection.
+pub(crate) trait LinkLike: Clone + Send + Sync + 'static {
+    /// Connects, and returns once connected (or with why it could not).
+    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// The pub/sub messages from now on (a command connection has some only when it
+    /// subscribes: a sentinel's).
+    fn messages(&self) -> Messages;
+
+    /// The announcements of its new connections from now on.
+    fn reconnects(&self) -> Reconnects;
+
+    /// The nodes it is connected to now (each master's, on a cluster).
+    fn connected_to(&self) -> Vec<Server>;
+
+    /// Drops its connections and connects again (to where the configuration now says).
+    fn reconnect(&self) -> impl Future<Output = ()> + Send;
+
+    /// Closes it; calls after this fail.
+    fn quit(&self) -> impl Future<Output = ()> + Send;
+}
+
 /// What the crate needs of a client library's command connection (on a cluster, its
 /// connections to every master). Clones share the connection.
 ///
@@ -112,10 +136,7 @@ pub(crate) type Messages = broadcast::Receiver<Message>;
 /// nested futures: `LeaderElection::observe`'s doc test is the deepest). Methods generic over
 /// the reply promise no `Send`: each library's future is `Send` for the replies the crate
 /// reads, which the compiler sees through the concrete type.
-pub(crate) trait ConnectionLike: Clone + Send + Sync + 'static {
-    /// Connects, and returns once connected (or with why it could not).
-    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
-
+pub(crate) trait ConnectionLike: LinkLike {
     /// Whether it is connected now (it reconnects in the background): false from the moment
     /// the library learns a connection dropped.
     fn is_connected(&self) -> bool;
@@ -134,23 +155,8 @@ pub(crate) trait ConnectionLike: Clone + Send + Sync + 'static {
     /// How long a call waits for its reply before it fails with a lost reply.
     fn command_timeout(&self) -> Duration;
 
-    /// The pub/sub messages of a connection that subscribes (a sentinel's).
-    fn messages(&self) -> Messages;
-
-    /// The announcements of its new connections from now on.
-    fn reconnects(&self) -> Reconnects;
-
-    /// The nodes it is connected to now (each master's, on a cluster).
-    fn connected_to(&self) -> Vec<Server>;
-
     /// The masters of a cluster, as its routing table has them; none outside one.
     fn masters(&self) -> Vec<Server>;
-
-    /// Drops its connections and connects again (to where the configuration now says).
-    fn reconnect(&self) -> impl Future<Output = ()> + Send;
-
-    /// Closes it; calls after this fail.
-    fn quit(&self) -> impl Future<Output = ()> + Send;
 
     /// One call of a script (`EVALSHA`, then `EVAL` when the server answers `NOSCRIPT`) or a
     /// plain command (its name, the keys, the arguments), with the keys and arguments `call`
@@ -260,10 +266,7 @@ pub(crate) trait ConnectionLike: Clone + Send + Sync + 'static {
 /// What the crate needs of a client library's subscriber: the connection pub/sub messages come
 /// in on (on a cluster, one per node it listens on), and the subscriptions it keeps. Clones
 /// share it.
-pub(crate) trait SubscriberLike: Clone + Send + Sync + 'static {
-    /// Connects, and returns once connected (or with why it could not).
-    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
-
+pub(crate) trait SubscriberLike: LinkLike {
     /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions
     /// (not when the command is written: a waiter told "subscribed" too early would make its
     /// second attempt possibly before the subscription exists, and miss an unlock published
@@ -306,21 +309,6 @@ pub(crate) trait SubscriberLike: Clone + Send + Sync + 'static {
 
     /// Reads the cluster's slots again.
     fn refresh_slots(&self) -> impl Future<Output = Result<(), RedisError>> + Send;
-
-    /// The messages from now on.
-    fn messages(&self) -> Messages;
-
-    /// The announcements of its new connections from now on.
-    fn reconnects(&self) -> Reconnects;
-
-    /// The nodes it is connected to now.
-    fn connected_to(&self) -> Vec<Server>;
-
-    /// Drops its connections and connects again (to where the configuration now says).
-    fn reconnect(&self) -> impl Future<Output = ()> + Send;
-
-    /// Closes it.
-    fn quit(&self) -> impl Future<Output = ()> + Send;
 }
 
 /// The client libraries compiled in, as a command connection: the one list of them. A third
@@ -667,13 +655,12 @@ impl Connection {
 
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        each!(Links, &self.link, |link| ConnectionLike::connect(link)
-            .await)
+        each!(Links, &self.link, |link| LinkLike::connect(link).await)
     }
 
     /// The pub/sub messages of a connection that subscribes (a sentinel's).
     pub(crate) fn messages(&self) -> Messages {
-        each!(Links, &self.link, |link| ConnectionLike::messages(link))
+        each!(Links, &self.link, |link| LinkLike::messages(link))
     }
 
     /// `SUBSCRIBE channel` on a connection that also asks (a sentinel's, RESP3).
@@ -766,12 +753,12 @@ impl Connection {
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        each!(Links, &self.link, |link| ConnectionLike::reconnects(link))
+        each!(Links, &self.link, |link| LinkLike::reconnects(link))
     }
 
     /// The nodes it is connected to now (each master's, on a cluster).
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        each!(Links, &self.link, |link| ConnectionLike::connected_to(link))
+        each!(Links, &self.link, |link| LinkLike::connected_to(link))
     }
 
     /// The masters of a cluster, as its routing table has them; none outside one.
@@ -781,13 +768,12 @@ impl Connection {
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        each!(Links, &self.link, |link| ConnectionLike::reconnect(link)
-            .await)
+        each!(Links, &self.link, |link| LinkLike::reconnect(link).await)
     }
 
     /// Closes it; calls after this fail.
     pub(crate) async fn quit(&self) {
-        each!(Links, &self.link, |link| ConnectionLike::quit(link).await)
+        each!(Links, &self.link, |link| LinkLike::quit(link).await)
     }
 
     /// One call of a script (`EVALSHA`, then `EVAL` when the server does not have it cached) or
@@ -962,8 +948,7 @@ pub(crate) struct Subscriber {
 impl Subscriber {
     /// Connects (and returns once connected, or with why it could not).
     pub(crate) async fn connect(&self) -> Result<(), RedisError> {
-        each!(Listeners, &self.link, |link| SubscriberLike::connect(link)
-            .await)
+        each!(Listeners, &self.link, |link| LinkLike::connect(link).await)
     }
 
     /// Subscribes `channels` (`SUBSCRIBE`), and returns once the server has the subscriptions.
@@ -1030,35 +1015,28 @@ impl Subscriber {
 
     /// The messages from now on.
     pub(crate) fn messages(&self) -> Messages {
-        each!(Listeners, &self.link, |link| SubscriberLike::messages(link))
+        each!(Listeners, &self.link, |link| LinkLike::messages(link))
     }
 
     /// The announcements of its new connections from now on.
     pub(crate) fn reconnects(&self) -> Reconnects {
-        each!(Listeners, &self.link, |link| SubscriberLike::reconnects(
-            link
-        ))
+        each!(Listeners, &self.link, |link| LinkLike::reconnects(link))
     }
 
     /// The nodes it is connected to now.
     pub(crate) fn connected_to(&self) -> Vec<Server> {
-        each!(Listeners, &self.link, |link| SubscriberLike::connected_to(
-            link
-        ))
+        each!(Listeners, &self.link, |link| LinkLike::connected_to(link))
     }
 
     /// Drops its connections and connects again (to where the configuration now says).
     pub(crate) async fn reconnect(&self) {
-        each!(Listeners, &self.link, |link| SubscriberLike::reconnect(
-            link
-        )
-        .await)
+        each!(Listeners, &self.link, |link| LinkLike::reconnect(link)
+            .await)
     }
 
     /// Closes it.
     pub(crate) async fn quit(&self) {
-        each!(Listeners, &self.link, |link| SubscriberLike::quit(link)
-            .await)
+        each!(Listeners, &self.link, |link| LinkLike::quit(link).await)
     }
 }
 

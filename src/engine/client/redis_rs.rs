@@ -30,7 +30,9 @@ use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind};
 use tokio::sync::{broadcast, watch};
 
 use crate::engine::client::value::Message;
-use crate::engine::client::{ConnectionLike, Messages, Reconnects, Route, SubscriberLike};
+use crate::engine::client::{
+    ConnectionLike, LinkLike, Messages, Reconnects, Route, SubscriberLike,
+};
 use crate::engine::join::join_all;
 use crate::engine::{
     FromValue, Key, Map, MessageKind, ReconnectPolicy, ScanType, Sent, Server, Str, Value,
@@ -1269,11 +1271,33 @@ impl crate::config::LockClientBuilder {
 
 /// One server's link, or the master's behind Sentinel, behind the seam (a sentinel's own
 /// connection too, which subscribes and asks).
-impl ConnectionLike for Link {
+impl LinkLike for Link {
     fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
         Link::connect(self)
     }
 
+    fn messages(&self) -> Messages {
+        Link::messages(self)
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        Link::reconnects(self)
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        Link::connected_to(self)
+    }
+
+    fn reconnect(&self) -> impl Future<Output = ()> + Send {
+        Link::reconnect(self)
+    }
+
+    fn quit(&self) -> impl Future<Output = ()> + Send {
+        Link::quit(self)
+    }
+}
+
+impl ConnectionLike for Link {
     fn is_connected(&self) -> bool {
         Link::is_connected(self)
     }
@@ -1298,28 +1322,8 @@ impl ConnectionLike for Link {
         Link::command_timeout(self)
     }
 
-    fn messages(&self) -> Messages {
-        Link::messages(self)
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        Link::reconnects(self)
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        Link::connected_to(self)
-    }
-
     fn masters(&self) -> Vec<Server> {
         Link::masters(self)
-    }
-
-    fn reconnect(&self) -> impl Future<Output = ()> + Send {
-        Link::reconnect(self)
-    }
-
-    fn quit(&self) -> impl Future<Output = ()> + Send {
-        Link::quit(self)
     }
 
     fn subscribe(&self, channel: &str) -> impl Future<Output = Result<(), RedisError>> + Send {
@@ -1365,10 +1369,6 @@ impl ConnectionLike for Link {
 }
 
 impl SubscriberLike for Link {
-    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
-        Link::connect(self)
-    }
-
     fn subscribe(
         &self,
         channels: Vec<String>,
@@ -1407,26 +1407,6 @@ impl SubscriberLike for Link {
 
     fn refresh_slots(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
         Link::refresh_slots(self)
-    }
-
-    fn messages(&self) -> Messages {
-        Link::messages(self)
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        Link::reconnects(self)
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        Link::connected_to(self)
-    }
-
-    fn reconnect(&self) -> impl Future<Output = ()> + Send {
-        Link::reconnect(self)
-    }
-
-    fn quit(&self) -> impl Future<Output = ()> + Send {
-        Link::quit(self)
     }
 }
 

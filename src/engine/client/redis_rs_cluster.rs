@@ -23,7 +23,9 @@ use tokio::sync::broadcast;
 
 use crate::engine::client::redis_rs::{announcements, read, sorted, Link, Seeds, Target};
 use crate::engine::client::value::Message;
-use crate::engine::client::{ConnectionLike, Messages, Reconnects, Route, SubscriberLike};
+use crate::engine::client::{
+    ConnectionLike, LinkLike, Messages, Reconnects, Route, SubscriberLike,
+};
 use crate::engine::join::join_all;
 use crate::engine::{key_slot, FromValue, Key, ScanType, Sent, Server, Value};
 use crate::error::{Failure, RedisError, RedisErrorKind};
@@ -710,11 +712,33 @@ fn closed() -> RedisError {
 }
 
 /// A cluster behind the seam: each call pinned as its route says.
-impl ConnectionLike for Cluster {
+impl LinkLike for Cluster {
     fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
         Cluster::connect(self)
     }
 
+    fn messages(&self) -> Messages {
+        Cluster::messages(self)
+    }
+
+    fn reconnects(&self) -> Reconnects {
+        Cluster::reconnects(self)
+    }
+
+    fn connected_to(&self) -> Vec<Server> {
+        Cluster::connected_to(self)
+    }
+
+    fn reconnect(&self) -> impl Future<Output = ()> + Send {
+        Cluster::reconnect(self)
+    }
+
+    fn quit(&self) -> impl Future<Output = ()> + Send {
+        Cluster::quit(self)
+    }
+}
+
+impl ConnectionLike for Cluster {
     fn is_connected(&self) -> bool {
         Cluster::is_connected(self)
     }
@@ -739,28 +763,8 @@ impl ConnectionLike for Cluster {
         Cluster::command_timeout(self)
     }
 
-    fn messages(&self) -> Messages {
-        Cluster::messages(self)
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        Cluster::reconnects(self)
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        Cluster::connected_to(self)
-    }
-
     fn masters(&self) -> Vec<Server> {
         Cluster::masters(self)
-    }
-
-    fn reconnect(&self) -> impl Future<Output = ()> + Send {
-        Cluster::reconnect(self)
-    }
-
-    fn quit(&self) -> impl Future<Output = ()> + Send {
-        Cluster::quit(self)
     }
 
     fn subscribe(&self, channel: &str) -> impl Future<Output = Result<(), RedisError>> + Send {
@@ -817,10 +821,6 @@ fn pin(route: &Route) -> Option<Pin> {
 }
 
 impl SubscriberLike for Cluster {
-    fn connect(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
-        Cluster::connect(self)
-    }
-
     fn subscribe(
         &self,
         channels: Vec<String>,
@@ -859,26 +859,6 @@ impl SubscriberLike for Cluster {
 
     fn refresh_slots(&self) -> impl Future<Output = Result<(), RedisError>> + Send {
         Cluster::refresh_slots(self)
-    }
-
-    fn messages(&self) -> Messages {
-        Cluster::messages(self)
-    }
-
-    fn reconnects(&self) -> Reconnects {
-        Cluster::reconnects(self)
-    }
-
-    fn connected_to(&self) -> Vec<Server> {
-        Cluster::connected_to(self)
-    }
-
-    fn reconnect(&self) -> impl Future<Output = ()> + Send {
-        Cluster::reconnect(self)
-    }
-
-    fn quit(&self) -> impl Future<Output = ()> + Send {
-        Cluster::quit(self)
     }
 }
 

@@ -6,7 +6,7 @@
 -- a key of another type or a string that is no integer, which nothing here
 -- may change.
 local function counter_value(key)
-    local value = redis.pcall('get', key)
+    local value = raised(redis.pcall('get', key))
     if type(value) == 'table' then
         return nil, redis.error_reply('WRONGTYPE not a counter (an integer string): ' .. key)
     end

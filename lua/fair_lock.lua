@@ -30,11 +30,11 @@ end
 -- writes anything, in protected calls, so that a line key of the wrong type is
 -- named in an error reply (in the form src/engine/refusal.rs decodes) with nothing changed.
 local function read_line(queue, timeouts, now)
-    local head = redis.pcall('lindex', queue, 0)
+    local head = raised(redis.pcall('lindex', queue, 0))
     if type(head) == 'table' and head.err then
         return nil, nil, redis.error_reply('WRONGTYPE not the queue of a fair lock (a list): ' .. queue)
     end
-    local expired = redis.pcall('zrangebyscore', timeouts, '-inf', now)
+    local expired = raised(redis.pcall('zrangebyscore', timeouts, '-inf', now))
     if expired.err then
         return nil, nil, redis.error_reply('WRONGTYPE not the place timeouts of a fair lock (a zset): ' .. timeouts)
     end
@@ -242,7 +242,7 @@ end
 local line = {}
 if redis.call('type', KEYS[2])['ok'] == 'list' then
     for _, waiter in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
-        local deadline = redis.pcall('zscore', KEYS[3], waiter)
+        local deadline = raised(redis.pcall('zscore', KEYS[3], waiter))
         line[#line + 1] = waiter
         if type(deadline) == 'string' then
             line[#line + 1] = tonumber(deadline)

@@ -34,7 +34,7 @@ end
 -- The holders of a hash of holds, each with `token` ('' for none). A key of
 -- another type is an error that names it, as the lock scripts report it.
 local function holders_of(hash, token)
-    local fields = redis.pcall('hgetall', hash)
+    local fields = raised(redis.pcall('hgetall', hash))
     if fields['err'] then
         return nil, redis.error_reply('WRONGTYPE not a lock (a hash of holds): ' .. hash)
     end
@@ -50,7 +50,7 @@ end
 
 -- A counter's value, or '' when it is missing or not a whole number.
 local function counter_of(key)
-    local value = redis.pcall('get', key)
+    local value = raised(redis.pcall('get', key))
     if type(value) ~= 'string' or not string.find(value, '^%d+$') then
         return ''
     end

@@ -20,7 +20,7 @@
 -- The value at `key`, false when there is none, or an error reply naming the
 -- key when it is not a string (a user's own data under the job's name).
 local function job_value(key)
-    local value = redis.pcall('get', key)
+    local value = raised(redis.pcall('get', key))
     if type(value) == 'table' and value['err'] then
         return nil, redis.error_reply('WRONGTYPE not a job lock (a string): ' .. key)
     end
@@ -77,7 +77,7 @@ return 1
 local lease = tonumber(ARGV[1])
 local replies = {}
 for i, key in ipairs(KEYS) do
-    local value = redis.pcall('get', key)
+    local value = raised(redis.pcall('get', key))
     if value == ARGV[i + 1] then
         if lease > 0 and redis.call('pttl', key) < lease then
             redis.call('pexpire', key, lease)
@@ -141,7 +141,7 @@ if value == ARGV[1] then
     redis.call('pexpire', KEYS[1], ARGV[2])
     return nil
 end
-local last = redis.pcall('get', KEYS[2])
+local last = raised(redis.pcall('get', KEYS[2]))
 if type(last) == 'table' and last['err'] then
     return redis.error_reply('WRONGTYPE not a job lock tick (a string): ' .. KEYS[2])
 end
@@ -197,7 +197,7 @@ if value then
     local host = string.match(value, '^ADDED:[^@]*@([^:]*)')
     told = {value, host or '', ''}
 end
-local last = redis.pcall('get', KEYS[2])
+local last = raised(redis.pcall('get', KEYS[2]))
 if type(last) ~= 'string' then
     last = ''
 end

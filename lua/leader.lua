@@ -85,7 +85,7 @@ return released
 --
 -- Reply: {identity, epoch, since, owner field} while a term stands; otherwise
 -- nil.
-local record = redis.pcall('hgetall', KEYS[1])
+local record = raised(redis.pcall('hgetall', KEYS[1]))
 if record['err'] then
     return redis.error_reply('WRONGTYPE not a leader election (a hash of holds): ' .. KEYS[1])
 end
@@ -116,7 +116,7 @@ return {identity or '', tonumber(epoch), tonumber(since or 0), owner}
 -- Reply: nil when the current epoch (0 without a term) differs; otherwise how
 -- long the observer may sleep before looking again: the term's remaining time
 -- to live in ms, or -1 (a watchdog period) without a term or an expiry.
-local epoch = redis.pcall('hget', KEYS[1], EPOCH)
+local epoch = raised(redis.pcall('hget', KEYS[1], EPOCH))
 if type(epoch) == 'table' then
     return redis.error_reply('WRONGTYPE not a leader election (a hash of holds): ' .. KEYS[1])
 end
@@ -161,7 +161,7 @@ return 1
 -- KEYS[1]  election name
 -- KEYS[2]  fences of lost replies
 -- KEYS[3]  epoch counter
-local fields = redis.pcall('hgetall', KEYS[1])
+local fields = raised(redis.pcall('hgetall', KEYS[1]))
 if fields['err'] then
     return redis.error_reply('WRONGTYPE not a leader election (a hash of holds): ' .. KEYS[1])
 end

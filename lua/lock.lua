@@ -78,7 +78,7 @@ local renewed = {}
 for i, name in ipairs(KEYS) do
     -- pcall: a key replaced by another type counts as lost instead of
     -- failing the renewal of every other key in the batch.
-    local held = redis.pcall('hexists', name, ARGV[i + 1])
+    local held = raised(redis.pcall('hexists', name, ARGV[i + 1]))
     if held == 1 then
         if lease ~= '0' then
             redis.call('pexpire', name, lease)

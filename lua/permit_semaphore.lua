@@ -159,7 +159,7 @@ return tonumber(redis.call('get', counter) or '0')
 local now = clock_ms()
 local renewed = {}
 for i, key in ipairs(KEYS) do
-    local ends = redis.pcall('zscore', key, ARGV[i + 1])
+    local ends = raised(redis.pcall('zscore', key, ARGV[i + 1]))
     if type(ends) == 'string' and tonumber(ends) > now then
         if ARGV[1] ~= '0' then
             redis.call('zadd', key, 'XX', now + tonumber(ARGV[1]), ARGV[i + 1])

@@ -47,7 +47,7 @@ end
 -- read-write lock (another type, or a hash without a mode: a plain lock of the
 -- same name), which nothing here may change.
 local function read_mode()
-    local fields = redis.pcall('hlen', name)
+    local fields = raised(redis.pcall('hlen', name))
     if fields == 0 then
         return false
     end
@@ -372,11 +372,11 @@ local halted = fenced(fences, 2, owner)
 if halted then
     return halted
 end
-local removed = redis.pcall('zrem', writers, owner)
+local removed = raised(redis.pcall('zrem', writers, owner))
 if type(removed) ~= 'number' then
     return redis.error_reply('WRONGTYPE not the waiting writers of a read-write lock (a zset): ' .. writers)
 end
-if removed == 1 and not waiting_writers() and redis.pcall('hget', name, 'mode') ~= 'write' then
+if removed == 1 and not waiting_writers() and raised(redis.pcall('hget', name, 'mode')) ~= 'write' then
     redis.call(PUBLISH, channel, '1')
 end
 return removed
@@ -403,7 +403,7 @@ for i, key in ipairs(KEYS) do
         prefix = '{' .. key .. '}'
     end
     local owner = ARGV[i + 1]
-    local count = redis.pcall('hget', key, owner)
+    local count = raised(redis.pcall('hget', key, owner))
     count = type(count) == 'string' and tonumber(count)
     local held = false
     if count and not is_reader(owner) then
@@ -502,7 +502,7 @@ if mode then
     end
 end
 local line = {}
-local waiting = redis.pcall('zrange', writers, 0, -1, 'withscores')
+local waiting = raised(redis.pcall('zrange', writers, 0, -1, 'withscores'))
 if not waiting.err then
     for i = 1, #waiting, 2 do
         line[#line + 1] = waiting[i]

@@ -17,7 +17,7 @@ redis.replicate_commands()
 -- whole number; nil when it is missing or one. Checked before anything is
 -- written: INCR would fail half way.
 local function bad_counter(counter, what)
-    local current = redis.pcall('get', counter)
+    local current = raised(redis.pcall('get', counter))
     if type(current) == 'table' or (current and not string.find(current, '^%d+$')) then
         return redis.error_reply('WRONGTYPE not the ' .. what .. ' (a string holding a whole number): ' .. counter)
     end

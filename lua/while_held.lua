@@ -13,7 +13,7 @@ local function while_held(KEYS, ARGV)
 end
 
 local lock, owner = KEYS[#KEYS], ARGV[#ARGV]
-if redis.pcall('hexists', lock, owner) ~= 1 then
+if raised(redis.pcall('hexists', lock, owner)) ~= 1 then
     return redis.error_reply('NOTHELD the lock is not held by this owner any more; nothing was run')
 end
 local keys, args = {}, {}

@@ -1,6 +1,9 @@
 //! How a primitive's Lua scripts are composed: its one file in `lua/` (a head, then one section
 //! per script) after the shared preambles it uses. A preamble goes only into the scripts that
 //! use it: Redis runs a script's whole text, making every function it defines, on every call.
+//! The one exception is [`PROTECTED`], first in every script (one function, about 320 server
+//! instructions a call: BENCHMARKS.md), so that no protected call reads a refusal as a key of
+//! another type.
 //! Each primitive composes its own scripts with these helpers; this module knows none of them.
 //!
 //! The scripts that free memory or keep a hold alive (releases, renewals, leaves, force
@@ -9,6 +12,9 @@
 
 use crate::engine::Script;
 
+/// How a protected call's failure is read (a key of another type, or a refusal raised again),
+/// which every script starts with: [`compose`] and [`inspect_script`] put it first.
+pub(crate) const PROTECTED: &str = include_str!("../lua/protected.lua");
 /// The fences of lost replies, which every script that changes a primitive starts with.
 pub(crate) const FENCES: &str = include_str!("../lua/fences.lua");
 /// The fences, then the rules of the hash of holds, which every lock script but the renewal
@@ -50,12 +56,15 @@ pub(crate) fn sections(file: &'static str, name: &str) -> [&'static str; 2] {
     [&file[..head_end], body]
 }
 
-/// A script made of `parts` in order, freeing ([`Script::freeing`]) or not.
+/// A script made of [`PROTECTED`], then `parts` in order, freeing ([`Script::freeing`]) or not.
 pub(crate) fn compose(parts: &[&str], freeing: bool) -> Script {
+    let mut all = Vec::with_capacity(parts.len() + 1);
+    all.push(PROTECTED);
+    all.extend_from_slice(parts);
     if freeing {
-        Script::freeing(parts)
+        Script::freeing(&all)
     } else {
-        Script::new(parts)
+        Script::new(&all)
     }
 }
 
@@ -83,7 +92,7 @@ pub(crate) fn tokens_script(file: &'static str, name: &str) -> Script {
 pub(crate) fn inspect_script(file: &'static str, with_head: bool) -> Script {
     let [head, body] = sections(file, "inspect");
     let head = if with_head { head } else { "" };
-    Script::new(&[INSPECT_HEAD, head, body])
+    Script::new(&[PROTECTED, INSPECT_HEAD, head, body])
 }
 
 /// A script of a counter primitive's `file`, section `name`: [`FENCES`] (for one whose calls

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::refusal::{under_refusal, Marks};
 use common::{bounded, RedisServer};
 use fred::prelude::*;
 use fredlock::prelude::*;
@@ -329,6 +330,126 @@ async fn pexpire_taken_away_at_run_time_leaves_no_key_without_a_ttl() {
             kept,
             "a key was left without a TTL"
         );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// The parts of the documented rule (`select` aside: sent only for a URL that names a
+/// database), those in `chunk` of `of`, each taken away at run time in turn.
+fn parts_in(chunk: usize, of: usize) -> (Vec<String>, Vec<String>) {
+    let rule = documented_rule();
+    let start = rule.iter().position(|word| word == "-@all").unwrap() + 1;
+    let parts: Vec<String> = rule[start..]
+        .iter()
+        .filter(|part| *part != "+select")
+        .enumerate()
+        .filter(|(i, _)| i % of == chunk)
+        .map(|(_, part)| part.clone())
+        .collect();
+    (rule, parts)
+}
+
+/// Issue 58: each part of the rule taken away while the client runs (its first call's question
+/// answered yes), while holders hold and waiters wait: every primitive's writing calls either
+/// work or fail with NOPERM naming what is missing and the lock (the question asked again, not
+/// a script's line), no key is left without a TTL, holders whose renewals are refused are told
+/// of the loss within their lease and their lock is not given to another owner before, and
+/// once the part is back every call works.
+async fn each_permission_taken_away_at_run_time(chunk: usize, of: usize) {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let (rule, parts) = parts_in(chunk, of);
+        set_user(&raw, &rule).await;
+        let a = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        let b = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        for (i, part) in parts.iter().enumerate() {
+            let without: Vec<String> = rule.iter().filter(|word| *word != part).cloned().collect();
+            // The walk's writes and the calls that must be refused: the commands every
+            // acquisition runs, the key patterns, and the script commands themselves.
+            let marks = ["NOPERM"];
+            let marks = if ["+evalsha", "+hset", "+pexpire", "+exists", "~app:*"]
+                .contains(&part.as_str())
+            {
+                Marks::Refused(&marks)
+            } else {
+                Marks::MayBeRefused(&marks)
+            };
+            under_refusal(
+                std::slice::from_ref(&raw),
+                &a,
+                &b,
+                &format!("rt{chunk}x{i}"),
+                "app:",
+                marks,
+                set_user(&raw, &without),
+                set_user(&raw, &rule),
+            )
+            .await;
+        }
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_taken_away_at_run_time_1_of_4() {
+    each_permission_taken_away_at_run_time(0, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_taken_away_at_run_time_2_of_4() {
+    each_permission_taken_away_at_run_time(1, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_taken_away_at_run_time_3_of_4() {
+    each_permission_taken_away_at_run_time(2, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_permission_taken_away_at_run_time_4_of_4() {
+    each_permission_taken_away_at_run_time(3, 4).await;
+}
+
+/// Issue 58: a holder whose renewals are refused (`pexpire`, or the scripts themselves, taken
+/// away while it holds) is told of the loss before its lease ends on the server: when the loss
+/// is told, the lock's key is still there with a TTL, and nobody else could have taken it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_renewals_are_refused_is_told_before_its_lease_ends() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let rule = documented_rule();
+        set_user(&raw, &rule).await;
+        let client = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        for part in ["+pexpire", "+evalsha"] {
+            let name = format!("renewal-{}", part.trim_start_matches('+'));
+            let guard = client.lock(&name).lock().await.expect("takes it");
+            // Renewed at least once with the rule whole.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let without: Vec<String> = rule.iter().filter(|word| *word != part).cloned().collect();
+            set_user(&raw, &without).await;
+            tokio::time::timeout(Duration::from_secs(3), guard.lost())
+                .await
+                .unwrap_or_else(|_| panic!("without {part}, the holder was never told"));
+            let ttl: i64 = raw.pttl(format!("app:{name}")).await.unwrap();
+            assert!(
+                ttl > 0,
+                "without {part}, the holder was told after its lease ended (PTTL {ttl})"
+            );
+            set_user(&raw, &rule).await;
+            assert!(guard.is_lost());
+            drop(guard);
+        }
         client.shutdown().await;
     })
     .await;

@@ -713,7 +713,10 @@ async fn attempt(
                 retry_after: retry_after(pttl, core.watchdog_lease),
             })
         }
-        Err(error) => Err(engine.redis_error(kind.profile().name(), Some(field), error)),
+        Err(error) => {
+            let bound = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            Err(engine.refused(&**kind, Some(field), bound, error).await)
+        }
     }
 }
 

@@ -82,11 +82,10 @@ impl Guard {
             }
             Ok(None) => Err(self.not_held()),
             Err(error) if is_transient(&error) => Err(self.unavailable(Some(error))),
-            Err(error) => Err(self.engine.redis_error(
-                &self.hold.pair.name,
-                Some(&self.hold.pair.field),
-                error,
-            )),
+            Err(error) => Err(self
+                .engine
+                .refused(&*self.kind, Some(&self.hold.pair.field), None, error)
+                .await),
         };
         if let Err(error) = &result {
             let metrics = &self.engine.core().metrics;

@@ -510,9 +510,38 @@ impl Engine {
         if !permissions::known(core) {
             permissions::check(core, kind, None, None).await?;
         }
-        call.run(writer)
-            .await
-            .map_err(|source| self.redis_error(kind.profile().name(), None, source))
+        match call.run(writer).await {
+            Ok(reply) => Ok(reply),
+            Err(source) => Err(self.refused(kind, None, None, source).await),
+        }
+    }
+
+    /// The error of a call of `kind` (by `owner`, if one) that `source` failed. A refusal for
+    /// want of a permission (taken away while the client runs) forgets that the user had every
+    /// permission and asks the question again, within `bound`: the error then names the missing
+    /// permission and the lock, as the first call's does, rather than a script's line; the next
+    /// call asks again until the answer is yes. Any other failure is [`redis_error`]'s.
+    ///
+    /// [`redis_error`]: Self::redis_error
+    pub(crate) async fn refused(
+        &self,
+        kind: &dyn Primitive,
+        owner: Option<&str>,
+        bound: Option<Duration>,
+        source: RedisError,
+    ) -> Error {
+        if permissions::is_refused_permission(&source) {
+            let core = self.core();
+            permissions::forget(core);
+            tracing::warn!(
+                lock = %kind.profile().name(), owner, client = core.name.as_deref(), error = %source,
+                "a call was refused for want of a permission; asking which"
+            );
+            if let Err(named) = permissions::check(core, kind, owner, bound).await {
+                return named;
+            }
+        }
+        self.redis_error(kind.profile().name(), owner, source)
     }
 
     /// Converts a fred error about `name`, naming the server and, where there is one, the owner.

@@ -8,6 +8,12 @@
 //! Redis 7 and Valkey; a server without it is not asked). A refusal fails that call with a
 //! `NOPERM` error naming the command and what it was checked on, and the next call asks
 //! again; once the answer is yes, no call asks again (one atomic load on the hot path).
+//!
+//! A permission can be taken away later, while the client runs. The scripts ask about the
+//! expiries they set before their first write (`lua/fences.lua`), and any call the server
+//! refuses for want of a permission ([`is_refused_permission`]) forgets the yes and asks the
+//! question again ([`Engine::refused`](super::Engine::refused)), so its error names the missing permission
+//! and the lock as the first call's does, not a script's line.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,7 +26,7 @@ use super::profile::Wake;
 use super::script::Script;
 use super::Core;
 use super::Value;
-use crate::error::{Error, RedisErrorKind, Result};
+use crate::error::{Error, RedisError, RedisErrorKind, Result};
 
 /// Every command a primitive's scripts run (`redis.call` in `lua/`, publishing aside), and the
 /// one a job lock sends by itself (`set`): a unit test keeps this list and the scripts in step.
@@ -121,6 +127,31 @@ static PROBE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&[PROBE]));
 /// Whether the client's user has been found to have every permission it needs.
 pub(crate) fn known(core: &Core) -> bool {
     core.permitted.load(Ordering::Relaxed)
+}
+
+/// Whether `source` is the server refusing a command for want of a permission: its `NOPERM`
+/// reply, or the error a script's refused command raises (Redis 7.0 words it "ERR The user
+/// executing the script can't run this command or subcommand", "can't publish to the channel
+/// mentioned in the command", "can't access at least one of the keys"; Valkey 9 "ERR ACL
+/// failure in script: No permissions to access a channel").
+pub(crate) fn is_refused_permission(source: &RedisError) -> bool {
+    if source.kind() != RedisErrorKind::Refused {
+        return false;
+    }
+    let details = source.details().to_ascii_lowercase();
+    [
+        "noperm",
+        "user executing the script can't",
+        "no permissions",
+        "acl failure",
+    ]
+    .iter()
+    .any(|words| details.contains(words))
+}
+
+/// Forgets that the client's user was found to have every permission: the next call asks again.
+pub(crate) fn forget(core: &Core) {
+    core.permitted.store(false, Ordering::Relaxed);
 }
 
 /// Asks the server whether the client's user may do all a client does, on `kind`'s key and

@@ -286,17 +286,27 @@ impl Resend {
         }
     }
 
-    /// Waits for the connection (or a pause); false once the command timeout has passed.
+    /// Waits for the connection (or a pause); false once the command timeout has passed (then
+    /// or during the wait). A
+    /// call refused while connected (`TRYAGAIN` in a slot being moved, `CLUSTERDOWN`) waits the
+    /// pause: waiting for a connection that is there would send it again at once, thousands of
+    /// times a second, until the refusal ends.
     pub(crate) async fn wait(&mut self, redis: &Connection) -> bool {
         if Instant::now() >= self.until {
             return false;
         }
-        tokio::select! {
-            _ = redis.wait_for_connect() => {}
-            _ = tokio::time::sleep_until((Instant::now() + self.pause).min(self.until)) => {}
+        let pause = tokio::time::sleep_until((Instant::now() + self.pause).min(self.until));
+        if redis.is_connected() {
+            pause.await;
+        } else {
+            tokio::select! {
+                _ = redis.wait_for_connect() => {}
+                _ = pause => {}
+            }
         }
         self.pause = (self.pause * 2).min(Duration::from_secs(1));
-        true
+        // At the bound, the refusal itself is the answer, not a send with no time left.
+        Instant::now() < self.until
     }
 }
 

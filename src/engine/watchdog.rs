@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
 use crate::engine::holds::{Hold, Lease};
+use crate::engine::permissions;
 use crate::engine::script::Script;
 use crate::engine::Core;
 use crate::error::{Failure, RedisError, RedisErrorKind};
@@ -293,7 +294,11 @@ impl Watchdog {
             (Ok(_), Visit::Renew) => tracing::trace!(locks = holds.len(), "renewed"),
             (Ok(_), Visit::Check) => tracing::trace!(locks = holds.len(), "checked"),
             (Err(error), Visit::Renew) => {
-                tracing::warn!(locks = holds.len(), %error, "lock renewal failed")
+                tracing::warn!(locks = holds.len(), %error, "lock renewal failed");
+                // A permission taken away: the next call asks the question again and names it.
+                if permissions::is_refused_permission(error) {
+                    permissions::forget(&self.core);
+                }
             }
             (Err(error), Visit::Check) => {
                 tracing::debug!(locks = holds.len(), %error, "lock check failed")

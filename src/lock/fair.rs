@@ -41,7 +41,7 @@ static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| lua::holds_script(SCRIPTS
 /// Deletes a fair lock whoever holds it, telling the first waiter.
 static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = lua::sections(SCRIPTS, "force_unlock");
-    Script::freeing(&[lua::HOLDS, head, lua::DELETE_LOCK, body])
+    lua::compose(&[lua::HOLDS, head, lua::DELETE_LOCK, body], true)
 });
 /// Reads a fair lock, with its queue, for an inspection.
 static FAIR_INSPECT: LazyLock<Script> = LazyLock::new(|| lua::inspect_script(SCRIPTS, false));

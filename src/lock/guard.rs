@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, Guard, Script};
 use crate::error::{Error, RedisError, Result};
 use crate::family::{after_holding, DistributedGuard};
+use crate::lua;
 
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
 const WHILE_HELD: &str = include_str!("../../lua/while_held.lua");
@@ -30,7 +31,7 @@ fn wrapped(script: &str) -> Arc<Script> {
     let (before, after) = WHILE_HELD
         .split_once(SCRIPT_MARKER)
         .unwrap_or((WHILE_HELD, ""));
-    let wrapped = Arc::new(Script::new(&[before, script, "\n", after]));
+    let wrapped = Arc::new(lua::compose(&[before, script, "\n", after], false));
     if WRAPPED.len() >= MOST_WRAPPED {
         WRAPPED.clear();
     }

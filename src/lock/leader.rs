@@ -60,7 +60,7 @@ static LEADER_CHANGED: LazyLock<Script> =
 /// Ends the current term whoever leads.
 static LEADER_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = lua::sections(SCRIPTS, "force_unlock");
-    Script::freeing(&[lua::DELETE_LOCK, head, body])
+    lua::compose(&[lua::DELETE_LOCK, head, body], true)
 });
 /// Reads an election for an inspection.
 static LEADER_INSPECT: LazyLock<Script> = LazyLock::new(|| lua::inspect_script(SCRIPTS, true));

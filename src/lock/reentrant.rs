@@ -44,7 +44,7 @@ pub(crate) static LOCK_RENEW: LazyLock<Script> =
 /// Deletes a lock whoever holds it.
 pub(crate) static LOCK_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = lua::sections(SCRIPTS, "force_unlock");
-    Script::freeing(&[lua::HOLDS, lua::DELETE_LOCK, head, body])
+    lua::compose(&[lua::HOLDS, lua::DELETE_LOCK, head, body], true)
 });
 /// Reads a lock of the reentrant family for an inspection.
 pub(crate) static LOCK_INSPECT: LazyLock<Script> =

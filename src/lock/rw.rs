@@ -47,7 +47,7 @@ static RW_RENEW: LazyLock<Script> = LazyLock::new(|| lua::section_script(SCRIPTS
 /// Deletes a read-write lock whoever holds it.
 static RW_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
     let [head, body] = lua::sections(SCRIPTS, "force_unlock");
-    Script::freeing(&[lua::DELETE_LOCK, head, body])
+    lua::compose(&[lua::DELETE_LOCK, head, body], true)
 });
 /// Counts an owner's live holds of a read-write lock.
 static RW_HOLD_COUNT: LazyLock<Script> =

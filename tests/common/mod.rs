@@ -1,7 +1,8 @@
 //! Test harness, by concern: throw-away servers (`servers`) and whether one is up (`up`), a
 //! proxy that stalls, cuts and loses replies (`proxy`), PostgreSQL (`postgres`), the lock kinds
 //! every `for_each_kind!` test runs for (`kinds`), histories of operations and their checker
-//! (`history`), and here what every test uses (time bounds, raw clients, server reads).
+//! (`history`), the walk of every test of a server's refusal (`refusal`), and here what every
+//! test uses (time bounds, raw clients, server reads).
 
 #![allow(dead_code)]
 
@@ -10,6 +11,7 @@ pub mod history;
 mod kinds;
 mod postgres;
 mod proxy;
+pub mod refusal;
 mod servers;
 pub mod up;
 

@@ -32,7 +32,20 @@ pub struct StallingProxy {
     ///
     /// [`lose_reply_to`]: Self::lose_reply_to
     lose_to: std::sync::Arc<std::sync::Mutex<Option<Target>>>,
+    /// Each connection's own loss flag and the requests it has sent so far
+    /// ([`lose_next_reply_on`](Self::lose_next_reply_on)).
+    connections: Connections,
 }
+
+/// Each connection's own loss flag, with every request byte it has sent.
+type Connections = std::sync::Arc<
+    std::sync::Mutex<
+        Vec<(
+            std::sync::Arc<std::sync::atomic::AtomicU8>,
+            std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+        )>,
+    >,
+>;
 
 /// The request whose reply is lost: the bytes it holds, and whether it was sent (its
 /// connection's reply side then loses the next reply and clears this).
@@ -57,6 +70,8 @@ impl StallingProxy {
         let latency = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let lose_to: Arc<std::sync::Mutex<Option<Target>>> = Arc::default();
         let targeted = lose_to.clone();
+        let connections: Connections = Arc::default();
+        let registry = connections.clone();
         let (flags, cutting, done) = (stalled.clone(), cut.clone(), stop.clone());
         let losing = lose_reply.clone();
         let delay = latency.clone();
@@ -76,6 +91,11 @@ impl StallingProxy {
                         // This connection's own: its next reply is lost (armed by a request
                         // holding `lose_to`'s bytes).
                         let own = Arc::new(std::sync::atomic::AtomicU8::new(KEEP));
+                        let sent: Arc<std::sync::Mutex<Vec<u8>>> = Arc::default();
+                        registry
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((own.clone(), sent.clone()));
                         for (from, to, replies, watch) in [
                             (
                                 client.try_clone(),
@@ -98,6 +118,8 @@ impl StallingProxy {
                                     delay.clone(),
                                     own.clone(),
                                 );
+                                // The request side records what it sends.
+                                let history = replies.is_none().then(|| sent.clone());
                                 std::thread::spawn(move || {
                                     let faults = Faults {
                                         stalled: &flags,
@@ -107,6 +129,7 @@ impl StallingProxy {
                                         latency: &delay,
                                         lose_to: watch.as_deref(),
                                         own: &own,
+                                        sent: history.as_deref(),
                                     };
                                     pump(from, to, faults)
                                 });
@@ -125,6 +148,7 @@ impl StallingProxy {
             latency,
             stop,
             lose_to,
+            connections,
         }
     }
 
@@ -181,6 +205,28 @@ impl StallingProxy {
         });
     }
 
+    /// The next reply on the connection whose requests so far hold every one of `needles` is
+    /// thrown away and that connection closed: for a request already on its way (so that
+    /// [`lose_reply_to`](Self::lose_reply_to) is too late), never another connection's reply.
+    /// False when no connection sent them all.
+    pub fn lose_next_reply_on(&self, needles: &[&[u8]]) -> bool {
+        let connections = self
+            .connections
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (own, sent) in connections.iter() {
+            let sent = sent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let holds = |needle: &&[u8]| sent.windows(needle.len()).any(|w| w == *needle);
+            if needles.iter().all(holds) {
+                own.store(LOSE, std::sync::atomic::Ordering::SeqCst);
+                return true;
+            }
+        }
+        false
+    }
+
     /// The next reply the server sends is delivered, then its connection is closed: the client
     /// has its answer, and its next command on that connection needs a new one.
     pub fn close_after_next_reply(&self) {
@@ -199,6 +245,12 @@ impl StallingProxy {
     /// Whether a reply armed by [`lose_next_reply`](Self::lose_next_reply) is still to come.
     pub fn reply_pending_loss(&self) -> bool {
         self.lose_reply.load(std::sync::atomic::Ordering::SeqCst) != KEEP
+            || self
+                .connections
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .any(|(own, _)| own.load(std::sync::atomic::Ordering::SeqCst) != KEEP)
             || self
                 .lose_to
                 .lock()
@@ -232,6 +284,8 @@ struct Faults<'a> {
     lose_to: Option<&'a std::sync::Mutex<Option<Target>>>,
     /// The connection's own loss, armed by its request side, taken by its reply side.
     own: &'a std::sync::atomic::AtomicU8,
+    /// On the request side: every byte sent so far.
+    sent: Option<&'a std::sync::Mutex<Vec<u8>>>,
 }
 
 /// Copies `from` to `to`, holding each chunk while stalled and for the latency, until either
@@ -289,6 +343,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, faults: Faults<'_>) {
                 fault = LOSE;
                 *target = None;
             }
+        }
+        if let Some(sent) = faults.sent {
+            sent.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .extend_from_slice(&buffer[..read]);
         }
         if fault == LOSE {
             break;

@@ -662,7 +662,14 @@ impl Dropped {
 
 impl From<FredError> for RedisError {
     fn from(error: FredError) -> RedisError {
-        RedisError::new(kind(&error), failure(error.kind()), error.details())
+        // fred's words for an ASK it did not follow name neither the ASK nor the migration.
+        let details = if error.details() == ASK_REFUSED {
+            "ASK not followed: the slot of the call's keys is being migrated to another node, \
+             and a call is sent once"
+        } else {
+            error.details()
+        };
+        RedisError::new(kind(&error), failure(error.kind()), details)
     }
 }
 
@@ -777,6 +784,7 @@ mod tests {
         // An ASK fred did not follow: the server answered ASK, so it did not run.
         let error = RedisError::from(FredError::new(ErrorKind::Routing, ASK_REFUSED));
         assert_eq!(error.kind(), RedisErrorKind::NotSent);
+        assert!(error.details().starts_with("ASK not followed"), "{error}");
         for kind in [
             ErrorKind::Auth,
             ErrorKind::Parse,

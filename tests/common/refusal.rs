@@ -1,0 +1,317 @@
+//! What every test of a refusal does (issue 58): while the server refuses writes (a permission
+//! taken away, a server turned replica, memory full, replicas missing, a slot in migration),
+//! holders hold and waiters wait on a lock and a fair lock, and every primitive's writing calls
+//! are tried. Afterwards a SCAN finds no new key without a TTL, every error names the refusal
+//! and the lock, the next calls work, and nothing held was given to two owners.
+
+use std::future::Future;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fredlock::prelude::*;
+use fredlock::LockClient;
+use tokio::time::Instant;
+
+/// The keys of the server behind `raw` (one node) that have no TTL, found by SCAN.
+pub async fn keys_without_ttl(raw: &Client) -> Vec<String> {
+    let mut without = Vec::new();
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, keys): (String, Vec<String>) = raw
+            .custom(
+                fred::cmd!("SCAN"),
+                vec![cursor.clone(), "COUNT".into(), "1000".into()],
+            )
+            .await
+            .expect("SCAN");
+        for key in keys {
+            let ttl: i64 = match raw.pttl(&key).await {
+                Ok(ttl) => ttl,
+                // A key of a slot this cluster node imports: it answers after ASKING.
+                Err(_) => {
+                    let _: Value = raw
+                        .custom(fred::cmd!("ASKING"), Vec::<String>::new())
+                        .await
+                        .expect("ASKING");
+                    raw.pttl(&key).await.expect("PTTL after ASKING")
+                }
+            };
+            if ttl == -1 {
+                without.push(key);
+            }
+        }
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    without.sort();
+    without
+}
+
+/// Whether `key` is one the crate keeps without a TTL by design (docs/SECURITY.md): a
+/// semaphore's or permit semaphore's permits and a latch's count (the walk's names for them
+/// end so), the fenced lock's last token, an election's epoch.
+pub fn kept_without_ttl(key: &str) -> bool {
+    ["-semaphore", "-permits", "-latch"]
+        .iter()
+        .any(|end| key.ends_with(end))
+        || ["redisson_lock_token:{", "fredlock_leader_epoch:{"]
+            .iter()
+            .any(|start| key.starts_with(start))
+}
+
+/// What each writing call ended with, by the name it was called on.
+pub type Outcomes = Vec<(String, fredlock::Result<()>)>;
+
+/// Every primitive's writing calls, once each on a name of its own that starts with `tag`,
+/// with short waits: what each ended with, by name.
+pub async fn writing_calls(client: &LockClient, tag: &str) -> Outcomes {
+    let wait = Duration::from_millis(200);
+    let mut ended: Outcomes = Vec::new();
+    macro_rules! call {
+        ($suffix:expr, |$name:ident| $body:expr) => {{
+            let $name = format!("{tag}{}", $suffix);
+            let outcome: fredlock::Result<()> = async { $body }.await;
+            ended.push(($name, outcome));
+        }};
+    }
+    call!("-lock", |name| {
+        if let Some(guard) = client.lock(&name).try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-fair", |name| {
+        if let Some(guard) = client.fair_lock(&name).try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-spin", |name| {
+        if let Some(guard) = client.spin_lock(&name).try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-fenced", |name| {
+        if let Some(guard) = client.fenced_lock(&name).try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-rw", |name| {
+        let rw = client.rw_lock(&name);
+        if let Some(guard) = rw.read_lock().try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        if let Some(guard) = rw.write_lock().try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-semaphore", |name| {
+        let semaphore = client.semaphore(&name);
+        semaphore.try_set_permits(1).await?;
+        if let Some(permit) = semaphore.try_acquire(1, wait).await? {
+            permit.release().await?;
+        }
+        Ok(())
+    });
+    call!("-permits", |name| {
+        let permits = client.permit_semaphore(&name);
+        permits.try_set_permits(1).await?;
+        if let Some(permit) = permits.try_acquire(wait, None).await? {
+            permit.release().await?;
+        }
+        Ok(())
+    });
+    call!("-latch", |name| {
+        let latch = client.count_down_latch(&name);
+        latch.try_set_count(1).await?;
+        latch.count_down().await?;
+        Ok(())
+    });
+    call!("-leader", |name| {
+        if let Some(term) = client.leader_election(&name).try_campaign(wait).await? {
+            term.resign().await?;
+        }
+        Ok(())
+    });
+    call!("-job", |name| {
+        let _ran = client
+            .job_lock(&name)
+            .at_most_for(Duration::from_secs(5))
+            .run(async {})
+            .await?;
+        Ok(())
+    });
+    ended
+}
+
+/// Asserts that every failed call's error names the lock it was called on, one of `marks` (the
+/// refusal's words), and no client library.
+pub fn assert_named(outcomes: &Outcomes, marks: &[&str], prefix: &str, what: &str) {
+    for (name, outcome) in outcomes {
+        if let Err(error) = outcome {
+            let shown = error.to_string();
+            // A job lock's key is `job-lock:default:` and its name, after the prefix.
+            assert!(
+                shown.contains(name) && shown.contains(&format!("\"{prefix}")),
+                "{what}: {name}'s error does not name it: {shown}"
+            );
+            assert!(
+                marks.is_empty() || marks.iter().any(|mark| shown.contains(mark)),
+                "{what}: {name}'s error does not name the refusal ({marks:?}): {shown}"
+            );
+            assert_eq!(super::library_word(&shown), None, "{what}: {name}: {shown}");
+        }
+    }
+}
+
+/// How long each refusal lasts: past the 1 s watchdog lease of the holders, so that a holder
+/// whose renewals are refused is told of the loss within it.
+pub const REFUSAL: Duration = Duration::from_millis(1600);
+
+/// The words an error of the refusal shows, and whether a call must meet it.
+pub enum Marks<'a> {
+    /// Every write is refused while it lasts.
+    Refused(&'a [&'a str]),
+    /// Some calls may not need what is refused; those that do fail naming it.
+    MayBeRefused(&'a [&'a str]),
+    /// A call may go through (a redirection followed) or fail, and its error need only name
+    /// the lock: a migration's. A call sent by itself is refused, once its command timeout
+    /// has passed, naming `ASK` (fred, which sends each command once, does not follow one) or
+    /// `TRYAGAIN` (redis-rs follows the `ASK`, and a script creating keys in a half-moved slot
+    /// meets `TRYAGAIN` until the move ends); an acquisition whose wait ends first says that
+    /// the server could not be reached in time, without the refusal (issue 58's note).
+    MayFail,
+}
+
+/// One holder's hold on `name` (a lock or a fair lock) and one waiter on it, with when the
+/// holder was told of a loss and when the waiter won.
+struct Contended {
+    name: String,
+    guard: fredlock::LockGuard,
+    lost_at: tokio::task::JoinHandle<Instant>,
+    waiter: tokio::task::JoinHandle<(fredlock::Result<Option<fredlock::LockGuard>>, Instant)>,
+}
+
+async fn contend(holder: fredlock::Lock, waiter: fredlock::Lock) -> Contended {
+    let name = holder.name().to_string();
+    let guard = holder.lock().await.expect("the holder takes it");
+    let token = guard.cancellation_token();
+    let lost_at = tokio::spawn(async move {
+        token.cancelled().await;
+        Instant::now()
+    });
+    let waiter = tokio::spawn(async move {
+        let won = waiter.try_lock(Duration::from_secs(10), None).await;
+        (won, Instant::now())
+    });
+    Contended {
+        name,
+        guard,
+        lost_at,
+        waiter,
+    }
+}
+
+impl Contended {
+    /// Once the refusal ended: the holder lets go (or was told of its loss), the waiter wins
+    /// only after that, or failed naming the refusal.
+    async fn settle(self, marks: &[&str], what: &str) {
+        let name = self.name;
+        let unlocked_at = Instant::now();
+        let lost = self.lost_at.is_finished();
+        let _ = self.guard.unlock().await;
+        let gone_at = if lost {
+            self.lost_at.await.expect("loss watcher")
+        } else {
+            self.lost_at.abort();
+            unlocked_at
+        };
+        let (won, at) = self.waiter.await.expect("the waiter ends");
+        match won {
+            Ok(Some(guard)) => {
+                assert!(
+                    at >= gone_at,
+                    "{what}: {name} was given to the waiter {:?} before its holder let go",
+                    gone_at - at
+                );
+                guard.unlock().await.expect("the waiter unlocks");
+            }
+            Ok(None) => panic!("{what}: the waiter on {name} was never given it"),
+            Err(error) => {
+                let shown = error.to_string();
+                assert!(shown.contains(&name), "{what}: {name}: {shown}");
+                assert!(
+                    marks.is_empty() || marks.iter().any(|mark| shown.contains(mark)),
+                    "{what}: the waiter on {name} failed without naming the refusal: {shown}"
+                );
+            }
+        }
+    }
+}
+
+/// The walk every refusal test takes, on `tag`'s names: a lock and a fair lock held by `a` and
+/// waited on by `b`; `refuse` run; every writing call of `a` tried; the holders left past their
+/// lease; then no key of `raws` (every node) newly without a TTL. Then `restore` run, the
+/// errors checked against `marks` (at least one call refused, unless `marks` says a refusal may
+/// not come: a migration, whose redirections are followed), the holders and waiters settled,
+/// and every writing call tried again, each of which must now work. `prefix` is the clients'
+/// key prefix.
+#[allow(clippy::too_many_arguments)]
+pub async fn under_refusal(
+    raws: &[Client],
+    a: &LockClient,
+    b: &LockClient,
+    tag: &str,
+    prefix: &str,
+    marks: Marks<'_>,
+    refuse: impl Future<Output = ()>,
+    restore: impl Future<Output = ()>,
+) {
+    let (marks, must_refuse): (&[&str], bool) = match marks {
+        Marks::Refused(marks) => (marks, true),
+        Marks::MayBeRefused(marks) => (marks, false),
+        Marks::MayFail => (&[], false),
+    };
+    let locks = contend(a.lock(format!("{tag}-held")), b.lock(format!("{tag}-held"))).await;
+    let fair = contend(
+        a.fair_lock(format!("{tag}-queued")).into(),
+        b.fair_lock(format!("{tag}-queued")).into(),
+    )
+    .await;
+    // The waiters have tried once and wait.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut before = Vec::new();
+    for raw in raws {
+        before.extend(keys_without_ttl(raw).await);
+    }
+    let started = Instant::now();
+    refuse.await;
+    let tried = writing_calls(a, &format!("{tag}-under")).await;
+    tokio::time::sleep_until(started + REFUSAL).await;
+    for raw in raws {
+        for key in keys_without_ttl(raw).await {
+            assert!(
+                before.contains(&key) || kept_without_ttl(&key),
+                "{tag}: {key} was left without a TTL"
+            );
+        }
+    }
+    restore.await;
+    assert!(
+        !must_refuse || tried.iter().any(|(_, outcome)| outcome.is_err()),
+        "{tag}: nothing was refused"
+    );
+    assert_named(&tried, marks, prefix, tag);
+    locks.settle(marks, tag).await;
+    fair.settle(marks, tag).await;
+    for (name, outcome) in writing_calls(a, &format!("{tag}-after")).await {
+        if let Err(error) = outcome {
+            panic!("{tag}: once the refusal ended, {name} failed: {error}");
+        }
+    }
+}

@@ -415,6 +415,17 @@ async fn held_only_scripts_read_their_replies_alike_on_every_client() {
             ])
         );
         assert!(!bool::from_reply(reply("return false").await).unwrap());
+        // The caller's script sees its own keys and arguments, not the lock and the owner the
+        // wrapper sends after them (mutants of lua/while_held.lua that hand them on survived).
+        let seen: Vec<i64> = guard
+            .eval_while_held(
+                "return {#KEYS, #ARGV, KEYS[2] == '{words}:b' and 1 or 0}",
+                ["{words}:a", "{words}:b"],
+                ["x"],
+            )
+            .await
+            .unwrap();
+        assert_eq!(seen, vec![2, 1, 1], "the caller's keys and arguments, alone");
         assert_eq!(
             String::from_reply(reply("return 42").await).as_deref(),
             Some("42")

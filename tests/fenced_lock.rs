@@ -425,7 +425,11 @@ async fn held_only_scripts_read_their_replies_alike_on_every_client() {
             )
             .await
             .unwrap();
-        assert_eq!(seen, vec![2, 1, 1], "the caller's keys and arguments, alone");
+        assert_eq!(
+            seen,
+            vec![2, 1, 1],
+            "the caller's keys and arguments, alone"
+        );
         assert_eq!(
             String::from_reply(reply("return 42").await).as_deref(),
             Some("42")

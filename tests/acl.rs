@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::refusal::{under_refusal, Marks};
+use common::refusal::{keys_without_ttl, under_refusal, Marks};
 use common::{bounded, RedisServer};
 use fred::prelude::*;
 use fredlock::prelude::*;
@@ -206,18 +206,6 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
         }
     })
     .await;
-}
-
-/// The keys of the server that have no TTL.
-async fn keys_without_ttl(raw: &Client) -> Vec<String> {
-    let mut without = Vec::new();
-    for key in common::all_keys(raw).await {
-        let ttl: i64 = raw.pttl(&key).await.unwrap();
-        if ttl == -1 {
-            without.push(key);
-        }
-    }
-    without
 }
 
 /// Issue 58: `pexpire` taken away while the client runs, after its first call's permission
@@ -448,6 +436,7 @@ async fn a_holder_whose_renewals_are_refused_is_told_before_its_lease_ends() {
             );
             set_user(&raw, &rule).await;
             assert!(guard.is_lost());
+            assert!(guard.cancellation_token().is_cancelled());
             drop(guard);
         }
         client.shutdown().await;

@@ -12,94 +12,78 @@ use common::refusal::{under_refusal, Marks};
 use common::{bounded, free_port, redis_cli, RedisCluster, RedisServer};
 use fred::prelude::*;
 
-/// Sends `args` on `raw`, which must accept it.
-async fn send(raw: &Client, command: &'static str, args: Vec<String>) {
-    let _: Value = raw
-        .custom(fred::cmd!(command), args.clone())
-        .await
-        .unwrap_or_else(|error| panic!("{command} {args:?}: {error}"));
+/// The walk on one server: `setup` sent first (before the clients connect), then the refusal
+/// turned on by `refuse` and off by `restore` (each a command line sent by a plain client),
+/// whose errors show `mark`.
+async fn on_one_server(tag: &str, mark: &str, setup: &[&str], refuse: &str, restore: &str) {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        for line in setup {
+            send_line(&raw, line).await;
+        }
+        let a = server.lock_client(Duration::from_secs(1)).await;
+        let b = server.lock_client(Duration::from_secs(1)).await;
+        under_refusal(
+            std::slice::from_ref(&raw),
+            &a,
+            &b,
+            tag,
+            "",
+            Marks::Refused(&[mark]),
+            send_line(&raw, refuse),
+            send_line(&raw, restore),
+        )
+        .await;
+        a.shutdown().await;
+        b.shutdown().await;
+    })
+    .await;
 }
 
-fn words(text: &str) -> Vec<String> {
-    text.split_whitespace().map(str::to_owned).collect()
+/// Sends one command line (its first word the command) on `raw`, which must accept it.
+async fn send_line(raw: &Client, line: &str) {
+    let mut words = line.split_whitespace().map(str::to_owned);
+    let command = words.next().expect("a command");
+    let args: Vec<String> = words.collect();
+    let _: Value = raw
+        .custom(fred::cmd!(command.clone()), args.clone())
+        .await
+        .unwrap_or_else(|error| panic!("{command} {args:?}: {error}"));
 }
 
 /// `REPLICAOF` a master that is not there: the server keeps its data and refuses every write
 /// with READONLY until `REPLICAOF NO ONE`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_turned_replica_under_the_client_leaves_no_key_without_a_ttl() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let a = server.lock_client(Duration::from_secs(1)).await;
-        let b = server.lock_client(Duration::from_secs(1)).await;
-        let nobody = free_port().to_string();
-        under_refusal(
-            std::slice::from_ref(&raw),
-            &a,
-            &b,
-            "replica",
-            "",
-            Marks::Refused(&["READONLY"]),
-            send(&raw, "REPLICAOF", words(&format!("127.0.0.1 {nobody}"))),
-            send(&raw, "REPLICAOF", words("NO ONE")),
-        )
-        .await;
-        a.shutdown().await;
-        b.shutdown().await;
-    })
-    .await;
+    let nobody = format!("REPLICAOF 127.0.0.1 {}", free_port());
+    on_one_server("replica", "READONLY", &[], &nobody, "REPLICAOF NO ONE").await;
 }
 
 /// `maxmemory` reached with `noeviction`: every command that may grow memory is refused with OOM
 /// (in a script, only before its first write: Redis keeps a script's writes whole).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_full_with_noeviction_leaves_no_key_without_a_ttl() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        send(&raw, "CONFIG", words("SET maxmemory-policy noeviction")).await;
-        let a = server.lock_client(Duration::from_secs(1)).await;
-        let b = server.lock_client(Duration::from_secs(1)).await;
-        under_refusal(
-            std::slice::from_ref(&raw),
-            &a,
-            &b,
-            "oom",
-            "",
-            Marks::Refused(&["OOM"]),
-            send(&raw, "CONFIG", words("SET maxmemory 1")),
-            send(&raw, "CONFIG", words("SET maxmemory 0")),
-        )
-        .await;
-        a.shutdown().await;
-        b.shutdown().await;
-    })
+    on_one_server(
+        "oom",
+        "OOM",
+        &["CONFIG SET maxmemory-policy noeviction"],
+        "CONFIG SET maxmemory 1",
+        "CONFIG SET maxmemory 0",
+    )
     .await;
 }
 
 /// `min-replicas-to-write` unmet: every write is refused with NOREPLICAS.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_few_replicas_leave_no_key_without_a_ttl() {
-    bounded(async {
-        let server = RedisServer::start();
-        let raw = server.raw().await;
-        let a = server.lock_client(Duration::from_secs(1)).await;
-        let b = server.lock_client(Duration::from_secs(1)).await;
-        under_refusal(
-            std::slice::from_ref(&raw),
-            &a,
-            &b,
-            "replicas",
-            "",
-            Marks::Refused(&["NOREPLICAS"]),
-            send(&raw, "CONFIG", words("SET min-replicas-to-write 1")),
-            send(&raw, "CONFIG", words("SET min-replicas-to-write 0")),
-        )
-        .await;
-        a.shutdown().await;
-        b.shutdown().await;
-    })
+    on_one_server(
+        "replicas",
+        "NOREPLICAS",
+        &[],
+        "CONFIG SET min-replicas-to-write 1",
+        "CONFIG SET min-replicas-to-write 0",
+    )
     .await;
 }
 

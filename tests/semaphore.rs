@@ -159,6 +159,82 @@ async fn releases_wake_as_many_waiters_as_they_free_permits_for() {
     .await;
 }
 
+/// Every call that raises the permits wakes a waiter of another client at once, not at its next
+/// look: `try_set_permits` on a semaphore not set yet, `set_permits`, `add_permits` and
+/// `release(n)`, and the leased semaphore's `try_set_permits` and `add_permits`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_call_that_raises_the_permits_wakes_a_waiter_at_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let clients = common::clients(&vec![server.url(); 2]).await;
+        for call in [
+            "try_set_permits",
+            "set_permits",
+            "add_permits",
+            "release",
+            "leased try_set_permits",
+            "leased add_permits",
+        ] {
+            let name = call.replace(' ', "_");
+            let leased = call.starts_with("leased");
+            let waiter_client = clients[1].clone();
+            let waiter_name = name.clone();
+            let waiting = tokio::spawn(async move {
+                if leased {
+                    let permit = waiter_client
+                        .permit_semaphore(waiter_name)
+                        .acquire()
+                        .await
+                        .unwrap();
+                    let woke = Instant::now();
+                    permit.release().await.unwrap();
+                    woke
+                } else {
+                    let permit = waiter_client
+                        .semaphore(waiter_name)
+                        .acquire(1)
+                        .await
+                        .unwrap();
+                    let woke = Instant::now();
+                    permit.release().await.unwrap();
+                    woke
+                }
+            });
+            assert!(
+                eventually(Duration::from_secs(5), || async {
+                    clients[1].stats().wait_entries == 1
+                })
+                .await,
+                "{call}: the waiter waits"
+            );
+            // Long enough that a waiter who only looks again now and then would be seen late.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let raised = Instant::now();
+            let semaphore = clients[0].semaphore(name.as_str());
+            let permits = clients[0].permit_semaphore(name.as_str());
+            match call {
+                "try_set_permits" => assert!(semaphore.try_set_permits(1).await.unwrap()),
+                "set_permits" => semaphore.set_permits(1).await.unwrap(),
+                "add_permits" => semaphore.add_permits(1).await.unwrap(),
+                "release" => semaphore.release(1).await.unwrap(),
+                "leased try_set_permits" => assert!(permits.try_set_permits(1).await.unwrap()),
+                "leased add_permits" => permits.add_permits(1).await.unwrap(),
+                _ => unreachable!(),
+            }
+            let woke = tokio::time::timeout(Duration::from_secs(5), waiting)
+                .await
+                .unwrap_or_else(|_| panic!("{call}: the waiter never woke"))
+                .unwrap();
+            assert!(
+                woke - raised <= WAKE_LIMIT,
+                "{call}: woken {:?} after the permits were raised",
+                woke - raised
+            );
+        }
+    })
+    .await;
+}
+
 /// A release publishes the new count on Redisson's channel, and a message of fewer permits
 /// than a waiter wants does not wake it (nor hand it anything).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -23,6 +23,7 @@ use crate::engine::metrics::{Ended, Waiting};
 use crate::engine::permissions;
 use crate::engine::profile::{Backoff, Wake, WakeRule};
 use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
+use crate::engine::script::LastRefusal;
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
 use crate::error::{not_connected, Error, RedisError, Result};
@@ -56,7 +57,9 @@ enum Attempt {
     /// Refused for good: what the script said instead.
     Refused(Value),
     /// The caller's deadline passed before the reply came; the attempt is undone if it won.
-    TimedOut,
+    /// With what kept the attempt from running meanwhile, if something did (boxed: rare, and
+    /// every attempt's reply carries room for it).
+    TimedOut(Option<Box<RedisError>>),
 }
 
 /// What an acquire call did in Redis, carried out of [`InFlight`] with its undo armed, so that
@@ -297,8 +300,14 @@ fn acquire_loop<'a>(
                         // Trying again is what keeps a queued waiter's place.
                         place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
                     }
-                    Ok(Attempt::TimedOut) => {
-                        break Box::new(gave_up(engine, &pair.name, reached, last_failure.take()))
+                    Ok(Attempt::TimedOut(refused)) => {
+                        // A wait cut short while its attempt was being sent again ends naming
+                        // what kept the attempt from running (a slot in migration's ASK, say).
+                        if let Some(refused) = refused {
+                            last_failure =
+                                Some(Box::new(unavailable(engine, &pair.name, Some(*refused))));
+                        }
+                        break Box::new(gave_up(engine, &pair.name, reached, last_failure.take()));
                     }
                     Err(error) if error.is_transient() && !single_attempt => {
                         tracing::debug!(
@@ -636,7 +645,7 @@ async fn attempt(
     let mut turn = match deadline {
         Some(deadline) => match tokio::time::timeout_at(deadline, turn).await {
             Ok(turn) => turn,
-            Err(_) => return Ok(Attempt::TimedOut),
+            Err(_) => return Ok(Attempt::TimedOut(None)),
         },
         None => turn.await,
     };
@@ -695,10 +704,13 @@ async fn attempt(
         outcome
     });
     let reply = match deadline {
-        Some(deadline) => match tokio::time::timeout_at(deadline, call).await {
-            Ok(reply) => reply,
-            Err(_) => return Ok(Attempt::TimedOut),
-        },
+        Some(deadline) => {
+            let refused = LastRefusal::default();
+            match tokio::time::timeout_at(deadline, refused.noting(call)).await {
+                Ok(reply) => reply,
+                Err(_) => return Ok(Attempt::TimedOut(refused.take().map(Box::new))),
+            }
+        }
         None => call.await,
     };
     match reply {

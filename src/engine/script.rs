@@ -8,6 +8,7 @@
 //! (replica sync, see `replicas.rs`; metrics) has exactly one place to live.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::engine::{key_slot, sha1_hex};
@@ -240,6 +241,7 @@ where
                     Err(error) if attempts == Attempts::UntilSent && was_not_sent(&error) => {
                         // A call the client could not send fails at once: its first failure is
                         // its first send, and the clock is read only on this path.
+                        LastRefusal::note(&error);
                         let resend =
                             resend.get_or_insert_with(|| Resend::new(redis, Instant::now()));
                         if !Box::pin(resend.wait(redis)).await {
@@ -251,6 +253,39 @@ where
             }
         })
         .await
+}
+
+tokio::task_local! {
+    static LAST_REFUSAL: LastRefusal;
+}
+
+/// What last kept a call from running (a refusal, a connection being made again) while
+/// [`write`] sent it again, for a caller whose own deadline may end the wait before the call's
+/// command timeout does. An acquisition whose wait ends while its attempt is being sent again
+/// (a slot in migration answering `ASK` or `TRYAGAIN`, say) would otherwise say only that Redis
+/// could not be reached, and not why.
+#[derive(Clone, Default)]
+pub(crate) struct LastRefusal(Arc<Mutex<Option<RedisError>>>);
+
+impl LastRefusal {
+    /// `call`, with what keeps it from running while it is polled noted here. Polled elsewhere
+    /// afterwards (an attempt handed to a task of its own), it notes nothing more.
+    pub(crate) fn noting<F: Future>(&self, call: F) -> impl Future<Output = F::Output> {
+        LAST_REFUSAL.scope(self.clone(), call)
+    }
+
+    /// The last refusal noted, if any.
+    pub(crate) fn take(&self) -> Option<RedisError> {
+        self.0.lock().ok().and_then(|mut last| last.take())
+    }
+
+    fn note(error: &RedisError) {
+        let _ = LAST_REFUSAL.try_with(|noted| {
+            if let Ok(mut last) = noted.0.lock() {
+                *last = Some(error.clone());
+            }
+        });
+    }
 }
 
 /// Sending a call again, within one command timeout from its first send: a call fred could

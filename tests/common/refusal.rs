@@ -179,13 +179,6 @@ pub enum Marks<'a> {
     Refused(&'a [&'a str]),
     /// Some calls may not need what is refused; those that do fail naming it.
     MayBeRefused(&'a [&'a str]),
-    /// A call may go through (a redirection followed) or fail, and its error need only name
-    /// the lock: a migration's. A call sent by itself is refused, once its command timeout
-    /// has passed, naming `ASK` (fred, which sends each command once, does not follow one) or
-    /// `TRYAGAIN` (redis-rs follows the `ASK`, and a script creating keys in a half-moved slot
-    /// meets `TRYAGAIN` until the move ends); an acquisition whose wait ends first says that
-    /// the server could not be reached in time, without the refusal (issue 58's note).
-    MayFail,
 }
 
 /// One holder's hold on `name` (a lock or a fair lock) and one waiter on it, with when the
@@ -206,7 +199,9 @@ async fn contend(holder: fredlock::Lock, waiter: fredlock::Lock) -> Contended {
         Instant::now()
     });
     let waiter = tokio::spawn(async move {
-        let won = waiter.try_lock(Duration::from_secs(10), None).await;
+        // Longer than any walk takes (13 s seen for a migration's on a loaded machine), so
+        // that the waiter is still waiting when the holder lets go.
+        let won = waiter.try_lock(Duration::from_secs(40), None).await;
         (won, Instant::now())
     });
     Contended {
@@ -275,7 +270,6 @@ pub async fn under_refusal(
     let (marks, must_refuse): (&[&str], bool) = match marks {
         Marks::Refused(marks) => (marks, true),
         Marks::MayBeRefused(marks) => (marks, false),
-        Marks::MayFail => (&[], false),
     };
     let locks = contend(a.lock(format!("{tag}-held")), b.lock(format!("{tag}-held"))).await;
     let fair = contend(

@@ -394,6 +394,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn pairs_whose_hashes_collide_stay_apart_and_pairs_hash_apart() {
+        let ledger = Ledger::new();
+        let one = pair();
+        let other = Pair::new("lock".into(), "another owner".into());
+        // A pair made with another's hash (a collision, rare but possible) is still another
+        // (lock, owner): its calls do not wait for the first's turn.
+        let colliding = Pair {
+            hash: one.hash,
+            ..other.clone()
+        };
+        assert_ne!(one, colliding);
+        assert_eq!(one, pair());
+        let _held = ledger.turn(&one).await;
+        let apart = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            ledger.turn(&colliding),
+        )
+        .await;
+        assert!(
+            apart.is_ok(),
+            "another owner's call does not wait for this one's turn"
+        );
+        // The maps spread pairs by the hash made once: two pairs land apart.
+        let state = std::hash::RandomState::new();
+        assert_ne!(state.hash_one(&one), state.hash_one(&other));
+    }
+
+    #[tokio::test]
     async fn an_unsettled_pair_is_remembered_and_calls_take_turns() {
         let ledger = Ledger::new();
         let pair = pair();

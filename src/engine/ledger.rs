@@ -363,6 +363,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_a_lost_reply_leaves_an_id_to_fence() {
+        let ledger = Ledger::new();
+        let mut turn = ledger.turn(&pair()).await;
+        // An error reply is an answer (the script changed nothing), and a call never sent
+        // never ran: neither needs fencing, nor a settle.
+        for (kind, failure) in [
+            (RedisErrorKind::Refused, Failure::Other("refused".into())),
+            (RedisErrorKind::NotSent, Failure::Connection),
+        ] {
+            let request = turn.request();
+            turn.record(
+                request,
+                &Err::<(), _>(RedisError::new(kind, failure, "error")),
+            );
+            assert!(!turn.is_unsettled(), "{kind:?} left an id to fence");
+        }
+        let request = turn.request();
+        turn.record(request, &lost_reply());
+        assert!(turn.is_unsettled());
+    }
+
+    #[tokio::test]
     async fn a_leave_fences_lost_calls_but_leaves_them_to_the_settle() {
         let ledger = Ledger::new();
         let mut turn = ledger.turn(&pair()).await;

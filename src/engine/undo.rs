@@ -511,3 +511,18 @@ impl Release {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_settle_keeps_trying_as_long_as_the_fences_it_sets_are_kept() {
+        let memory: u128 = crate::lua::FENCES
+            .lines()
+            .find_map(|line| line.strip_prefix("local FENCE_MEMORY = "))
+            .and_then(|ms| ms.trim().parse().ok())
+            .expect("fences.lua sets FENCE_MEMORY");
+        assert_eq!(SETTLE_LIMIT.as_millis(), memory);
+    }
+}

@@ -705,10 +705,13 @@ async fn attempt(
     });
     let reply = match deadline {
         Some(deadline) => {
-            let refused = LastRefusal::default();
-            match tokio::time::timeout_at(deadline, refused.noting(call)).await {
+            let mut noting = std::pin::pin!(LastRefusal::noting(call));
+            match tokio::time::timeout_at(deadline, noting.as_mut()).await {
                 Ok(reply) => reply,
-                Err(_) => return Ok(Attempt::TimedOut(refused.take().map(Box::new))),
+                Err(_) => {
+                    let refused = LastRefusal::take(noting.as_mut());
+                    return Ok(Attempt::TimedOut(refused.map(Box::new)));
+                }
             }
         }
         None => call.await,

@@ -7,12 +7,14 @@
 //! Redlock's `SET NX PX`, is sent through it, so that what must happen around every write
 //! (replica sync, see `replicas.rs`; metrics) has exactly one place to live.
 
+use std::cell::RefCell;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
 use std::time::Duration;
 
 use crate::engine::{key_slot, sha1_hex};
 use crate::engine::{Connection, FromValue, Key, Sent, Value};
+use tokio::task::futures::TaskLocalFuture;
 use tokio::time::Instant;
 
 use crate::engine::replicas::Writer;
@@ -256,32 +258,34 @@ where
 }
 
 tokio::task_local! {
-    static LAST_REFUSAL: LastRefusal;
+    static LAST_REFUSAL: RefCell<Option<RedisError>>;
 }
+
+/// A call polled by [`LastRefusal::noting`].
+pub(crate) type Noting<F> = TaskLocalFuture<RefCell<Option<RedisError>>, F>;
 
 /// What last kept a call from running (a refusal, a connection being made again) while
 /// [`write`] sent it again, for a caller whose own deadline may end the wait before the call's
 /// command timeout does. An acquisition whose wait ends while its attempt is being sent again
 /// (a slot in migration answering `ASK` or `TRYAGAIN`, say) would otherwise say only that Redis
-/// could not be reached, and not why.
-#[derive(Clone, Default)]
-pub(crate) struct LastRefusal(Arc<Mutex<Option<RedisError>>>);
+/// could not be reached, and not why. Kept in the call's future itself: nothing is allocated.
+pub(crate) struct LastRefusal;
 
 impl LastRefusal {
-    /// `call`, with what keeps it from running while it is polled noted here. Polled elsewhere
+    /// `call`, with what keeps it from running noted while it is polled. Polled elsewhere
     /// afterwards (an attempt handed to a task of its own), it notes nothing more.
-    pub(crate) fn noting<F: Future>(&self, call: F) -> impl Future<Output = F::Output> {
-        LAST_REFUSAL.scope(self.clone(), call)
+    pub(crate) fn noting<F: Future>(call: F) -> Noting<F> {
+        LAST_REFUSAL.scope(RefCell::new(None), call)
     }
 
-    /// The last refusal noted, if any.
-    pub(crate) fn take(&self) -> Option<RedisError> {
-        self.0.lock().ok().and_then(|mut last| last.take())
+    /// The last refusal `noting` noted, if any; it notes nothing after this.
+    pub(crate) fn take<F: Future>(noting: Pin<&mut Noting<F>>) -> Option<RedisError> {
+        noting.take_value().and_then(RefCell::into_inner)
     }
 
     fn note(error: &RedisError) {
-        let _ = LAST_REFUSAL.try_with(|noted| {
-            if let Ok(mut last) = noted.0.lock() {
+        let _ = LAST_REFUSAL.try_with(|last| {
+            if let Ok(mut last) = last.try_borrow_mut() {
                 *last = Some(error.clone());
             }
         });

@@ -179,26 +179,26 @@ async fn every_call_that_raises_the_permits_wakes_a_waiter_at_once() {
             let leased = call.starts_with("leased");
             let waiter_client = clients[1].clone();
             let waiter_name = name.clone();
+            // Each call has a name of its own: the permit is dropped, not needed again.
             let waiting = tokio::spawn(async move {
                 if leased {
-                    let permit = waiter_client
-                        .permit_semaphore(waiter_name)
-                        .acquire()
-                        .await
-                        .unwrap();
-                    let woke = Instant::now();
-                    permit.release().await.unwrap();
-                    woke
+                    drop(
+                        waiter_client
+                            .permit_semaphore(waiter_name)
+                            .acquire()
+                            .await
+                            .unwrap(),
+                    );
                 } else {
-                    let permit = waiter_client
-                        .semaphore(waiter_name)
-                        .acquire(1)
-                        .await
-                        .unwrap();
-                    let woke = Instant::now();
-                    permit.release().await.unwrap();
-                    woke
+                    drop(
+                        waiter_client
+                            .semaphore(waiter_name)
+                            .acquire(1)
+                            .await
+                            .unwrap(),
+                    );
                 }
+                Instant::now()
             });
             assert!(
                 eventually(Duration::from_secs(5), || async {

@@ -303,7 +303,11 @@ pub(crate) async fn run(
 /// How long a settle keeps trying: as long as the fences it sets are kept (see `ledger`).
 const SETTLE_LIMIT: Duration = Duration::from_secs(15 * 60);
 const MIN_SETTLE_PAUSE: Duration = Duration::from_millis(100);
-const MAX_SETTLE_PAUSE: Duration = Duration::from_secs(5);
+/// At most a second between tries: until it is settled, a hold left by a lost reply keeps
+/// every other owner out for its whole lease, so a settle should land soon after Redis answers
+/// again (a pause that had grown to 5 s left one unsettled 10 s after a stall healed, on a
+/// loaded machine); one small call a second per unsettled pair is little during an outage.
+const MAX_SETTLE_PAUSE: Duration = Duration::from_secs(1);
 
 /// Makes sure that a call whose reply was lost took effect the way the client counts it: the
 /// owner's holds are set to its live guards (deleting a hold nobody has a guard for) and the

@@ -173,6 +173,11 @@ pub fn assert_named(outcomes: &Outcomes, marks: &[&str], prefix: &str, what: &st
 /// whose renewals are refused is told of the loss within it.
 pub const REFUSAL: Duration = Duration::from_millis(1600);
 
+/// How long a waiter of the walk waits: past the whole walk (a migration walk's calls each wait
+/// up to their 1 s command timeout, about 7 s in all on an idle machine, 13 s seen on a loaded
+/// one), so that it is still waiting when its holder lets go at the settle.
+const WAITER_WAIT: Duration = Duration::from_secs(40);
+
 /// The words an error of the refusal shows, and whether a call must meet it.
 pub enum Marks<'a> {
     /// Every write is refused while it lasts.
@@ -199,7 +204,7 @@ async fn contend(holder: fredlock::Lock, waiter: fredlock::Lock) -> Contended {
         Instant::now()
     });
     let waiter = tokio::spawn(async move {
-        let won = waiter.try_lock(Duration::from_secs(10), None).await;
+        let won = waiter.try_lock(WAITER_WAIT, None).await;
         (won, Instant::now())
     });
     Contended {

@@ -215,6 +215,23 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
 /// `pexpire` and the lock, and no key is left without a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pexpire_taken_away_at_run_time_leaves_no_key_without_a_ttl() {
+    acquisitions_without_pexpire_write_nothing(&["-pexpire"]).await;
+}
+
+/// Issue 58: `pexpire` taken away for every key but the fences' (an ACL selector gives it back
+/// on them alone): each acquisition asks about the key it may create with an expiry, its own,
+/// and is refused before it writes. A script that asked about another of its keys (the fences,
+/// as a mutant of `fenced_lock.lua` did) would write its lock and be refused its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pexpire_kept_only_on_the_fences_still_refuses_every_acquisition() {
+    acquisitions_without_pexpire_write_nothing(&["-pexpire", "(+pexpire ~fredlock_fences:*)"])
+        .await;
+}
+
+/// Every acquisition tried after `change` (words of `ACL SETUSER fredlock`) takes `pexpire` away
+/// on the locks' keys, while the client runs: each fails naming `pexpire` and its lock, and no
+/// key is left without a TTL.
+async fn acquisitions_without_pexpire_write_nothing(change: &[&str]) {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
@@ -235,71 +252,73 @@ async fn pexpire_taken_away_at_run_time_leaves_no_key_without_a_ttl() {
         permits.try_set_permits(2).await.unwrap();
         let kept = keys_without_ttl(&raw).await;
 
-        let _: () = raw
-            .custom(fred::cmd!("ACL"), vec!["SETUSER", "fredlock", "-pexpire"])
-            .await
-            .unwrap();
+        let mut words = vec!["SETUSER", "fredlock"];
+        words.extend(change);
         let wait = Duration::from_millis(300);
-        let attempts: Vec<(&str, fredlock::Result<bool>)> = vec![
-            (
-                "rt-lock",
-                client
-                    .lock("rt-lock")
+        // Each acquisition gets its own script to the server: a refused call makes the client
+        // ask the permission question again before its next call, which would refuse every
+        // later acquisition before its script ran. So the rule is put back and a call answered
+        // yes before each.
+        let mut attempts: Vec<(&str, fredlock::Result<bool>)> = Vec::new();
+        for name in [
+            "rt-lock",
+            "rt-fair",
+            "rt-spin",
+            "rt-fenced",
+            "rt-rw-read",
+            "rt-rw-write",
+            "rt-leader",
+        ] {
+            set_user(&raw, &documented_rule()).await;
+            let warm = client.lock("rt-warm").lock().await.unwrap();
+            warm.unlock().await.unwrap();
+            let _: () = raw.custom(fred::cmd!("ACL"), words.clone()).await.unwrap();
+            let attempt = match name {
+                "rt-lock" => client
+                    .lock(name)
                     .try_lock(wait, None)
                     .await
                     .map(|g| g.is_some()),
-            ),
-            (
-                "rt-fair",
-                client
-                    .fair_lock("rt-fair")
+                "rt-fair" => client
+                    .fair_lock(name)
                     .try_lock(wait, None)
                     .await
                     .map(|g| g.is_some()),
-            ),
-            (
-                "rt-spin",
-                client
-                    .spin_lock("rt-spin")
+                "rt-spin" => client
+                    .spin_lock(name)
                     .try_lock(wait, None)
                     .await
                     .map(|g| g.is_some()),
-            ),
-            (
-                "rt-fenced",
-                client
-                    .fenced_lock("rt-fenced")
+                "rt-fenced" => client
+                    .fenced_lock(name)
                     .try_lock(wait, None)
                     .await
                     .map(|g| g.is_some()),
-            ),
-            (
-                "rt-rw",
-                client
+                "rt-rw-read" => client
                     .rw_lock("rt-rw")
                     .read_lock()
                     .try_lock(wait, None)
                     .await
                     .map(|g| g.is_some()),
-            ),
-            (
-                "rt-rw",
-                client
+                "rt-rw-write" => client
                     .rw_lock("rt-rw")
                     .write_lock()
                     .try_lock(wait, None)
                     .await
                     .map(|g| g.is_some()),
-            ),
-            (
-                "rt-leader",
-                client
-                    .leader_election("rt-leader")
+                _ => client
+                    .leader_election(name)
                     .try_campaign(wait)
                     .await
                     .map(|t| t.is_some()),
-            ),
-        ];
+            };
+            attempts.push((
+                name.strip_suffix("-read")
+                    .or(name.strip_suffix("-write"))
+                    .unwrap_or(name),
+                attempt,
+            ));
+        }
         for (name, attempt) in attempts {
             let error = match attempt {
                 Err(error) => error,

@@ -179,8 +179,14 @@ async fn wire_layout_matches_redisson() {
         latch.count_down().await.unwrap();
         let exists: i64 = raw.exists("layout").await.unwrap();
         assert_eq!(exists, 0);
-        let published = common::heard(&mut messages, 2).await;
-        assert_eq!(published, vec!["1", "0"]);
+        // Counting down a latch at zero changes nothing and tells nobody: as Redisson's, only
+        // reaching zero publishes `0`. The next message is the new count's.
+        assert_eq!(latch.count_down().await.unwrap(), 0);
+        let exists: i64 = raw.exists("layout").await.unwrap();
+        assert_eq!(exists, 0);
+        latch.try_set_count(1).await.unwrap();
+        let published = common::heard(&mut messages, 3).await;
+        assert_eq!(published, vec!["1", "0", "1"]);
     })
     .await;
 }
@@ -257,6 +263,43 @@ async fn inspections_show_the_count() {
         assert_eq!(by_name.kind, "counter");
         assert_eq!(by_name.count(), Some(3));
         assert!(client.leaks("*", Duration::ZERO).await.unwrap().is_empty());
+        // A latch never set is at zero: its inspection shows no key, not a wrong type.
+        let unset = client
+            .count_down_latch("never-set")
+            .inspect()
+            .await
+            .unwrap();
+        assert!(unset.keys.is_empty(), "{unset:?}");
+    })
+    .await;
+}
+
+/// A waiter on a latch that stays above zero looks once, then sleeps until the zero message
+/// (or a watchdog period, its safety net): it does not look again and again. Its looks are
+/// read-only scripts, counted by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_looks_once_and_sleeps_until_told() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let latch = client.count_down_latch("slow");
+        latch.try_set_count(1).await.unwrap();
+        let before = common::command_calls(&raw).await;
+        assert!(!latch.try_wait(Duration::from_millis(500)).await.unwrap());
+        let looks: u64 = common::commands_since(&raw, &before)
+            .await
+            .iter()
+            .filter(|(command, _)| command.starts_with("eval"))
+            .map(|(_, calls)| calls)
+            .sum();
+        // A look, the subscription's, a script sent again in full the first time (NOSCRIPT):
+        // a few; a waiter that looked again at once would run hundreds.
+        assert!(
+            (1..=5).contains(&looks),
+            "{looks} looks in 500 ms: {:?}",
+            common::commands_since(&raw, &before).await
+        );
     })
     .await;
 }

@@ -455,6 +455,33 @@ async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
     .await
 }
 
+/// A key gone from a majority of the nodes (deleted by an operator, or lost with a node's
+/// memory) is not ours to extend: the next extension finds it missing and `lost()` fires, and
+/// the unlock says the lock was not held, deleting only the keys still carrying our token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_key_gone_from_a_majority_is_lost_at_the_next_extension() {
+    bounded(async {
+        let servers = start_servers(5);
+        let raws = raws(&servers).await;
+        let lease = Duration::from_millis(900);
+        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
+            .lease(lease)
+            .build()
+            .unwrap();
+        let guard = redlock.lock().await.unwrap();
+        for raw in &raws[..3] {
+            let deleted: i64 = raw.del(NAME).await.unwrap();
+            assert_eq!(deleted, 1);
+        }
+        tokio::time::timeout(lease / 3 + Duration::from_millis(200), guard.lost())
+            .await
+            .expect("lost() did not fire at the next extension");
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        assert_eq!(values(&raws).await, [None, None, None, None, None]);
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn max_hold_stops_the_extensions() {
     bounded(async {

@@ -101,6 +101,11 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
         let inspection = lock.inspect().await.unwrap();
         assert_eq!(inspection.fencing_token(), Some(first), "{inspection:?}");
         assert_eq!(inspection.holders.len(), 1, "{inspection:?}");
+        // The holder as the hash of holds has it: its owner field, its three holds, its token.
+        let holder = &inspection.holders[0];
+        assert_eq!(holder.owner, outer.owner_field(), "{inspection:?}");
+        assert_eq!(holder.count, 3, "{inspection:?}");
+        assert_eq!(holder.fencing_token, Some(first), "{inspection:?}");
         innermost.unlock().await.unwrap();
         inner.unlock().await.unwrap();
         outer.unlock().await.unwrap();

@@ -419,23 +419,39 @@ async fn extension_keeps_it_for_five_ttls_and_losing_a_majority_is_reported() {
     .await
 }
 
+/// How late past its period an extension round may end in the tests that wait for the next
+/// one: a loaded machine (CI runs three passes at once) delays timers and replies by hundreds
+/// of milliseconds, and 200 ms was seen to be too little. With the 3 s lease of
+/// [`extended_every_second`] a loss found by the next extension (within 1.6 s of the change)
+/// still comes before the validity could run out (nearly 2 s after it at the soonest).
+const NEXT_EXTENSION_SLACK: Duration = Duration::from_millis(600);
+
+/// A Redlock on `servers` with a 3 s lease, extended every second, whose nodes have 200 ms to
+/// answer (the default, 1% of the lease, is 30 ms: a loaded machine's replies miss it, and a
+/// failed round is retried rather than read as a loss), with its lease.
+async fn extended_every_second(servers: &[RedisServer]) -> (RedLock, Duration) {
+    let lease = Duration::from_secs(3);
+    let redlock = RedLock::builder(clients(&urls(servers)).await, NAME)
+        .lease(lease)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    (redlock, lease)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
     bounded(async {
         let servers = start_servers(5);
         let raws = raws(&servers).await;
-        let lease = Duration::from_millis(900);
-        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .lease(lease)
-            .build()
-            .unwrap();
+        let (redlock, lease) = extended_every_second(&servers).await;
         let guard = redlock.lock().await.unwrap();
         // Someone (an operator, a buggy client) replaces the key on three nodes.
         for raw in &raws[..3] {
             let _: () = raw.set(NAME, "intruder", None, None, false).await.unwrap();
         }
         let changed = Instant::now();
-        tokio::time::timeout(lease / 3 + Duration::from_millis(200), guard.lost())
+        tokio::time::timeout(lease / 3 + NEXT_EXTENSION_SLACK, guard.lost())
             .await
             .expect("lost() did not fire at the next extension");
         println!("lost {:?} after the overwrite", changed.elapsed());
@@ -463,17 +479,13 @@ async fn a_key_gone_from_a_majority_is_lost_at_the_next_extension() {
     bounded(async {
         let servers = start_servers(5);
         let raws = raws(&servers).await;
-        let lease = Duration::from_millis(900);
-        let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
-            .lease(lease)
-            .build()
-            .unwrap();
+        let (redlock, lease) = extended_every_second(&servers).await;
         let guard = redlock.lock().await.unwrap();
         for raw in &raws[..3] {
             let deleted: i64 = raw.del(NAME).await.unwrap();
             assert_eq!(deleted, 1);
         }
-        tokio::time::timeout(lease / 3 + Duration::from_millis(200), guard.lost())
+        tokio::time::timeout(lease / 3 + NEXT_EXTENSION_SLACK, guard.lost())
             .await
             .expect("lost() did not fire at the next extension");
         assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
@@ -488,9 +500,12 @@ async fn max_hold_stops_the_extensions() {
         let servers = start_servers(5);
         let lease = Duration::from_millis(600);
         let limit = Duration::from_millis(1500);
+        // Its nodes get 100 ms to answer (the default, 1% of the lease, is 6 ms): on a loaded
+        // machine an extension round that missed it was retried until the lease ran out.
         let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
             .lease(lease)
             .max_hold(limit)
+            .node_timeout(Duration::from_millis(100))
             .build()
             .unwrap();
         // The rival's own requests get room for a loaded machine (its default, lease / 100, is

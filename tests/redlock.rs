@@ -422,74 +422,66 @@ async fn extension_keeps_it_for_five_ttls_and_losing_a_majority_is_reported() {
 /// How late past its period an extension round may end in the tests that wait for the next
 /// one: a loaded machine (CI runs three passes at once) delays timers and replies by hundreds
 /// of milliseconds, and 200 ms was seen to be too little. With the 3 s lease of
-/// [`extended_every_second`] a loss found by the next extension (within 1.6 s of the change)
-/// still comes before the validity could run out (nearly 2 s after it at the soonest).
+/// [`lost_at_the_next_extension`] a loss found by the next extension (within 1.6 s of the
+/// change) still comes before the validity could run out (nearly 2 s after it at the soonest).
 const NEXT_EXTENSION_SLACK: Duration = Duration::from_millis(600);
 
-/// A Redlock on `servers` with a 3 s lease, extended every second, whose nodes have 200 ms to
-/// answer (the default, 1% of the lease, is 30 ms: a loaded machine's replies miss it, and a
-/// failed round is retried rather than read as a loss), with its lease.
-async fn extended_every_second(servers: &[RedisServer]) -> (RedLock, Duration) {
+/// Takes a Redlock with a 3 s lease, extended every second, then has three of its five nodes'
+/// keys replaced by `intruder` (or deleted, for `None`): `lost()` must fire at the next
+/// extension and the unlock say the lock was not held. Returns the nodes' values after it.
+/// Its nodes have 200 ms to answer (the default, 1% of the lease, is 30 ms: a loaded
+/// machine's replies miss it, and a failed round is retried rather than read as a loss).
+async fn lost_at_the_next_extension(intruder: Option<&str>) -> Vec<Option<String>> {
+    let servers = start_servers(5);
+    let raws = raws(&servers).await;
     let lease = Duration::from_secs(3);
-    let redlock = RedLock::builder(clients(&urls(servers)).await, NAME)
+    let redlock = RedLock::builder(clients(&urls(&servers)).await, NAME)
         .lease(lease)
         .node_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    (redlock, lease)
+    let guard = redlock.lock().await.unwrap();
+    for raw in &raws[..3] {
+        match intruder {
+            Some(value) => raw
+                .set::<(), _, _>(NAME, value, None, None, false)
+                .await
+                .unwrap(),
+            None => assert_eq!(raw.del::<i64, _>(NAME).await.unwrap(), 1),
+        }
+    }
+    let changed = Instant::now();
+    tokio::time::timeout(lease / 3 + NEXT_EXTENSION_SLACK, guard.lost())
+        .await
+        .expect("lost() did not fire at the next extension");
+    println!("lost {:?} after the change", changed.elapsed());
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    values(&raws).await
 }
 
+/// Someone (an operator, a buggy client) replaces the key on three nodes: the intruder's keys
+/// survive our unlock; only our own two are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_token_overwritten_on_a_majority_is_lost_at_the_next_extension() {
     bounded(async {
-        let servers = start_servers(5);
-        let raws = raws(&servers).await;
-        let (redlock, lease) = extended_every_second(&servers).await;
-        let guard = redlock.lock().await.unwrap();
-        // Someone (an operator, a buggy client) replaces the key on three nodes.
-        for raw in &raws[..3] {
-            let _: () = raw.set(NAME, "intruder", None, None, false).await.unwrap();
-        }
-        let changed = Instant::now();
-        tokio::time::timeout(lease / 3 + NEXT_EXTENSION_SLACK, guard.lost())
-            .await
-            .expect("lost() did not fire at the next extension");
-        println!("lost {:?} after the overwrite", changed.elapsed());
-        // The intruder's keys survive our unlock; only our own two are deleted.
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
-        let after = values(&raws).await;
+        let after = lost_at_the_next_extension(Some("intruder")).await;
+        let intruder = Some("intruder".to_string());
         assert_eq!(
-            after[..3],
-            [
-                Some("intruder".to_string()),
-                Some("intruder".into()),
-                Some("intruder".into())
-            ]
+            after,
+            [intruder.clone(), intruder.clone(), intruder, None, None]
         );
-        assert_eq!(after[3..], [None, None]);
     })
     .await
 }
 
 /// A key gone from a majority of the nodes (deleted by an operator, or lost with a node's
-/// memory) is not ours to extend: the next extension finds it missing and `lost()` fires, and
-/// the unlock says the lock was not held, deleting only the keys still carrying our token.
+/// memory) is not ours to extend: the next extension finds it missing, and the unlock deletes
+/// the two keys still carrying our token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_key_gone_from_a_majority_is_lost_at_the_next_extension() {
     bounded(async {
-        let servers = start_servers(5);
-        let raws = raws(&servers).await;
-        let (redlock, lease) = extended_every_second(&servers).await;
-        let guard = redlock.lock().await.unwrap();
-        for raw in &raws[..3] {
-            let deleted: i64 = raw.del(NAME).await.unwrap();
-            assert_eq!(deleted, 1);
-        }
-        tokio::time::timeout(lease / 3 + NEXT_EXTENSION_SLACK, guard.lost())
-            .await
-            .expect("lost() did not fire at the next extension");
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
-        assert_eq!(values(&raws).await, [None, None, None, None, None]);
+        let after = lost_at_the_next_extension(None).await;
+        assert_eq!(after, [None, None, None, None, None]);
     })
     .await
 }

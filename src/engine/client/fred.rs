@@ -92,6 +92,11 @@ const TOO_MANY_WRITES: &str = "Too many failed write attempts.";
 /// its routing task: the client answers no call until it is started again.
 const ASK_REFUSED: &str = "Max attempts reached.";
 
+/// fred's words for a call whose reply channel it dropped: its routing task ended (after an
+/// `ASK` it could not follow, see [`ASK_REFUSED`]) with the call written and unanswered, and
+/// dropped the connection's buffer. The call may have run.
+const DROPPED_IN_FLIGHT: &str = "channel closed";
+
 /// Pub/sub messages buffered per subscriber before a slow reader loses some (and then wakes
 /// every waiter). fred's default of 32 is easily outrun by a busy lock.
 const MESSAGE_BUFFER: usize = 4096;
@@ -666,6 +671,10 @@ impl From<FredError> for RedisError {
         let details = if error.details() == ASK_REFUSED {
             "ASK not followed: the slot of the call's keys is being migrated to another node, \
              and a call is sent once"
+        } else if error.details() == DROPPED_IN_FLIGHT {
+            "no reply: fred stopped routing with the call in flight (as it does after an ASK it \
+             cannot follow, the slot of a call's keys being migrated to another node); the call \
+             may have run"
         } else {
             error.details()
         };
@@ -705,6 +714,7 @@ fn kind(error: &FredError) -> RedisErrorKind {
                 // the master switches), which puts the sent command back in the queue: it may
                 // have run. So it counts as a lost reply, never as a call that was not sent.
                 || details == TOO_MANY_WRITES
+                || details == DROPPED_IN_FLIGHT
         }
     };
     if no_reply {
@@ -785,6 +795,11 @@ mod tests {
         let error = RedisError::from(FredError::new(ErrorKind::Routing, ASK_REFUSED));
         assert_eq!(error.kind(), RedisErrorKind::NotSent);
         assert!(error.details().starts_with("ASK not followed"), "{error}");
+        // A call in flight when fred's routing ended on such an ASK: it was written, so it may
+        // have run (a semaphore's permits taken, say), and its words say why it has no reply.
+        let error = RedisError::from(FredError::new(ErrorKind::Unknown, DROPPED_IN_FLIGHT));
+        assert_eq!(error.kind(), RedisErrorKind::NoReply);
+        assert!(error.details().contains("ASK"), "{error}");
         for kind in [
             ErrorKind::Auth,
             ErrorKind::Parse,

@@ -544,6 +544,25 @@ impl Engine {
         self.redis_error(kind.profile().name(), owner, source)
     }
 
+    /// `source` as a node's error about `kind`: a refusal for want of a permission is replaced
+    /// by the server's answer to the permission question asked again (`NOPERM`, naming the
+    /// command and the key), as [`refused`](Self::refused) does for the crate's errors. For the
+    /// calls of a primitive that reports each server's error as it is (Redlock's nodes).
+    pub(crate) async fn named_refusal(
+        &self,
+        kind: &dyn Primitive,
+        bound: Option<Duration>,
+        source: RedisError,
+    ) -> RedisError {
+        if permissions::is_refused_permission(&source) {
+            tracing::warn!(
+                lock = %kind.profile().name(), client = self.core().name.as_deref(),
+                error = %source, "a call was refused for want of a permission; asking which"
+            );
+        }
+        permissions::named_refusal(self.core(), kind, bound, source).await
+    }
+
     /// Converts a fred error about `name`, naming the server and, where there is one, the owner.
     pub(crate) fn redis_error(
         &self,

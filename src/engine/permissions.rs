@@ -166,66 +166,98 @@ pub(crate) fn check<'a>(
     bound: Option<Duration>,
 ) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'a>> {
     Box::pin(async move {
-        let profile = kind.profile();
-        let (publish, subscribe) = if core.writer.sharded {
-            ("spublish", "ssubscribe")
-        } else {
-            ("publish", "subscribe")
-        };
-        // The client's own channel (subscribed only), then the lock's wake channel.
-        let mut channels = vec![core.own_channel()];
-        match profile.wake() {
-            Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) => {
-                channels.push(channel.to_string());
-            }
-            Wake::PerWaiter(prefix) => {
-                channels.push(format!("{}:{}", &*prefix, owner.unwrap_or("probe")));
-            }
-            Wake::Backoff(_) => {}
+        ask(core, kind, owner, bound).await.map_err(|source| {
+            Error::from_redis(&core.address, kind.profile().name(), owner, source)
+        })
+    })
+}
+
+/// What a call the server refused with `source` lacked: when `source` is a refusal for want of
+/// a permission ([`is_refused_permission`]), the yes is forgotten and the question asked again
+/// on `kind`'s key and channel, and its `NOPERM` answer (naming the command and the key or
+/// channel) is returned; otherwise, or without an answer within `bound`, `source` as it is.
+/// For a call that is not one of a primitive's acquisitions (a Redlock node's, say), which
+/// reports the node's error rather than the crate's.
+pub(crate) fn named_refusal<'a>(
+    core: &'a Core,
+    kind: &'a dyn Primitive,
+    bound: Option<Duration>,
+    source: RedisError,
+) -> Pin<Box<dyn Future<Output = RedisError> + Send + 'a>> {
+    Box::pin(async move {
+        if !is_refused_permission(&source) {
+            return source;
         }
-        // The name's key as the script's key too: it routes the call on a cluster, and a
-        // user who may not touch it is refused before the script runs.
-        let mut args: Vec<Value> = vec![
-            Value::from(publish.to_owned()),
-            Value::from(subscribe.to_owned()),
-            Value::from(channels.len().to_string()),
-        ];
-        args.extend(channels.into_iter().map(Value::from));
-        // Every key (and channel name) a call of it sends, which must be writable.
-        let keys = profile.keys();
-        args.push(Value::from(keys.count().to_string()));
-        args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
-        // The scripts' commands, checked on the key; then the connection's, which take none.
-        args.push(Value::from(SCRIPT_COMMANDS.len().to_string()));
-        let commands = SCRIPT_COMMANDS.iter().chain(CONNECTION_COMMANDS);
-        args.extend(commands.map(|c| Value::from((*c).to_owned())));
-        // A read: on the command connection, never waiting for replicas (replica sync).
-        let reads = core.reads();
-        let asked = PROBE_SCRIPT.call::<i64>(&reads, profile.keys().first(1), args);
-        let answer = match bound {
-            Some(bound) => match tokio::time::timeout(bound, asked).await {
-                Ok(answer) => answer,
-                // The wait ran out first: the call's own attempt says what happened.
-                Err(_) => return Ok(()),
-            },
-            None => asked.await,
-        };
-        match answer {
-            Ok(_) => {
-                core.permitted.store(true, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(source) if source.kind() == RedisErrorKind::Refused => Err(Error::from_redis(
-                &core.address,
-                profile.name(),
-                owner,
-                source,
-            )),
-            // No answer (an outage, a stalled server): the call goes on unchecked and meets the
-            // outage as it would have, waiting it out within its wait; the next call asks.
-            Err(_) => Ok(()),
+        forget(core);
+        match ask(core, kind, None, bound).await {
+            Err(named) => named,
+            Ok(()) => source,
         }
     })
+}
+
+/// Asks the question of [`check`]: `Err` with the server's `NOPERM` answer when it refuses,
+/// `Ok` when it allows all (and from then on no call asks) or gives no answer.
+async fn ask(
+    core: &Core,
+    kind: &dyn Primitive,
+    owner: Option<&str>,
+    bound: Option<Duration>,
+) -> std::result::Result<(), RedisError> {
+    let profile = kind.profile();
+    let (publish, subscribe) = if core.writer.sharded {
+        ("spublish", "ssubscribe")
+    } else {
+        ("publish", "subscribe")
+    };
+    // The client's own channel (subscribed only), then the lock's wake channel.
+    let mut channels = vec![core.own_channel()];
+    match profile.wake() {
+        Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) => {
+            channels.push(channel.to_string());
+        }
+        Wake::PerWaiter(prefix) => {
+            channels.push(format!("{}:{}", &*prefix, owner.unwrap_or("probe")));
+        }
+        Wake::Backoff(_) => {}
+    }
+    // The name's key as the script's key too: it routes the call on a cluster, and a
+    // user who may not touch it is refused before the script runs.
+    let mut args: Vec<Value> = vec![
+        Value::from(publish.to_owned()),
+        Value::from(subscribe.to_owned()),
+        Value::from(channels.len().to_string()),
+    ];
+    args.extend(channels.into_iter().map(Value::from));
+    // Every key (and channel name) a call of it sends, which must be writable.
+    let keys = profile.keys();
+    args.push(Value::from(keys.count().to_string()));
+    args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
+    // The scripts' commands, checked on the key; then the connection's, which take none.
+    args.push(Value::from(SCRIPT_COMMANDS.len().to_string()));
+    let commands = SCRIPT_COMMANDS.iter().chain(CONNECTION_COMMANDS);
+    args.extend(commands.map(|c| Value::from((*c).to_owned())));
+    // A read: on the command connection, never waiting for replicas (replica sync).
+    let reads = core.reads();
+    let asked = PROBE_SCRIPT.call::<i64>(&reads, profile.keys().first(1), args);
+    let answer = match bound {
+        Some(bound) => match tokio::time::timeout(bound, asked).await {
+            Ok(answer) => answer,
+            // The wait ran out first: the call's own attempt says what happened.
+            Err(_) => return Ok(()),
+        },
+        None => asked.await,
+    };
+    match answer {
+        Ok(_) => {
+            core.permitted.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        Err(source) if source.kind() == RedisErrorKind::Refused => Err(source),
+        // No answer (an outage, a stalled server): the call goes on unchecked and meets the
+        // outage as it would have, waiting it out within its wait; the next call asks.
+        Err(_) => Ok(()),
+    }
 }
 
 #[cfg(test)]

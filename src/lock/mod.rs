@@ -215,13 +215,14 @@ impl Lock {
 
     /// [`LockFamily::force_unlock`].
     pub(crate) async fn force(&self) -> Result<bool> {
-        self.ready()?;
+        // Sent as every primitive's own call is (the engine checks the client is open and
+        // connected first): a refusal for want of a permission asks which, and the error names
+        // it and the lock rather than a script's line.
         let deleted: i64 = self
-            .kind
-            .force_unlock()
-            .run(&self.client.engine().core().writer)
-            .await
-            .map_err(self.redis_error(None))?;
+            .client
+            .engine()
+            .send(&*self.kind, self.kind.force_unlock())
+            .await?;
         Ok(deleted == 1)
     }
 

@@ -18,7 +18,7 @@ use crate::engine::durations::{self, millis};
 use crate::error::{Error, Result};
 use crate::family::DistributedLock;
 pub use guard::RedLockGuard;
-use nodes::{Nodes, Tally, Token, Until};
+use nodes::{NodeKey, Nodes, Tally, Token, Until};
 
 /// How long a [`RedLock`] taken by [`lock`](RedLock::lock) lives without an extension; it is
 /// extended every third of this. Redisson's watchdog default.
@@ -288,6 +288,7 @@ impl RedLockBuilder {
         check_lease(&self.name, &settings, settings.lease)?;
         let nodes = Nodes {
             key: Key::from(name.as_str()),
+            kind: Arc::new(NodeKey::new(&name)),
             clients: self.nodes,
         };
         Ok(RedLock {

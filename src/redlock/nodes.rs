@@ -24,7 +24,8 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::engine::join::join_all;
-use crate::engine::{write, Attempts};
+use crate::engine::WakeRule;
+use crate::engine::{write, Attempts, Backoff, Class, Keys, Primitive, Profile, ProfileOf};
 use crate::error::{is_transient, NodeFailure, NodeFailureReason, RedisError};
 use crate::lua;
 
@@ -95,6 +96,38 @@ pub(crate) enum NodeReply {
 pub(crate) struct Nodes {
     pub(crate) clients: Vec<LockClient>,
     pub(crate) key: Key,
+    /// The key as the engine sees a primitive, for the permission question a node's refusal
+    /// asks again.
+    pub(crate) kind: Arc<NodeKey>,
+}
+
+/// What the engine asks about a Redlock's key on a node: the key alone, no channel (nobody
+/// waits on one: an acquisition retries after its delay).
+static REDLOCK: Class = Class::new(
+    "redlock",
+    WakeRule::Backoff(Backoff {
+        first: Duration::from_millis(1),
+        cap: Duration::from_millis(1),
+    }),
+);
+
+/// A Redlock's key as a primitive of the engine (see [`Nodes::kind`]).
+pub(crate) struct NodeKey {
+    profile: ProfileOf<[u32; 0]>,
+}
+
+impl NodeKey {
+    pub(crate) fn new(key: &str) -> NodeKey {
+        NodeKey {
+            profile: ProfileOf::new(&REDLOCK, Keys::new([key])),
+        }
+    }
+}
+
+impl Primitive for NodeKey {
+    fn profile(&self) -> &Profile {
+        &self.profile
+    }
 }
 
 impl Nodes {
@@ -196,14 +229,26 @@ impl Nodes {
                     )));
                 }
                 let call = request(core.writer.clone(), self.key.clone(), token.clone());
+                let (client, kind) = (client.clone(), self.kind.clone());
                 NodeRequest::Pending(Box::pin(async move {
+                    let sent = Instant::now();
                     match tokio::time::timeout(timeout, call).await {
                         Err(_) => NodeReply::Failed(NodeFailureReason::TimedOut(timeout)),
                         Ok(Ok(reply)) => reply,
                         Ok(Err(error)) if is_transient(&error) => {
                             NodeReply::Failed(NodeFailureReason::Unreachable(Some(error)))
                         }
-                        Ok(Err(error)) => NodeReply::Failed(NodeFailureReason::Rejected(error)),
+                        Ok(Err(error)) => {
+                            // A script's refused command names its line, not what was missing:
+                            // the permission question, asked again within the node's time
+                            // left, names the command and the key.
+                            let left = timeout.saturating_sub(sent.elapsed());
+                            let error = client
+                                .engine()
+                                .named_refusal(&*kind, Some(left), error)
+                                .await;
+                            NodeReply::Failed(NodeFailureReason::Rejected(error))
+                        }
                     }
                 }))
             })

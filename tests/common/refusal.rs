@@ -138,6 +138,34 @@ pub async fn writing_calls(client: &LockClient, tag: &str) -> Outcomes {
         }
         Ok(())
     });
+    // Redlock over the one server (its SET NX PX, extension and release), a MultiLock over two
+    // of the lock's keys, and a force unlock of a lock the client holds.
+    call!("-redlock", |name| {
+        let redlock = fredlock::RedLock::builder(vec![client.clone()], &name)
+            .lease(Duration::from_secs(5))
+            .build()?;
+        if let Some(guard) = redlock.try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-multi", |name| {
+        let multi = fredlock::MultiLock::new(vec![
+            client.lock(format!("{name}-1")),
+            client.lock(format!("{name}-2")),
+        ])?;
+        if let Some(guard) = multi.try_lock(wait, None).await? {
+            guard.unlock().await?;
+        }
+        Ok(())
+    });
+    call!("-forced", |name| {
+        let lock = client.lock(&name);
+        // Kept until the force unlock has been tried: it is what the force unlock deletes.
+        let _guard = lock.try_lock(wait, None).await?;
+        lock.force_unlock().await?;
+        Ok(())
+    });
     call!("-job", |name| {
         let _ran = client
             .job_lock(&name)

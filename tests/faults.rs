@@ -536,6 +536,32 @@ async fn partition_reports_loss_before_the_lease_ends() {
 /// and an acquire that timed out during it, for a lock with a long fixed lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_landing_after_a_partition_leave_no_phantom_hold() {
+    calls_landing_after_a_partition(Landing::ReleaseThenAcquire).await;
+}
+
+/// 4. The same with one lost call alone, so that each is settled by its own undo rather than by
+/// the other's: a release whose reply never came queues a settle when it gives up, and an
+/// acquire that gave up with its reply lost queues one as its future ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_landing_after_a_partition_is_settled() {
+    calls_landing_after_a_partition(Landing::Release).await;
+}
+
+/// 4. See [`a_release_landing_after_a_partition_is_settled`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_acquire_landing_after_a_partition_is_settled() {
+    calls_landing_after_a_partition(Landing::Acquire).await;
+}
+
+/// Which calls are sent during the partition of [`calls_landing_after_a_partition`].
+#[derive(Clone, Copy, PartialEq)]
+enum Landing {
+    Release,
+    Acquire,
+    ReleaseThenAcquire,
+}
+
+async fn calls_landing_after_a_partition(landing: Landing) {
     bounded(async {
         let server = RedisServer::start();
         let raw = server.raw().await;
@@ -546,17 +572,31 @@ async fn calls_landing_after_a_partition_leave_no_phantom_hold() {
         .await;
         let lock = locks.lock("phantom");
         let guard = lock.lock_with_lease(Duration::from_secs(60)).await.unwrap();
+        let guard = if landing == Landing::Acquire {
+            guard.unlock().await.unwrap();
+            None
+        } else {
+            Some(guard)
+        };
 
         proxy.stall();
-        assert!(
-            guard.unlock().await.is_err(),
-            "the release cannot be confirmed"
-        );
-        let attempt = lock
-            .try_lock(Duration::from_millis(300), Some(Duration::from_secs(60)))
-            .await;
-        assert!(!matches!(attempt, Ok(Some(_))), "{attempt:?}");
-        drop(attempt);
+        if let Some(guard) = guard {
+            assert!(
+                guard.unlock().await.is_err(),
+                "the release cannot be confirmed"
+            );
+        }
+        if landing != Landing::Release {
+            let attempt = lock
+                .try_lock(Duration::from_millis(300), Some(Duration::from_secs(60)))
+                .await;
+            assert!(!matches!(attempt, Ok(Some(_))), "{attempt:?}");
+            drop(attempt);
+        }
+        // Past the command timeout of every call sent during the partition (an attempt may
+        // still be on its way when its wait ends): each reply is lost before the calls land,
+        // so none can set things right by itself, and only a settle does.
+        tokio::time::sleep(Duration::from_millis(400)).await;
         proxy.resume();
 
         assert!(

@@ -514,6 +514,26 @@ async fn keys_that_are_not_locks_are_left_alone() {
             .unwrap();
         assert!(client.lock("java").force_unlock().await.unwrap());
         assert_eq!(key_count(&raw).await, 3);
+
+        // The layout check reads at most 64 fields: a hash of 64 owners with hold counts is a
+        // lock, one of 65 is a user's own, whatever its fields.
+        let owners = |n: usize| -> Vec<(String, String)> {
+            (0..n)
+                .map(|i| {
+                    (
+                        format!("6d1b1c4e-8b33-4bd8-9d0a-1f0f6b7c1d2e:{i}"),
+                        "1".into(),
+                    )
+                })
+                .collect()
+        };
+        let _: () = raw.hset("sixty-four", owners(64)).await.unwrap();
+        let _: () = raw.hset("sixty-five", owners(65)).await.unwrap();
+        assert!(client.lock("sixty-four").force_unlock().await.unwrap());
+        let error = client.lock("sixty-five").force_unlock().await.unwrap_err();
+        assert!(matches!(error, Error::WrongType { .. }), "{error:?}");
+        let fields: u32 = raw.hlen("sixty-five").await.unwrap();
+        assert_eq!((fields, key_count(&raw).await), (65, 4));
     })
     .await;
 }

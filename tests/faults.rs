@@ -614,6 +614,49 @@ async fn calls_landing_after_a_partition(landing: Landing) {
     .await;
 }
 
+/// 4. A settle that meets a key it must not touch (the lock's name now holds a user's string)
+/// gives up at once, leaving the key alone, instead of trying again until its 15 minutes end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_settle_refused_for_good_gives_up_at_once() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let proxy = StallingProxy::start(server.port());
+        let locks = common::configured_client(proxy.url(), |b| {
+            b.command_timeout(Duration::from_millis(200))
+        })
+        .await;
+        let guard = locks
+            .lock("replaced")
+            .lock_with_lease(Duration::from_secs(60))
+            .await
+            .unwrap();
+        proxy.stall();
+        assert!(
+            guard.unlock().await.is_err(),
+            "the release cannot be confirmed"
+        );
+        // Straight to the server: the name is a user's string by the time anything lands.
+        let _: () = raw
+            .set("replaced", "mine", None, None, false)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        proxy.resume();
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                locks.stats().unsettled == 0 && locks.stats().held == 0
+            })
+            .await,
+            "the settle kept trying: {:?}",
+            locks.stats()
+        );
+        let value: String = raw.get("replaced").await.unwrap();
+        assert_eq!(value, "mine");
+    })
+    .await;
+}
+
 /// 5. The holder child for `paused_holder_learns_of_loss_on_resume`: takes the lock, waits for
 /// `lost()`, stamps the server's clock, unlocks, and writes what it saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,8 @@
 //! docs/RELIABILITY.md gives what each test proves and the figures it measured.
 
 mod common;
+#[path = "common/logs.rs"]
+mod logs;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -653,6 +655,52 @@ async fn a_settle_refused_for_good_gives_up_at_once() {
         );
         let value: String = raw.get("replaced").await.unwrap();
         assert_eq!(value, "mine");
+    })
+    .await;
+}
+
+/// 4. A settle backs off while Redis does not answer: its pause doubles from 100 ms to 1 s, so
+/// 3 s of a stall take about five tries (each waits out its 200 ms command timeout), not one
+/// every command timeout.
+#[tokio::test]
+async fn a_settle_backs_off_while_redis_does_not_answer() {
+    // One thread, the one the default subscriber is set on: the undo task logs through it.
+    let (logged, _default) = logs::capture_logs(tracing::Level::DEBUG);
+    bounded(async {
+        let server = RedisServer::start();
+        let proxy = StallingProxy::start(server.port());
+        let locks = common::configured_client(proxy.url(), |b| {
+            b.command_timeout(Duration::from_millis(200))
+        })
+        .await;
+        let guard = locks
+            .lock("backoff")
+            .lock_with_lease(Duration::from_secs(60))
+            .await
+            .unwrap();
+        proxy.stall();
+        assert!(
+            guard.unlock().await.is_err(),
+            "the release cannot be confirmed"
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let tries = logged
+            .text()
+            .lines()
+            .filter(|line| line.contains("settling a lost reply failed; retrying"))
+            .count();
+        proxy.resume();
+        // Backing off from 100 ms: 5 failed tries in 3 s where nothing slows the client (fewer
+        // where something does); a pause that did not grow made 13.
+        assert!((2..=7).contains(&tries), "{tries} settle tries in 3 s");
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                locks.stats().unsettled == 0
+            })
+            .await,
+            "{:?}",
+            locks.stats()
+        );
     })
     .await;
 }

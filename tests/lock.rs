@@ -697,6 +697,14 @@ async fn queries_force_unlock_and_shutdown() {
         assert!(matches!(lock.lock().await, Err(Error::Shutdown)));
         assert!(matches!(guard.unlock().await, Err(Error::Shutdown)));
         client.shutdown().await; // again: nothing happens
+
+        // A guard kept past the shutdown and dropped then: its release can no longer be sent
+        // (its lease ends the hold in Redis), and the client lets go of the hold.
+        let kept = other.lock("kept").lock().await.unwrap();
+        assert_eq!(other.stats().held, 1);
+        other.shutdown().await;
+        drop(kept);
+        assert_eq!(other.stats().held, 0);
     })
     .await;
 }

@@ -705,6 +705,57 @@ async fn a_settle_backs_off_while_redis_does_not_answer() {
     .await;
 }
 
+/// 4. A settle gives up once Redis has not answered for as long as the fences it would set are
+///    kept (15 minutes): it forgets the lost reply (the lease ends its effect) instead of trying
+///    for ever. The 15 minutes pass on tokio's paused clock, which jumps ahead whenever the
+///    client only waits: every try meets its command timeout at once.
+#[test]
+fn a_settle_gives_up_after_fifteen_minutes_of_outage() {
+    // Bounded on the real clock: `bounded`'s timeout would run on the paused one.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(settle_through_fifteen_minutes_of_outage());
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(common::TEST_LIMIT) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("test exceeded {:?}", common::TEST_LIMIT)
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("its body panicked"),
+    }
+}
+
+async fn settle_through_fifteen_minutes_of_outage() {
+    let server = RedisServer::start();
+    let proxy = StallingProxy::start(server.port());
+    let locks = common::configured_client(proxy.url(), |b| {
+        b.command_timeout(Duration::from_millis(200))
+    })
+    .await;
+    let guard = locks
+        .lock("outage")
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    proxy.stall();
+    tokio::time::pause();
+    assert!(
+        guard.unlock().await.is_err(),
+        "the release cannot be confirmed"
+    );
+    tokio::time::sleep(Duration::from_secs(14 * 60)).await;
+    assert_eq!(locks.stats().unsettled, 1, "gave up before 15 minutes");
+    tokio::time::sleep(Duration::from_secs(2 * 60)).await;
+    assert_eq!(locks.stats().unsettled, 0, "still trying after 16 minutes");
+    tokio::time::resume();
+    proxy.resume();
+}
+
 /// 5. The holder child for `paused_holder_learns_of_loss_on_resume`: takes the lock, waits for
 /// `lost()`, stamps the server's clock, unlocks, and writes what it saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -514,6 +514,14 @@ async fn zero_wait_try_lock_never_queues_or_overtakes() {
 
         // An entry without a place is garbage (no live waiter lacks one): it is dropped.
         let _: i64 = raw.zrem(timeout_key("no-wait"), foreign).await.unwrap();
+        // An inspection shows it as it is: in line, with no place left.
+        let inspection = lock.inspect().await.unwrap();
+        let line: Vec<(&str, Option<Duration>)> = inspection
+            .queue
+            .iter()
+            .map(|waiter| (waiter.owner.as_str(), waiter.place_left))
+            .collect();
+        assert_eq!(line, [(foreign, None)], "{inspection:?}");
         let guard = lock
             .try_lock(Duration::ZERO, None)
             .await
@@ -651,6 +659,8 @@ async fn a_force_unlock_tells_the_first_waiter_and_an_inspection_shows_the_line(
             format!("redisson_lock__channel:{{forced}}:{}", line[0]),
             "the first waiter, and only it, is told"
         );
+        // Redisson's unlock message, which a Redisson waiter checks before it tries again.
+        assert_eq!(told.value.as_string().as_deref(), Some("0"));
         tokio::time::timeout(Duration::from_secs(5), holder.lost())
             .await
             .expect("the holder learns of the force unlock");

@@ -289,6 +289,35 @@ async fn interoperates_with_redisson_replay() {
         assert_eq!(value, 1);
         assert!(matches!(permit.release().await, Err(Error::NotHeld { .. })));
         assert_eq!(semaphore.available_permits().await.unwrap(), 1);
+
+        // Redisson's acquire without a lease: its score is `Long.MAX_VALUE / 10000`, which
+        // never ends; an inspection shows it holding with no end.
+        let _: i64 = raw.decr("java").await.unwrap();
+        let _: i64 = raw
+            .zadd(
+                "{java}:timeout",
+                None,
+                None,
+                false,
+                false,
+                (
+                    922_337_203_685_477_f64,
+                    fred::types::Value::Bytes(java_id.clone().into()),
+                ),
+            )
+            .await
+            .unwrap();
+        let seen = semaphore.inspect().await.unwrap();
+        let holders: Vec<(&str, Option<Duration>)> = seen
+            .holders
+            .iter()
+            .map(|holder| (holder.owner.as_str(), holder.remaining_lease))
+            .collect();
+        assert_eq!(
+            holders,
+            [("0102030405060708090a0b0c0d0e0f10", None)],
+            "{seen:?}"
+        );
     })
     .await;
 }

@@ -421,3 +421,52 @@ async fn a_fixed_lease_ends_on_time_and_gives_the_permit_back() {
     })
     .await;
 }
+
+/// A waiter behind a Redisson permit without a lease (no end to wait for) whose release's
+/// message never comes still takes the permit: it tries again every third of the watchdog
+/// lease (333 ms here) instead of sleeping until the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_behind_a_permit_without_a_lease_tries_again_without_a_message() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(WATCHDOG).await;
+        let semaphore = client.permit_semaphore("quiet");
+        semaphore.try_set_permits(1).await.unwrap();
+        // Redisson's acquire without a lease.
+        let java_id = "0102030405060708090a0b0c0d0e0f10";
+        let _: i64 = raw.decr("quiet").await.unwrap();
+        let _: i64 = raw
+            .zadd(
+                "{quiet}:timeout",
+                None,
+                None,
+                false,
+                false,
+                (922_337_203_685_477_f64, java_id),
+            )
+            .await
+            .unwrap();
+        let waiting = client.permit_semaphore("quiet");
+        let waiter = tokio::spawn(async move {
+            let won = waiting.try_acquire(Duration::from_secs(10), None).await;
+            (won, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Its release with the message lost: the permit back, nothing published.
+        let _: i64 = raw.zrem("{quiet}:timeout", java_id).await.unwrap();
+        let _: i64 = raw.incr("quiet").await.unwrap();
+        let released = Instant::now();
+        let (won, at) = waiter.await.unwrap();
+        let permit = won.unwrap().expect("the waiter takes the permit");
+        // A third of the lease and a round trip, with room for a loaded machine; without the
+        // retry it would wait for the end of its 10 s wait.
+        assert!(
+            at - released < Duration::from_secs(3),
+            "{:?}",
+            at - released
+        );
+        permit.release().await.unwrap();
+    })
+    .await;
+}

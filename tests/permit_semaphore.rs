@@ -348,6 +348,11 @@ async fn inspections_show_leases_and_ended_leases() {
         assert_eq!(seen.holders.len(), 1);
         assert_eq!(seen.holders[0].owner, live.id());
         assert!(seen.holders[0].remaining_lease.is_some());
+        // A permit is one hold, with no token.
+        assert_eq!(
+            (seen.holders[0].count, seen.holders[0].fencing_token),
+            (1, None)
+        );
         assert_eq!(seen.ended_leases().len(), 1);
         assert_eq!(seen.ended_leases()[0].permit, short_id);
         assert!(seen.ended_leases()[0].ended_ago >= Duration::from_millis(150));
@@ -374,6 +379,17 @@ async fn inspections_show_leases_and_ended_leases() {
         let seen = semaphore.inspect().await.unwrap();
         assert!(seen.ended_leases().is_empty());
         live.release().await.unwrap();
+
+        // A semaphore never set inspects as empty; one whose counter is of another type is
+        // refused, naming it.
+        let unset = client.permit_semaphore("unset").inspect().await.unwrap();
+        assert!(unset.holders.is_empty(), "{unset:?}");
+        let raw = server.raw().await;
+        let _: () = raw.hset("hashed", ("a", "b")).await.unwrap();
+        assert!(matches!(
+            client.permit_semaphore("hashed").inspect().await,
+            Err(Error::WrongType { .. })
+        ));
     })
     .await;
 }

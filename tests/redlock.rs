@@ -441,6 +441,22 @@ async fn lost_at_the_next_extension(intruder: Option<&str>) -> Vec<Option<String
         .build()
         .unwrap();
     let guard = redlock.lock().await.unwrap();
+    // The lock is won with a majority: a node that answered after its 200 ms (a loaded
+    // machine) still runs its SET. Every node carries the token before three are changed, so
+    // that each of the three held it.
+    let token = guard.value().to_owned();
+    let everywhere = common::eventually(Duration::from_secs(2), || async {
+        values(&raws)
+            .await
+            .iter()
+            .all(|value| value.as_deref() == Some(token.as_str()))
+    })
+    .await;
+    assert!(
+        everywhere,
+        "the token is not on every node: {:?}",
+        values(&raws).await
+    );
     for raw in &raws[..3] {
         match intruder {
             Some(value) => raw

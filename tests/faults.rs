@@ -616,28 +616,52 @@ async fn calls_landing_after_a_partition(landing: Landing) {
     .await;
 }
 
+/// A lock client behind a stalling proxy (a 200 ms command timeout) whose hold on `name`, with
+/// a 60 s lease, was given back while the proxy stalls: the release's reply is lost and a
+/// settle is queued. `before_unlock` runs just before the unlock (a test that pauses tokio's
+/// clock does it there: the acquisition needs the real one).
+struct LostRelease {
+    server: RedisServer,
+    proxy: StallingProxy,
+    locks: LockClient,
+}
+
+async fn lose_a_release(name: &str, before_unlock: impl FnOnce()) -> LostRelease {
+    let server = RedisServer::start();
+    let proxy = StallingProxy::start(server.port());
+    let locks = common::configured_client(proxy.url(), |b| {
+        b.command_timeout(Duration::from_millis(200))
+    })
+    .await;
+    let guard = locks
+        .lock(name)
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    proxy.stall();
+    before_unlock();
+    assert!(
+        guard.unlock().await.is_err(),
+        "the release cannot be confirmed"
+    );
+    LostRelease {
+        server,
+        proxy,
+        locks,
+    }
+}
+
 /// 4. A settle that meets a key it must not touch (the lock's name now holds a user's string)
 /// gives up at once, leaving the key alone, instead of trying again until its 15 minutes end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_settle_refused_for_good_gives_up_at_once() {
     bounded(async {
-        let server = RedisServer::start();
+        let LostRelease {
+            server,
+            proxy,
+            locks,
+        } = lose_a_release("replaced", || {}).await;
         let raw = server.raw().await;
-        let proxy = StallingProxy::start(server.port());
-        let locks = common::configured_client(proxy.url(), |b| {
-            b.command_timeout(Duration::from_millis(200))
-        })
-        .await;
-        let guard = locks
-            .lock("replaced")
-            .lock_with_lease(Duration::from_secs(60))
-            .await
-            .unwrap();
-        proxy.stall();
-        assert!(
-            guard.unlock().await.is_err(),
-            "the release cannot be confirmed"
-        );
         // Straight to the server: the name is a user's string by the time anything lands.
         let _: () = raw
             .set("replaced", "mine", None, None, false)
@@ -697,22 +721,11 @@ async fn settle_backoff_child() {
     // One thread, the one the default subscriber is set on: the undo task logs through it.
     let (logged, _default) = logs::capture_logs(tracing::Level::DEBUG);
     bounded(async {
-        let server = RedisServer::start();
-        let proxy = StallingProxy::start(server.port());
-        let locks = common::configured_client(proxy.url(), |b| {
-            b.command_timeout(Duration::from_millis(200))
-        })
-        .await;
-        let guard = locks
-            .lock("backoff")
-            .lock_with_lease(Duration::from_secs(60))
-            .await
-            .unwrap();
-        proxy.stall();
-        assert!(
-            guard.unlock().await.is_err(),
-            "the release cannot be confirmed"
-        );
+        let LostRelease {
+            server: _server,
+            proxy,
+            locks,
+        } = lose_a_release("backoff", || {}).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let tries = logged
             .text()
@@ -759,23 +772,11 @@ fn a_settle_gives_up_after_fifteen_minutes_of_outage() {
 }
 
 async fn settle_through_fifteen_minutes_of_outage() {
-    let server = RedisServer::start();
-    let proxy = StallingProxy::start(server.port());
-    let locks = common::configured_client(proxy.url(), |b| {
-        b.command_timeout(Duration::from_millis(200))
-    })
-    .await;
-    let guard = locks
-        .lock("outage")
-        .lock_with_lease(Duration::from_secs(60))
-        .await
-        .unwrap();
-    proxy.stall();
-    tokio::time::pause();
-    assert!(
-        guard.unlock().await.is_err(),
-        "the release cannot be confirmed"
-    );
+    let LostRelease {
+        server: _server,
+        proxy,
+        locks,
+    } = lose_a_release("outage", tokio::time::pause).await;
     // The settle starts as the unlock gives up. Its tries end 1.2 s apart (a 200 ms command
     // timeout, then its longest pause), and it gives up at the first that fails within a
     // pause of its 15 minutes: between 1 s before they end and 0.2 s after.

@@ -14,6 +14,27 @@ use tokio::time::Instant;
 /// The watchdog lease of the tests' clients: the lease of a permit taken without one.
 const WATCHDOG: Duration = Duration::from_secs(1);
 
+/// Redisson's score of a permit taken without a lease: `Long.MAX_VALUE / 10000`, which never
+/// ends.
+const REDISSON_NEVER: f64 = 922_337_203_685_477_f64;
+
+/// Redisson's acquire, replayed: `DECR` of the semaphore `name`'s count and `ZADD` of the permit
+/// `id` with the end of its lease (`ends`, ms by the server's clock, or [`REDISSON_NEVER`]).
+async fn redisson_acquire(raw: &Client, name: &str, id: fred::types::Value, ends: f64) {
+    let _: i64 = raw.decr(name).await.unwrap();
+    let _: i64 = raw
+        .zadd(
+            format!("{{{name}}}:timeout"),
+            None,
+            None,
+            false,
+            false,
+            (ends, id),
+        )
+        .await
+        .unwrap();
+}
+
 /// Helper process for `a_killed_holders_permits_return_within_the_lease`: takes both permits
 /// (watchdog leases of 2 s) and waits to be killed.
 #[tokio::test]
@@ -245,21 +266,8 @@ async fn interoperates_with_redisson_replay() {
         // Redisson's tryAcquire(lease 1 s): DECRBY 1 and ZADD the 16-byte id with its clock's end.
         let java_id: Vec<u8> = (1..=16).collect();
         let now = server_millis(&raw).await;
-        let _: i64 = raw.decr("java").await.unwrap();
-        let _: i64 = raw
-            .zadd(
-                "{java}:timeout",
-                None,
-                None,
-                false,
-                false,
-                (
-                    (now + 1_000) as f64,
-                    fred::types::Value::Bytes(java_id.clone().into()),
-                ),
-            )
-            .await
-            .unwrap();
+        let java = fred::types::Value::Bytes(java_id.clone().into());
+        redisson_acquire(&raw, "java", java.clone(), (now + 1_000) as f64).await;
         assert!(semaphore
             .try_acquire(Duration::ZERO, None)
             .await
@@ -292,21 +300,7 @@ async fn interoperates_with_redisson_replay() {
 
         // Redisson's acquire without a lease: its score is `Long.MAX_VALUE / 10000`, which
         // never ends; an inspection shows it holding with no end.
-        let _: i64 = raw.decr("java").await.unwrap();
-        let _: i64 = raw
-            .zadd(
-                "{java}:timeout",
-                None,
-                None,
-                false,
-                false,
-                (
-                    922_337_203_685_477_f64,
-                    fred::types::Value::Bytes(java_id.clone().into()),
-                ),
-            )
-            .await
-            .unwrap();
+        redisson_acquire(&raw, "java", java, REDISSON_NEVER).await;
         let seen = semaphore.inspect().await.unwrap();
         let holders: Vec<(&str, Option<Duration>)> = seen
             .holders
@@ -451,18 +445,7 @@ async fn a_waiter_behind_a_permit_without_a_lease_tries_again_without_a_message(
         semaphore.try_set_permits(1).await.unwrap();
         // Redisson's acquire without a lease.
         let java_id = "0102030405060708090a0b0c0d0e0f10";
-        let _: i64 = raw.decr("quiet").await.unwrap();
-        let _: i64 = raw
-            .zadd(
-                "{quiet}:timeout",
-                None,
-                None,
-                false,
-                false,
-                (922_337_203_685_477_f64, java_id),
-            )
-            .await
-            .unwrap();
+        redisson_acquire(&raw, "quiet", java_id.into(), REDISSON_NEVER).await;
         let waiting = client.permit_semaphore("quiet");
         let waiter = tokio::spawn(async move {
             let won = waiting.try_acquire(Duration::from_secs(10), None).await;

@@ -530,37 +530,28 @@ impl Engine {
         bound: Option<Duration>,
         source: RedisError,
     ) -> Error {
-        if permissions::is_refused_permission(&source) {
-            let core = self.core();
-            permissions::forget(core);
-            tracing::warn!(
-                lock = %kind.profile().name(), owner, client = core.name.as_deref(), error = %source,
-                "a call was refused for want of a permission; asking which"
-            );
-            if let Err(named) = permissions::check(core, kind, owner, bound).await {
-                return named;
-            }
-        }
+        let source = self.named_refusal(kind, owner, bound, source).await;
         self.redis_error(kind.profile().name(), owner, source)
     }
 
-    /// `source` as a node's error about `kind`: a refusal for want of a permission is replaced
-    /// by the server's answer to the permission question asked again (`NOPERM`, naming the
-    /// command and the key), as [`refused`](Self::refused) does for the crate's errors. For the
-    /// calls of a primitive that reports each server's error as it is (Redlock's nodes).
+    /// `source`, or for a refusal for want of a permission the server's answer to the permission
+    /// question asked again (`NOPERM`, naming the command and the key or channel): what
+    /// [`refused`](Self::refused) reports, and what a primitive that reports each server's
+    /// error as it is (Redlock's nodes) shows.
     pub(crate) async fn named_refusal(
         &self,
         kind: &dyn Primitive,
+        owner: Option<&str>,
         bound: Option<Duration>,
         source: RedisError,
     ) -> RedisError {
         if permissions::is_refused_permission(&source) {
             tracing::warn!(
-                lock = %kind.profile().name(), client = self.core().name.as_deref(),
+                lock = %kind.profile().name(), owner, client = self.core().name.as_deref(),
                 error = %source, "a call was refused for want of a permission; asking which"
             );
         }
-        permissions::named_refusal(self.core(), kind, bound, source).await
+        permissions::named_refusal(self.core(), kind, owner, bound, source).await
     }
 
     /// Converts a fred error about `name`, naming the server and, where there is one, the owner.

@@ -176,11 +176,12 @@ pub(crate) fn check<'a>(
 /// a permission ([`is_refused_permission`]), the yes is forgotten and the question asked again
 /// on `kind`'s key and channel, and its `NOPERM` answer (naming the command and the key or
 /// channel) is returned; otherwise, or without an answer within `bound`, `source` as it is.
-/// For a call that is not one of a primitive's acquisitions (a Redlock node's, say), which
-/// reports the node's error rather than the crate's.
+/// (`owner` as for [`check`].) The one path every refused call takes, whether the crate's
+/// error or a node's (Redlock's) reports it.
 pub(crate) fn named_refusal<'a>(
     core: &'a Core,
     kind: &'a dyn Primitive,
+    owner: Option<&'a str>,
     bound: Option<Duration>,
     source: RedisError,
 ) -> Pin<Box<dyn Future<Output = RedisError> + Send + 'a>> {
@@ -189,7 +190,7 @@ pub(crate) fn named_refusal<'a>(
             return source;
         }
         forget(core);
-        match ask(core, kind, None, bound).await {
+        match ask(core, kind, owner, bound).await {
             Err(named) => named,
             Ok(()) => source,
         }

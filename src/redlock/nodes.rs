@@ -245,7 +245,7 @@ impl Nodes {
                             let left = timeout.saturating_sub(sent.elapsed());
                             let error = client
                                 .engine()
-                                .named_refusal(&*kind, Some(left), error)
+                                .named_refusal(&*kind, None, Some(left), error)
                                 .await;
                             NodeReply::Failed(NodeFailureReason::Rejected(error))
                         }

@@ -289,6 +289,44 @@ async fn a_lease_that_ran_out_is_lost_as_expired() {
     .await;
 }
 
+/// A guard that waits for its fixed lease to run out learns it at the lease's end, and the loss
+/// is counted and told then too, not at the watchdog's next look (10 s away here): what a guard
+/// learns and what the event stream says agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_ran_out_is_told_when_its_guard_learns_it() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = client_with(&server, Duration::from_secs(30), "events-lease-end").await;
+        let mut events = client.events();
+        let guard = client
+            .lock("ev-lease-end")
+            .try_lock(Duration::from_secs(1), Some(Duration::from_millis(400)))
+            .await
+            .unwrap()
+            .expect("free");
+        tokio::time::timeout(Duration::from_secs(2), guard.lost())
+            .await
+            .expect("the guard learns at the lease's end");
+        let seen = until(
+            &mut events,
+            "ev-lease-end",
+            LockEventKind::Lost(LossReason::Expired),
+            Duration::from_millis(500),
+        )
+        .await;
+        assert_eq!(
+            seen,
+            [
+                LockEventKind::Acquired,
+                LockEventKind::Lost(LossReason::Expired)
+            ]
+        );
+        drop(guard);
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A server that stops answering (DEBUG SLEEP past the renew deadline): the renewal fails, the
 /// connection is told lost, and the hold is lost once its deadline passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,6 +105,12 @@ fn slots_of(tag: &str) -> std::collections::BTreeSet<u16> {
         names.push(format!("{tag}-under-{suffix}"));
     }
     names.push(format!("job-lock:default:{tag}-under-job"));
+    for suffix in common::refusal::HELD {
+        match suffix {
+            "-force-job" => names.push(format!("job-lock:default:{tag}{suffix}")),
+            _ => names.push(format!("{tag}{suffix}")),
+        }
+    }
     names
         .iter()
         .map(|name| fred::util::redis_keyslot(name.as_bytes()))

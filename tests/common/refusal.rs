@@ -177,6 +177,106 @@ pub async fn writing_calls(client: &LockClient, tag: &str) -> Outcomes {
     ended
 }
 
+/// What the force unlocks of the walk end: a hold of each kind, taken before the refusal
+/// begins (the walk's writing calls take theirs while it lasts, and a refusal of writes stops
+/// them before their force unlock), and kept until it ended.
+pub struct Held {
+    tag: String,
+    guards: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+/// The suffixes of [`Held`]'s names, after the tag (a job lock's key is `job-lock:default:`
+/// and its name).
+pub const HELD: [&str; 7] = [
+    "-force-lock",
+    "-force-fair",
+    "-force-fenced",
+    "-force-rw",
+    "-force-leader",
+    "-force-job",
+    "-force-by-name",
+];
+
+impl Held {
+    /// One hold of each kind whose force unlock is its own script: the lock, the fair lock,
+    /// the fenced lock, the read-write lock, the election, the job lock (kept after its run),
+    /// and a lock ended by name (which reads the layout first).
+    pub async fn take(client: &LockClient, tag: &str) -> Held {
+        let name = |end: &str| format!("{tag}{end}");
+        let [lock, fair, fenced, rw, leader, job, by_name] = HELD.map(name);
+        let guards: Vec<Box<dyn std::any::Any + Send>> = vec![
+            Box::new(client.lock(lock).lock().await.expect("free")),
+            Box::new(client.fair_lock(fair).lock().await.expect("free")),
+            Box::new(client.fenced_lock(fenced).lock().await.expect("free")),
+            Box::new(client.rw_lock(rw).read_lock().lock().await.expect("free")),
+            Box::new(
+                client
+                    .leader_election(leader)
+                    .campaign()
+                    .await
+                    .expect("free"),
+            ),
+            Box::new(client.lock(by_name).lock().await.expect("free")),
+        ];
+        let _ran = client
+            .job_lock(job)
+            .at_most_for(Duration::from_secs(30))
+            .at_least_for(Duration::from_secs(30))
+            .run(async {})
+            .await
+            .expect("the job runs");
+        Held {
+            tag: tag.to_string(),
+            guards,
+        }
+    }
+
+    /// Each one force-unlocked: what each ended with, by name.
+    pub async fn force_unlock(&self, client: &LockClient) -> Outcomes {
+        let name = |end: &str| format!("{}{end}", self.tag);
+        let [lock, fair, fenced, rw, leader, job, by_name] = HELD.map(name);
+        vec![
+            (
+                lock.clone(),
+                client.lock(lock).force_unlock().await.map(drop),
+            ),
+            (
+                fair.clone(),
+                client.fair_lock(fair).force_unlock().await.map(drop),
+            ),
+            (
+                fenced.clone(),
+                client.fenced_lock(fenced).force_unlock().await.map(drop),
+            ),
+            (
+                rw.clone(),
+                client.rw_lock(rw).force_unlock().await.map(drop),
+            ),
+            (
+                leader.clone(),
+                client
+                    .leader_election(leader)
+                    .force_unlock()
+                    .await
+                    .map(drop),
+            ),
+            (
+                job.clone(),
+                client.job_lock(job).force_unlock().await.map(drop),
+            ),
+            (
+                by_name.clone(),
+                client.force_unlock(&by_name).await.map(drop),
+            ),
+        ]
+    }
+
+    /// The guards dropped: each gives back what a force unlock left.
+    pub fn release(self) {
+        drop(self.guards);
+    }
+}
+
 /// Asserts that every failed call's error names the lock it was called on, one of `marks` (the
 /// refusal's words), and no client library.
 pub fn assert_named(outcomes: &Outcomes, marks: &[&str], prefix: &str, what: &str) {
@@ -288,7 +388,8 @@ impl Contended {
 }
 
 /// The walk every refusal test takes, on `tag`'s names: a lock and a fair lock held by `a` and
-/// waited on by `b`; `refuse` run; every writing call of `a` tried; the holders left past their
+/// waited on by `b`, and a hold of each kind for a force unlock ([`Held`]); `refuse` run; every
+/// writing call of `a` tried, and every force unlock; the holders left past their
 /// lease; then no key of `raws` (every node) newly without a TTL. Then `restore` run, the
 /// errors checked against `marks` (at least one call refused, unless `marks` says a refusal may
 /// not come: a migration, whose redirections are followed), the holders and waiters settled,
@@ -321,9 +422,11 @@ pub async fn under_refusal(
     for raw in raws {
         before.extend(keys_without_ttl(raw).await);
     }
+    let held = Held::take(a, tag).await;
     let started = Instant::now();
     refuse.await;
-    let tried = writing_calls(a, &format!("{tag}-under")).await;
+    let mut tried = writing_calls(a, &format!("{tag}-under")).await;
+    tried.extend(held.force_unlock(a).await);
     tokio::time::sleep_until(started + REFUSAL).await;
     for raw in raws {
         for key in keys_without_ttl(raw).await {
@@ -341,6 +444,12 @@ pub async fn under_refusal(
     assert_named(&tried, marks, prefix, tag);
     locks.settle(marks, tag).await;
     fair.settle(marks, tag).await;
+    for (name, outcome) in held.force_unlock(a).await {
+        if let Err(error) = outcome {
+            panic!("{tag}: once the refusal ended, the force unlock of {name} failed: {error}");
+        }
+    }
+    held.release();
     for (name, outcome) in writing_calls(a, &format!("{tag}-after")).await {
         if let Err(error) = outcome {
             panic!("{tag}: once the refusal ended, {name} failed: {error}");

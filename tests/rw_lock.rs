@@ -618,6 +618,10 @@ async fn wire_layout_matches_redisson() {
             .lock_with_lease(Duration::from_secs(20))
             .await
             .unwrap();
+        // The first hold's key as the first read takes it (a re-entry writes every key again).
+        let first = timeout_key("layout", outer.owner_field(), 1);
+        let value: String = raw.get(&first).await.unwrap();
+        assert_eq!(value, "1");
         let inner = rw
             .read_lock()
             .lock_with_lease(Duration::from_secs(20))

@@ -35,6 +35,7 @@ for_each_kind!(
     missed_message_costs_at_most_the_ttl,
     try_lock_waits_about_wait,
     lost_lock_is_reported,
+    a_released_guards_token_is_never_cancelled,
     cancelled_acquisitions_leave_nothing,
     dropped_and_moved_guards_release,
     waiter_survives_redis_restart,
@@ -330,6 +331,24 @@ async fn lost_lock_is_reported(kind: Kind) {
     assert!(guard.is_lost());
     assert!(token.is_cancelled());
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+}
+
+/// A token handed out by a guard is cancelled when the lock is lost, never because it was given
+/// back: not at the release, nor when the released fixed lease would have ended.
+async fn a_released_guards_token_is_never_cancelled(kind: Kind) {
+    let server = RedisServer::start();
+    let client = server.lock_client(Duration::from_secs(30)).await;
+    let lock = kind.lock(&client, "released-token");
+    let lease = Duration::from_millis(300);
+    let fixed = lock.lock_with_lease(lease).await.unwrap();
+    let token = fixed.cancellation_token();
+    fixed.unlock().await.unwrap();
+    let renewed = lock.lock().await.unwrap();
+    let renewed_token = renewed.cancellation_token();
+    drop(renewed);
+    tokio::time::sleep(lease * 2).await;
+    assert!(!token.is_cancelled(), "cancelled after its release");
+    assert!(!renewed_token.is_cancelled(), "cancelled after its drop");
 }
 
 /// Helper process for `crashed_holder_frees_lock`: takes the lock and waits to be killed.

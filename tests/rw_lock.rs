@@ -306,6 +306,48 @@ async fn writers_do_not_starve() {
     .await;
 }
 
+/// 5. Only read holds that still live refuse an upgrade: a reader whose holds all ended, while
+///    another reader keeps the lock, may ask for the write lock, and waits as any writer does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_after_the_read_holds_ended_waits_as_any_writer() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(WATCHDOG).await;
+        let rw = client.rw_lock("ended-upgrade");
+        let [ended, living] =
+            [1, 2].map(|owner| rw.clone().with_owner(fredlock::OwnerId::from_raw(owner)));
+        let short = ended
+            .read_lock()
+            .lock_with_lease(Duration::from_millis(200))
+            .await
+            .unwrap();
+        let long = living
+            .read_lock()
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let write = ended
+            .write_lock()
+            .try_lock(Duration::from_millis(100), None)
+            .await;
+        assert!(
+            matches!(write, Ok(None)),
+            "an upgrade without live read holds waits: {write:?}"
+        );
+        drop(short);
+        long.unlock().await.unwrap();
+        let write = ended
+            .write_lock()
+            .try_lock(Duration::from_secs(1), None)
+            .await
+            .unwrap()
+            .expect("free once the living reader let go");
+        write.unlock().await.unwrap();
+    })
+    .await;
+}
+
 /// 5. Upgrade is refused at once; downgrade works, and the layout shows both fields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_is_refused_and_downgrade_works() {

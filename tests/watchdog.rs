@@ -17,6 +17,7 @@ for_each_kind!(
     loss_reaches_every_nested_guard,
     unreachable_redis_loses_lock_at_the_renew_deadline,
     loss_follows_the_lease_once_the_watchdog_guard_leaves,
+    a_release_that_sets_the_lease_again_moves_the_end_the_guards_left_see,
     fixed_lease_holders_learn_of_a_deleted_lock_within_a_period,
     a_restart_without_persistence_is_noticed_by_every_holder,
 );
@@ -232,6 +233,34 @@ async fn loss_follows_the_lease_once_the_watchdog_guard_leaves(kind: Kind) {
     })
     .await;
     assert!(gone, "reported lost while the key lived on");
+}
+
+/// A release of one of two fixed-lease holds sets the lease on the key again, from the release:
+/// the guard left counts its end from there, not from the released hold's acquisition.
+async fn a_release_that_sets_the_lease_again_moves_the_end_the_guards_left_see(kind: Kind) {
+    let server = RedisServer::start();
+    let raw = server.raw().await;
+    let client = server.lock_client(Duration::from_secs(30)).await;
+    let lock = kind.lock(&client, "moved-end");
+    let lease = Duration::from_millis(1500);
+    let outer = lock.lock_with_lease(Duration::from_secs(20)).await.unwrap();
+    let inner = lock.lock_with_lease(lease).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    inner.unlock().await.unwrap();
+    let released = Instant::now();
+    // 300 ms after the end of the inner hold's lease from its acquisition, 500 ms before the
+    // end its release set.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let ttl: i64 = raw.pttl("moved-end").await.unwrap();
+    assert!(ttl > 0, "the key lives on (PTTL {ttl})");
+    assert!(
+        !outer.is_lost(),
+        "reported lost {:?} after the release, with {ttl} ms of its lease left",
+        released.elapsed()
+    );
+    tokio::time::timeout(Duration::from_secs(2), outer.lost())
+        .await
+        .expect("lost at the end the release set");
 }
 
 /// A runtime blocked past a renew deadline (synchronous work in an async task) loses the lock,

@@ -266,7 +266,8 @@ async fn a_release_that_sets_the_lease_again_moves_the_end_the_guards_left_see(k
 /// A runtime blocked past a renew deadline (synchronous work in an async task) loses the lock,
 /// and says so (issue 34, trap 2): a warning through `tracing` names the lock and how late the
 /// renewals ran, and another that the lock was lost, how long after its deadline; both name the
-/// client (its `client_name`) beside the owner field.
+/// client (its `client_name`) beside the owner field. The warning counts the holds renewed
+/// late (not those with a fixed lease, which nothing renews) and names the first ten.
 #[tokio::test]
 async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
     let (logged, _default) = logs::capture_logs(tracing::Level::WARN);
@@ -282,6 +283,21 @@ async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
             .await
             .unwrap();
         let guard = client.lock("blocked:report").lock().await.unwrap();
+        let mut others = Vec::new();
+        for n in 0..11 {
+            others.push(
+                client
+                    .lock(format!("blocked:more-{n}"))
+                    .lock()
+                    .await
+                    .unwrap(),
+            );
+        }
+        let fixed = client
+            .lock("blocked:fixed")
+            .lock_with_lease(Duration::from_secs(60))
+            .await
+            .unwrap();
         // Synchronous work on the runtime's only thread: no timer fires for 2 s.
         std::thread::sleep(Duration::from_secs(2));
         tokio::time::timeout(Duration::from_secs(2), guard.lost())
@@ -297,8 +313,16 @@ async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
         println!("{text}");
         let late = text
             .lines()
-            .find(|line| line.contains("ms late") && line.contains("blocked:report"))
+            .find(|line| line.contains("ms late"))
             .unwrap_or_else(|| panic!("no warning of late renewals in:\n{text}"));
+        assert!(late.contains("renewed=12"), "{late}");
+        let named = late
+            .split("locks=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no locks in {late}"));
+        assert_eq!(named.split(',').count(), 10, "{late}");
+        assert!(!named.contains("blocked:fixed"), "{late}");
         assert!(
             late.contains("WARN") && late.contains("runtime was blocked"),
             "{late}"
@@ -327,6 +351,7 @@ async fn a_blocked_runtime_that_misses_a_renewal_is_logged() {
             lost.contains("client=\"reports-1\"") || lost.contains("client=reports-1"),
             "{lost}"
         );
+        drop((others, fixed));
         client.shutdown().await;
     })
     .await;

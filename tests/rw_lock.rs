@@ -1185,6 +1185,55 @@ async fn releases_forget_ended_readers_and_the_keys_of_holds_given_back() {
     .await;
 }
 
+/// The last reader whose hold lives frees the lock when it lets go, although readers whose holds
+/// ended are still in the hash: they are forgotten, the lock deleted, and a waiting writer
+/// told at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_live_reader_frees_the_lock_past_ended_readers() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(WATCHDOG).await;
+        let rw = client.rw_lock("last-live");
+        let [ended, living, writer] =
+            [1, 2, 3].map(|owner| rw.clone().with_owner(fredlock::OwnerId::from_raw(owner)));
+        let short = ended
+            .read_lock()
+            .lock_with_lease(Duration::from_millis(200))
+            .await
+            .unwrap();
+        let long = living
+            .read_lock()
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let waiting = tokio::spawn(async move {
+            let won = writer
+                .write_lock()
+                .try_lock(Duration::from_secs(10), None)
+                .await;
+            (won, Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        long.unlock().await.unwrap();
+        let released = Instant::now();
+        let (won, at) = waiting.await.unwrap();
+        let guard = won.unwrap().expect("the writer wins");
+        assert!(
+            at.duration_since(released) < Duration::from_secs(1),
+            "the writer was told {:?} after the release",
+            at.duration_since(released)
+        );
+        guard.unlock().await.unwrap();
+        drop(short);
+        assert!(all_keys(&raw)
+            .await
+            .iter()
+            .all(|key| !key.contains("last-live")));
+    })
+    .await;
+}
+
 /// Read and write guards fit in a `MultiLock`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_sides_fit_in_a_multi_lock() {

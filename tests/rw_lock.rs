@@ -1234,6 +1234,41 @@ async fn the_last_live_reader_frees_the_lock_past_ended_readers() {
     .await;
 }
 
+/// A side's own force unlock deletes the lock only in its mode, as Redisson's `RReadLock` and
+/// `RWriteLock` do: the other side's leaves it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sides_force_unlock_deletes_only_its_own_mode() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(WATCHDOG).await;
+        let rw = client.rw_lock("sides");
+        for held_mode in ["read", "write"] {
+            let guard = if held_mode == "read" {
+                rw.read_lock().lock().await.unwrap()
+            } else {
+                rw.write_lock().lock().await.unwrap()
+            };
+            let (read, write): (fredlock::Lock, fredlock::Lock) =
+                (rw.read_lock().into(), rw.write_lock().into());
+            let (own, other) = if held_mode == "read" {
+                (read, write)
+            } else {
+                (write, read)
+            };
+            assert!(!other.force_unlock().await.unwrap(), "{held_mode}");
+            assert_eq!(fields(&raw, "sides").await["mode"], held_mode);
+            assert!(own.force_unlock().await.unwrap(), "{held_mode}");
+            assert!(all_keys(&raw)
+                .await
+                .iter()
+                .all(|key| !key.contains("sides")));
+            drop(guard);
+        }
+    })
+    .await;
+}
+
 /// Read and write guards fit in a `MultiLock`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_sides_fit_in_a_multi_lock() {

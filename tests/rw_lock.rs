@@ -1215,6 +1215,18 @@ async fn the_last_live_reader_frees_the_lock_past_ended_readers() {
             (won, Instant::now())
         });
         tokio::time::sleep(Duration::from_millis(400)).await;
+        // An inspection shows the ended reader with no time left.
+        let seen = rw.inspect().await.unwrap();
+        let left = |owner| {
+            let field = client.owner_field(fredlock::OwnerId::from_raw(owner));
+            let holder = seen.holders.iter().find(|holder| holder.owner == field);
+            holder.and_then(|holder| holder.remaining_lease)
+        };
+        assert_eq!(left(1), Some(Duration::ZERO), "{seen:?}");
+        assert!(
+            left(2).is_some_and(|left| left > Duration::from_secs(10)),
+            "{seen:?}"
+        );
         long.unlock().await.unwrap();
         let released = Instant::now();
         let (won, at) = waiting.await.unwrap();

@@ -1054,6 +1054,56 @@ async fn inspections_show_modes_holders_and_orphans() {
     .await;
 }
 
+/// An inspection shows every waiting writer, first to last, each with its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspections_show_every_waiting_writer() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = client_with_place(&server, Duration::from_secs(5)).await;
+        let rw = client.rw_lock("line");
+        let read = rw.read_lock().lock().await.unwrap();
+        let mut waiting = Vec::new();
+        for owner in [3, 4, 5] {
+            let writer = rw
+                .clone()
+                .with_owner(fredlock::OwnerId::from_raw(owner))
+                .write_lock();
+            waiting.push(tokio::spawn(async move {
+                let guard = writer
+                    .try_lock(Duration::from_secs(10), None)
+                    .await
+                    .unwrap()
+                    .expect("each writer gets in in turn");
+                guard.unlock().await.unwrap();
+            }));
+            let joined = owner as i64 - 2;
+            assert!(
+                eventually(Duration::from_secs(2), || async {
+                    let count: i64 = raw.zcard(writers_key("line")).await.unwrap();
+                    count == joined
+                })
+                .await
+            );
+        }
+        let seen = rw.inspect().await.unwrap();
+        let line: Vec<String> = seen.queue.iter().map(|w| w.owner.clone()).collect();
+        let expected: Vec<String> = [3, 4, 5]
+            .map(|owner| client.owner_field(fredlock::OwnerId::from_raw(owner)) + ":write")
+            .to_vec();
+        assert_eq!(line, expected, "{seen:?}");
+        assert!(
+            seen.queue.iter().all(|w| w.place_left.is_some()),
+            "{seen:?}"
+        );
+        read.unlock().await.unwrap();
+        for writer in waiting {
+            writer.await.unwrap();
+        }
+    })
+    .await;
+}
+
 /// A force unlock in read mode deletes the hash and every read hold's own key, tells each
 /// reader, and wakes a waiting writer at once: the writer's own next try would come a third of
 /// its 30 s place later.

@@ -469,6 +469,33 @@ async fn an_empty_identity_is_refused_and_writes_nothing() {
     .await;
 }
 
+/// An election whose key holds another type (here a string) is
+/// refused as `WrongType` naming that key, by every call that reads it, and is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_another_type_is_refused_by_every_read_and_left_alone() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(LEASE).await;
+        let _: () = raw.set("taken", "mine", None, None, false).await.unwrap();
+        let wrong = |what: &str, outcome: fredlock::Error| match outcome {
+            fredlock::Error::WrongType { key, .. } => assert_eq!(key, "taken", "{what}"),
+            other => panic!("{what}: expected WrongType, got {other:?}"),
+        };
+        let election = client.leader_election("taken");
+        wrong("leader", election.leader().await.unwrap_err());
+        wrong("inspect", election.inspect().await.unwrap_err());
+        wrong("force_unlock", election.force_unlock().await.unwrap_err());
+        wrong(
+            "try_campaign",
+            election.try_campaign(Duration::ZERO).await.unwrap_err(),
+        );
+        let value: String = raw.get("taken").await.unwrap();
+        assert_eq!(value, "mine");
+    })
+    .await;
+}
+
 /// 2. A leader in a child process killed with SIGKILL is replaced within its lease + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease() {

@@ -263,6 +263,41 @@ async fn a_release_that_sets_the_lease_again_moves_the_end_the_guards_left_see(k
         .expect("lost at the end the release set");
 }
 
+/// A hold reported lost (no renewal confirmed by its renew deadline) is never renewed again,
+/// though its guard lives on and Redis answers: here a runtime blocked past the renew deadline
+/// but not past the lease, so the key still lives when the watchdog next runs. The key ends with
+/// its lease, and another client takes the lock.
+#[tokio::test]
+async fn a_hold_reported_lost_is_never_renewed_again() {
+    bounded(async {
+        let server = RedisServer::start();
+        // Lost at the renew deadline, two thirds of the lease after the last renewal; the key
+        // lives a third of the lease longer.
+        let watchdog = Duration::from_secs(3);
+        let holder = server.lock_client(watchdog).await;
+        let other = server.lock_client(watchdog).await;
+        let guard = holder.lock("reported").lock().await.unwrap();
+        // Synchronous work on the runtime's only thread, past the renew deadline.
+        std::thread::sleep(Duration::from_millis(2400));
+        assert!(guard.is_lost());
+        let unblocked = Instant::now();
+        let taken = other
+            .lock("reported")
+            .try_lock(Duration::from_secs(8), None)
+            .await
+            .unwrap()
+            .expect("another client takes it once its lease ended");
+        let after = unblocked.elapsed();
+        assert!(
+            after < Duration::from_secs(2),
+            "taken {after:?} after the block"
+        );
+        taken.unlock().await.unwrap();
+        drop(guard);
+    })
+    .await;
+}
+
 /// A runtime blocked past a renew deadline (synchronous work in an async task) loses the lock,
 /// and says so (issue 34, trap 2): a warning through `tracing` names the lock and how late the
 /// renewals ran, and another that the lock was lost, how long after its deadline; both name the

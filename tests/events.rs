@@ -258,35 +258,8 @@ async fn a_force_unlock_from_another_client_is_told_then_lost_as_forced() {
 /// A fixed lease that runs out while its guard is kept is lost as expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_ran_out_is_lost_as_expired() {
-    bounded(async {
-        let server = RedisServer::start();
-        // The watchdog looks every third of its lease: every 0.3 s here.
-        let client = client_with(&server, Duration::from_millis(900), "events-lease").await;
-        let mut events = client.events();
-        let guard = client
-            .lock("ev-lease")
-            .try_lock(Duration::from_secs(1), Some(Duration::from_millis(400)))
-            .await
-            .unwrap()
-            .expect("free");
-        let seen = until(
-            &mut events,
-            "ev-lease",
-            LockEventKind::Lost(LossReason::Expired),
-            Duration::from_secs(3),
-        )
-        .await;
-        assert_eq!(
-            seen,
-            [
-                LockEventKind::Acquired,
-                LockEventKind::Lost(LossReason::Expired)
-            ]
-        );
-        drop(guard);
-        client.shutdown().await;
-    })
-    .await;
+    // The watchdog looks every third of its lease: every 0.3 s here, and the loss is told then.
+    a_fixed_lease_runs_out(Duration::from_millis(900), false, Duration::from_secs(3)).await;
 }
 
 /// A guard that waits for its fixed lease to run out learns it at the lease's end, and the loss
@@ -294,33 +267,31 @@ async fn a_lease_that_ran_out_is_lost_as_expired() {
 /// learns and what the event stream says agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_that_ran_out_is_told_when_its_guard_learns_it() {
+    a_fixed_lease_runs_out(Duration::from_secs(30), true, Duration::from_millis(500)).await;
+}
+
+/// A lock taken with a 400 ms lease by a client whose watchdog lease is `watchdog`, its guard
+/// kept (and, when `guard_waits`, waiting for the lease's end): the stream tells it acquired,
+/// then lost as expired within `limit` (of the guard's learning it, when it waits).
+async fn a_fixed_lease_runs_out(watchdog: Duration, guard_waits: bool, limit: Duration) {
     bounded(async {
         let server = RedisServer::start();
-        let client = client_with(&server, Duration::from_secs(30), "events-lease-end").await;
+        let client = client_with(&server, watchdog, "events-lease").await;
         let mut events = client.events();
         let guard = client
-            .lock("ev-lease-end")
+            .lock("ev-lease")
             .try_lock(Duration::from_secs(1), Some(Duration::from_millis(400)))
             .await
             .unwrap()
             .expect("free");
-        tokio::time::timeout(Duration::from_secs(2), guard.lost())
-            .await
-            .expect("the guard learns at the lease's end");
-        let seen = until(
-            &mut events,
-            "ev-lease-end",
-            LockEventKind::Lost(LossReason::Expired),
-            Duration::from_millis(500),
-        )
-        .await;
-        assert_eq!(
-            seen,
-            [
-                LockEventKind::Acquired,
-                LockEventKind::Lost(LossReason::Expired)
-            ]
-        );
+        if guard_waits {
+            tokio::time::timeout(Duration::from_secs(2), guard.lost())
+                .await
+                .expect("the guard learns at the lease's end");
+        }
+        let expired = LockEventKind::Lost(LossReason::Expired);
+        let seen = until(&mut events, "ev-lease", expired, limit).await;
+        assert_eq!(seen, [LockEventKind::Acquired, expired]);
         drop(guard);
         client.shutdown().await;
     })

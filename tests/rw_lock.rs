@@ -49,6 +49,11 @@ async fn all_keys(raw: &Client) -> Vec<String> {
 }
 
 /// One attempt at `lock` (a read or a write side), for "may it be had right now".
+/// Whether no key of the lock `name` is left.
+async fn nothing_left(raw: &Client, name: &str) -> bool {
+    all_keys(raw).await.iter().all(|key| !key.contains(name))
+}
+
 async fn take_now(lock: impl Into<fredlock::Lock>) -> Option<fredlock::LockGuard> {
     lock.into().try_lock(Duration::ZERO, None).await.unwrap()
 }
@@ -92,10 +97,7 @@ async fn readers_share() {
             task.await.unwrap();
         }
         let raw = server.raw().await;
-        assert!(all_keys(&raw)
-            .await
-            .iter()
-            .all(|key| !key.contains("share")));
+        assert!(nothing_left(&raw, "share").await);
     })
     .await;
 }
@@ -1230,7 +1232,7 @@ async fn releases_forget_ended_readers_and_the_keys_of_holds_given_back() {
         );
         assert!(pttl(&raw, &timeout_key("tidy", &field(owners[0]), 1)).await > 0);
         first.unlock().await.unwrap();
-        assert!(all_keys(&raw).await.iter().all(|key| !key.contains("tidy")));
+        assert!(nothing_left(&raw, "tidy").await);
     })
     .await;
 }
@@ -1288,10 +1290,7 @@ async fn the_last_live_reader_frees_the_lock_past_ended_readers() {
         );
         guard.unlock().await.unwrap();
         drop(short);
-        assert!(all_keys(&raw)
-            .await
-            .iter()
-            .all(|key| !key.contains("last-live")));
+        assert!(nothing_left(&raw, "last-live").await);
     })
     .await;
 }
@@ -1321,10 +1320,7 @@ async fn each_sides_force_unlock_deletes_only_its_own_mode() {
             assert!(!other.force_unlock().await.unwrap(), "{held_mode}");
             assert_eq!(fields(&raw, "sides").await["mode"], held_mode);
             assert!(own.force_unlock().await.unwrap(), "{held_mode}");
-            assert!(all_keys(&raw)
-                .await
-                .iter()
-                .all(|key| !key.contains("sides")));
+            assert!(nothing_left(&raw, "sides").await);
             drop(guard);
         }
     })

@@ -496,6 +496,38 @@ async fn a_key_of_another_type_is_refused_by_every_read_and_left_alone() {
     .await;
 }
 
+/// An observer of an election without a term looks once and sleeps until told (or a watchdog
+/// period), rather than looking again and again; a force unlock finds no term to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_of_no_term_looks_once_and_sleeps() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(LEASE).await;
+        let election = client.leader_election("vacant");
+        assert!(!election.force_unlock().await.unwrap());
+        let before = common::command_calls(&raw).await;
+        let observed = election.observe().await.unwrap();
+        assert!(observed.borrow().is_none());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let looks: u64 = common::commands_since(&raw, &before)
+            .await
+            .iter()
+            .filter(|(command, _)| command.starts_with("eval"))
+            .map(|(_, calls)| calls)
+            .sum();
+        // The first read, a look, a script sent again in full the first time (NOSCRIPT): a
+        // few; an observer that looked again at once would run hundreds.
+        assert!(
+            (1..=6).contains(&looks),
+            "{looks} looks in 500 ms: {:?}",
+            common::commands_since(&raw, &before).await
+        );
+        drop(observed);
+    })
+    .await;
+}
+
 /// 2. A leader in a child process killed with SIGKILL is replaced within its lease + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease() {

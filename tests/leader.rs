@@ -528,6 +528,54 @@ async fn an_observer_of_no_term_looks_once_and_sleeps() {
     .await;
 }
 
+/// A force unlock wakes one candidate of each client, as a resignation does, not all of them:
+/// the one woken takes the term, and the others sleep on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_wakes_one_candidate_of_a_client() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let long = fredlock::DEFAULT_WATCHDOG_LEASE;
+        let leader = server.lock_client(long).await.leader_election("one-woken");
+        let term = leader.campaign().await.unwrap();
+        let candidates = server.lock_client(long).await.leader_election("one-woken");
+        let mut waiting = Vec::new();
+        for _ in 0..4 {
+            let candidate = candidates.clone();
+            waiting.push(tokio::spawn(async move {
+                candidate.try_campaign(Duration::from_secs(10)).await
+            }));
+        }
+        // Each has tried once and waits on the channel. The force unlock's script is loaded
+        // first (a force unlock of an election without a term), so that none is sent in full.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let other = server.lock_client(long).await.leader_election("vacant");
+        assert!(!other.force_unlock().await.unwrap());
+        let before = common::command_calls(&raw).await;
+        assert!(leader.force_unlock().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let tries: u64 = common::commands_since(&raw, &before)
+            .await
+            .iter()
+            .filter(|(command, _)| command.starts_with("eval"))
+            .map(|(_, calls)| calls)
+            .sum();
+        // The force unlock, the leader's look at its forced term (its script sent in full the
+        // first time: a NOSCRIPT and the script), and one candidate's try: 4; every candidate
+        // woken would make 7.
+        assert!(
+            tries <= 4,
+            "{tries} scripts: {:?}",
+            common::commands_since(&raw, &before).await
+        );
+        drop(term);
+        for candidate in waiting {
+            candidate.abort();
+        }
+    })
+    .await;
+}
+
 /// 2. A leader in a child process killed with SIGKILL is replaced within its lease + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_within_its_lease() {

@@ -346,6 +346,44 @@ async fn a_stalled_server_fails_renewals_and_the_deadline_loses_the_hold() {
     .await;
 }
 
+/// A stall through which several renewals and checks fail (a watchdog hold's renewal, a fixed
+/// lease's checks, each in a batch of its own) is told as the connection lost once, and back
+/// once when Redis answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_through_one_stall_tell_one_loss_and_one_return() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let raw = server.raw().await;
+        let client = client_with(&server, Duration::from_millis(900), "events-one-stall").await;
+        let mut events = client.events();
+        let renewed = client.lock("ev-renewed").lock().await.unwrap();
+        let fixed = client
+            .lock("ev-fixed")
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let sleeper = {
+            let raw = raw.clone();
+            tokio::spawn(async move { common::debug_sleep(&raw, 2.0).await })
+        };
+        let mut told = Vec::new();
+        let quiet = tokio::time::Instant::now() + Duration::from_secs(4);
+        while let Ok(Ok(event)) = tokio::time::timeout_at(quiet, events.recv()).await {
+            if event.kind() == "connection" {
+                told.push(event.what());
+            }
+        }
+        assert_eq!(
+            told,
+            [LockEventKind::ConnectionLost, LockEventKind::ConnectionBack]
+        );
+        sleeper.await.unwrap();
+        drop((renewed, fixed));
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A server restarted on its port: the connection is told lost, then back, once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_server_is_told_as_connection_lost_then_back() {

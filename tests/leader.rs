@@ -401,6 +401,7 @@ async fn leader_and_inspection_name_the_leader() {
         assert_eq!(inspection.kind, "leader_election");
         assert_eq!(inspection.holders.len(), 1);
         assert_eq!(inspection.holders[0].owner, term.owner_field());
+        assert_eq!(inspection.holders[0].count, 1);
         assert_eq!(inspection.holders[0].fencing_token, Some(term.epoch()));
         assert_eq!(inspection.fencing_token(), Some(term.epoch()));
         assert_eq!(

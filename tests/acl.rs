@@ -425,6 +425,52 @@ async fn each_permission_taken_away_at_run_time_4_of_4() {
     each_permission_taken_away_at_run_time(3, 4).await;
 }
 
+/// A renewal refused for a moment (`pexpire` taken away, then given back before the renew
+/// deadline) is told as failed at once, and the hold, renewed at the next try, is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_refused_for_a_moment_is_told_failed_and_the_hold_kept() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let rule = documented_rule();
+        set_user(&raw, &rule).await;
+        let client = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        let mut events = client.events();
+        let guard = client.lock("refused-once").lock().await.expect("takes it");
+        // Renewed once with the rule whole (every third of the 1 s lease).
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let without: Vec<String> = rule.iter().filter(|w| *w != "+pexpire").cloned().collect();
+        set_user(&raw, &without).await;
+        let failed = async {
+            loop {
+                match events.recv().await {
+                    Ok(event) if event.what() == fredlock::LockEventKind::RenewalFailed => {
+                        return event;
+                    }
+                    Ok(_) => {}
+                    Err(error) => panic!("the stream ended: {error:?}"),
+                }
+            }
+        };
+        let event = tokio::time::timeout(Duration::from_millis(600), failed)
+            .await
+            .expect("the refused renewal is told at once, before the renew deadline");
+        assert_eq!(event.name(), "app:refused-once");
+        set_user(&raw, &rule).await;
+        // Past the renew deadline the refusal would have reached.
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(
+            !guard.is_lost(),
+            "lost although a renewal got through in time"
+        );
+        guard.unlock().await.expect("still held");
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// Issue 58: a holder whose renewals are refused (`pexpire`, or the scripts themselves, taken
 /// away while it holds) is told of the loss before its lease ends on the server: when the loss
 /// is told, the lock's key is still there with a TTL, and nobody else could have taken it.

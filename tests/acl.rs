@@ -431,34 +431,8 @@ async fn each_permission_taken_away_at_run_time_4_of_4() {
 async fn a_renewal_refused_for_a_moment_is_told_failed_and_the_hold_kept() {
     bounded(async {
         let server = RedisServer::start();
-        let raw = server.raw().await;
-        let rule = documented_rule();
-        set_user(&raw, &rule).await;
-        let client = fredlock_user(&server)
-            .await
-            .expect("connects with the rule");
-        let mut events = client.events();
-        let guard = client.lock("refused-once").lock().await.expect("takes it");
-        // Renewed once with the rule whole (every third of the 1 s lease).
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        let without: Vec<String> = rule.iter().filter(|w| *w != "+pexpire").cloned().collect();
-        set_user(&raw, &without).await;
-        let failed = async {
-            loop {
-                match events.recv().await {
-                    Ok(event) if event.what() == fredlock::LockEventKind::RenewalFailed => {
-                        return event;
-                    }
-                    Ok(_) => {}
-                    Err(error) => panic!("the stream ended: {error:?}"),
-                }
-            }
-        };
-        let event = tokio::time::timeout(Duration::from_millis(600), failed)
-            .await
-            .expect("the refused renewal is told at once, before the renew deadline");
-        assert_eq!(event.name(), "app:refused-once");
-        set_user(&raw, &rule).await;
+        let (raw, client, _events, guard) = a_renewal_refused(&server).await;
+        set_user(&raw, &documented_rule()).await;
         // Past the renew deadline the refusal would have reached.
         tokio::time::sleep(Duration::from_millis(900)).await;
         assert!(
@@ -469,6 +443,66 @@ async fn a_renewal_refused_for_a_moment_is_told_failed_and_the_hold_kept() {
         client.shutdown().await;
     })
     .await;
+}
+
+/// A hold given back while its renewals are refused (the release needs no `pexpire`) is not
+/// told lost afterwards, when the renewal is tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_released_while_its_renewals_are_refused_is_not_told_lost() {
+    bounded(async {
+        let server = RedisServer::start();
+        let (_raw, client, mut events, guard) = a_renewal_refused(&server).await;
+        guard
+            .unlock()
+            .await
+            .expect("released while renewals are refused");
+        let mut seen = Vec::new();
+        let quiet = tokio::time::Instant::now() + Duration::from_millis(800);
+        while let Ok(Ok(event)) = tokio::time::timeout_at(quiet, events.recv()).await {
+            seen.push(event.what());
+        }
+        assert_eq!(seen, [fredlock::LockEventKind::Released]);
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A lock held by the documented user, whose renewal was then refused (`pexpire` taken away):
+/// the raw connection, the client, its events after the failure was told, and the guard.
+async fn a_renewal_refused(
+    server: &RedisServer,
+) -> (
+    Client,
+    LockClient,
+    fredlock::LockEvents,
+    fredlock::LockGuard,
+) {
+    let raw = server.raw().await;
+    let rule = documented_rule();
+    set_user(&raw, &rule).await;
+    let client = fredlock_user(server).await.expect("connects with the rule");
+    let mut events = client.events();
+    let guard = client.lock("refused-once").lock().await.expect("takes it");
+    // Renewed once with the rule whole (every third of the 1 s lease).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let without: Vec<String> = rule.iter().filter(|w| *w != "+pexpire").cloned().collect();
+    set_user(&raw, &without).await;
+    let failed = async {
+        loop {
+            match events.recv().await {
+                Ok(event) if event.what() == fredlock::LockEventKind::RenewalFailed => {
+                    return event;
+                }
+                Ok(_) => {}
+                Err(error) => panic!("the stream ended: {error:?}"),
+            }
+        }
+    };
+    let event = tokio::time::timeout(Duration::from_millis(600), failed)
+        .await
+        .expect("the refused renewal is told at once, before the renew deadline");
+    assert_eq!(event.name(), "app:refused-once");
+    (raw, client, events, guard)
 }
 
 /// Issue 58: a holder whose renewals are refused (`pexpire`, or the scripts themselves, taken

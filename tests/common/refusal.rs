@@ -444,9 +444,25 @@ pub async fn under_refusal(
     assert_named(&tried, marks, prefix, tag);
     locks.settle(marks, tag).await;
     fair.settle(marks, tag).await;
-    for (name, outcome) in held.force_unlock(a).await {
-        if let Err(error) = outcome {
-            panic!("{tag}: once the refusal ended, the force unlock of {name} failed: {error}");
+    // A cluster client learns a moved slot from the next call's redirection: redis-rs may give
+    // that call up as unreachable ("too many failed write attempts") while it refreshes its
+    // slots, so a force unlock that could not reach Redis is tried again, for up to 5 s.
+    let caught_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        let failed: Vec<(String, fredlock::Error)> = held
+            .force_unlock(a)
+            .await
+            .into_iter()
+            .filter_map(|(name, outcome)| outcome.err().map(|error| (name, error)))
+            .collect();
+        match failed.first() {
+            None => break,
+            Some((_, fredlock::Error::Unavailable { .. })) if Instant::now() < caught_up => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Some((name, error)) => {
+                panic!("{tag}: once the refusal ended, the force unlock of {name} failed: {error}")
+            }
         }
     }
     held.release();

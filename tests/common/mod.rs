@@ -301,6 +301,17 @@ pub async fn commands_since(
     delta
 }
 
+/// How many script calls (`EVAL` and `EVALSHA`, a `NOSCRIPT` answer counted too) the server ran
+/// since `before` (a [`command_calls`] reading).
+pub async fn scripts_since(raw: &Client, before: &std::collections::HashMap<String, u64>) -> u64 {
+    commands_since(raw, before)
+        .await
+        .iter()
+        .filter(|(command, _)| command.starts_with("eval"))
+        .map(|(_, calls)| calls)
+        .sum()
+}
+
 /// A plain fred client that survives `CLIENT KILL`: it reconnects, and no command waits longer
 /// than a second.
 pub async fn resilient_client(url: &str) -> Client {

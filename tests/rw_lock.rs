@@ -54,6 +54,18 @@ async fn nothing_left(raw: &Client, name: &str) -> bool {
     all_keys(raw).await.iter().all(|key| !key.contains(name))
 }
 
+/// A read hold of `ended` with a 200 ms lease, then one of `living` with 20 s: once the first
+/// ran out, a reader whose holds ended sits in the hash beside one that holds.
+async fn ended_and_living_reads(
+    ended: &fredlock::RwLock,
+    living: &fredlock::RwLock,
+) -> (fredlock::LockGuard, fredlock::LockGuard) {
+    let (ended, living) = (ended.read_lock(), living.read_lock());
+    let short = ended.lock_with_lease(Duration::from_millis(200)).await;
+    let long = living.lock_with_lease(Duration::from_secs(20)).await;
+    (short.unwrap(), long.unwrap())
+}
+
 async fn take_now(lock: impl Into<fredlock::Lock>) -> Option<fredlock::LockGuard> {
     lock.into().try_lock(Duration::ZERO, None).await.unwrap()
 }
@@ -318,16 +330,7 @@ async fn an_upgrade_after_the_read_holds_ended_waits_as_any_writer() {
         let rw = client.rw_lock("ended-upgrade");
         let [ended, living] =
             [1, 2].map(|owner| rw.clone().with_owner(fredlock::OwnerId::from_raw(owner)));
-        let short = ended
-            .read_lock()
-            .lock_with_lease(Duration::from_millis(200))
-            .await
-            .unwrap();
-        let long = living
-            .read_lock()
-            .lock_with_lease(Duration::from_secs(20))
-            .await
-            .unwrap();
+        let (short, long) = ended_and_living_reads(&ended, &living).await;
         tokio::time::sleep(Duration::from_millis(400)).await;
         let write = ended
             .write_lock()
@@ -1253,16 +1256,7 @@ async fn the_last_live_reader_frees_the_lock_past_ended_readers() {
         let rw = client.rw_lock("last-live");
         let [ended, living, writer] =
             [1, 2, 3].map(|owner| rw.clone().with_owner(fredlock::OwnerId::from_raw(owner)));
-        let short = ended
-            .read_lock()
-            .lock_with_lease(Duration::from_millis(200))
-            .await
-            .unwrap();
-        let long = living
-            .read_lock()
-            .lock_with_lease(Duration::from_secs(20))
-            .await
-            .unwrap();
+        let (short, long) = ended_and_living_reads(&ended, &living).await;
         let waiting = tokio::spawn(async move {
             let won = writer
                 .write_lock()

@@ -270,11 +270,6 @@ impl Held {
             ),
         ]
     }
-
-    /// The guards dropped: each gives back what a force unlock left.
-    pub fn release(self) {
-        drop(self.guards);
-    }
 }
 
 /// Asserts that every failed call's error names the lock it was called on, one of `marks` (the
@@ -465,7 +460,8 @@ pub async fn under_refusal(
             }
         }
     }
-    held.release();
+    // Its guards give back what a force unlock left.
+    drop(held);
     for (name, outcome) in writing_calls(a, &format!("{tag}-after")).await {
         if let Err(error) = outcome {
             panic!("{tag}: once the refusal ended, {name} failed: {error}");

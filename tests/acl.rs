@@ -467,6 +467,58 @@ async fn a_hold_released_while_its_renewals_are_refused_is_not_told_lost() {
     .await;
 }
 
+/// A fixed lease's checks, refused (`evalsha` taken away while it is held), wait for the next
+/// period: they are not retried at the pace of failed renewals (a quarter of the period), since
+/// the lease ends by itself whatever a check finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_leases_refused_checks_wait_for_the_next_period() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let rule = documented_rule();
+        set_user(&raw, &rule).await;
+        let client = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        let guard = client
+            .lock("checked")
+            .lock_with_lease(Duration::from_secs(5))
+            .await
+            .expect("takes it");
+        let without: Vec<String> = rule.iter().filter(|w| *w != "+evalsha").cloned().collect();
+        set_user(&raw, &without).await;
+        let before = scripts_refused(&raw).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let refused = scripts_refused(&raw).await - before;
+        set_user(&raw, &rule).await;
+        // A check every third of the 1 s watchdog lease: 6 in 2 s (retried at a quarter of
+        // that, about 24).
+        assert!(
+            (3..=8).contains(&refused),
+            "{refused} checks refused in 2 s"
+        );
+        guard.unlock().await.expect("still held");
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// The script calls the server refused before running them (`rejected_calls` in
+/// `INFO commandstats`), of every form.
+async fn scripts_refused(raw: &Client) -> u64 {
+    let info: String = raw
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_eval"))
+        .filter_map(|line| {
+            let (_, rejected) = line.split_once("rejected_calls=")?;
+            rejected.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
 /// A lock held by the documented user, whose renewal was then refused (`pexpire` taken away):
 /// the raw connection, the client, its events after the failure was told, and the guard.
 async fn a_renewal_refused(

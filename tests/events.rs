@@ -298,6 +298,46 @@ async fn a_fixed_lease_runs_out(watchdog: Duration, guard_waits: bool, limit: Du
     .await;
 }
 
+/// A fixed lease that ends while the server stalls (DEBUG SLEEP across its end) is told lost as
+/// expired (its lease ran out), not as a renew deadline passed: the checks that fail in the
+/// stall do not decide the reason, since nothing was the watchdog's to renew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_that_ends_in_a_stall_is_told_expired() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let raw = server.raw().await;
+        // The watchdog looks every 0.3 s: several checks fail in the stall, before and after
+        // the lease's end.
+        let client = client_with(&server, Duration::from_millis(900), "events-stalled-lease").await;
+        let mut events = client.events();
+        let guard = client
+            .lock("ev-stalled-lease")
+            .lock_with_lease(Duration::from_secs(1))
+            .await
+            .unwrap();
+        let sleeper = {
+            let raw = raw.clone();
+            tokio::spawn(async move { common::debug_sleep(&raw, 2.0).await })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
+        let mut seen = Vec::new();
+        while !matches!(seen.last(), Some(LockEventKind::Lost(_))) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match next(&mut events, left).await {
+                Ok(event) if event.name() == "ev-stalled-lease" => seen.push(event.what()),
+                Ok(_) => {}
+                Err(why) => panic!("{why}; saw {seen:?}"),
+            }
+        }
+        let expired = LockEventKind::Lost(LossReason::Expired);
+        assert_eq!(seen, [LockEventKind::Acquired, expired]);
+        sleeper.await.unwrap();
+        drop(guard);
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A server that stops answering (DEBUG SLEEP past the renew deadline): the renewal fails, the
 /// connection is told lost, and the hold is lost once its deadline passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

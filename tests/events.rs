@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, RedisSentinel, RedisServer, StallingProxy};
+use fred::prelude::KeysInterface;
 use fredlock::events::RecvError;
 use fredlock::prelude::*;
 use fredlock::{LockClient, LockEvent, LockEventKind, LockEvents, LossReason};
@@ -293,6 +294,51 @@ async fn a_fixed_lease_runs_out(watchdog: Duration, guard_waits: bool, limit: Du
         let seen = until(&mut events, "ev-lease", expired, limit).await;
         assert_eq!(seen, [LockEventKind::Acquired, expired]);
         drop(guard);
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A lock whose key is deleted under its holder (by hand, or lost with the server's data) is
+/// told lost as deleted at the watchdog's next look, whether the watchdog renews it or only
+/// checks it (a fixed lease, 20 s of it left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_key_is_deleted_is_told_lost_as_deleted() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = client_with(&server, Duration::from_millis(900), "events-deleted").await;
+        let mut events = client.events();
+        let renewed = client.lock("ev-deleted-renewed").lock().await.unwrap();
+        let fixed = client
+            .lock("ev-deleted-fixed")
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let _: i64 = raw
+            .del(vec!["ev-deleted-renewed", "ev-deleted-fixed"])
+            .await
+            .unwrap();
+        // Each lock's events, until both are told lost.
+        let names = ["ev-deleted-renewed", "ev-deleted-fixed"];
+        let mut seen = [Vec::new(), Vec::new()];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        while !seen
+            .iter()
+            .all(|told| matches!(told.last(), Some(LockEventKind::Lost(_))))
+        {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let event = next(&mut events, left)
+                .await
+                .unwrap_or_else(|why| panic!("{why}; saw {seen:?}"));
+            if let Some(at) = names.iter().position(|name| event.name() == *name) {
+                seen[at].push(event.what());
+            }
+        }
+        let deleted = LockEventKind::Lost(LossReason::Deleted);
+        assert_eq!(seen, [[LockEventKind::Acquired, deleted]; 2], "{names:?}");
+        assert!(renewed.is_lost() && fixed.is_lost());
+        drop((renewed, fixed));
         client.shutdown().await;
     })
     .await;

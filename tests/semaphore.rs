@@ -477,6 +477,96 @@ async fn wire_layout_matches_redisson() {
     .await;
 }
 
+/// The scripts at the wire: fences of lost replies. An acquire whose reply was lost, and that
+/// has not landed yet, is fenced by the settle that gives its grant back (the release names the
+/// acquire's request id), and takes nothing when it lands after; a release sent again (its first
+/// send's reply lost) fences the first send, which finds itself stale when it lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fenced_after_their_replies_were_lost_take_nothing_when_they_land() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let _: () = raw.set("landing", "5", None, None, false).await.unwrap();
+        let keys = vec![
+            "landing",
+            "redisson_sc:{landing}",
+            "fredlock_fences:{landing}",
+            "fredlock_permits:{landing}",
+        ];
+        let call = |script: &'static str, args: &[&str]| {
+            let raw = raw.clone();
+            let keys = keys.clone();
+            let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+            let source = fredlock::script_source(script).unwrap();
+            async move { raw.eval::<Value, _, _, _>(source, keys, args).await }
+        };
+        let permits = || {
+            let raw = raw.clone();
+            async move { raw.get::<i64, _>("landing").await.unwrap() }
+        };
+        let stale = |reply: Result<Value, fred::error::Error>| {
+            matches!(reply, Err(error) if error.details().starts_with("STALE"))
+        };
+
+        // The settle of grant c:1, whose acquire (request 5) never landed: nothing to give
+        // back, and request 5 fenced.
+        let settle = call("semaphore_release", &["c:1", "0", "6", "5"]).await;
+        assert_eq!(settle.unwrap(), Value::Null);
+        let landed = call("semaphore_acquire", &["2", "c:1", "5"]).await;
+        assert!(stale(landed.clone()), "{landed:?}");
+        assert_eq!(permits().await, 5, "the fenced acquire took permits");
+
+        // Grant c:2 takes 2; its release (request 8) loses its reply and is sent again as
+        // request 9, fencing 8, which lands after.
+        let taken = call("semaphore_acquire", &["2", "c:2", "7"]).await;
+        assert_eq!(taken.unwrap(), Value::Null);
+        assert_eq!(permits().await, 3);
+        let again = call("semaphore_release", &["c:2", "0", "9", "8"]).await;
+        assert_eq!(again.unwrap(), Value::Integer(1));
+        let landed = call("semaphore_release", &["c:2", "0", "8"]).await;
+        assert!(stale(landed.clone()), "{landed:?}");
+        assert_eq!(permits().await, 5);
+
+        // The fences end with their memory; the grants are gone with the last grant.
+        let fences: i64 = raw.pttl("fredlock_fences:{landing}").await.unwrap();
+        assert!(fences > 0, "the fences' TTL: {fences}");
+        let grants: i64 = raw.exists("fredlock_permits:{landing}").await.unwrap();
+        assert_eq!(grants, 0);
+    })
+    .await;
+}
+
+/// A waiter for permits that are not there looks once, then sleeps until a change of the
+/// permits is published (or a watchdog period passes, its safety net): it does not look again
+/// and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_looks_once_and_sleeps_until_told() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let semaphore = client.semaphore("asleep");
+        semaphore.try_set_permits(1).await.unwrap();
+        let held = semaphore.acquire(1).await.unwrap();
+        let before = common::command_calls(&raw).await;
+        let taken = semaphore
+            .try_acquire(1, Duration::from_millis(500))
+            .await
+            .unwrap();
+        assert!(taken.is_none());
+        let looks: u64 = common::scripts_since(&raw, &before).await;
+        // A look, and one more as the wait ends: a few; a waiter that looked again at once
+        // would run hundreds.
+        assert!(
+            (1..=4).contains(&looks),
+            "{looks} looks in 500 ms: {:?}",
+            common::commands_since(&raw, &before).await
+        );
+        held.release().await.unwrap();
+    })
+    .await;
+}
+
 /// 6. A Java client, replayed with the commands Redisson's scripts run: its acquisitions and
 ///    releases move the same counter, its release message wakes fredlock's waiters, and
 ///    fredlock's release wakes a Java waiter listening on the channel.

@@ -503,6 +503,51 @@ async fn a_fixed_leases_refused_checks_wait_for_the_next_period() {
     .await;
 }
 
+/// A renewal refused (`evalsha` taken away while the lock is held) is tried again at a quarter
+/// of the period, not at once and again and again: a handful of refused scripts in 150 ms, and
+/// the hold kept when the permission comes back before the renew deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_renewal_is_tried_again_at_a_quarter_of_the_period() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let rule = documented_rule();
+        set_user(&raw, &rule).await;
+        let client = fredlock_user(&server)
+            .await
+            .expect("connects with the rule");
+        let guard = client.lock("retried").lock().await.expect("takes it");
+        // Renewed once with the rule whole (every third of the 1 s lease).
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let without: Vec<String> = rule.iter().filter(|w| *w != "+evalsha").cloned().collect();
+        let before = scripts_refused(&raw).await;
+        set_user(&raw, &without).await;
+        assert!(
+            common::eventually(Duration::from_millis(600), || async {
+                scripts_refused(&raw).await > before
+            })
+            .await,
+            "no renewal was refused"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let refused = scripts_refused(&raw).await - before;
+        set_user(&raw, &rule).await;
+        // The first refusal and a try every 83 ms after it: 2 or 3.
+        assert!(
+            (1..=5).contains(&refused),
+            "{refused} renewals refused in 150 ms"
+        );
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(
+            !guard.is_lost(),
+            "lost although a renewal got through in time"
+        );
+        guard.unlock().await.expect("still held");
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// The script calls the server refused before running them (`rejected_calls` in
 /// `INFO commandstats`), of every form.
 async fn scripts_refused(raw: &Client) -> u64 {

@@ -299,6 +299,49 @@ async fn a_fixed_lease_runs_out(watchdog: Duration, guard_waits: bool, limit: Du
     .await;
 }
 
+/// A force unlock of a read-write lock held by two readers of one client (two tasks, two
+/// owners): each reader is told of it and lost as forced, not the first as forced and the
+/// other as deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hold_a_force_unlock_ends_is_lost_as_forced() {
+    bounded(async {
+        let server = RedisServer::start();
+        let holder = client_with(&server, Duration::from_secs(30), "events-readers").await;
+        let operator = client_with(&server, Duration::from_secs(30), "events-op").await;
+        let raw = server.raw().await;
+        let mut events = holder.events();
+        let mut readers = Vec::new();
+        for _ in 0..2 {
+            let lock = holder.rw_lock("ev-forced-readers");
+            let task = tokio::spawn(async move { lock.read_lock().lock().await });
+            readers.push(task.await.unwrap().unwrap());
+        }
+        assert_ne!(readers[0].owner_field(), readers[1].owner_field());
+        common::listening_for_force_unlocks(&raw, &holder).await;
+        assert!(operator
+            .rw_lock("ev-forced-readers")
+            .force_unlock()
+            .await
+            .unwrap());
+        let mut lost = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while lost.len() < 2 {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let event = next(&mut events, left)
+                .await
+                .unwrap_or_else(|why| panic!("{why}; lost so far {lost:?}"));
+            if matches!(event.what(), LockEventKind::Lost(_)) {
+                lost.push(event.what());
+            }
+        }
+        assert_eq!(lost, [LockEventKind::Lost(LossReason::Forced); 2]);
+        assert!(readers.iter().all(|reader| reader.is_lost()));
+        drop(readers);
+        holder.shutdown().await;
+    })
+    .await;
+}
+
 /// A lock whose key is deleted under its holder (by hand, or lost with the server's data) is
 /// told lost as deleted at the watchdog's next look, whether the watchdog renews it or only
 /// checks it (a fixed lease, 20 s of it left).

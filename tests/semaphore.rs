@@ -430,8 +430,13 @@ async fn set_drain_release_and_forget() {
             "a forgotten grant's record goes"
         );
         assert_eq!(semaphore.available_permits().await.unwrap(), 0);
+        // Draining none takes none; draining the last one takes it.
+        assert_eq!(semaphore.drain_permits().await.unwrap(), 0);
         semaphore.release(2).await.unwrap();
         assert_eq!(semaphore.available_permits().await.unwrap(), 2);
+        semaphore.set_permits(1).await.unwrap();
+        assert_eq!(semaphore.drain_permits().await.unwrap(), 1);
+        assert_eq!(semaphore.available_permits().await.unwrap(), 0);
         assert_eq!(client.stats().held, 0);
     })
     .await;
@@ -525,6 +530,17 @@ async fn calls_fenced_after_their_replies_were_lost_take_nothing_when_they_land(
         assert_eq!(again.unwrap(), Value::Integer(1));
         let landed = call("semaphore_release", &["c:2", "0", "8"]).await;
         assert!(stale(landed.clone()), "{landed:?}");
+        assert_eq!(permits().await, 5);
+
+        // A settle of grant c:3 whose guard lives keeps its permits (reply 0); its release gives
+        // them back (reply 1).
+        let taken = call("semaphore_acquire", &["1", "c:3", "10"]).await;
+        assert_eq!(taken.unwrap(), Value::Null);
+        let kept = call("semaphore_release", &["c:3", "1", "11"]).await;
+        assert_eq!(kept.unwrap(), Value::Integer(0));
+        assert_eq!(permits().await, 4);
+        let released = call("semaphore_release", &["c:3", "0", "12"]).await;
+        assert_eq!(released.unwrap(), Value::Integer(1));
         assert_eq!(permits().await, 5);
 
         // The fences end with their memory; the grants are gone with the last grant.
@@ -626,14 +642,23 @@ async fn inspections_show_permits_and_grants() {
         let semaphore = client.semaphore("seen");
         semaphore.try_set_permits(5).await.unwrap();
         let permit = semaphore.acquire(2).await.unwrap();
+        let one = semaphore.acquire(1).await.unwrap();
         let seen = semaphore.inspect().await.unwrap();
         assert_eq!(seen.kind, "semaphore");
-        assert_eq!(seen.count(), Some(3));
-        assert_eq!(seen.holders.len(), 1);
-        assert_eq!(seen.holders[0].owner, permit.grant());
-        assert_eq!(seen.holders[0].count, 2);
+        assert_eq!(seen.count(), Some(2));
+        assert_eq!(seen.holders.len(), 2, "{:?}", seen.holders);
+        let mut holders: Vec<(&str, u64)> = seen
+            .holders
+            .iter()
+            .map(|holder| (holder.owner.as_str(), holder.count))
+            .collect();
+        holders.sort();
+        let mut grants = vec![(permit.grant(), 2), (one.grant(), 1)];
+        grants.sort();
+        assert_eq!(holders, grants);
         assert_eq!(seen.holders[0].remaining_lease, None);
         assert_eq!(seen.holders[0].client_id(), Some(client.id()));
+        one.release().await.unwrap();
 
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "semaphore");
@@ -651,6 +676,18 @@ async fn inspections_show_permits_and_grants() {
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "counter");
         assert_eq!(by_name.count(), Some(5));
+
+        // A semaphore never set shows no permits and no holders; a name holding another type
+        // is refused, naming it.
+        let never = client.semaphore("never-set").inspect().await.unwrap();
+        assert_eq!((never.count(), never.holders.len()), (None, 0));
+        let raw = server.raw().await;
+        let _: i64 = raw.hset("a-hash", ("field", "value")).await.unwrap();
+        let refused = client.semaphore("a-hash").inspect().await;
+        assert!(
+            matches!(&refused, Err(Error::WrongType { .. })),
+            "{refused:?}"
+        );
     })
     .await;
 }

@@ -208,6 +208,41 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
     .await;
 }
 
+/// A new client whose first call is a single attempt (`try_lock` with no wait) waits for the
+/// permission question's answer as for its own reply, however slow the server (stalled here
+/// for 200 ms): without `publish` (which the acquire itself does not run), it fails naming it
+/// and writes nothing, rather than taking the lock unchecked and failing at the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_attempt_as_the_first_call_waits_for_the_permission_answer() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let raw = server.raw().await;
+        let without: Vec<String> = documented_rule()
+            .into_iter()
+            .filter(|word| word != "+publish")
+            .collect();
+        set_user(&raw, &without).await;
+        let client = fredlock_user(&server).await.expect("connects");
+        let sleeper = server.raw().await;
+        let stall = tokio::spawn(async move { common::debug_sleep(&sleeper, 0.2).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let attempt = client
+            .lock("single")
+            .try_lock(Duration::ZERO, None)
+            .await
+            .map(|guard| guard.is_some());
+        let shown = attempt.expect_err("taken unchecked").to_string();
+        assert!(
+            shown.contains("NOPERM") && shown.contains("publish") && shown.contains("app:single"),
+            "{shown}"
+        );
+        stall.await.unwrap();
+        assert_eq!(common::all_keys(&raw).await, Vec::<String>::new());
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// Issue 58: `pexpire` taken away while the client runs, after its first call's permission
 /// question was answered yes. Redis checks a script's commands as it runs them and keeps what it
 /// wrote before a refused one, so an acquisition that wrote its key and was then refused the

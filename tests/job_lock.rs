@@ -727,6 +727,25 @@ async fn a_job_is_inspected_listed_and_force_unlocked() {
     .await;
 }
 
+/// A run that gives the job back wakes the waiting instances on the job's own channel with the
+/// message `0` (lua/job_lock.lua's layout: nothing but fredlock reads the channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_given_back_publishes_0_on_the_jobs_channel() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let (_subscriber, mut messages) = common::listen(
+            &server.url(),
+            "fredlock_job__channel:{job-lock:default:told}",
+        )
+        .await;
+        let run = client.job_lock("told").run(async {}).await.unwrap();
+        assert!(run.ran().is_some(), "the job ran");
+        assert_eq!(common::heard(&mut messages, 1).await, ["0"]);
+    })
+    .await;
+}
+
 /// A force unlock wakes an instance waiting for the job at once: the waiting run starts within
 /// 250 ms, although the force unlock comes 50 ms after one of its polls (the next is 450 ms
 /// later).

@@ -1010,12 +1010,29 @@ async fn the_tick_script_replies_in_the_engines_shape_and_takes_a_resend() {
             Value::String("1000".into()),
             "refused with the last tick"
         );
+        // The sleep is the job's own time left (200 ms), below the longest sleep (500 ms).
+        let _: bool = raw.pexpire(keys[0], 200, None).await.unwrap();
         match call("run-b", 20_000, 2_000).await {
-            Value::Integer(ms) => assert!((1..=500).contains(&ms), "{ms}"),
+            Value::Integer(ms) => assert!((1..=200).contains(&ms), "{ms}"),
             other => panic!("a later tick waits for the run of an earlier one: {other:?}"),
         }
         let value: String = raw.get(keys[0]).await.unwrap();
         assert_eq!(value, "run-a");
+        // A last tick of another type (a user's data) is refused, naming its key.
+        let _: () = raw.del(keys[1]).await.unwrap();
+        let _: i64 = raw.hset(keys[1], ("field", "value")).await.unwrap();
+        let refused: Result<Value, _> = raw
+            .eval(
+                tick,
+                keys.clone(),
+                vec!["run-b", "20000", "3000", "60000", "500"],
+            )
+            .await;
+        let shown = refused.expect_err("a hash as the last tick").to_string();
+        assert!(
+            shown.contains("WRONGTYPE") && shown.contains(keys[1]),
+            "{shown}"
+        );
     })
     .await;
 }

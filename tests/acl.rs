@@ -115,6 +115,16 @@ async fn fredlock_user(server: &RedisServer) -> fredlock::Result<LockClient> {
         .await
 }
 
+/// The raw connection to `server`, the documented rule, set for user `fredlock`, and a client of
+/// that user.
+async fn the_documented_user(server: &RedisServer) -> (Client, Vec<String>, LockClient) {
+    let raw = server.raw().await;
+    let rule = documented_rule();
+    set_user(&raw, &rule).await;
+    let client = fredlock_user(server).await.expect("connects with the rule");
+    (raw, rule, client)
+}
+
 /// Every primitive works for a user with exactly the documented rule, and leaves no key without
 /// a TTL but the counters that are kept by design (a semaphore's permits, a fencing token, an
 /// epoch).
@@ -509,12 +519,7 @@ async fn a_hold_released_while_its_renewals_are_refused_is_not_told_lost() {
 async fn a_fixed_leases_refused_checks_wait_for_the_next_period() {
     bounded(async {
         let server = RedisServer::start();
-        let raw = server.raw().await;
-        let rule = documented_rule();
-        set_user(&raw, &rule).await;
-        let client = fredlock_user(&server)
-            .await
-            .expect("connects with the rule");
+        let (raw, rule, client) = the_documented_user(&server).await;
         let guard = client
             .lock("checked")
             .lock_with_lease(Duration::from_secs(5))
@@ -545,12 +550,7 @@ async fn a_fixed_leases_refused_checks_wait_for_the_next_period() {
 async fn a_refused_renewal_is_tried_again_at_a_quarter_of_the_period() {
     bounded(async {
         let server = RedisServer::start();
-        let raw = server.raw().await;
-        let rule = documented_rule();
-        set_user(&raw, &rule).await;
-        let client = fredlock_user(&server)
-            .await
-            .expect("connects with the rule");
+        let (raw, rule, client) = the_documented_user(&server).await;
         let guard = client.lock("retried").lock().await.expect("takes it");
         // Renewed once with the rule whole (every third of the 1 s lease).
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -609,10 +609,7 @@ async fn a_renewal_refused(
     fredlock::LockEvents,
     fredlock::LockGuard,
 ) {
-    let raw = server.raw().await;
-    let rule = documented_rule();
-    set_user(&raw, &rule).await;
-    let client = fredlock_user(server).await.expect("connects with the rule");
+    let (raw, rule, client) = the_documented_user(server).await;
     let mut events = client.events();
     let guard = client.lock("refused-once").lock().await.expect("takes it");
     // Renewed once with the rule whole (every third of the 1 s lease).
@@ -644,12 +641,7 @@ async fn a_renewal_refused(
 async fn a_holder_whose_renewals_are_refused_is_told_before_its_lease_ends() {
     bounded(async {
         let server = RedisServer::start();
-        let raw = server.raw().await;
-        let rule = documented_rule();
-        set_user(&raw, &rule).await;
-        let client = fredlock_user(&server)
-            .await
-            .expect("connects with the rule");
+        let (raw, rule, client) = the_documented_user(&server).await;
         for part in ["+pexpire", "+evalsha"] {
             let name = format!("renewal-{}", part.trim_start_matches('+'));
             let guard = client.lock(&name).lock().await.expect("takes it");

@@ -46,6 +46,30 @@ async fn until(
     }
 }
 
+/// Receives within `limit` until each lock of `names` is told lost, whatever the reason; the
+/// events of each name received on the way, its loss last.
+async fn until_lost<const N: usize>(
+    events: &mut LockEvents,
+    names: [&str; N],
+    limit: Duration,
+) -> [Vec<LockEventKind>; N] {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut seen = std::array::from_fn(|_| Vec::new());
+    while !seen
+        .iter()
+        .all(|told: &Vec<LockEventKind>| matches!(told.last(), Some(LockEventKind::Lost(_))))
+    {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let event = next(events, left)
+            .await
+            .unwrap_or_else(|why| panic!("{why}; saw {seen:?} of {names:?}"));
+        if let Some(at) = names.iter().position(|name| event.name() == *name) {
+            seen[at].push(event.what());
+        }
+    }
+    seen
+}
+
 async fn client_with(server: &RedisServer, watchdog: Duration, name: &str) -> LockClient {
     common::builder()
         .url(server.url())
@@ -362,22 +386,8 @@ async fn a_hold_whose_key_is_deleted_is_told_lost_as_deleted() {
             .del(vec!["ev-deleted-renewed", "ev-deleted-fixed"])
             .await
             .unwrap();
-        // Each lock's events, until both are told lost.
         let names = ["ev-deleted-renewed", "ev-deleted-fixed"];
-        let mut seen = [Vec::new(), Vec::new()];
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-        while !seen
-            .iter()
-            .all(|told| matches!(told.last(), Some(LockEventKind::Lost(_))))
-        {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let event = next(&mut events, left)
-                .await
-                .unwrap_or_else(|why| panic!("{why}; saw {seen:?}"));
-            if let Some(at) = names.iter().position(|name| event.name() == *name) {
-                seen[at].push(event.what());
-            }
-        }
+        let seen = until_lost(&mut events, names, Duration::from_secs(3)).await;
         let deleted = LockEventKind::Lost(LossReason::Deleted);
         assert_eq!(seen, [[LockEventKind::Acquired, deleted]; 2], "{names:?}");
         assert!(renewed.is_lost() && fixed.is_lost());
@@ -408,18 +418,9 @@ async fn a_fixed_lease_that_ends_in_a_stall_is_told_expired() {
             let raw = raw.clone();
             tokio::spawn(async move { common::debug_sleep(&raw, 2.0).await })
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
-        let mut seen = Vec::new();
-        while !matches!(seen.last(), Some(LockEventKind::Lost(_))) {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match next(&mut events, left).await {
-                Ok(event) if event.name() == "ev-stalled-lease" => seen.push(event.what()),
-                Ok(_) => {}
-                Err(why) => panic!("{why}; saw {seen:?}"),
-            }
-        }
+        let seen = until_lost(&mut events, ["ev-stalled-lease"], Duration::from_secs(6)).await;
         let expired = LockEventKind::Lost(LossReason::Expired);
-        assert_eq!(seen, [LockEventKind::Acquired, expired]);
+        assert_eq!(seen, [[LockEventKind::Acquired, expired]]);
         sleeper.await.unwrap();
         drop(guard);
         client.shutdown().await;

@@ -672,9 +672,9 @@ impl From<FredError> for RedisError {
             "ASK not followed: the slot of the call's keys is being migrated to another node, \
              and a call is sent once"
         } else if error.details() == DROPPED_IN_FLIGHT {
-            "no reply: fred stopped routing with the call in flight (as it does after an ASK it \
-             cannot follow, the slot of a call's keys being migrated to another node); the call \
-             may have run"
+            "no reply: the connection's routing stopped with the call in flight (as it does after \
+             an ASK it cannot follow, the slot of a call's keys being migrated to another node); \
+             the call may have run"
         } else {
             error.details()
         };
@@ -800,6 +800,12 @@ mod tests {
         let error = RedisError::from(FredError::new(ErrorKind::Unknown, DROPPED_IN_FLIGHT));
         assert_eq!(error.kind(), RedisErrorKind::NoReply);
         assert!(error.details().contains("ASK"), "{error}");
+        // Errors name the refusal, never the client library under them (the same on both).
+        for details in [ASK_REFUSED, DROPPED_IN_FLIGHT] {
+            let error = RedisError::from(FredError::new(ErrorKind::Unknown, details));
+            let shown = error.to_string().to_ascii_lowercase();
+            assert!(!shown.contains("fred"), "{shown}");
+        }
         for kind in [
             ErrorKind::Auth,
             ErrorKind::Parse,

@@ -701,7 +701,16 @@ async fn a_job_is_inspected_listed_and_force_unlocked() {
             let left = holder.remaining_lease.unwrap();
             assert!(left > Duration::from_secs(55), "{left:?}");
             assert_eq!(inspection.last_tick(), Some(tick + Duration::from_secs(60)));
-            assert_eq!(inspection.keys.len(), 2, "{:?}", inspection.keys);
+            assert_eq!(inspection.holders.len(), 1);
+            assert_eq!(holder.count, 1, "a run holds the job once");
+            let keys: Vec<&str> = inspection.keys.iter().map(|k| k.key.as_str()).collect();
+            assert_eq!(
+                keys,
+                [
+                    "job-lock:default:inspected",
+                    "fredlock_job_tick:{job-lock:default:inspected}"
+                ]
+            );
         }
         assert!(operator
             .leaks("job-lock:*", Duration::from_secs(60))
@@ -775,6 +784,11 @@ async fn a_force_unlock_wakes_a_waiting_run() {
                 .ran()
                 .expect("ran once the job was free")
         });
+        let (_subscriber, mut messages) = common::listen(
+            &server.url(),
+            "fredlock_job__channel:{job-lock:default:forced-wait}",
+        )
+        .await;
         // Its polls come every JOB_POLL from its first attempt: 50 ms past the second.
         tokio::time::sleep(fredlock::JOB_POLL + Duration::from_millis(50)).await;
         let forced_at = Instant::now();
@@ -782,6 +796,13 @@ async fn a_force_unlock_wakes_a_waiting_run() {
             .force_unlock("job-lock:default:forced-wait")
             .await
             .unwrap());
+        // The wake-up is the job's own message, as a run given back sends it (the woken run
+        // gives the job back, too: only the first message is the force unlock's).
+        let first = tokio::time::timeout(Duration::from_secs(5), messages.recv())
+            .await
+            .expect("the force unlock publishes")
+            .unwrap();
+        assert_eq!(first.value.as_string().as_deref(), Some("0"));
         let started = waiting.await.unwrap();
         let woken = started.saturating_duration_since(forced_at);
         assert!(
@@ -995,6 +1016,17 @@ async fn the_tick_script_replies_in_the_engines_shape_and_takes_a_resend() {
             }
         };
         assert_eq!(call("run-a", 20_000, 1_000).await, Value::Null, "taken");
+        // The job is born with at-most-for as its expiry, and the tick is kept for its own time.
+        let pttl: i64 = raw.pttl(keys[0]).await.unwrap();
+        assert!(
+            pttl > 19_000 && pttl <= 20_000,
+            "at-most-for (PTTL {pttl} ms)"
+        );
+        let kept: i64 = raw.pttl(keys[1]).await.unwrap();
+        assert!(
+            kept > 59_000 && kept <= 60_000,
+            "the last tick is kept 60 s (PTTL {kept} ms)"
+        );
         assert_eq!(
             call("run-a", 40_000, 1_000).await,
             Value::Null,

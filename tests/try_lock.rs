@@ -232,3 +232,36 @@ fn blocking_lock() {
         .recv_timeout(common::TEST_LIMIT)
         .expect("the blocking grammar ran to its end in time");
 }
+
+/// A bounded wait that ends while the server is gone says why no attempt reached it: its
+/// `Unavailable` carries the last failure its attempts met (nothing sent: the connection is
+/// down), not a bare "could not be reached".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_given_up_in_an_outage_names_the_last_failure() {
+    bounded(async {
+        let mut server = RedisServer::start();
+        let client = lock_client_at(&server.url(), WATCHDOG).await;
+        let lock = client.lock("gone");
+        lock.try_lock_now()
+            .await
+            .unwrap()
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        server.kill();
+        let outcome = lock.try_lock(Duration::from_millis(500), None).await;
+        match outcome {
+            Err(fredlock::Error::Unavailable {
+                source: Some(source),
+                ..
+            }) => assert!(
+                !source.to_string().trim().is_empty(),
+                "the cause has its words: {source:?}"
+            ),
+            other => panic!("expected Unavailable with its cause, got {other:?}"),
+        }
+        client.shutdown().await;
+    })
+    .await;
+}

@@ -799,4 +799,16 @@ mod tests {
         assert!(steps[0] >= Duration::from_micros(500) && steps[0] <= Duration::from_millis(1));
         assert!(steps[11] >= Duration::from_millis(64), "{:?}", steps[11]);
     }
+
+    /// A waiter whose tries fail on the connection backs off: 50 ms after the first failure,
+    /// doubling each time, never more than 1 s (so that an outage costs a handful of tries,
+    /// not one per command timeout), and never shorter after more failures.
+    #[test]
+    fn the_pause_after_connection_errors_doubles_from_50_ms_to_1_s() {
+        let pauses: Vec<u64> = (0..=u8::MAX)
+            .map(|errors| error_pause(errors).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses[..6], [50, 100, 200, 400, 800, 1000]);
+        assert!(pauses[6..].iter().all(|&pause| pause == 1000), "{pauses:?}");
+    }
 }

@@ -811,4 +811,17 @@ mod tests {
         assert_eq!(pauses[..6], [50, 100, 200, 400, 800, 1000]);
         assert!(pauses[6..].iter().all(|&pause| pause == 1000), "{pauses:?}");
     }
+
+    /// A busy reply's PTTL is how long a waiter sleeps at most: until the lock would expire, at
+    /// least 1 ms; a key without expiry (PTTL -1, not ours to judge) is looked at again each
+    /// watchdog period, a third of the lease; a key gone by the time its PTTL was read (-2) at
+    /// once.
+    #[test]
+    fn a_busy_waiter_sleeps_until_the_holders_expiry_or_a_watchdog_period() {
+        let lease = Duration::from_secs(30);
+        assert_eq!(retry_after(250, lease), Duration::from_millis(250));
+        assert_eq!(retry_after(0, lease), Duration::from_millis(1));
+        assert_eq!(retry_after(-1, lease), Duration::from_secs(10));
+        assert_eq!(retry_after(-2, lease), Duration::from_millis(1));
+    }
 }

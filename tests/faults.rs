@@ -1196,3 +1196,49 @@ async fn chaos_keeps_every_promise() {
     })
     .await;
 }
+
+/// An attempt already on the wire is not thrown away (and undone) for being a little late: a
+/// single attempt (`try_lock_now`) waits for its reply however long the server takes, and a
+/// waiting one up to 100 ms past the end of its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_reply_to_an_attempt_on_the_wire_is_kept() {
+    bounded(async {
+        let server = RedisServer::start_with_debug();
+        let sleeper = server.raw().await;
+        let locks =
+            common::configured_client(server.url(), |b| b.command_timeout(Duration::from_secs(2)))
+                .await;
+        let lock = locks.lock("late");
+        // The permission question and the script cache, out of the way.
+        lock.lock().await.unwrap().unlock().await.unwrap();
+
+        // A single attempt sent 50 ms into a 300 ms stall.
+        let sleeping = tokio::spawn(async move {
+            common::debug_sleep(&sleeper, 0.3).await;
+            sleeper
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let guard = lock
+            .try_lock_now()
+            .await
+            .unwrap()
+            .expect("a single attempt waits for its reply");
+        guard.unlock().await.unwrap();
+        let sleeper = sleeping.await.unwrap();
+
+        // A wait of 20 ms sent 20 ms into a 60 ms stall: its reply comes about 20 ms after the
+        // wait ends, within the grace.
+        let sleeping = tokio::spawn(async move { common::debug_sleep(&sleeper, 0.06).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let guard = lock
+            .try_lock(Duration::from_millis(20), None)
+            .await
+            .unwrap()
+            .expect("the reply came within the grace");
+        sleeping.await.unwrap();
+        guard.unlock().await.unwrap();
+        let held: bool = server.raw().await.exists("late").await.unwrap();
+        assert!(!held, "given back once");
+    })
+    .await;
+}

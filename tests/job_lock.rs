@@ -765,6 +765,12 @@ async fn a_force_unlock_wakes_a_waiting_run() {
         let holder = server.lock_client(Duration::from_secs(30)).await;
         let waiter = server.lock_client(Duration::from_secs(30)).await;
         let operator = server.lock_client(Duration::from_secs(30)).await;
+        // Subscribed before the waiter starts, so that its polls' timing below is its own.
+        let (_subscriber, mut messages) = common::listen(
+            &server.url(),
+            "fredlock_job__channel:{job-lock:default:forced-wait}",
+        )
+        .await;
         let job = holder.job_lock("forced-wait");
         let (taken, is_taken) = tokio::sync::oneshot::channel();
         let holding = tokio::spawn(async move {
@@ -784,11 +790,6 @@ async fn a_force_unlock_wakes_a_waiting_run() {
                 .ran()
                 .expect("ran once the job was free")
         });
-        let (_subscriber, mut messages) = common::listen(
-            &server.url(),
-            "fredlock_job__channel:{job-lock:default:forced-wait}",
-        )
-        .await;
         // Its polls come every JOB_POLL from its first attempt: 50 ms past the second.
         tokio::time::sleep(fredlock::JOB_POLL + Duration::from_millis(50)).await;
         let forced_at = Instant::now();

@@ -13,6 +13,7 @@
 //! cargo bench -p fredlock-bench -- --current-thread  # one runtime thread instead of one per core
 //! cargo bench -p fredlock-bench -- --only 8      # instructions per cycle under valgrind callgrind
 //! cargo bench -p fredlock-bench -- --only 13     # the job lock against rslock
+//! cargo bench -p fredlock-bench -- --only 14     # 1 to 64 instances on one lock
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and
@@ -168,7 +169,7 @@ impl Bound {
     }
 }
 
-/// The targets of issue 13 (performance), as (what, measured, target, met).
+/// The targets of the performance issues (13, 45, 59), as (what, measured, target, met).
 /// A target's figure is `None` when the run did not measure it (a scenario left out, or one
 /// that could not run): shown as "not measured", never dropped.
 fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Option<bool>)> {
@@ -179,7 +180,7 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
     let ping = median("3 wake-up", "PING round trip", "median");
     let p99 = find(rows, "3 wake-up", "fredlock", "unlock").map(|row| row.summary.p99);
     let calls = many as f64 / 100.0 + 1.0;
-    let wanted: [(&str, Option<f64>, Bound, String); 23] = [
+    let wanted: [(&str, Option<f64>, Bound, String); 26] = [
         (
             "1 uncontended: idle event receiver / none",
             median(
@@ -352,6 +353,31 @@ fn targets(rows: &[Row], many: usize) -> Vec<(String, Option<f64>, String, Optio
             Bound::AtMost(1.0),
             String::new(),
         ),
+        // Issue 59: no herd of waiting instances on the reentrant lock.
+        (
+            "14 growth: fredlock scripts per acquisition, 64 instances",
+            median("14 growth (64 instances)", "fredlock", "scripts"),
+            Bound::AtMost(4.0),
+            String::new(),
+        ),
+        (
+            "14 growth: fredlock acquisitions, 64 instances / 2",
+            of(
+                median("14 growth (64 instances)", "fredlock", "acquisitions"),
+                median("14 growth (2 instances)", "fredlock", "acquisitions"),
+            ),
+            Bound::AtLeast(0.9),
+            String::new(),
+        ),
+        (
+            "14 growth: fredlock worst wait / fair lock's, 64 instances",
+            of(
+                median("14 growth (64 instances)", "fredlock", "worst wait"),
+                median("14 growth (64 instances)", "fredlock fair", "worst wait"),
+            ),
+            Bound::AtMost(3.0),
+            String::new(),
+        ),
     ];
     wanted
         .into_iter()
@@ -469,7 +495,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/13 uncontended latency");
+        eprintln!("1/14 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -495,11 +521,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/13 throughput");
+        eprintln!("2/14 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/13 wake-up latency");
+        eprintln!("3/14 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -516,44 +542,48 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/13 contention");
+        eprintln!("4/14 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/13 watchdog at scale");
+        eprintln!("5/14 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/13 memory");
+        eprintln!("6/14 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/13 instructions per cycle (callgrind)");
+        eprintln!("8/14 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/13 waiters at scale");
+        eprintln!("9/14 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     if wanted(10) {
-        eprintln!("10/13 read-write lock");
+        eprintln!("10/14 read-write lock");
         rows.extend(rw::rw_lock(&url, sizes).await);
     }
     if wanted(11) {
-        eprintln!("11/13 semaphores");
+        eprintln!("11/14 semaphores");
         rows.extend(semaphore::semaphores(&url, sizes).await);
     }
     if wanted(12) {
-        eprintln!("12/13 leader election");
+        eprintln!("12/14 leader election");
         rows.extend(leader::leader_election(&url, sizes).await);
     }
     if wanted(13) {
-        eprintln!("13/13 job lock");
+        eprintln!("13/14 job lock");
         rows.extend(job::job_lock(&url, sizes).await);
+    }
+    if wanted(14) {
+        eprintln!("14/14 growth: instances on one lock");
+        rows.extend(scenarios::growth(&url, sizes).await);
     }
     drop(server);
     if wanted(7) {
-        eprintln!("7/13 Redlock over five servers");
+        eprintln!("7/14 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

@@ -26,6 +26,9 @@ pub struct Sizes {
     pub watch_for: Duration,
     /// The watchdog lease of scenario 5, whose period is a third of it.
     pub watchdog: Duration,
+    /// The instance counts of scenario 14, and how long each runs.
+    pub instances: &'static [usize],
+    pub grow_for: Duration,
 }
 
 impl Sizes {
@@ -38,6 +41,8 @@ impl Sizes {
             many: 10_000,
             watch_for: Duration::from_secs(10),
             watchdog: SHORT_WATCHDOG,
+            instances: &INSTANCES,
+            grow_for: Duration::from_secs(4),
         }
     }
 
@@ -50,6 +55,8 @@ impl Sizes {
             many: 2_000,
             watch_for: Duration::from_secs(3),
             watchdog: SHORT_WATCHDOG,
+            instances: &[1, 2, 8],
+            grow_for: Duration::from_millis(500),
         }
     }
 }
@@ -1135,4 +1142,99 @@ async fn command_calls(raw: &Client, command: &str) -> u64 {
     info.lines()
         .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// How many instances the growth scenario (14) runs at, full run.
+pub const INSTANCES: [usize; 5] = [1, 2, 8, 16, 64];
+
+/// The work each holder does in the growth scenario, as a service's short critical section.
+const GROWTH_WORK: Duration = Duration::from_millis(1);
+
+/// Scenario 14: cost as instances grow (issue 59). `n` instances (each a client of its own, as
+/// separate service processes have) contend for one name, one task each: lock, about 1 ms of
+/// work, unlock, for `grow_for`. Per library and count: acquisitions per second, the scripts
+/// (and `SET`s) Redis ran per acquisition, the longest any one acquisition waited, and Redis CPU
+/// per acquisition. A lock that wakes every waiter on each unlock shows it here: its scripts
+/// per acquisition grow with `n`.
+pub async fn growth(url: &str, sizes: Sizes) -> Vec<Row> {
+    let names = [libs::NAMES[0], libs::FAIR, libs::SPIN, libs::NAMES[1]];
+    let raw = raw_client(url).await;
+    let metrics = [
+        ("acquisitions", "1/s"),
+        ("scripts and SETs per acquisition", "calls"),
+        ("worst wait", "ms"),
+        ("Redis CPU per acquisition", "µs"),
+    ];
+    let mut rows = Vec::new();
+    for &count in sizes.instances {
+        let scenario = format!("14 growth ({count} instances)");
+        for name in names {
+            let mut clients: Vec<Arc<dyn Library>> = Vec::with_capacity(count);
+            for _ in 0..count {
+                clients.push(libs::connect(name, url).await.into());
+            }
+            let mut samples: [Vec<f64>; 4] = Default::default();
+            for _ in 0..sizes.rounds.min(3) {
+                let commands_before = script_commands(&raw).await;
+                let ((acquired, worst, elapsed), cpu) =
+                    server_time(&raw, contend_with_work(&clients, sizes.grow_for)).await;
+                let commands = script_commands(&raw).await - commands_before;
+                let per = acquired.max(1) as f64;
+                samples[0].push(acquired as f64 / elapsed);
+                samples[1].push(commands as f64 / per);
+                samples[2].push(worst.as_secs_f64() * 1e3);
+                samples[3].push(cpu / per);
+            }
+            for ((metric, unit), samples) in metrics.iter().zip(&samples) {
+                rows.push(Row::new(
+                    &scenario,
+                    name,
+                    metric,
+                    unit,
+                    Summary::of(samples),
+                ));
+            }
+        }
+    }
+    rows
+}
+
+/// One task per client takes one lock, works `GROWTH_WORK` and releases it, for `run_for`:
+/// the acquisitions, the longest wait for one, and the seconds it took. Commands counted
+/// around it include the last acquisition of each task after `run_for` (each finishes the one
+/// it waits for), which the acquisitions count too.
+async fn contend_with_work(
+    clients: &[Arc<dyn Library>],
+    run_for: Duration,
+) -> (usize, Duration, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let handle = client.handle("bench:growth");
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut acquired, mut worst) = (0usize, Duration::ZERO);
+                while !stop.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
+                    let held = handle.acquire().await;
+                    worst = worst.max(asked.elapsed());
+                    acquired += 1;
+                    tokio::time::sleep(GROWTH_WORK).await;
+                    held.release().await;
+                }
+                (acquired, worst)
+            })
+        })
+        .collect();
+    tokio::time::sleep(run_for).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut acquired, mut worst) = (0, Duration::ZERO);
+    for task in tasks {
+        let (count, longest) = task.await.expect("growth task");
+        acquired += count;
+        worst = worst.max(longest);
+    }
+    (acquired, worst, started.elapsed().as_secs_f64())
 }

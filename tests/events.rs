@@ -428,6 +428,51 @@ async fn a_fixed_lease_that_ends_in_a_stall_is_told_expired() {
     .await;
 }
 
+/// On a healthy server, renewals and checks that get through tell nothing: a renewed hold and
+/// a fixed lease, kept over four watchdog periods, show only their acquisitions and releases,
+/// and the connection nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_and_checks_that_get_through_tell_nothing() {
+    bounded(async {
+        let server = RedisServer::start();
+        // Renewed (and checked) every 300 ms.
+        let client = client_with(&server, Duration::from_millis(900), "events-quiet").await;
+        let mut events = client.events();
+        let renewed = client.lock("ev-quiet-renewed").lock().await.unwrap();
+        let fixed = client
+            .lock("ev-quiet-fixed")
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        // Past its first lease of 900 ms: renewals got through.
+        assert!(!renewed.is_lost());
+        renewed.unlock().await.unwrap();
+        fixed.unlock().await.unwrap();
+        let mut told = Vec::new();
+        while told.len() < 4 {
+            let event = next(&mut events, Duration::from_secs(2))
+                .await
+                .unwrap_or_else(|why| panic!("{why}; saw {told:?}"));
+            told.push((event.name().to_owned(), event.what()));
+        }
+        let quiet = next(&mut events, Duration::from_millis(300)).await;
+        assert!(quiet.is_err(), "{quiet:?} after {told:?}");
+        let of = |name: &str, what| (name.to_owned(), what);
+        assert_eq!(
+            told,
+            [
+                of("ev-quiet-renewed", LockEventKind::Acquired),
+                of("ev-quiet-fixed", LockEventKind::Acquired),
+                of("ev-quiet-renewed", LockEventKind::Released),
+                of("ev-quiet-fixed", LockEventKind::Released),
+            ]
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A server that stops answering (DEBUG SLEEP past the renew deadline): the renewal fails, the
 /// connection is told lost, and the hold is lost once its deadline passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

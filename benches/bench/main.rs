@@ -1,7 +1,7 @@
 //! fredlock's benchmark: lock cost against the Redis round trip, and against other lock crates.
 //!
 //! ```text
-//! cargo bench -p fredlock-bench                # the full run (about 5 minutes)
+//! cargo bench -p fredlock-bench                # the full run (about 7 minutes, 5 more for 14)
 //! cargo bench -p fredlock-bench -- --quick       # a short smoke run
 //! cargo bench -p fredlock-bench -- --json        # JSON on stdout, the table on stderr
 //! cargo bench -p fredlock-bench -- --only 1,3    # some scenarios

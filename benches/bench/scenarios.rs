@@ -770,8 +770,9 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     for _ in 0..sizes.rounds {
         for (clients, samples) in libraries.iter().zip(samples.iter_mut()) {
             let commands_before = script_commands(&raw).await;
-            let ((order, elapsed), cpu) =
-                server_time(&raw, contend(clients, CLIENTS * TASKS, sizes.run_for)).await;
+            let work = Duration::ZERO;
+            let ((order, _, elapsed), cpu) =
+                server_time(&raw, contend(clients, CLIENTS * TASKS, work, sizes.run_for)).await;
             let commands = script_commands(&raw).await - commands_before;
             let mut per_task: HashMap<usize, usize> = HashMap::new();
             for task in &order {
@@ -799,50 +800,69 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     ];
     let mut rows = Vec::new();
     for (name, samples) in names.iter().zip(&samples) {
-        for ((metric, unit), samples) in metrics.iter().zip(samples) {
-            rows.push(Row::new(
-                "4 contention",
-                name,
-                metric,
-                unit,
-                Summary::of(samples),
-            ));
-        }
+        rows.extend(rows_of("4 contention", name, &metrics, samples));
     }
     rows
 }
 
-/// `tasks` tasks over `clients` take and release one lock for `run_for`: the order in which
-/// they held it, and the seconds it took.
+/// `tasks` tasks over `clients` take one lock, hold it `work` (none when zero) and release it,
+/// for `run_for`: the order in which they held it, the longest wait for one acquisition, and
+/// the seconds it took. Each task finishes the acquisition it waits for when `run_for` ends;
+/// the order and the seconds count those too.
 async fn contend(
     clients: &[Arc<dyn Library>],
     tasks: usize,
+    work: Duration,
     run_for: Duration,
-) -> (Vec<usize>, f64) {
+) -> (Vec<usize>, Duration, f64) {
     let order = Arc::new(Mutex::new(Vec::<usize>::new()));
     let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
     let tasks: Vec<_> = (0..tasks)
         .map(|task| {
             let handle = clients[task % clients.len()].handle("bench:contention");
             let (order, stop) = (order.clone(), stop.clone());
             tokio::spawn(async move {
+                let mut worst = Duration::ZERO;
                 while !stop.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
                     let held = handle.acquire().await;
+                    worst = worst.max(asked.elapsed());
                     order.lock().expect("order").push(task);
+                    if !work.is_zero() {
+                        tokio::time::sleep(work).await;
+                    }
                     held.release().await;
                 }
+                worst
             })
         })
         .collect();
-    let started = Instant::now();
     tokio::time::sleep(run_for).await;
     stop.store(true, Ordering::Relaxed);
-    let order = std::mem::take(&mut *order.lock().expect("order"));
-    let elapsed = started.elapsed().as_secs_f64();
+    let mut worst = Duration::ZERO;
     for task in tasks {
-        task.await.expect("contention task");
+        worst = worst.max(task.await.expect("contention task"));
     }
-    (order, elapsed)
+    let order = std::mem::take(&mut *order.lock().expect("order"));
+    (order, worst, started.elapsed().as_secs_f64())
+}
+
+/// One row per metric of one library: the samples of each over the rounds.
+fn rows_of<const N: usize>(
+    scenario: &str,
+    library: &str,
+    metrics: &[(&str, &str); N],
+    samples: &[Vec<f64>; N],
+) -> impl Iterator<Item = Row> {
+    let rows: Vec<Row> = metrics
+        .iter()
+        .zip(samples)
+        .map(|((metric, unit), samples)| {
+            Row::new(scenario, library, metric, unit, Summary::of(samples))
+        })
+        .collect();
+    rows.into_iter()
 }
 
 /// Commands a lock library's acquisitions and releases are made of, counted by the server:
@@ -1176,65 +1196,17 @@ pub async fn growth(url: &str, sizes: Sizes) -> Vec<Row> {
             let mut samples: [Vec<f64>; 4] = Default::default();
             for _ in 0..sizes.rounds.min(3) {
                 let commands_before = script_commands(&raw).await;
-                let ((acquired, worst, elapsed), cpu) =
-                    server_time(&raw, contend_with_work(&clients, sizes.grow_for)).await;
+                let run = contend(&clients, count, GROWTH_WORK, sizes.grow_for);
+                let ((order, worst, elapsed), cpu) = server_time(&raw, run).await;
                 let commands = script_commands(&raw).await - commands_before;
-                let per = acquired.max(1) as f64;
-                samples[0].push(acquired as f64 / elapsed);
+                let per = order.len().max(1) as f64;
+                samples[0].push(order.len() as f64 / elapsed);
                 samples[1].push(commands as f64 / per);
                 samples[2].push(worst.as_secs_f64() * 1e3);
                 samples[3].push(cpu / per);
             }
-            for ((metric, unit), samples) in metrics.iter().zip(&samples) {
-                rows.push(Row::new(
-                    &scenario,
-                    name,
-                    metric,
-                    unit,
-                    Summary::of(samples),
-                ));
-            }
+            rows.extend(rows_of(&scenario, name, &metrics, &samples));
         }
     }
     rows
-}
-
-/// One task per client takes one lock, works `GROWTH_WORK` and releases it, for `run_for`:
-/// the acquisitions, the longest wait for one, and the seconds it took. Commands counted
-/// around it include the last acquisition of each task after `run_for` (each finishes the one
-/// it waits for), which the acquisitions count too.
-async fn contend_with_work(
-    clients: &[Arc<dyn Library>],
-    run_for: Duration,
-) -> (usize, Duration, f64) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let tasks: Vec<_> = clients
-        .iter()
-        .map(|client| {
-            let handle = client.handle("bench:growth");
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                let (mut acquired, mut worst) = (0usize, Duration::ZERO);
-                while !stop.load(Ordering::Relaxed) {
-                    let asked = Instant::now();
-                    let held = handle.acquire().await;
-                    worst = worst.max(asked.elapsed());
-                    acquired += 1;
-                    tokio::time::sleep(GROWTH_WORK).await;
-                    held.release().await;
-                }
-                (acquired, worst)
-            })
-        })
-        .collect();
-    tokio::time::sleep(run_for).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut acquired, mut worst) = (0, Duration::ZERO);
-    for task in tasks {
-        let (count, longest) = task.await.expect("growth task");
-        acquired += count;
-        worst = worst.max(longest);
-    }
-    (acquired, worst, started.elapsed().as_secs_f64())
 }

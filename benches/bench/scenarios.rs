@@ -770,9 +770,8 @@ pub async fn contention(url: &str, sizes: Sizes) -> Vec<Row> {
     for _ in 0..sizes.rounds {
         for (clients, samples) in libraries.iter().zip(samples.iter_mut()) {
             let commands_before = script_commands(&raw).await;
-            let work = Duration::ZERO;
-            let ((order, _, elapsed), cpu) =
-                server_time(&raw, contend(clients, CLIENTS * TASKS, work, sizes.run_for)).await;
+            let run = contend(clients, CLIENTS * TASKS, Duration::ZERO, sizes.run_for);
+            let ((order, _, elapsed), cpu) = server_time(&raw, run).await;
             let commands = script_commands(&raw).await - commands_before;
             let mut per_task: HashMap<usize, usize> = HashMap::new();
             for task in &order {
@@ -854,15 +853,14 @@ fn rows_of<const N: usize>(
     library: &str,
     metrics: &[(&str, &str); N],
     samples: &[Vec<f64>; N],
-) -> impl Iterator<Item = Row> {
-    let rows: Vec<Row> = metrics
+) -> Vec<Row> {
+    metrics
         .iter()
         .zip(samples)
         .map(|((metric, unit), samples)| {
             Row::new(scenario, library, metric, unit, Summary::of(samples))
         })
-        .collect();
-    rows.into_iter()
+        .collect()
 }
 
 /// Commands a lock library's acquisitions and releases are made of, counted by the server:
@@ -1170,6 +1168,9 @@ pub const INSTANCES: [usize; 5] = [1, 2, 8, 16, 64];
 /// The work each holder does in the growth scenario, as a service's short critical section.
 const GROWTH_WORK: Duration = Duration::from_millis(1);
 
+/// Rounds of the growth scenario per row, fewer than the others': 20 rows of `grow_for` each.
+const GROWTH_ROUNDS: usize = 3;
+
 /// Scenario 14: cost as instances grow (issue 59). `n` instances (each a client of its own, as
 /// separate service processes have) contend for one name, one task each: lock, about 1 ms of
 /// work, unlock, for `grow_for`. Per library and count: acquisitions per second, the scripts
@@ -1194,7 +1195,7 @@ pub async fn growth(url: &str, sizes: Sizes) -> Vec<Row> {
                 clients.push(libs::connect(name, url).await.into());
             }
             let mut samples: [Vec<f64>; 4] = Default::default();
-            for _ in 0..sizes.rounds.min(3) {
+            for _ in 0..sizes.rounds.min(GROWTH_ROUNDS) {
                 let commands_before = script_commands(&raw).await;
                 let run = contend(&clients, count, GROWTH_WORK, sizes.grow_for);
                 let ((order, worst, elapsed), cpu) = server_time(&raw, run).await;

@@ -559,6 +559,21 @@ pub(crate) fn not_connected() -> RedisError {
     )
 }
 
+/// A call sent whose reply had not come when the wait it belonged to ended: it may have run.
+/// `connected` says whether the client still had its connection then (else the connection was
+/// lost under the call, and the client is reconnecting).
+pub(crate) fn unanswered(connected: bool) -> RedisError {
+    let (failure, details) = if connected {
+        (Failure::Timeout, "no reply before the wait ended")
+    } else {
+        (
+            Failure::Connection,
+            "the connection was lost before the reply (the client is reconnecting)",
+        )
+    };
+    RedisError::new(RedisErrorKind::NoReply, failure, details)
+}
+
 /// True when the command was not sent at all. Such a command never ran, so sending it again is
 /// always safe.
 pub(crate) fn was_not_sent(error: &RedisError) -> bool {

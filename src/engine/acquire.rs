@@ -26,7 +26,7 @@ use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::script::LastRefusal;
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
-use crate::error::{not_connected, Error, RedisError, Result};
+use crate::error::{not_connected, unanswered, Error, RedisError, Result};
 use crate::inspection::LockEventKind;
 use crate::owner::OwnerId;
 
@@ -303,9 +303,17 @@ fn acquire_loop<'a>(
                     Ok(Attempt::TimedOut(refused)) => {
                         // A wait cut short while its attempt was being sent again ends naming
                         // what kept the attempt from running (a slot in migration's ASK, say).
-                        if let Some(refused) = refused {
+                        // One still unanswered, with no failure seen before it, is the failure
+                        // to name: the connection lost under it (fred holds a call back while it
+                        // reconnects), or no reply in time.
+                        let cut = refused.map(|refused| *refused).or_else(|| {
+                            last_failure
+                                .is_none()
+                                .then(|| unanswered(engine.core().redis().is_connected()))
+                        });
+                        if let Some(cut) = cut {
                             last_failure =
-                                Some(Box::new(unavailable(engine, &pair.name, Some(*refused))));
+                                Some(Box::new(unavailable(engine, &pair.name, Some(cut))));
                         }
                         break Box::new(gave_up(engine, &pair.name, reached, last_failure.take()));
                     }

@@ -4,26 +4,88 @@
 -- (the renewal and the inspection without it) by src/lock/reentrant.rs: Redis makes
 -- every function a script's text defines on every call, so each script
 -- carries only its own section.
+--
+-- The line (fredlock's own, beside Redisson's layout): a zset at
+-- "fredlock_lock_waiters:{name}" of the clients with a task waiting for the
+-- lock, each by its number, scored by when its place ends (ms). A release
+-- publishes the first live one's number on the lock's channel just before its
+-- unlock message, and only that client wakes a waiter: every other fredlock
+-- client lets that unlock message pass. Redisson's clients ignore numbers
+-- other than 0 and 1 and wake on the message as before; a release of theirs
+-- comes without a number and wakes every client. The line binds nobody: a
+-- lock is still taken by whoever asks when it is free.
 
 --- script: acquire
 -- Take, or take again, a reentrant lock (see holds.lua for the layout).
 --
 -- KEYS[1]  lock name
 -- KEYS[2]  fences of lost replies
+-- KEYS[3]  (a lock whose waiters stand in line) the line, see above
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field
 -- ARGV[3]  the owner's holds by its client's count
--- ARGV[4]  request id, then the ids to fence
+-- With KEYS[3], then:
+-- ARGV[4]  the client's number in the line
+-- ARGV[5]  how long its place lasts without another attempt (ms)
+-- ARGV[6]  what a win does to its place: 'keep' (another task of the client
+--          waits on), 'leave', or 'none' (the first attempt, which did not
+--          stand in line)
+-- Last     request id, then the ids to fence
 --
 -- Reply: nil when the caller holds the lock after this call (-3 when that is a
 -- first hold although its client counted more); otherwise the lock's remaining
 -- time to live in milliseconds (-1 when it has no expiry), which bounds how
--- long a waiter may sleep before trying again.
-local halted = fenced(KEYS[2], 3, ARGV[2], {KEYS[1]})
+-- long a waiter may sleep before trying again. A busy reply puts the client in
+-- line, or keeps it there.
+local line = KEYS[3]
+local own_args = 3
+if line then
+    own_args = 6
+end
+local halted = fenced(KEYS[2], own_args, ARGV[2], {KEYS[1]})
 if halted then
     return halted
 end
-return take_hold(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1])
+-- A win leaves the line before it writes the hold, so that nothing refused
+-- after that write can fail a call whose hold is in Redis. The line's calls
+-- are protected: a key of another type there is no line, and no reason to
+-- refuse the lock.
+if line and ARGV[6] == 'leave' and (redis.call('exists', KEYS[1]) == 0
+        or redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+    raised(redis.pcall('zrem', line, ARGV[4]))
+end
+local reply = take_hold(KEYS[1], ARGV[2], tonumber(ARGV[3]), ARGV[1])
+if line and reply ~= nil and reply ~= -3 then
+    -- In line until its place ends. A place is made to last again only once a
+    -- third of it has passed, so that a client keeps its turn (the zset orders
+    -- by when places end) through the attempts it makes while it waits; its
+    -- waiters try at least every third of a place.
+    local time = redis.call('time')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local place = tonumber(ARGV[5])
+    local ends = raised(redis.pcall('zscore', line, ARGV[4]))
+    if type(ends) == 'table' then
+        -- Of another type: no line to stand in.
+        return reply
+    end
+    if not ends or tonumber(ends) - now < place * 2 / 3 then
+        -- Asked here, not with the hold's key: a busy reply has written nothing
+        -- yet, and an acquisition that wins pays nothing for it.
+        local refusal = refused_expiry({line})
+        if refusal then
+            return refusal
+        end
+        -- The places that ended go first: removing them all may delete the key,
+        -- whose TTL is read after.
+        redis.call('zremrangebyscore', line, '-inf', now)
+        local ttl = redis.call('pttl', line)
+        redis.call('zadd', line, now + place, ARGV[4])
+        if ttl < place then
+            redis.call('pexpire', line, place)
+        end
+    end
+end
+return reply
 
 --- script: refuse_reentry
 -- A non-reentrant lock's attempt by an owner that holds it already, found in
@@ -37,11 +99,13 @@ return redis.error_reply('DEADLOCK ' .. ARGV[1])
 --- script: release
 -- Give back holds of a reentrant lock (see holds.lua); when none remain the
 -- lock is deleted and its release announced on the lock's channel, so that
--- waiters retry at once.
+-- waiters retry at once: the first client in line named first, if there is
+-- one.
 --
 -- KEYS[1]  lock name
 -- KEYS[2]  unlock channel ("redisson_lock__channel:{name}")
 -- KEYS[3]  fences of lost replies
+-- KEYS[4]  (a lock whose waiters stand in line) the line
 -- ARGV[1]  unlock message; empty for a lock whose waiters do not listen (spin)
 -- ARGV[2]  lease in milliseconds, applied again while holds remain (0: kept)
 -- ARGV[3]  owner field
@@ -54,8 +118,24 @@ local halted = fenced(KEYS[3], 4, ARGV[3])
 if halted then
     return halted
 end
+-- The first live place in line (the smallest end not yet passed), read
+-- before anything is written: a read refused after the release would fail a
+-- call whose lock is gone. Protected: a key of another type there names
+-- nobody.
+local first = nil
+if ARGV[1] ~= '' and KEYS[4] and redis.call('exists', KEYS[4]) == 1 then
+    local time = redis.call('time')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local found = raised(redis.pcall('zrangebyscore', KEYS[4], now, '+inf', 'LIMIT', 0, 1))
+    if found.err == nil then
+        first = found[1]
+    end
+end
 local released = give_back_holds(KEYS[1], ARGV[3], tonumber(ARGV[4]), ARGV[2])
 if released == 1 and ARGV[1] ~= '' then
+    if first then
+        redis.call(PUBLISH, KEYS[2], first)
+    end
     redis.call(PUBLISH, KEYS[2], ARGV[1])
 end
 return released

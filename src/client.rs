@@ -49,8 +49,6 @@ struct ClientState {
     engine: Engine,
     /// Prepended to every name to make its key; see `LockClientBuilder::key_prefix`.
     key_prefix: Box<str>,
-    /// How long a fair lock's waiter keeps its place without trying again.
-    queue_place: Duration,
 }
 
 impl LockClient {
@@ -82,6 +80,7 @@ impl LockClient {
             reconnect_policy: settings.reconnect_policy.clone(),
             watchdog_lease: settings.watchdog_lease,
             renew_deadline: settings.effective_renew_deadline(),
+            queue_place: settings.queue_place,
             replica_sync: settings.replica_sync,
             metrics: engine::Metrics::new(settings.metrics_lock_names),
             client_name: settings.client_name.as_deref().map(Into::into),
@@ -91,7 +90,6 @@ impl LockClient {
             shared: Arc::new(ClientState {
                 engine,
                 key_prefix: settings.key_prefix.as_str().into(),
-                queue_place: settings.queue_place,
             }),
         })
     }
@@ -194,7 +192,7 @@ impl LockClient {
 
     /// How long a fair lock's waiter keeps its place without trying again.
     pub(crate) fn queue_place(&self) -> Duration {
-        self.shared.queue_place
+        self.shared.engine.core().queue_place
     }
 }
 

@@ -429,7 +429,10 @@ impl LockClientBuilder {
     /// waiter whose process died can hold up the line. Default 5 s.
     ///
     /// The same holds for a waiting writer of an [`RwLock`](crate::RwLock), whose place keeps
-    /// new readers out: a writer whose process died keeps them out for at most this long.
+    /// new readers out: a writer whose process died keeps them out for at most this long; and
+    /// for a client waiting on a [`Lock`](crate::Lock), whose place in the lock's line of
+    /// waiting clients decides which client a release wakes: a client that died in line costs
+    /// the others at most a third of this before they try again.
     pub fn queue_place(mut self, place: Duration) -> Self {
         self.queue_place = place;
         self

@@ -559,19 +559,14 @@ pub(crate) fn not_connected() -> RedisError {
     )
 }
 
-/// A call sent whose reply had not come when the wait it belonged to ended: it may have run.
-/// `connected` says whether the client still had its connection then (else the connection was
-/// lost under the call, and the client is reconnecting).
-pub(crate) fn unanswered(connected: bool) -> RedisError {
-    let (failure, details) = if connected {
-        (Failure::Timeout, "no reply before the wait ended")
-    } else {
-        (
-            Failure::Connection,
-            "the connection was lost before the reply (the client is reconnecting)",
-        )
-    };
-    RedisError::new(RedisErrorKind::NoReply, failure, details)
+/// A call sent whose connection was lost before its reply came (the client is reconnecting):
+/// it may have run.
+pub(crate) fn connection_lost() -> RedisError {
+    RedisError::new(
+        RedisErrorKind::NoReply,
+        Failure::Connection,
+        "the connection was lost before the reply (the client is reconnecting)",
+    )
 }
 
 /// True when the command was not sent at all. Such a command never ran, so sending it again is

@@ -74,7 +74,9 @@ pub trait DistributedLock: Send + Sync {
     /// Cancel safe: if the future is dropped, no hold is left behind. An acquire request already
     /// sent runs to completion in a task of its own, which gives the hold back if it won (a
     /// fenced lock's token issued to it is never handed to anyone; a fair lock's place in the
-    /// queue is given up).
+    /// queue is given up). A [`Lock`](crate::Lock)'s client keeps its place in the lock's line
+    /// until the place ends (at most `queue_place` after its last attempt): a
+    /// release that names it meanwhile is passed on to the other waiting clients.
     ///
     /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
     /// [`Error::WrongType`]: crate::Error::WrongType

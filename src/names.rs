@@ -129,6 +129,14 @@ pub(crate) fn fair_timeouts(name: &str) -> String {
     suffixed(FAIR_TIMEOUTS, name)
 }
 
+/// The prefix of a reentrant lock's line of waiting clients (fredlock's own; Redisson has none).
+pub(crate) const LOCK_LINE: &str = "fredlock_lock_waiters";
+
+/// A reentrant lock's line: a zset of client number -> when its place ends (see `lua/lock.lua`).
+pub(crate) fn lock_line(name: &str) -> String {
+    suffixed(LOCK_LINE, name)
+}
+
 /// fredlock's own set of fenced request ids (see `ledger`); Redisson never reads it.
 pub(crate) fn fences(name: &str) -> String {
     suffixed("fredlock_fences", name)

@@ -462,3 +462,149 @@ async fn node_redisson_and_the_redis_rs_backend_exclude_each_other() {
     })
     .await
 }
+
+/// node-redisson and eight fredlock instances (four on fred, four on redis-rs, each its own
+/// client) on one lock, now that fredlock's waiting clients stand in line and a release wakes
+/// one of them (issue 59): node-redisson's release, which names nobody, wakes them all, and the
+/// lock then passes from one instance to the next; a fredlock release, which names the next
+/// instance first, still wakes node-redisson, which waits among them; nobody holds the lock
+/// with anybody else. Places in line last 30 s, so no waiter's own pause (10 s) ends within
+/// the test: every hand-off is a wake-up.
+///
+/// Needs Node.js and node-redisson from npm, as the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs node-redisson from npm: .ci/run installs it and runs this with --ignored"]
+async fn node_redisson_and_eight_waiting_instances_wake_each_other() {
+    let modules = std::env::var("FREDLOCK_NODE_MODULES").expect(
+        "FREDLOCK_NODE_MODULES names the node_modules folder holding node-redisson and ioredis \
+         (.ci/run installs them)",
+    );
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let mut node = NodeRedisson::start(&modules, server.port());
+        let name = "interop-eight";
+        let mut clients = Vec::new();
+        for backend in [Backend::Fred, Backend::RedisRs] {
+            for _ in 0..4 {
+                let client = LockClient::builder()
+                    .backend(backend)
+                    .url(server.url())
+                    .queue_place(Duration::from_secs(30))
+                    .build()
+                    .await
+                    .unwrap();
+                clients.push(client);
+            }
+        }
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let wait_all = |clients: &[LockClient]| {
+            clients
+                .iter()
+                .map(|client| {
+                    let lock = client.lock(name);
+                    let held = held.clone();
+                    tokio::spawn(async move {
+                        let guard = lock
+                            .try_lock(Duration::from_secs(20), None)
+                            .await
+                            .unwrap()
+                            .expect("every instance gets the lock in turn");
+                        assert_eq!(
+                            held.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                            0,
+                            "one fredlock holder at a time"
+                        );
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                        guard.unlock().await.unwrap();
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        let line = format!("fredlock_lock_waiters:{{{name}}}");
+        let all_in_line = || async {
+            let places: i64 = fred::interfaces::SortedSetsInterface::zcard(&raw, &line)
+                .await
+                .unwrap();
+            places == 8
+        };
+
+        // node-redisson holds; its release wakes the eight, which then pass the lock on.
+        assert_eq!(
+            node.ask(&format!("hold {name}")).await,
+            format!("held {name}")
+        );
+        let waiters = wait_all(&clients);
+        assert!(
+            eventually(Duration::from_secs(5), all_in_line).await,
+            "all eight in line"
+        );
+        let released = std::time::Instant::now();
+        assert_eq!(
+            node.ask(&format!("release {name}")).await,
+            format!("released {name}")
+        );
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert!(
+            released.elapsed() < Duration::from_secs(5),
+            "woken by node-redisson's release, then each by the one before ({:?})",
+            released.elapsed()
+        );
+
+        // A fredlock instance holds; node-redisson waits among the eight, and is woken by a
+        // fredlock release that names another instance first.
+        let guard = clients[0].lock(name).lock().await.unwrap();
+        let waiters = wait_all(&clients[1..]);
+        node.send(&format!("try {name} 15000")).await;
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let places: i64 = fred::interfaces::SortedSetsInterface::zcard(&raw, &line)
+                    .await
+                    .unwrap();
+                places == 7
+            })
+            .await,
+            "seven in line"
+        );
+        let released = std::time::Instant::now();
+        guard.unlock().await.unwrap();
+        assert_eq!(node.answer().await, format!("got {name}"));
+        assert!(
+            released.elapsed() < Duration::from_secs(5),
+            "node-redisson woken among the waiting instances ({:?})",
+            released.elapsed()
+        );
+        assert_eq!(
+            held.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no fredlock instance holds while node-redisson does"
+        );
+        assert!(clients[0]
+            .lock(name)
+            .try_lock_now()
+            .await
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            node.ask(&format!("release {name}")).await,
+            format!("released {name}")
+        );
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert!(
+            released.elapsed() < Duration::from_secs(8),
+            "every instance got the lock after node-redisson's release ({:?})",
+            released.elapsed()
+        );
+        assert_eq!(node.ask("quit").await, "bye");
+        let _ = node.child.wait().await;
+        for client in &clients {
+            client.shutdown().await;
+        }
+    })
+    .await
+}

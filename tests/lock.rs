@@ -2064,3 +2064,91 @@ async fn shutdown_child_runs_the_work() {
         }
     }
 }
+
+/// A release wakes one waiting client, not every one (issue 59): eight clients, each its own
+/// connections as separate instances have, wait on one lock; the lock passes to each in turn,
+/// and Redis runs one acquire script per hand-off, not one per waiting client. With places in
+/// line of 30 s, no waiter's own pause (a third of its place) ends within the test: each
+/// hand-off is a wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiting_client_not_all() {
+    bounded(async {
+        const WAITERS: usize = 8;
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = long_places(&server).await;
+        let guard = holder.lock("herd").lock().await.unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..WAITERS {
+            clients.push(long_places(&server).await);
+        }
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut waiters = Vec::new();
+        for waiting in &clients {
+            let lock = waiting.lock("herd");
+            let held = held.clone();
+            waiters.push(tokio::spawn(async move {
+                let guard = lock.lock().await.unwrap();
+                assert_eq!(
+                    held.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                    0,
+                    "one holder at a time"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                guard.unlock().await.unwrap();
+            }));
+        }
+        // Every waiting client stands in line once its first attempt was refused.
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let places: i64 = raw.zcard("fredlock_lock_waiters:{herd}").await.unwrap();
+                places == WAITERS as i64
+            })
+            .await,
+            "every waiting client in line"
+        );
+        let before = common::command_calls(&raw).await;
+        let released = Instant::now();
+        guard.unlock().await.unwrap();
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        let took = released.elapsed();
+        let ran = common::commands_since(&raw, &before).await;
+        let scripts: u64 = ran
+            .iter()
+            .filter(|(name, _)| name.starts_with("eval"))
+            .map(|(_, calls)| calls)
+            .sum();
+        // A release and an acquire per hand-off, and the first release: 17. Every release
+        // waking every waiting client would run 8 + 7 + .. + 1 acquires: 36 more.
+        assert!(
+            scripts <= 2 * WAITERS as u64 + 1 + 3,
+            "one acquire per hand-off, not one per waiting client: {ran:?}"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "each hand-off woke its next client, none waited out its pause: {took:?}"
+        );
+        let left: i64 = raw.exists("fredlock_lock_waiters:{herd}").await.unwrap();
+        assert_eq!(
+            left, 0,
+            "the last winner left the line, and nobody else is in it"
+        );
+        for client in std::iter::once(&holder).chain(&clients) {
+            client.shutdown().await;
+        }
+    })
+    .await
+}
+
+/// A client whose places in line last 30 s: its waiters' own pauses are 10 s.
+async fn long_places(server: &RedisServer) -> LockClient {
+    common::builder()
+        .url(server.url())
+        .queue_place(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap()
+}

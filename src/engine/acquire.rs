@@ -17,7 +17,7 @@ use crate::engine::durations;
 use crate::engine::guard::Guard;
 use crate::engine::holds::Lease;
 use crate::engine::inflight::{boxed, InFlight};
-use crate::engine::kind::{AcquireArgs, Call, Kind, Primitive, Reply};
+use crate::engine::kind::{AcquireArgs, Call, InLine, Kind, OnWin, Primitive, Reply};
 use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
 use crate::engine::permissions;
@@ -26,7 +26,7 @@ use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
 use crate::engine::script::LastRefusal;
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
-use crate::error::{not_connected, unanswered, Error, RedisError, Result};
+use crate::error::{connection_lost, not_connected, Error, RedisError, Result};
 use crate::inspection::LockEventKind;
 use crate::owner::OwnerId;
 
@@ -247,13 +247,24 @@ fn acquire_loop<'a>(
                 // Boxed, like the join, the leave and the reconnect wait below: passing states
                 // which, inline, would make every waiting task carry their timers and calls
                 // (about 700 bytes) all its wait.
+                // A waiter's client stands in the lock's line from its first busy reply on; the
+                // attempts after it say whether a win leaves the line.
+                let line = (in_line(&*kind) && !single_attempt).then(|| InLine {
+                    number: engine.core().line_number,
+                    place_ms: durations::millis(engine.core().queue_place),
+                    on_win: match &waiter {
+                        _ if busy == 0 => OnWin::Nothing,
+                        Some(waiter) if waiter.has_company() => OnWin::Keep,
+                        _ => OnWin::Leave,
+                    },
+                });
                 let attempt = boxed(|| {
                     attempt(
                         engine,
                         &kind,
                         pair,
                         lease,
-                        place(&kind, wait),
+                        line,
                         deadline(started, wait),
                         single_attempt,
                     )
@@ -297,19 +308,23 @@ fn acquire_loop<'a>(
                                     .waiting(kind.profile().label(), &pair.name),
                             );
                         }
-                        // Trying again is what keeps a queued waiter's place.
+                        // Trying again is what keeps a queued waiter's place, and a place in line.
+                        let pause = if in_line(&*kind) {
+                            pause.min(engine.core().queue_place / 3)
+                        } else {
+                            pause
+                        };
                         place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
                     }
                     Ok(Attempt::TimedOut(refused)) => {
                         // A wait cut short while its attempt was being sent again ends naming
                         // what kept the attempt from running (a slot in migration's ASK, say).
-                        // One still unanswered, with no failure seen before it, is the failure
-                        // to name: the connection lost under it (fred holds a call back while it
-                        // reconnects), or no reply in time.
+                        // One still unanswered, with no failure seen before it, whose connection
+                        // was lost under it (fred holds a call back while it reconnects), ends
+                        // naming that; one that simply got no reply names nothing.
                         let cut = refused.map(|refused| *refused).or_else(|| {
-                            last_failure
-                                .is_none()
-                                .then(|| unanswered(engine.core().redis().is_connected()))
+                            (last_failure.is_none() && !engine.core().redis().is_connected())
+                                .then(connection_lost)
                         });
                         if let Some(cut) = cut {
                             last_failure =
@@ -356,6 +371,7 @@ fn acquire_loop<'a>(
                                 channel,
                                 messages,
                                 kind.profile().wants(),
+                                in_line(&*kind),
                                 until,
                             )
                         })
@@ -471,7 +487,7 @@ pub(crate) async fn wait_until(
         match (&waiter, &listens) {
             // Joined, and subscribed before the next look: a message after it is not missed.
             (None, Some((channel, messages))) => {
-                let joined = join(core, channel.clone(), *messages, 1, until).await;
+                let joined = join(core, channel.clone(), *messages, 1, false, until).await;
                 waiter = Some(joined.map_err(|error| match error {
                     Error::Shutdown => ended(),
                     other => other,
@@ -490,6 +506,11 @@ pub(crate) async fn wait_until(
             }
         }
     }
+}
+
+/// Whether the kind's waiting clients stand in the lock's line (see `lua/lock.lua`).
+fn in_line(kind: &dyn Primitive) -> bool {
+    matches!(kind.profile().class().wake, WakeRule::InLine(_))
 }
 
 /// When a wait that began at `started` ends.
@@ -537,7 +558,7 @@ fn error_pause(errors: u8) -> Duration {
 /// The channel `field` waits on, and what its messages say, for a kind whose waiters listen.
 fn channel(kind: &dyn Primitive, field: &Field) -> Option<(Channel, Messages)> {
     match kind.profile().wake() {
-        Wake::Shared(channel) => Some((channel, Messages::Unlock)),
+        Wake::Shared(channel) | Wake::InLine(channel) => Some((channel, Messages::Unlock)),
         Wake::PerWaiter(prefix) => Some((
             Channel::from(format!("{}:{field}", &*prefix)),
             Messages::Unlock,
@@ -575,9 +596,10 @@ async fn join(
     channel: Channel,
     messages: Messages,
     want: u32,
+    listed: bool,
     until: Instant,
 ) -> Result<Waiter> {
-    let joined = core.pubsub.join(&channel, messages, want);
+    let joined = core.pubsub.join(&channel, messages, want, listed);
     tokio::select! {
         biased;
         _ = core.shutdown.cancelled() => Err(Error::Shutdown),
@@ -623,7 +645,7 @@ async fn attempt(
     kind: &Arc<dyn Kind>,
     pair: &Pair,
     lease: Lease,
-    place: Option<Duration>,
+    line: Option<InLine>,
     deadline: Option<Instant>,
     single_attempt: bool,
 ) -> Result<Attempt> {
@@ -637,7 +659,10 @@ async fn attempt(
         ));
     }
     let lease_arg = core.lease_arg(lease);
-    let place_ms = place.map(durations::millis);
+    // A single attempt leaves no trace in a queue (as `place` says).
+    let place_ms = (kind.profile().place())
+        .filter(|_| !single_attempt)
+        .map(durations::millis);
     let field = &pair.field;
     let task_kind = kind.clone();
     let task_pair = pair.clone();
@@ -669,6 +694,7 @@ async fn attempt(
             lease: &lease_arg,
             holds,
             place_ms,
+            line,
             request: &request,
         };
         let reply = Call::run_made::<Value>(&core.writer, || task_kind.acquire(&args)).await;
@@ -689,7 +715,7 @@ async fn attempt(
                 // The holder of a lock (whose waiters listen) hears of a force unlock at once.
                 if matches!(
                     task_kind.profile().class().wake,
-                    WakeRule::Shared(_) | WakeRule::PerWaiter(_)
+                    WakeRule::Shared(_) | WakeRule::InLine(_) | WakeRule::PerWaiter(_)
                 ) {
                     core.pubsub.listen_own();
                 }

@@ -148,8 +148,10 @@ impl Engine {
                 "unexpected reply from an inspect script: {problem}"
             )))
         })?;
-        if let Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) =
-            kind.profile().wake()
+        if let Wake::Shared(channel)
+        | Wake::InLine(channel)
+        | Wake::Counted(channel)
+        | Wake::AtZero(channel) = kind.profile().wake()
         {
             let counts = core
                 .redis()

@@ -94,7 +94,44 @@ pub(crate) struct AcquireArgs<'a> {
     /// How long the waiter's queue place lasts without another attempt (ms); `None` makes a
     /// single attempt that leaves no trace. Only for a kind with a [`Profile::place`].
     pub(crate) place_ms: Option<u64>,
+    /// The client's place in the lock's line, for a kind whose waiters stand in one
+    /// ([`Wake::InLine`](super::profile::Wake::InLine)) and an attempt that may wait; `None`
+    /// otherwise.
+    pub(crate) line: Option<InLine>,
     pub(crate) request: &'a Request,
+}
+
+/// A client's place in a lock's line of waiting clients (see `lua/lock.lua`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InLine {
+    /// The client's number in every line.
+    pub(crate) number: i64,
+    /// How long its place lasts without another attempt (ms).
+    pub(crate) place_ms: u64,
+    /// What a win does to the place.
+    pub(crate) on_win: OnWin,
+}
+
+/// What a win does to the winning client's place in line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnWin {
+    /// Another task of the client waits on: the place stays.
+    Keep,
+    /// The place is left.
+    Leave,
+    /// The wait's first attempt, which was not in line: nothing to leave.
+    Nothing,
+}
+
+impl OnWin {
+    /// The word the acquire script takes.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            OnWin::Keep => "keep",
+            OnWin::Leave => "leave",
+            OnWin::Nothing => "none",
+        }
+    }
 }
 
 /// The arguments of one release: `field` keeps `left` holds, with `lease` (ms) set again while

@@ -94,6 +94,8 @@ pub(crate) struct Settings {
     pub(crate) reconnect_policy: ReconnectPolicy,
     pub(crate) watchdog_lease: Duration,
     pub(crate) renew_deadline: Duration,
+    /// How long a waiter's place in a line lasts without another attempt.
+    pub(crate) queue_place: Duration,
     pub(crate) replica_sync: Option<replicas::ReplicaSync>,
     pub(crate) metrics: metrics::Metrics,
     /// The client's name for people (see `naming`), if it was given one.
@@ -132,6 +134,17 @@ pub(crate) struct Core {
     permitted: std::sync::atomic::AtomicBool,
     /// Where holds' changes are counted and told (see `events`).
     pub(crate) report: Arc<events::Report>,
+    /// The client's number in the lines of the locks its tasks wait for (see `lua/lock.lua`).
+    pub(crate) line_number: i64,
+    /// How long its place in such a line lasts without another attempt.
+    pub(crate) queue_place: Duration,
+}
+
+/// The client `id`'s number in the locks' lines: 2^52 and up, so that it is never Redisson's
+/// `0` or `1`, and below 2^53, so that Lua's numbers hold it exactly.
+pub(crate) fn line_number(id: Uuid) -> i64 {
+    const LOW: u64 = (1 << 52) - 1;
+    ((1u64 << 52) | (id.as_u128() as u64 & LOW)) as i64
 }
 
 /// The channel of the client `id` (Redisson's text form), on which force unlocks of its holds
@@ -369,8 +382,14 @@ impl Engine {
         }
         // Where force unlocks of this client's holds are announced (see `pubsub`).
         let own = pubsub::Channel::from(own_channel(&id.hyphenated().to_string()));
-        let (pubsub, pubsub_tasks) =
-            pubsub::PubSub::start(subscriber.clone(), sharded, own, shutdown.clone());
+        let (pubsub, pubsub_tasks) = pubsub::PubSub::start(
+            subscriber.clone(),
+            sharded,
+            own,
+            line_number(id),
+            writer.clone(),
+            shutdown.clone(),
+        );
         tasks.extend(pubsub_tasks);
         let (undo_tx, undo_rx) = mpsc::unbounded_channel();
         let report = Arc::new(events::Report {
@@ -404,6 +423,8 @@ impl Engine {
             works: TaskTracker::new(),
             permitted: std::sync::atomic::AtomicBool::new(false),
             report,
+            line_number: line_number(id),
+            queue_place: settings.queue_place,
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),

@@ -214,7 +214,10 @@ async fn ask(
     // The client's own channel (subscribed only), then the lock's wake channel.
     let mut channels = vec![core.own_channel()];
     match profile.wake() {
-        Wake::Shared(channel) | Wake::Counted(channel) | Wake::AtZero(channel) => {
+        Wake::Shared(channel)
+        | Wake::InLine(channel)
+        | Wake::Counted(channel)
+        | Wake::AtZero(channel) => {
             channels.push(channel.to_string());
         }
         Wake::PerWaiter(prefix) => {

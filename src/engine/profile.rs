@@ -91,6 +91,11 @@ impl Keys {
 pub(crate) enum Wake {
     /// An unlock is published on this channel, shared by every waiter of the primitive.
     Shared(Channel),
+    /// As [`Shared`](Self::Shared), and the waiting clients stand in a line beside the lock (a
+    /// zset the kind's acquire keeps, see `lua/lock.lua`): a release publishes the first one's
+    /// number just before its unlock message, and the other clients in line let that message
+    /// pass, so that one client wakes instead of all.
+    InLine(Channel),
     /// Each waiter has its own channel, `<prefix>:<owner field>`, and is told alone.
     PerWaiter(Channel),
     /// Releases publish on this shared channel how many units are free now (a semaphore's
@@ -118,6 +123,8 @@ pub(crate) struct Backoff {
 pub(crate) enum WakeRule {
     /// See [`Wake::Shared`].
     Shared(usize),
+    /// See [`Wake::InLine`].
+    InLine(usize),
     /// See [`Wake::PerWaiter`]: the key is the prefix of each waiter's channel.
     PerWaiter(usize),
     /// See [`Wake::Counted`].
@@ -322,6 +329,7 @@ impl<Slots: AsRef<[u32]> + ?Sized> ProfileOf<Slots> {
     pub(crate) fn wake(&self) -> Wake {
         match self.class.wake {
             WakeRule::Shared(at) => Wake::Shared(self.keys.text(at)),
+            WakeRule::InLine(at) => Wake::InLine(self.keys.text(at)),
             WakeRule::PerWaiter(at) => Wake::PerWaiter(self.keys.text(at)),
             WakeRule::Counted(at) => Wake::Counted(self.keys.text(at)),
             WakeRule::AtZero(at) => Wake::AtZero(self.keys.text(at)),

@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::engine::key_slot;
@@ -37,7 +37,9 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::{HashState, Server, Subscriber};
+use crate::engine::replicas::Writer;
+use crate::engine::script::Script;
+use crate::engine::{HashState, Key, Server, Subscriber};
 use crate::error::{RedisError, RedisErrorKind};
 
 /// A channel's name: a slice of its primitive's keys where it has one, so that naming it
@@ -47,10 +49,19 @@ pub(crate) type Channel = crate::engine::Str;
 /// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
 const WAKE_ALL_MESSAGE: i64 = 1;
 
+/// An unlock message that wakes one waiter of every client (Redisson's unlock).
+const WAKE_ONE_MESSAGE: &str = "0";
+
+/// The smallest number a client has in a lock's line (see `engine::line_number`): a message
+/// from here up names the client a release wakes.
+const FIRST_LINE_NUMBER: i64 = 1 << 52;
+
 /// What a channel's messages say, and so whom they wake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Messages {
-    /// A lock's unlock: `1` wakes every waiter, anything else one.
+    /// A lock's unlock: `1` wakes every waiter, anything else one; but a client's number in
+    /// the lock's line, published just before the unlock message, makes that message wake a
+    /// waiter of that client alone (see [`WaitEntry::deliver`]).
     Unlock,
     /// How many units are free now (a semaphore's permits, Redisson's message): the waiters
     /// whose wants fit in it wake, in the order they came, and no more.
@@ -86,6 +97,11 @@ pub(crate) struct WaitEntry {
     /// Wake-ups: a waiter takes as many as it wants (one, or a semaphore waiter's permits).
     permits: Semaphore,
     waiters: AtomicUsize,
+    /// Waiters not in the lock's line (of a kind whose waiters stand in none, sharing the
+    /// channel): while there is one, a release naming another client still wakes one here.
+    unlisted: AtomicUsize,
+    /// Whether the next unlock message follows a number in line, which took its place.
+    after_number: AtomicBool,
     /// What the waiters want in all: their number, where each wants one.
     wanted: AtomicUsize,
     subscribed: AtomicBool,
@@ -105,6 +121,8 @@ impl WaitEntry {
             messages,
             permits: Semaphore::new(0),
             waiters: AtomicUsize::new(0),
+            unlisted: AtomicUsize::new(0),
+            after_number: AtomicBool::new(false),
             wanted: AtomicUsize::new(0),
             subscribed: AtomicBool::new(false),
             subscribed_changed: Notify::new(),
@@ -145,10 +163,33 @@ impl WaitEntry {
         }
     }
 
-    fn deliver(&self, message: &Value) {
+    /// Hands `message` to the waiters; `mine` is the client's number in line. Only the
+    /// dispatcher calls it, one message at a time, so that a number and the unlock message
+    /// after it (one script publishes both) are seen together.
+    ///
+    /// True when the message named this client and nobody here waits any more (the last waiter
+    /// gave up, its place not yet gone): the wake must be passed on.
+    fn deliver(&self, message: &Value, mine: i64) -> bool {
         let number = message.as_i64();
         match self.messages {
             Messages::Unlock if number == Some(WAKE_ALL_MESSAGE) => self.wake_all(),
+            Messages::Unlock if number.is_some_and(|number| number >= FIRST_LINE_NUMBER) => {
+                // A release naming the first client in line. Its unlock message, next, is for
+                // Redisson's clients: here the number decides.
+                if number == Some(mine) {
+                    self.after_number.store(true, Ordering::Relaxed);
+                    if self.wanted.load(Ordering::SeqCst) == 0 {
+                        return true;
+                    }
+                    self.wake_one();
+                } else if self.unlisted.load(Ordering::SeqCst) == 0 {
+                    // Counted all the same: a waiter joining now attempts once more rather
+                    // than trust a quiet that a release broke.
+                    self.delivered.fetch_add(1, Ordering::SeqCst);
+                    self.after_number.store(true, Ordering::Relaxed);
+                }
+            }
+            Messages::Unlock if self.after_number.swap(false, Ordering::Relaxed) => {}
             Messages::Unlock => self.wake_one(),
             Messages::Count => {
                 // A message that is no count (a Java client's in another codec) wakes everyone
@@ -159,6 +200,7 @@ impl WaitEntry {
             Messages::AtZero if number == Some(0) => self.wake_all(),
             Messages::AtZero => self.wake_up_to(0),
         }
+        false
     }
 }
 
@@ -183,6 +225,10 @@ struct WaitEntries {
     /// Channels the manager is subscribed to, for [`PubSub::subscriptions`].
     subscriptions: AtomicUsize,
     own: OwnChannel,
+    /// The client's number in the locks' lines.
+    line_number: i64,
+    /// Where a wake this client cannot use is passed on ([`pass_on`]).
+    writer: Writer,
 }
 
 /// The client's own channel, on which force unlocks of its holds are announced.
@@ -208,6 +254,8 @@ impl PubSub {
         subscriber: Subscriber,
         sharded: bool,
         own: Channel,
+        line_number: i64,
+        writer: Writer,
         shutdown: CancellationToken,
     ) -> (PubSub, Vec<tokio::task::JoinHandle<()>>) {
         let (changed, changes) = mpsc::unbounded_channel();
@@ -222,6 +270,8 @@ impl PubSub {
                 forced: std::sync::Mutex::new(Vec::new()),
                 heard: Notify::new(),
             },
+            line_number,
+            writer,
         });
         let manager = tokio::spawn(manage(
             subscriber.clone(),
@@ -235,8 +285,15 @@ impl PubSub {
     }
 
     /// Joins the waiters of `channel`, whose messages say `messages`, as a waiter that wants
-    /// `want` wake-ups (one, or a semaphore waiter's permits); subscribes if this is the first.
-    pub(crate) fn join(&self, channel: &Channel, messages: Messages, want: u32) -> Waiter {
+    /// `want` wake-ups (one, or a semaphore waiter's permits), `listed` when its client stands
+    /// in the lock's line; subscribes if this is the first.
+    pub(crate) fn join(
+        &self,
+        channel: &Channel,
+        messages: Messages,
+        want: u32,
+        listed: bool,
+    ) -> Waiter {
         let want = want.max(1);
         let mut created = false;
         let entry = {
@@ -252,6 +309,9 @@ impl PubSub {
             // Counted under the shard lock, so that the manager cannot remove the entry between
             // our lookup and our count.
             entry.wanted.fetch_add(want as usize, Ordering::SeqCst);
+            if !listed {
+                entry.unlisted.fetch_add(1, Ordering::SeqCst);
+            }
             entry.waiters.fetch_add(1, Ordering::SeqCst);
             entry.clone()
         };
@@ -262,6 +322,7 @@ impl PubSub {
             shared: self.shared.clone(),
             entry,
             want,
+            listed,
         }
     }
 
@@ -341,6 +402,8 @@ pub(crate) struct Waiter {
     entry: Arc<WaitEntry>,
     /// Wake-ups it takes at a time.
     want: u32,
+    /// Whether its client stands in the lock's line for it.
+    listed: bool,
 }
 
 impl Waiter {
@@ -361,6 +424,11 @@ impl Waiter {
                 None => changed.await,
             }
         }
+    }
+
+    /// Whether another waiter of this client waits on the channel beside this one.
+    pub(crate) fn has_company(&self) -> bool {
+        self.entry.waiters.load(Ordering::Acquire) > 1
     }
 
     /// Whether nothing can have been missed since `before`: the same entry, still subscribed,
@@ -405,6 +473,9 @@ impl Drop for Waiter {
         self.entry
             .wanted
             .fetch_sub(self.want as usize, Ordering::AcqRel);
+        if !self.listed {
+            self.entry.unlisted.fetch_sub(1, Ordering::AcqRel);
+        }
         if self.entry.waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
             let _ = self.shared.changed.send(self.entry.channel.clone());
         }
@@ -708,6 +779,24 @@ async fn moved_channels(
         .collect()
 }
 
+/// Wakes every client waiting on `channel` with an unlock message of its own, as a release
+/// without a line does: what a client does with a release that named it in line when it no
+/// longer waits, so that the lock is not left free while the others sleep out their pauses.
+/// Rare (a wait given up as a release named it), so it need not name the next in line.
+fn pass_on(shared: &WaitEntries, channel: Channel) {
+    static PASS_ON: LazyLock<Script> =
+        LazyLock::new(|| Script::new(&["redis.call(PUBLISH, KEYS[1], ARGV[1])\n"]));
+    let writer = shared.writer.clone();
+    tracing::debug!(%channel, "named in line with nobody waiting; waking the others");
+    tokio::spawn(async move {
+        let keys = vec![Key::from(&*channel)];
+        let args = vec![Value::from_static_str(WAKE_ONE_MESSAGE)];
+        if let Err(error) = PASS_ON.call::<Value>(&writer, keys, args).await {
+            tracing::debug!(%channel, %error, "could not pass a wake on");
+        }
+    });
+}
+
 /// Sleeps until `deadline`, or forever without one.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -740,7 +829,9 @@ async fn dispatch(subscriber: Subscriber, shared: Arc<WaitEntries>, shutdown: Ca
                             shared.own.heard.notify_one();
                         }
                     } else if let Some(entry) = shared.entries.get(&*message.channel) {
-                        entry.deliver(&message.value);
+                        if entry.deliver(&message.value, shared.line_number) {
+                            pass_on(&shared, entry.channel.clone());
+                        }
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {

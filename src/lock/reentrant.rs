@@ -22,7 +22,8 @@ use crate::names::{self, UNLOCK_MESSAGE};
 const NAME: usize = 0;
 const CHANNEL: usize = 1;
 const FENCES: usize = 2;
-/// A key of a kind of the family that keeps one more (the fenced lock's token counter).
+/// A key of a kind of the family that keeps one more: the plain lock's line of waiting clients,
+/// the fenced lock's token counter.
 pub(crate) const MORE: usize = 3;
 
 /// Every script of the reentrant lock: sections of one file.
@@ -79,8 +80,12 @@ pub(crate) const fn listening(label: &'static str) -> Class {
     }
 }
 
-/// The reentrant lock's class.
-static LOCK: Class = listening("lock");
+/// The reentrant lock's class: its waiting clients stand in line (see `lua/lock.lua`), so that
+/// a release wakes one of them rather than all.
+static LOCK: Class = Class {
+    renewal: Some(&LOCK_RENEW),
+    ..Class::new("lock", WakeRule::InLine(CHANNEL))
+};
 
 /// The spin lock's: the same holds, with waiters that back off instead of listening.
 static SPIN_LOCK: Class = Class {
@@ -103,10 +108,17 @@ impl Reentrant {
         Keys::new([name, &names::lock_channel(name), &names::fences(name)])
     }
 
-    /// A reentrant lock at key `name`, whose waiters listen on its unlock channel.
+    /// A reentrant lock at key `name`, whose waiters listen on its unlock channel, standing in
+    /// its line.
     pub(crate) fn new(name: String) -> Reentrant {
+        let keys = Keys::new([
+            &*name,
+            &names::lock_channel(&name),
+            &names::fences(&name),
+            &names::lock_line(&name),
+        ]);
         Reentrant {
-            profile: ProfileOf::new(&LOCK, Reentrant::keys(&name)),
+            profile: ProfileOf::new(&LOCK, keys),
         }
     }
 
@@ -141,17 +153,32 @@ impl<const SLOTS: usize> Reentrant<SLOTS> {
         self.profile.keys().get(FENCES)
     }
 
+    /// The line of waiting clients, for a kind whose waiters stand in one.
+    fn line(&self) -> Option<Key> {
+        matches!(self.profile.class().wake, WakeRule::InLine(_))
+            .then(|| self.profile.keys().get(MORE))
+    }
+
     /// The acquire script's keys and arguments (see the `acquire` section of `lua/lock.lua`),
     /// after which a script of the family may take keys of its own.
     pub(crate) fn acquire_call(&self, script: &'static Script, args: &AcquireArgs<'_>) -> Call {
-        let mut argv = Vec::with_capacity(4);
+        // Room for the place in line and the request id: one allocation each.
+        let mut argv = Vec::with_capacity(8);
         argv.push(args.lease.clone());
         argv.push(Value::String(args.field.clone()));
         argv.push(Value::from(args.holds as i64));
+        let mut keys = Vec::with_capacity(3);
+        keys.extend([self.hash(), self.fences()]);
+        if let (Some(line), Some(place)) = (args.line, self.line()) {
+            keys.push(place);
+            argv.push(Value::from(line.number));
+            argv.push(Value::from(line.place_ms as i64));
+            argv.push(Value::from_static_str(line.on_win.word()));
+        }
         args.request.append_to(&mut argv);
         Call {
             script,
-            keys: vec![self.hash(), self.fences()],
+            keys,
             args: argv,
         }
     }
@@ -182,9 +209,12 @@ impl<const SLOTS: usize> Kind for Reentrant<SLOTS> {
         argv.push(Value::String(args.field.clone()));
         argv.push(Value::from(args.left as i64));
         args.request.append_to(&mut argv);
+        let mut keys = Vec::with_capacity(4);
+        keys.extend([self.hash(), self.channel(), self.fences()]);
+        keys.extend(self.line());
         Call {
             script: &LOCK_RELEASE,
-            keys: vec![self.hash(), self.channel(), self.fences()],
+            keys,
             args: argv,
         }
     }

@@ -1698,6 +1698,7 @@ async fn the_fair_model_matches_the_scripts() {
 
 mod permits;
 mod rw;
+mod wake;
 
 /// Releases whose replies were lost (issue 44, point 2): three calls for one client (acquire,
 /// a release whose reply is lost, and its resend or the settle, or an acquire again), one for

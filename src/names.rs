@@ -137,6 +137,14 @@ pub(crate) fn lock_line(name: &str) -> String {
     suffixed(LOCK_LINE, name)
 }
 
+/// The prefix of the key that keeps a reentrant lock a moment for the client a release named.
+pub(crate) const LOCK_NAMED: &str = "fredlock_lock_next";
+
+/// The key that keeps a reentrant lock for the client a release named (see `lua/lock.lua`).
+pub(crate) fn lock_named(name: &str) -> String {
+    suffixed(LOCK_NAMED, name)
+}
+
 /// fredlock's own set of fenced request ids (see `ledger`); Redisson never reads it.
 pub(crate) fn fences(name: &str) -> String {
     suffixed("fredlock_fences", name)

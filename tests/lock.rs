@@ -759,6 +759,8 @@ async fn uncontended_lock_and_unlock_cost_one_round_trip_each() {
                     "hdel",
                     "publish",
                     "sismember",
+                    // The acquire asks whether the lock is kept for a client a release named.
+                    "get",
                 ]
                 .contains(&name.as_str())
             })
@@ -2151,4 +2153,60 @@ async fn long_places(server: &RedisServer) -> LockClient {
         .build()
         .await
         .unwrap()
+}
+
+/// A client a release names when none of its tasks waits any more (its wait given up while its
+/// place lasts) passes the wake on: it ends the moment the lock is kept for it and wakes the
+/// other waiting clients. With places of 30 s a waiter's own pause is 10 s; the next client
+/// gets the lock at once instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_client_that_gave_up_passes_the_wake_on() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = long_places(&server).await;
+        let gone = long_places(&server).await;
+        let next = long_places(&server).await;
+        let guard = holder.lock("passed").lock().await.unwrap();
+        // First in line, then gives up: its place stays.
+        let given_up = tokio::spawn({
+            let lock = gone.lock("passed");
+            async move { lock.try_lock(Duration::from_millis(400), None).await }
+        });
+        let line = "fredlock_lock_waiters:{passed}";
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                raw.zcard::<i64, _>(line).await.unwrap() == 1
+            })
+            .await
+        );
+        let waiting = tokio::spawn({
+            let lock = next.lock("passed");
+            async move {
+                let guard = lock.lock().await.unwrap();
+                let got = Instant::now();
+                guard.unlock().await.unwrap();
+                got
+            }
+        });
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                raw.zcard::<i64, _>(line).await.unwrap() == 2
+            })
+            .await
+        );
+        assert!(given_up.await.unwrap().unwrap().is_none());
+        let released = Instant::now();
+        guard.unlock().await.unwrap();
+        let got = waiting.await.unwrap();
+        assert!(
+            got.duration_since(released) < Duration::from_secs(2),
+            "the wake was passed on, not waited out ({:?})",
+            got.duration_since(released)
+        );
+        for client in [&holder, &gone, &next] {
+            client.shutdown().await;
+        }
+    })
+    .await
 }

@@ -22,7 +22,7 @@ use crate::engine::ledger::Pair;
 use crate::engine::metrics::{Ended, Waiting};
 use crate::engine::permissions;
 use crate::engine::profile::{Backoff, Wake, WakeRule};
-use crate::engine::pubsub::{self, Channel, Messages, Quiet, Waiter};
+use crate::engine::pubsub::{self, Channel, Messages, PassOn, Quiet, Waiter};
 use crate::engine::script::LastRefusal;
 use crate::engine::undo::{Leave, SettleOnDrop, Undo, UndoOnDrop};
 use crate::engine::{Core, Engine, Field};
@@ -372,6 +372,14 @@ fn acquire_loop<'a>(
                                 messages,
                                 kind.profile().wants(),
                                 in_line(&*kind),
+                                || {
+                                    let call = kind.pass_on(engine.core().line_number)?;
+                                    Some(PassOn {
+                                        script: call.script,
+                                        keys: call.keys,
+                                        args: call.args,
+                                    })
+                                },
                                 until,
                             )
                         })
@@ -487,7 +495,7 @@ pub(crate) async fn wait_until(
         match (&waiter, &listens) {
             // Joined, and subscribed before the next look: a message after it is not missed.
             (None, Some((channel, messages))) => {
-                let joined = join(core, channel.clone(), *messages, 1, false, until).await;
+                let joined = join(core, channel.clone(), *messages, 1, false, || None, until).await;
                 waiter = Some(joined.map_err(|error| match error {
                     Error::Shutdown => ended(),
                     other => other,
@@ -597,9 +605,10 @@ async fn join(
     messages: Messages,
     want: u32,
     listed: bool,
+    pass_on: impl FnOnce() -> Option<PassOn>,
     until: Instant,
 ) -> Result<Waiter> {
-    let joined = core.pubsub.join(&channel, messages, want, listed);
+    let joined = core.pubsub.join(&channel, messages, want, listed, pass_on);
     tokio::select! {
         biased;
         _ = core.shutdown.cancelled() => Err(Error::Shutdown),

@@ -206,6 +206,13 @@ pub(crate) trait Kind: Primitive {
     fn leave(&self, _field: &str, _request: &Request) -> Option<Call> {
         None
     }
+
+    /// The call a client whose number `number` a release named, with none of its tasks waiting
+    /// any more, makes to pass the wake on, for a kind whose waiters stand in line
+    /// ([`Wake::InLine`](super::profile::Wake::InLine)).
+    fn pass_on(&self, _number: i64) -> Option<Call> {
+        None
+    }
 }
 
 #[cfg(test)]

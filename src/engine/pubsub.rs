@@ -102,6 +102,9 @@ pub(crate) struct WaitEntry {
     unlisted: AtomicUsize,
     /// Whether the next unlock message follows a number in line, which took its place.
     after_number: AtomicBool,
+    /// How a wake this client cannot use is passed on, for a kind whose waiters stand in line
+    /// (set by the entry's first waiter); `None`: an unlock message of the client's own.
+    pass_on: Option<PassOn>,
     /// What the waiters want in all: their number, where each wants one.
     wanted: AtomicUsize,
     subscribed: AtomicBool,
@@ -113,8 +116,16 @@ pub(crate) struct WaitEntry {
     id: u64,
 }
 
+/// A kind's call that passes a wake on (see `Kind::pass_on`), as a script and its arguments.
+#[derive(Debug)]
+pub(crate) struct PassOn {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<Key>,
+    pub(crate) args: Vec<Value>,
+}
+
 impl WaitEntry {
-    fn new(channel: Channel, messages: Messages) -> WaitEntry {
+    fn new(channel: Channel, messages: Messages, pass_on: Option<PassOn>) -> WaitEntry {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         WaitEntry {
             channel,
@@ -123,6 +134,7 @@ impl WaitEntry {
             waiters: AtomicUsize::new(0),
             unlisted: AtomicUsize::new(0),
             after_number: AtomicBool::new(false),
+            pass_on,
             wanted: AtomicUsize::new(0),
             subscribed: AtomicBool::new(false),
             subscribed_changed: Notify::new(),
@@ -183,9 +195,9 @@ impl WaitEntry {
                     }
                     self.wake_one();
                 } else if self.unlisted.load(Ordering::SeqCst) == 0 {
-                    // Counted all the same: a waiter joining now attempts once more rather
-                    // than trust a quiet that a release broke.
-                    self.delivered.fetch_add(1, Ordering::SeqCst);
+                    // Not counted as delivered: a waiter of this client stood in line before
+                    // this release (its busy reply put it there), and the release would not
+                    // have woken it, so a quiet it took before its attempt still holds.
                     self.after_number.store(true, Ordering::Relaxed);
                 }
             }
@@ -293,6 +305,7 @@ impl PubSub {
         messages: Messages,
         want: u32,
         listed: bool,
+        pass_on: impl FnOnce() -> Option<PassOn>,
     ) -> Waiter {
         let want = want.max(1);
         let mut created = false;
@@ -304,7 +317,7 @@ impl PubSub {
                 .or_insert_with(|| {
                     created = true;
                     self.shared.live.fetch_add(1, Ordering::Relaxed);
-                    Arc::new(WaitEntry::new(channel.clone(), messages))
+                    Arc::new(WaitEntry::new(channel.clone(), messages, pass_on()))
                 });
             // Counted under the shard lock, so that the manager cannot remove the entry between
             // our lookup and our count.
@@ -783,15 +796,22 @@ async fn moved_channels(
 /// without a line does: what a client does with a release that named it in line when it no
 /// longer waits, so that the lock is not left free while the others sleep out their pauses.
 /// Rare (a wait given up as a release named it), so it need not name the next in line.
-fn pass_on(shared: &WaitEntries, channel: Channel) {
+fn pass_on(shared: &WaitEntries, entry: &WaitEntry) {
     static PASS_ON: LazyLock<Script> =
         LazyLock::new(|| Script::new(&["redis.call(PUBLISH, KEYS[1], ARGV[1])\n"]));
     let writer = shared.writer.clone();
+    let channel = entry.channel.clone();
     tracing::debug!(%channel, "named in line with nobody waiting; waking the others");
+    let (script, keys, args) = match &entry.pass_on {
+        Some(call) => (call.script, call.keys.clone(), call.args.clone()),
+        None => (
+            &*PASS_ON,
+            vec![Key::from(&*channel)],
+            vec![Value::from_static_str(WAKE_ONE_MESSAGE)],
+        ),
+    };
     tokio::spawn(async move {
-        let keys = vec![Key::from(&*channel)];
-        let args = vec![Value::from_static_str(WAKE_ONE_MESSAGE)];
-        if let Err(error) = PASS_ON.call::<Value>(&writer, keys, args).await {
+        if let Err(error) = script.call::<Value>(&writer, keys, args).await {
             tracing::debug!(%channel, %error, "could not pass a wake on");
         }
     });
@@ -830,7 +850,7 @@ async fn dispatch(subscriber: Subscriber, shared: Arc<WaitEntries>, shutdown: Ca
                         }
                     } else if let Some(entry) = shared.entries.get(&*message.channel) {
                         if entry.deliver(&message.value, shared.line_number) {
-                            pass_on(&shared, entry.channel.clone());
+                            pass_on(&shared, &entry);
                         }
                     }
                 }

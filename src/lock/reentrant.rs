@@ -25,6 +25,8 @@ const FENCES: usize = 2;
 /// A key of a kind of the family that keeps one more: the plain lock's line of waiting clients,
 /// the fenced lock's token counter.
 pub(crate) const MORE: usize = 3;
+/// The plain lock's client a release named, for which the lock is kept a moment.
+const NAMED: usize = 4;
 
 /// Every script of the reentrant lock: sections of one file.
 const SCRIPTS: &str = include_str!("../../lua/lock.lua");
@@ -38,6 +40,9 @@ pub(crate) static LOCK_REFUSE_REENTRY: LazyLock<Script> =
 /// Gives back one hold of a reentrant lock.
 pub(crate) static LOCK_RELEASE: LazyLock<Script> =
     LazyLock::new(|| lua::holds_script(SCRIPTS, "release", true));
+/// What a client named with nobody waiting does: ends the keeping, wakes every client.
+pub(crate) static LOCK_PASS_ON: LazyLock<Script> =
+    LazyLock::new(|| lua::section_script(SCRIPTS, "pass_on", false));
 /// Extends many watchdog-held locks in one call (of every kind of the family but the
 /// read-write lock).
 pub(crate) static LOCK_RENEW: LazyLock<Script> =
@@ -57,6 +62,7 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
         "acquire" => &LOCK_ACQUIRE,
         "refuse_reentry" => &LOCK_REFUSE_REENTRY,
         "release" => &LOCK_RELEASE,
+        "pass_on" => &LOCK_PASS_ON,
         "renew" => &LOCK_RENEW,
         "force_unlock" => &LOCK_FORCE_UNLOCK,
         "inspect" => &LOCK_INSPECT,
@@ -116,6 +122,7 @@ impl Reentrant {
             &names::lock_channel(&name),
             &names::fences(&name),
             &names::lock_line(&name),
+            &names::lock_named(&name),
         ]);
         Reentrant {
             profile: ProfileOf::new(&LOCK, keys),
@@ -153,10 +160,15 @@ impl<const SLOTS: usize> Reentrant<SLOTS> {
         self.profile.keys().get(FENCES)
     }
 
-    /// The line of waiting clients, for a kind whose waiters stand in one.
-    fn line(&self) -> Option<Key> {
-        matches!(self.profile.class().wake, WakeRule::InLine(_))
-            .then(|| self.profile.keys().get(MORE))
+    /// The line of waiting clients and the client a release named, for a kind whose waiters
+    /// stand in line.
+    fn line(&self) -> Option<[Key; 2]> {
+        matches!(self.profile.class().wake, WakeRule::InLine(_)).then(|| {
+            [
+                self.profile.keys().get(MORE),
+                self.profile.keys().get(NAMED),
+            ]
+        })
     }
 
     /// The acquire script's keys and arguments (see the `acquire` section of `lua/lock.lua`),
@@ -167,10 +179,10 @@ impl<const SLOTS: usize> Reentrant<SLOTS> {
         argv.push(args.lease.clone());
         argv.push(Value::String(args.field.clone()));
         argv.push(Value::from(args.holds as i64));
-        let mut keys = Vec::with_capacity(3);
+        let mut keys = Vec::with_capacity(4);
         keys.extend([self.hash(), self.fences()]);
-        if let (Some(line), Some(place)) = (args.line, self.line()) {
-            keys.push(place);
+        if let (Some(line), Some(keys_of_line)) = (args.line, self.line()) {
+            keys.extend(keys_of_line);
             argv.push(Value::from(line.number));
             argv.push(Value::from(line.place_ms as i64));
             argv.push(Value::from_static_str(line.on_win.word()));
@@ -209,14 +221,22 @@ impl<const SLOTS: usize> Kind for Reentrant<SLOTS> {
         argv.push(Value::String(args.field.clone()));
         argv.push(Value::from(args.left as i64));
         args.request.append_to(&mut argv);
-        let mut keys = Vec::with_capacity(4);
+        let mut keys = Vec::with_capacity(5);
         keys.extend([self.hash(), self.channel(), self.fences()]);
-        keys.extend(self.line());
+        keys.extend(self.line().into_iter().flatten());
         Call {
             script: &LOCK_RELEASE,
             keys,
             args: argv,
         }
+    }
+    fn pass_on(&self, number: i64) -> Option<Call> {
+        let [_, named] = self.line()?;
+        Some(Call {
+            script: &LOCK_PASS_ON,
+            keys: vec![self.channel(), named],
+            args: vec![Value::from_static_str(UNLOCK_MESSAGE), Value::from(number)],
+        })
     }
 }
 
@@ -296,6 +316,9 @@ impl Kind for NonReentrant {
     }
     fn leave(&self, field: &str, request: &Request) -> Option<Call> {
         self.0.leave(field, request)
+    }
+    fn pass_on(&self, number: i64) -> Option<Call> {
+        self.0.pass_on(number)
     }
 }
 

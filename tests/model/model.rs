@@ -3,7 +3,8 @@
 //! with stateright, and tied to the Lua by differential tests. One file per model: this one the
 //! lock model (the fair lock and the leader election are the lock model with its `line` or
 //! `campaign` set) and its checks, `script.rs` the lock scripts it runs, `permits.rs` the
-//! permit semaphore's, `rw.rs` the read-write lock's; `checker.rs` the bounded check every
+//! permit semaphore's, `rw.rs` the read-write lock's, `wake.rs` the reentrant lock's wake rule
+//! (its line of waiting clients); `checker.rs` the bounded check every
 //! model runs, `differential.rs` the harness every differential test shares.
 //!
 //! The model runs the scripts of `lua/lock.lua` (acquire, release, the watchdog's renew) as

@@ -4,10 +4,11 @@
 //!
 //! What is modelled: clients that start waiting (their first attempt at once), attempts (the
 //! acquire script: a win leaves the line, a busy reply takes a place or makes it last again
-//! once a third of it has passed), releases (the release script: the first place not yet ended,
-//! then the message), the message delivered to each subscribed client in its own time (named:
-//! a waiting client wakes; a client no longer waiting passes the wake on with an unlock message
-//! that names nobody; a client named by another's number lets it pass), waits given up (the
+//! once a third of it has passed, a lock kept a moment for another named client is busy),
+//! releases (the release script: the first place not yet ended, the lock kept for it, then
+//! the message), the message delivered to each subscribed client in its own time (named:
+//! a waiting client wakes; a client no longer waiting ends the keeping and passes the wake on
+//! with an unlock message that names nobody; a client named by another's number lets it pass), waits given up (the
 //! place stays until it ends), clients that stop listening or crash, a waiter's own pause (a
 //! third of a place), and time. Deliveries and woken attempts take no time: a tick passes only
 //! when none is pending, which is the engine's order of sizes (a round trip against a third of a
@@ -59,6 +60,9 @@ pub(crate) struct State {
     holder: Option<u8>,
     /// Client -> when its place ends.
     line: BTreeMap<u8, u8>,
+    /// The client the last release named, for which the lock is kept (`HAND_OVER`, well under
+    /// a tick: it ends before time passes).
+    kept: Option<u8>,
     clients: Vec<Client>,
     /// Since when the lock has been free with a client waiting.
     free_since: Option<u8>,
@@ -77,6 +81,7 @@ pub(crate) enum Act {
     Attempt(u8),
     Release(u8),
     Deliver(u8),
+    KeepingEnds,
     GiveUp(u8),
     StopListening(u8),
     Crash(u8),
@@ -101,13 +106,17 @@ impl Wake {
         }
     }
 
-    /// Whether something must happen before time passes: a delivery, or an attempt woken or due.
+    /// Whether something must happen before time passes: a delivery, the keeping's end, or an
+    /// attempt woken or due.
     fn pending(state: &State) -> bool {
-        state.clients.iter().any(|client| {
-            client.alive
-                && (!client.inbox.is_empty()
-                    || (client.waiting && (client.woken || client.due <= state.now)))
-        })
+        state.kept.is_some()
+            || state.clients.iter().any(|client| {
+                client.alive && (!client.inbox.is_empty() || Wake::may_attempt(state, client))
+            })
+    }
+
+    fn may_attempt(state: &State, client: &Client) -> bool {
+        client.waiting && (client.woken || client.due <= state.now)
     }
 
     fn someone_waits(state: &State) -> bool {
@@ -137,6 +146,7 @@ impl Model for Wake {
             now: 0,
             holder: None,
             line: BTreeMap::new(),
+            kept: None,
             clients: vec![client; self.clients as usize],
             free_since: None,
             excused: false,
@@ -154,7 +164,7 @@ impl Model for Wake {
             if !client.waiting && !client.holding && client.waits < self.max_waits {
                 actions.push(Act::Want(i));
             }
-            if client.waiting && (client.woken || client.due <= state.now) {
+            if Wake::may_attempt(state, client) {
                 actions.push(Act::Attempt(i));
             }
             if client.holding {
@@ -172,6 +182,9 @@ impl Model for Wake {
             if !client.holding {
                 actions.push(Act::Crash(i));
             }
+        }
+        if state.kept.is_some() {
+            actions.push(Act::KeepingEnds);
         }
         if state.now < self.max_time && !Wake::pending(state) {
             actions.push(Act::Tick);
@@ -193,13 +206,19 @@ impl Model for Wake {
                 let now = state.now;
                 let client = &mut state.clients[i as usize];
                 client.woken = false;
-                if state.holder.is_none() {
+                let kept_for_another = state.kept.is_some_and(|named| named != i);
+                if state.kept == Some(i) {
+                    state.kept = None;
+                }
+                if state.holder.is_none() && !kept_for_another {
                     state.holder = Some(i);
                     state.excused = false;
                     client.waiting = false;
                     client.holding = true;
                     state.line.remove(&i);
                 } else {
+                    // Told busy, whether held or kept for another: it sleeps until named, or
+                    // its pause ends.
                     client.due = now.saturating_add(pause);
                     let renew = match state.line.get(&i) {
                         None => true,
@@ -217,6 +236,7 @@ impl Model for Wake {
                 state.clients[i as usize].holding = false;
                 state.holder = None;
                 let first = self.live_first(&state);
+                state.kept = first;
                 if let Some(first) = first {
                     let named = &state.clients[first as usize];
                     if !named.alive || !named.subscribed {
@@ -235,6 +255,9 @@ impl Model for Wake {
                             state.woke_by_name = true;
                         } else if self.pass_on {
                             state.passed_on = true;
+                            if state.kept == Some(i) {
+                                state.kept = None;
+                            }
                             Wake::publish(&mut state, None);
                         }
                     }
@@ -248,6 +271,7 @@ impl Model for Wake {
                     }
                 }
             }
+            Act::KeepingEnds => state.kept = None,
             Act::GiveUp(i) => {
                 let client = &mut state.clients[i as usize];
                 if client.woken {

@@ -523,11 +523,15 @@ async fn node_redisson_and_eight_waiting_instances_wake_each_other() {
                 .collect::<Vec<_>>()
         };
         let line = format!("fredlock_lock_waiters:{{{name}}}");
-        let all_in_line = || async {
-            let places: i64 = fred::interfaces::SortedSetsInterface::zcard(&raw, &line)
-                .await
-                .unwrap();
-            places == 8
+        // Whether `count` clients stand in line.
+        let in_line = |count: i64| {
+            let (raw, line) = (&raw, &line);
+            move || async move {
+                let places: i64 = fred::interfaces::SortedSetsInterface::zcard(raw, line)
+                    .await
+                    .unwrap();
+                places == count
+            }
         };
 
         // node-redisson holds; its release wakes the eight, which then pass the lock on.
@@ -537,7 +541,7 @@ async fn node_redisson_and_eight_waiting_instances_wake_each_other() {
         );
         let waiters = wait_all(&clients);
         assert!(
-            eventually(Duration::from_secs(5), all_in_line).await,
+            eventually(Duration::from_secs(5), in_line(8)).await,
             "all eight in line"
         );
         let released = std::time::Instant::now();
@@ -560,13 +564,7 @@ async fn node_redisson_and_eight_waiting_instances_wake_each_other() {
         let waiters = wait_all(&clients[1..]);
         node.send(&format!("try {name} 15000")).await;
         assert!(
-            eventually(Duration::from_secs(5), || async {
-                let places: i64 = fred::interfaces::SortedSetsInterface::zcard(&raw, &line)
-                    .await
-                    .unwrap();
-                places == 7
-            })
-            .await,
+            eventually(Duration::from_secs(5), in_line(7)).await,
             "seven in line"
         );
         let released = std::time::Instant::now();

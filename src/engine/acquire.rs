@@ -210,8 +210,8 @@ fn acquire_loop<'a>(
         // The deadline and the queue place are worked out where needed from what the future
         // keeps anyway, rather than kept (closures would keep their references).
         // Boxed, like everything a waiting task keeps that most waiters have none of.
-        let queued =
-            place(&kind, wait).map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
+        let queued = place(&*kind, single_attempt)
+            .map(|_| Box::new(leave_undo(engine.core(), &kind, &pair.field)));
         // Busy replies so far, which a backing-off kind's pauses grow with.
         let mut busy: u32 = 0;
         // Connection errors in a row, which the pause after one grows with.
@@ -314,7 +314,7 @@ fn acquire_loop<'a>(
                         } else {
                             pause
                         };
-                        place(&kind, wait).map_or(pause, |place| pause.min(place / 3))
+                        place(&*kind, single_attempt).map_or(pause, |place| pause.min(place / 3))
                     }
                     Ok(Attempt::TimedOut(refused)) => {
                         // A wait cut short while its attempt was being sent again ends naming
@@ -528,10 +528,8 @@ fn deadline(started: Instant, wait: Option<Duration>) -> Option<Instant> {
 
 /// How long a waiter's queue place lasts, for a queueing kind: only a waiter queues (a single
 /// attempt leaves no trace in a queue).
-fn place(kind: &Arc<dyn Kind>, wait: Option<Duration>) -> Option<Duration> {
-    kind.profile()
-        .place()
-        .filter(|_| wait != Some(Duration::ZERO))
+fn place(kind: &dyn Primitive, single_attempt: bool) -> Option<Duration> {
+    kind.profile().place().filter(|_| !single_attempt)
 }
 
 /// A wait the client's shutdown ended: told on the event stream (the shutdown gives up every
@@ -668,10 +666,7 @@ async fn attempt(
         ));
     }
     let lease_arg = core.lease_arg(lease);
-    // A single attempt leaves no trace in a queue (as `place` says).
-    let place_ms = (kind.profile().place())
-        .filter(|_| !single_attempt)
-        .map(durations::millis);
+    let place_ms = place(&**kind, single_attempt).map(durations::millis);
     let field = &pair.field;
     let task_kind = kind.clone();
     let task_pair = pair.clone();

@@ -143,8 +143,8 @@ pub(crate) struct Core {
 /// The client `id`'s number in the locks' lines: 2^52 and up, so that it is never Redisson's
 /// `0` or `1`, and below 2^53, so that Lua's numbers hold it exactly.
 pub(crate) fn line_number(id: Uuid) -> i64 {
-    const LOW: u64 = (1 << 52) - 1;
-    ((1u64 << 52) | (id.as_u128() as u64 & LOW)) as i64
+    let first = pubsub::FIRST_LINE_NUMBER;
+    first | (id.as_u128() as i64 & (first - 1))
 }
 
 /// The channel of the client `id` (Redisson's text form), on which force unlocks of its holds
@@ -382,11 +382,12 @@ impl Engine {
         }
         // Where force unlocks of this client's holds are announced (see `pubsub`).
         let own = pubsub::Channel::from(own_channel(&id.hyphenated().to_string()));
+        let line_number = line_number(id);
         let (pubsub, pubsub_tasks) = pubsub::PubSub::start(
             subscriber.clone(),
             sharded,
             own,
-            line_number(id),
+            line_number,
             writer.clone(),
             shutdown.clone(),
         );
@@ -423,7 +424,7 @@ impl Engine {
             works: TaskTracker::new(),
             permitted: std::sync::atomic::AtomicBool::new(false),
             report,
-            line_number: line_number(id),
+            line_number,
             queue_place: settings.queue_place,
         });
         tasks.push(tokio::spawn(

@@ -25,7 +25,7 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::engine::key_slot;
@@ -49,12 +49,9 @@ pub(crate) type Channel = crate::engine::Str;
 /// The message that wakes every waiter of a channel instead of one (Redisson's read-unlock).
 const WAKE_ALL_MESSAGE: i64 = 1;
 
-/// An unlock message that wakes one waiter of every client (Redisson's unlock).
-const WAKE_ONE_MESSAGE: &str = "0";
-
 /// The smallest number a client has in a lock's line (see `engine::line_number`): a message
 /// from here up names the client a release wakes.
-const FIRST_LINE_NUMBER: i64 = 1 << 52;
+pub(crate) const FIRST_LINE_NUMBER: i64 = 1 << 52;
 
 /// What a channel's messages say, and so whom they wake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,9 +99,9 @@ pub(crate) struct WaitEntry {
     unlisted: AtomicUsize,
     /// Whether the next unlock message follows a number in line, which took its place.
     after_number: AtomicBool,
-    /// How a wake this client cannot use is passed on, for a kind whose waiters stand in line
-    /// (set by the entry's first waiter); `None`: an unlock message of the client's own.
-    pass_on: Option<PassOn>,
+    /// How a wake this client cannot use is passed on: set by the entry's first waiter that
+    /// stands in line (only such a waiter's client is ever named).
+    pass_on: OnceLock<PassOn>,
     /// What the waiters want in all: their number, where each wants one.
     wanted: AtomicUsize,
     subscribed: AtomicBool,
@@ -125,7 +122,7 @@ pub(crate) struct PassOn {
 }
 
 impl WaitEntry {
-    fn new(channel: Channel, messages: Messages, pass_on: Option<PassOn>) -> WaitEntry {
+    fn new(channel: Channel, messages: Messages) -> WaitEntry {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         WaitEntry {
             channel,
@@ -134,7 +131,7 @@ impl WaitEntry {
             waiters: AtomicUsize::new(0),
             unlisted: AtomicUsize::new(0),
             after_number: AtomicBool::new(false),
-            pass_on,
+            pass_on: OnceLock::new(),
             wanted: AtomicUsize::new(0),
             subscribed: AtomicBool::new(false),
             subscribed_changed: Notify::new(),
@@ -317,13 +314,17 @@ impl PubSub {
                 .or_insert_with(|| {
                     created = true;
                     self.shared.live.fetch_add(1, Ordering::Relaxed);
-                    Arc::new(WaitEntry::new(channel.clone(), messages, pass_on()))
+                    Arc::new(WaitEntry::new(channel.clone(), messages))
                 });
             // Counted under the shard lock, so that the manager cannot remove the entry between
             // our lookup and our count.
             entry.wanted.fetch_add(want as usize, Ordering::SeqCst);
             if !listed {
                 entry.unlisted.fetch_add(1, Ordering::SeqCst);
+            } else if entry.pass_on.get().is_none() {
+                if let Some(call) = pass_on() {
+                    let _ = entry.pass_on.set(call);
+                }
             }
             entry.waiters.fetch_add(1, Ordering::SeqCst);
             entry.clone()
@@ -792,24 +793,17 @@ async fn moved_channels(
         .collect()
 }
 
-/// Wakes every client waiting on `channel` with an unlock message of its own, as a release
-/// without a line does: what a client does with a release that named it in line when it no
-/// longer waits, so that the lock is not left free while the others sleep out their pauses.
-/// Rare (a wait given up as a release named it), so it need not name the next in line.
+/// Sends the entry's pass-on call (the kind's, see `Kind::pass_on`): what a client does with a
+/// release that named it in line when it no longer waits, so that the lock is not left free
+/// while the others sleep out their pauses. Rare (a wait given up as a release named it).
 fn pass_on(shared: &WaitEntries, entry: &WaitEntry) {
-    static PASS_ON: LazyLock<Script> =
-        LazyLock::new(|| Script::new(&["redis.call(PUBLISH, KEYS[1], ARGV[1])\n"]));
+    let Some(call) = entry.pass_on.get() else {
+        return;
+    };
     let writer = shared.writer.clone();
     let channel = entry.channel.clone();
-    tracing::debug!(%channel, "named in line with nobody waiting; waking the others");
-    let (script, keys, args) = match &entry.pass_on {
-        Some(call) => (call.script, call.keys.clone(), call.args.clone()),
-        None => (
-            &*PASS_ON,
-            vec![Key::from(&*channel)],
-            vec![Value::from_static_str(WAKE_ONE_MESSAGE)],
-        ),
-    };
+    tracing::debug!(%channel, "named in line with nobody waiting; passing the wake on");
+    let (script, keys, args) = (call.script, call.keys.clone(), call.args.clone());
     tokio::spawn(async move {
         if let Err(error) = script.call::<Value>(&writer, keys, args).await {
             tracing::debug!(%channel, %error, "could not pass a wake on");

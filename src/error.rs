@@ -465,6 +465,28 @@ impl RedisError {
         )
     }
 
+    /// This failure of a call that the server had refused before it was sent again (a slot in
+    /// migration's `ASK` or `TRYAGAIN`): the same kind, its words saying that refusal too, so
+    /// that a call whose last try was cut off (a connection dropped while the slot moved) still
+    /// names what kept it from running.
+    pub(crate) fn after_refusal(self, refused: &RedisError) -> RedisError {
+        RedisError {
+            details: format!("{} (sent again after: {refused})", self.words()),
+            ..self
+        }
+    }
+
+    /// The words of `details`: a client library may keep an io::Error only in its Debug form,
+    /// `Os { .., message: "Connection refused" }` or `Custom { kind: InvalidData, error:
+    /// InvalidCertificate(UnknownIssuer) }`.
+    fn words(&self) -> &str {
+        let details = self.details.as_str();
+        between(details, "message: \"", "\"")
+            .or_else(|| between(details, "error: ", " }"))
+            .or_else(|| between(details, "Kind(", ")"))
+            .unwrap_or(details)
+    }
+
     /// What the error means for the command that met it.
     pub fn kind(&self) -> RedisErrorKind {
         self.kind
@@ -482,13 +504,7 @@ impl std::error::Error for RedisError {}
 impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let details = self.details.as_str();
-        // A client library may keep an io::Error only in its Debug form: `Os { .., message:
-        // "Connection refused" }` or `Custom { kind: InvalidData, error:
-        // InvalidCertificate(UnknownIssuer) }`.
-        let what = between(details, "message: \"", "\"")
-            .or_else(|| between(details, "error: ", " }"))
-            .or_else(|| between(details, "Kind(", ")"))
-            .unwrap_or(details);
+        let what = self.words();
         let lower = details.to_ascii_lowercase();
         let hint = if lower.contains("certificate") || lower.contains("unknownissuer") {
             "the server's TLS certificate is not trusted: configure the CA that signed it, and \
@@ -658,6 +674,29 @@ mod tests {
         assert!(is_server_reply("ERR wrong") && is_server_reply("WRONGTYPE Operation"));
         assert!(
             !is_server_reply("Connection closed") && !is_server_reply("") && !is_server_reply("E")
+        );
+    }
+
+    /// A call refused (a slot in migration) and cut off when sent again keeps the kind of its
+    /// last failure (it may have run) and names the refusal before it.
+    #[test]
+    fn a_call_cut_off_after_a_refusal_names_both() {
+        let refused = RedisError::new(
+            RedisErrorKind::NotSent,
+            Failure::Other("routing".into()),
+            "ASK not followed",
+        );
+        let cut = RedisError::new(
+            RedisErrorKind::NoReply,
+            Failure::Other("canceled".into()),
+            "Canceled.",
+        )
+        .after_refusal(&refused);
+        assert_eq!(cut.kind(), RedisErrorKind::NoReply);
+        let shown = cut.to_string();
+        assert!(
+            shown.starts_with("canceled: Canceled.") && shown.contains("ASK not followed"),
+            "{shown}"
         );
     }
 

@@ -230,6 +230,8 @@ where
     writer
         .send(slot, |redis| async move {
             let mut resend: Option<Resend> = None;
+            // What the server said when it refused the call last, once it has.
+            let mut refused: Option<RedisError> = None;
             loop {
                 let sent = match &resend {
                     None => send(redis).await,
@@ -249,6 +251,15 @@ where
                         if !Box::pin(resend.wait(redis)).await {
                             return Err(error);
                         }
+                        refused = Some(error);
+                    }
+                    // Sent again and cut off (fred cancels a call whose connection it drops as
+                    // a slot moves): it may have run, and it still names the refusal before.
+                    Err(error) if error.kind() == RedisErrorKind::NoReply => {
+                        return Err(match &refused {
+                            Some(refused) => error.after_refusal(refused),
+                            None => error,
+                        });
                     }
                     other => return other,
                 }

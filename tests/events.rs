@@ -473,6 +473,105 @@ async fn renewals_and_checks_that_get_through_tell_nothing() {
     .await;
 }
 
+/// A release that meets a renewal or a check on the server (the visit runs just after the release
+/// deleted the field) is told released, not lost as deleted: the watchdog renews every 10 ms
+/// here, so that among 8 tasks' 40 releases each, of holds renewed and of fixed leases, many
+/// have a visit on its way. Before the watchdog left a hold being released to its release's
+/// reply, some of them were told lost as deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_meets_a_renewal_is_told_released_not_lost() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = client_with(&server, Duration::from_millis(30), "events-meet").await;
+        let mut events = client.events();
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..8u64 {
+            let client = client.clone();
+            tasks.spawn(async move {
+                let lock = client.lock(format!("ev-meet-{task}"));
+                for round in 0..40u64 {
+                    let guard = if round % 2 == 0 {
+                        lock.lock().await.unwrap()
+                    } else {
+                        lock.lock_with_lease(Duration::from_secs(20)).await.unwrap()
+                    };
+                    // Held across 0 to 3 watchdog periods.
+                    let held = (task * 7 + round * 13) % 30;
+                    tokio::time::sleep(Duration::from_millis(held)).await;
+                    // A renewal that the load here held up past its deadline may lose a hold
+                    // (told as such); a release that meets a visit must not.
+                    if let Err(error) = guard.unlock().await {
+                        assert!(matches!(error, fredlock::Error::NotHeld { .. }), "{error}");
+                    }
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+        let mut told = Vec::new();
+        while let Ok(event) = next(&mut events, Duration::from_millis(300)).await {
+            told.push((event.name().to_owned(), event.what()));
+        }
+        let acquired = told
+            .iter()
+            .filter(|(_, what)| *what == LockEventKind::Acquired);
+        assert_eq!(acquired.count(), 8 * 40, "{told:?}");
+        let wrong: Vec<_> = told
+            .iter()
+            .filter(|(_, what)| {
+                matches!(
+                    what,
+                    LockEventKind::Lost(LossReason::Deleted | LossReason::Expired)
+                )
+            })
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{} of {} told {wrong:?}",
+            wrong.len(),
+            told.len()
+        );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// A release that finds its field already gone (deleted by hand before the watchdog's next
+/// look, 10 s away) answers `NotHeld` and tells the hold lost as deleted, not released: what
+/// the guard learns and what the stream says agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_finds_its_field_gone_is_told_lost_as_deleted() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = client_with(&server, Duration::from_secs(30), "events-gone").await;
+        let mut events = client.events();
+        let renewed = client.lock("ev-gone-renewed").lock().await.unwrap();
+        let fixed = client
+            .lock("ev-gone-fixed")
+            .lock_with_lease(Duration::from_secs(20))
+            .await
+            .unwrap();
+        let _: i64 = raw
+            .del(vec!["ev-gone-renewed", "ev-gone-fixed"])
+            .await
+            .unwrap();
+        for guard in [renewed, fixed] {
+            let error = guard.unlock().await.unwrap_err();
+            assert!(matches!(error, fredlock::Error::NotHeld { .. }), "{error}");
+        }
+        let names = ["ev-gone-renewed", "ev-gone-fixed"];
+        let seen = until_lost(&mut events, names, Duration::from_secs(3)).await;
+        let deleted = LockEventKind::Lost(LossReason::Deleted);
+        assert_eq!(seen, [[LockEventKind::Acquired, deleted]; 2], "{names:?}");
+        let quiet = next(&mut events, Duration::from_millis(300)).await;
+        assert!(quiet.is_err(), "{quiet:?} after {seen:?}");
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// A server that stops answering (DEBUG SLEEP past the renew deadline): the renewal fails, the
 /// connection is told lost, and the hold is lost once its deadline passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,6 +122,10 @@ pub(crate) struct Hold {
     /// Set by the watchdog while a visit (a renewal, or a check of a fixed lease) of this hold
     /// is on its way.
     pub(crate) visiting: AtomicBool,
+    /// Set while the release of its last guard is on its way. A visit that finds the field gone
+    /// then may have met that release on the server, which is no loss: the release's reply
+    /// tells which (see `Release::run`).
+    pub(crate) releasing: AtomicBool,
     times: Mutex<LeaseTimes>,
     /// How long after the last confirmed renewal was sent the hold counts as lost while
     /// watchdog guards remain, in ns; see `LockClientBuilder::renew_deadline`.
@@ -215,6 +219,19 @@ impl Hold {
             self.mark_lost(LossReason::DeadlinePassed);
         }
         true
+    }
+
+    /// Why the hold ended if its field was found gone at `now`: past its deadline, as
+    /// [`is_lost`](Self::is_lost) counts it (its renew deadline passed, or its fixed lease ran
+    /// out); before it, deleted.
+    pub(crate) fn gone_at(&self, now: Instant) -> LossReason {
+        if now < self.deadline() {
+            LossReason::Deleted
+        } else if self.watchdog_guards() > 0 {
+            LossReason::DeadlinePassed
+        } else {
+            LossReason::Expired
+        }
     }
 
     /// When the hold counts as lost unless something changes: the renew deadline while watchdog
@@ -568,6 +585,7 @@ impl Holds {
             watchdog_guards: AtomicU32::new(0),
             lost: AtomicBool::new(false),
             visiting: AtomicBool::new(false),
+            releasing: AtomicBool::new(false),
             times: Mutex::new(LeaseTimes {
                 leased_at,
                 expires_at: leased_at.saturating_add(since_epoch_len(lease)),

@@ -4,6 +4,7 @@
 //! and safe outside a runtime; this task sends the scripts.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -469,6 +470,11 @@ impl Release {
         } else {
             (hold.guards().saturating_sub(1), core.lease_arg(self.lease))
         };
+        if !lost && left == 0 {
+            // From here a visit that finds the field gone may have met this release; this
+            // release's reply tells the loss, if there was one (below).
+            hold.releasing.store(true, Ordering::Release);
+        }
         let sent_at = Instant::now();
         let (reply, resent) = send_release(
             core,
@@ -488,6 +494,16 @@ impl Release {
                 Ok(None) if resent && left == 0 => Ok(Some(1)),
                 other => other,
             };
+            if matches!(reply, Ok(None)) && left == 0 {
+                // The field was gone before this release came: the hold was lost, and is told
+                // so before the guard is detached (which would tell it released).
+                let why = hold.gone_at(Instant::now());
+                tracing::warn!(
+                    lock = %hold.pair.name, owner = %hold.pair.field,
+                    "lock lost: its owner's field was gone from Redis when it was released"
+                );
+                hold.mark_lost(why);
+            }
             let replied = reply.is_ok();
             // Detached in the turn: the next call of the owner counts one hold fewer.
             core.holds

@@ -217,8 +217,9 @@ impl Watchdog {
                 self.failing.remove(&address(&hold));
                 continue;
             }
-            if hold.visiting.swap(true, Ordering::AcqRel) {
-                continue;
+            if hold.releasing.load(Ordering::Acquire) || hold.visiting.swap(true, Ordering::AcqRel)
+            {
+                continue; // its release, or a visit, is on its way
             }
             let visit = if hold.watchdog_guards() > 0 {
                 Visit::Renew
@@ -321,9 +322,11 @@ impl Watchdog {
         }
         for (i, hold) in holds.into_iter().enumerate() {
             hold.visiting.store(false, Ordering::Release);
-            if hold.guards() == 0 {
+            if hold.guards() == 0 || hold.releasing.load(Ordering::Acquire) {
+                // Released while the visit was on its way, or being released: the release's
+                // reply, not this one, tells whether the field was there to give back.
                 self.failing.remove(&address(&hold));
-                continue; // released while the renewal was on its way
+                continue;
             }
             if visit == Visit::Renew {
                 let renewed = matches!(&result, Ok(replies) if replies.get(i).copied() == Some(1));
@@ -353,11 +356,8 @@ impl Watchdog {
                     );
                     let why = if self.forced.contains_key(&address(&hold)) {
                         LossReason::Forced
-                    } else if visit == Visit::Check && now >= hold.deadline() {
-                        // A fixed lease found gone at its end: it ran out.
-                        LossReason::Expired
                     } else {
-                        LossReason::Deleted
+                        hold.gone_at(now)
                     };
                     self.lose(&hold, why);
                 }

@@ -432,7 +432,9 @@ impl LockClientBuilder {
     /// new readers out: a writer whose process died keeps them out for at most this long; and
     /// for a client waiting on a [`Lock`](crate::Lock), whose place in the lock's line of
     /// waiting clients decides which client a release wakes: a client that died in line costs
-    /// the others at most a third of this before they try again.
+    /// the others at most a third of this before they try again. A client keeps that place with
+    /// one attempt a third of this, whichever of its tasks waiting on the lock makes it, not one
+    /// from each.
     pub fn queue_place(mut self, place: Duration) -> Self {
         self.queue_place = place;
         self

@@ -97,8 +97,9 @@
 //! - A waiter does not poll: it sleeps on a semaphore fed by the lock's unlock channel, at most
 //!   until the holder's lease would end, so a lost message costs time, never a hang. A
 //!   [`Lock`]'s release wakes one waiting client, not every one: the waiting clients stand in a
-//!   line beside the lock, and the release names the first (its waiters also try again every
-//!   third of [`queue_place`](LockClientBuilder::queue_place), which keeps their place).
+//!   line beside the lock, and the release names the first (a waiting client also tries again
+//!   every third of [`queue_place`](LockClientBuilder::queue_place), one attempt for all its
+//!   waiting tasks, which keeps its place).
 //! - Every async method documents its cancel safety. Dropping a `lock()` future never leaves a
 //!   hold behind; dropping a guard releases it within milliseconds.
 //!

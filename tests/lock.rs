@@ -2145,6 +2145,80 @@ async fn a_release_wakes_one_waiting_client_not_all() {
     .await
 }
 
+/// Many tasks of one client waiting on one lock keep the client's place in line with one
+/// attempt a third of a place between them, not one each: 20 tasks, places of 600 ms, over
+/// 2.4 s, cost Redis about 12 acquire scripts (one each 200 ms), where each task's own would be
+/// 240. The place stays kept meanwhile, and the release still reaches a task at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiting_tasks_of_a_client_keep_its_place_with_one_attempt_a_third_of_a_place() {
+    bounded(async {
+        const TASKS: usize = 20;
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let holder = common::builder().url(server.url()).build().await.unwrap();
+        let guard = holder.lock("kept-place").lock().await.unwrap();
+        let place = Duration::from_millis(600);
+        let waiting = common::builder()
+            .url(server.url())
+            .queue_place(place)
+            .build()
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let lock = waiting.lock("kept-place");
+            tasks.push(tokio::spawn(async move {
+                lock.lock().await.unwrap().unlock().await.unwrap();
+            }));
+        }
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                let places: i64 = raw
+                    .zcard("fredlock_lock_waiters:{kept-place}")
+                    .await
+                    .unwrap();
+                places == 1
+            })
+            .await,
+            "the waiting client in line"
+        );
+        // Every task past its first pause, so that none is still on its first attempts.
+        tokio::time::sleep(place).await;
+        let before = common::command_calls(&raw).await;
+        let window = place * 4;
+        tokio::time::sleep(window).await;
+        let ran = common::commands_since(&raw, &before).await;
+        let scripts: u64 = ran
+            .iter()
+            .filter(|(name, _)| name.starts_with("eval"))
+            .map(|(_, calls)| calls)
+            .sum();
+        // One a third of a place: 12, with room for timers that fire together.
+        assert!(
+            scripts <= 2 * 12,
+            "one attempt a third of a place from the client, not from each task: {ran:?}"
+        );
+        let places: i64 = raw
+            .zcard("fredlock_lock_waiters:{kept-place}")
+            .await
+            .unwrap();
+        assert_eq!(places, 1, "the client's place kept through the window");
+        let released = Instant::now();
+        guard.unlock().await.unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert!(
+            released.elapsed() < place,
+            "every task had the lock within a place of the release: {:?}",
+            released.elapsed()
+        );
+        holder.shutdown().await;
+        waiting.shutdown().await;
+    })
+    .await
+}
+
 /// A client whose places in line last 30 s: its waiters' own pauses are 10 s.
 async fn long_places(server: &RedisServer) -> LockClient {
     common::builder()

@@ -229,6 +229,9 @@ fn acquire_loop<'a>(
         let mut settle = SettleOnDrop::new(engine.core(), &kind, &pair.field);
         // Counted among the waiting from the first busy reply on, until this future ends.
         let mut waiting: Option<Waiting> = None;
+        // Whether the last pause only kept the client's place in line (the lock's own expiry
+        // further off).
+        let mut keeping_place: bool;
         // A wait that ends without the lock leaves its queue place after the loop, with what
         // it ends with boxed: that local is room in every state of the future.
         let left: Box<Result<Acquired>> = loop {
@@ -258,6 +261,10 @@ fn acquire_loop<'a>(
                         _ => OnWin::Leave,
                     },
                 });
+                if let (Some(waiter), Some(_)) = (&waiter, &line) {
+                    waiter.attempting();
+                }
+                keeping_place = false;
                 let attempt = boxed(|| {
                     attempt(
                         engine,
@@ -309,11 +316,9 @@ fn acquire_loop<'a>(
                             );
                         }
                         // Trying again is what keeps a queued waiter's place, and a place in line.
-                        let pause = if in_line(&*kind) {
-                            pause.min(engine.core().queue_place / 3)
-                        } else {
-                            pause
-                        };
+                        let third = engine.core().queue_place / 3;
+                        keeping_place = in_line(&*kind) && third < pause;
+                        let pause = if keeping_place { third } else { pause };
                         place(&*kind, single_attempt).map_or(pause, |place| pause.min(place / 3))
                     }
                     Ok(Attempt::TimedOut(refused)) => {
@@ -361,7 +366,7 @@ fn acquire_loop<'a>(
                 // A waiter's first busy reply joins its channel; once joined, it tries again at
                 // once, unless the channel was subscribed since before that reply's attempt and
                 // has delivered nothing since: an unlock after the attempt then wakes it.
-                let mut wait = true;
+                let mut sleeps = true;
                 if waiter.is_none() {
                     if let Some((channel, messages)) = channel(&*kind, &pair.field) {
                         tracing::debug!(lock = %pair.name, owner = %pair.field, "waiting");
@@ -388,11 +393,11 @@ fn acquire_loop<'a>(
                             Error::Shutdown => ended_by_shutdown(engine, &*kind, Some(&pair.field)),
                             other => other,
                         })?;
-                        wait = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
+                        sleeps = quiet.take().is_some_and(|quiet| joined.quiet_since(quiet));
                         waiter = Some(joined);
                     }
                 }
-                if wait {
+                if sleeps {
                     match &waiter {
                         Some(waiter) => {
                             // Shutting down closes every wait entry, which ends this wait. Checked
@@ -400,7 +405,23 @@ fn acquire_loop<'a>(
                             if engine.core().ensure_open().is_err() {
                                 return Err(ended_by_shutdown(engine, &*kind, Some(&pair.field)));
                             }
-                            pubsub::woken(waiter.wait(until).await);
+                            let mut until = until;
+                            // A place in line is kept by one attempt a third of a place from
+                            // the client, not from each of its waiting tasks: a task whose
+                            // pause only kept the place waits on while another's attempt did.
+                            while !pubsub::woken(waiter.wait(until).await) && keeping_place {
+                                let third = engine.core().queue_place / 3;
+                                let ends = deadline(started, wait);
+                                match waiter.place_kept_until(third) {
+                                    Some(next) if ends.is_none_or(|ends| next < ends) => {
+                                        until = next;
+                                    }
+                                    _ => break,
+                                }
+                                if engine.core().ensure_open().is_err() {
+                                    break;
+                                }
+                            }
                             if engine.core().ensure_open().is_err() {
                                 return Err(ended_by_shutdown(engine, &*kind, Some(&pair.field)));
                             }

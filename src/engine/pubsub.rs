@@ -108,6 +108,9 @@ pub(crate) struct WaitEntry {
     subscribed_changed: Notify,
     /// Messages and wake-everyone events handed to this entry so far.
     delivered: AtomicU64,
+    /// When a waiter of this entry standing in line last made an attempt: one attempt a third
+    /// of a place keeps the client's place, whichever of its waiting tasks makes it.
+    attempted: std::sync::Mutex<Option<Instant>>,
     /// Unique per entry in the process: a channel unsubscribed and subscribed again between a
     /// waiter's two looks is a new entry.
     id: u64,
@@ -136,6 +139,7 @@ impl WaitEntry {
             subscribed: AtomicBool::new(false),
             subscribed_changed: Notify::new(),
             delivered: AtomicU64::new(0),
+            attempted: std::sync::Mutex::new(None),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -452,6 +456,22 @@ impl Waiter {
         self.entry.id as u32 == before.entry
             && self.entry.subscribed.load(Ordering::Acquire)
             && self.entry.delivered.load(Ordering::SeqCst) as u32 == before.delivered
+    }
+
+    /// Notes that this waiter makes an attempt that keeps its client's place in line.
+    pub(crate) fn attempting(&self) {
+        if let Ok(mut attempted) = self.entry.attempted.lock() {
+            *attempted = Some(Instant::now());
+        }
+    }
+
+    /// Until when an attempt of another waiter of this client keeps the client's place in line,
+    /// places being kept by an attempt every `every`: `None` when this waiter's own attempt is
+    /// due.
+    pub(crate) fn place_kept_until(&self, every: Duration) -> Option<Instant> {
+        let attempted = *self.entry.attempted.lock().ok()?;
+        let next = attempted? + every;
+        (next > Instant::now()).then_some(next)
     }
 
     /// Waits for a wake-up or until `until`, or until the client shuts down ([`PubSub::close`]);

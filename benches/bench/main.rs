@@ -1,7 +1,7 @@
 //! fredlock's benchmark: lock cost against the Redis round trip, and against other lock crates.
 //!
 //! ```text
-//! cargo bench -p fredlock-bench                # the full run (about 7 minutes, 5 more for 14)
+//! cargo bench -p fredlock-bench                # the full run (about 7 minutes, 10 more for 14-17)
 //! cargo bench -p fredlock-bench -- --quick       # a short smoke run
 //! cargo bench -p fredlock-bench -- --json        # JSON on stdout, the table on stderr
 //! cargo bench -p fredlock-bench -- --only 1,3    # some scenarios
@@ -14,6 +14,9 @@
 //! cargo bench -p fredlock-bench -- --only 8      # instructions per cycle under valgrind callgrind
 //! cargo bench -p fredlock-bench -- --only 13     # the job lock against rslock
 //! cargo bench -p fredlock-bench -- --only 14     # 1 to 64 instances on one lock
+//! cargo bench -p fredlock-bench -- --only 15,16  # 1 000 to 100 000 held locks, and waiting
+//!                                                # tasks on many names
+//! cargo bench -p fredlock-bench -- --only 17     # a three-master cluster against one server
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and
@@ -24,6 +27,7 @@
 mod harness;
 
 mod chart;
+mod growth;
 mod instructions;
 mod job;
 mod leader;
@@ -495,7 +499,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/14 uncontended latency");
+        eprintln!("1/17 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -521,11 +525,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/14 throughput");
+        eprintln!("2/17 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/14 wake-up latency");
+        eprintln!("3/17 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -542,48 +546,70 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/14 contention");
+        eprintln!("4/17 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/14 watchdog at scale");
+        eprintln!("5/17 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/14 memory");
+        eprintln!("6/17 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/14 instructions per cycle (callgrind)");
+        eprintln!("8/17 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/14 waiters at scale");
+        eprintln!("9/17 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     if wanted(10) {
-        eprintln!("10/14 read-write lock");
+        eprintln!("10/17 read-write lock");
         rows.extend(rw::rw_lock(&url, sizes).await);
     }
     if wanted(11) {
-        eprintln!("11/14 semaphores");
+        eprintln!("11/17 semaphores");
         rows.extend(semaphore::semaphores(&url, sizes).await);
     }
     if wanted(12) {
-        eprintln!("12/14 leader election");
+        eprintln!("12/17 leader election");
         rows.extend(leader::leader_election(&url, sizes).await);
     }
     if wanted(13) {
-        eprintln!("13/14 job lock");
+        eprintln!("13/17 job lock");
         rows.extend(job::job_lock(&url, sizes).await);
     }
     if wanted(14) {
-        eprintln!("14/14 growth: instances on one lock");
+        eprintln!("14/17 growth: instances on one lock");
         rows.extend(scenarios::growth(&url, sizes).await);
     }
+    if wanted(15) {
+        eprintln!("15/17 growth: held locks");
+        let held: &[usize] = if options.quick {
+            &growth::HELD_QUICK
+        } else {
+            &growth::HELD
+        };
+        rows.extend(growth::held(&url, held).await);
+    }
+    if wanted(16) {
+        eprintln!("16/17 growth: waiting tasks on many names");
+        let waiters: &[(usize, usize)] = if options.quick {
+            &growth::WAITERS_QUICK
+        } else {
+            &growth::WAITERS
+        };
+        rows.extend(growth::waiters(&url, waiters).await);
+    }
     drop(server);
+    if wanted(17) {
+        eprintln!("17/17 growth: a three-master cluster against one server");
+        rows.extend(growth::cluster(sizes).await);
+    }
     if wanted(7) {
-        eprintln!("7/14 Redlock over five servers");
+        eprintln!("7/17 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

@@ -874,7 +874,11 @@ async fn script_commands(raw: &Client) -> u64 {
 }
 
 /// Takes `count` watchdog locks on distinct names, 100 acquisitions at a time.
-async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredlock::LockGuard> {
+pub async fn hold_many(
+    client: &LockClient,
+    prefix: &str,
+    count: usize,
+) -> Vec<fredlock::LockGuard> {
     let mut guards = Vec::with_capacity(count);
     for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
         let batch: Vec<_> = chunk
@@ -895,7 +899,7 @@ async fn hold_many(client: &LockClient, prefix: &str, count: usize) -> Vec<fredl
 /// default rate (`--watchdog 30` measures scenario 5 at the default).
 pub const SHORT_WATCHDOG: Duration = Duration::from_secs(3);
 
-async fn watchdog_client(url: &str, timeout: Duration) -> LockClient {
+pub async fn watchdog_client(url: &str, timeout: Duration) -> LockClient {
     LockClient::builder()
         .url(url)
         .watchdog_lease(timeout)
@@ -1138,7 +1142,7 @@ pub async fn waiters_at_scale(url: &str, sizes: Sizes) -> Vec<Row> {
 /// The CPU time (µs, `INFO cpu`: user + system of the server process) Redis spent while `run`
 /// ran: reading, running and answering every command, which per-command statistics do not add
 /// up to (a script's own commands are counted inside it and again on their own).
-async fn server_time<T>(raw: &Client, run: impl std::future::Future<Output = T>) -> (T, f64) {
+pub async fn server_time<T>(raw: &Client, run: impl std::future::Future<Output = T>) -> (T, f64) {
     let spent = || async {
         let info: String = raw.info(Some(InfoKind::Cpu)).await.expect("info");
         info.lines()
@@ -1154,7 +1158,7 @@ async fn server_time<T>(raw: &Client, run: impl std::future::Future<Output = T>)
     (output, (spent().await - before) * 1e6)
 }
 
-async fn command_calls(raw: &Client, command: &str) -> u64 {
+pub async fn command_calls(raw: &Client, command: &str) -> u64 {
     let info: String = raw.info(Some(InfoKind::CommandStats)).await.expect("info");
     let prefix = format!("cmdstat_{command}:calls=");
     info.lines()

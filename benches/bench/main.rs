@@ -17,6 +17,7 @@
 //! cargo bench -p fredlock-bench -- --only 15,16  # 1 000 to 100 000 held locks, and waiting
 //!                                                # tasks on many names
 //! cargo bench -p fredlock-bench -- --only 17     # a three-master cluster against one server
+//! cargo bench -p fredlock-bench -- --only 18     # where an uncontended cycle's time goes
 //! ```
 //!
 //! It starts its own throw-away `redis-server` on a free loopback port (the test harness's) and
@@ -26,6 +27,7 @@
 #[path = "../../tests/common/mod.rs"]
 mod harness;
 
+mod breakdown;
 mod chart;
 mod growth;
 mod instructions;
@@ -499,7 +501,7 @@ async fn run(options: Options) {
         let _ = std::fs::create_dir_all(dir);
     }
     if wanted(1) {
-        eprintln!("1/17 uncontended latency");
+        eprintln!("1/18 uncontended latency");
         let (uncontended_rows, series) = scenarios::uncontended(&url, sizes).await;
         let raw = find(
             &uncontended_rows,
@@ -525,11 +527,11 @@ async fn run(options: Options) {
         }
     }
     if wanted(2) {
-        eprintln!("2/17 throughput");
+        eprintln!("2/18 throughput");
         rows.extend(scenarios::throughput(&url, sizes).await);
     }
     if wanted(3) {
-        eprintln!("3/17 wake-up latency");
+        eprintln!("3/18 wake-up latency");
         let (wakeup_rows, series) = scenarios::wakeup(&url, sizes).await;
         let ping =
             find(&wakeup_rows, "3 wake-up", "PING round trip", "median").map_or(0.0, Row::median);
@@ -546,47 +548,47 @@ async fn run(options: Options) {
         }
     }
     if wanted(4) {
-        eprintln!("4/17 contention");
+        eprintln!("4/18 contention");
         rows.extend(scenarios::contention(&url, sizes).await);
     }
     if wanted(5) {
-        eprintln!("5/17 watchdog at scale");
+        eprintln!("5/18 watchdog at scale");
         rows.extend(scenarios::watchdog(&url, sizes).await);
     }
     if wanted(6) {
-        eprintln!("6/17 memory");
+        eprintln!("6/18 memory");
         rows.extend(scenarios::memory(&url, sizes).await);
     }
     if wanted(8) {
-        eprintln!("8/17 instructions per cycle (callgrind)");
+        eprintln!("8/18 instructions per cycle (callgrind)");
         rows.extend(instructions::instructions(&url));
     }
     if wanted(9) {
-        eprintln!("9/17 waiters at scale");
+        eprintln!("9/18 waiters at scale");
         rows.extend(scenarios::waiters_at_scale(&url, sizes).await);
     }
     if wanted(10) {
-        eprintln!("10/17 read-write lock");
+        eprintln!("10/18 read-write lock");
         rows.extend(rw::rw_lock(&url, sizes).await);
     }
     if wanted(11) {
-        eprintln!("11/17 semaphores");
+        eprintln!("11/18 semaphores");
         rows.extend(semaphore::semaphores(&url, sizes).await);
     }
     if wanted(12) {
-        eprintln!("12/17 leader election");
+        eprintln!("12/18 leader election");
         rows.extend(leader::leader_election(&url, sizes).await);
     }
     if wanted(13) {
-        eprintln!("13/17 job lock");
+        eprintln!("13/18 job lock");
         rows.extend(job::job_lock(&url, sizes).await);
     }
     if wanted(14) {
-        eprintln!("14/17 growth: instances on one lock");
+        eprintln!("14/18 growth: instances on one lock");
         rows.extend(scenarios::growth(&url, sizes).await);
     }
     if wanted(15) {
-        eprintln!("15/17 growth: held locks");
+        eprintln!("15/18 growth: held locks");
         let held: &[usize] = if options.quick {
             &growth::HELD_QUICK
         } else {
@@ -595,7 +597,7 @@ async fn run(options: Options) {
         rows.extend(growth::held(&url, held).await);
     }
     if wanted(16) {
-        eprintln!("16/17 growth: waiting tasks on many names");
+        eprintln!("16/18 growth: waiting tasks on many names");
         let waiters: &[(usize, usize)] = if options.quick {
             &growth::WAITERS_QUICK
         } else {
@@ -603,13 +605,17 @@ async fn run(options: Options) {
         };
         rows.extend(growth::waiters(&url, waiters).await);
     }
+    if wanted(18) {
+        eprintln!("18/18 where an uncontended lock+unlock's time goes");
+        rows.extend(breakdown::breakdown(&url, sizes).await);
+    }
     drop(server);
     if wanted(17) {
-        eprintln!("17/17 growth: a three-master cluster against one server");
+        eprintln!("17/18 growth: a three-master cluster against one server");
         rows.extend(growth::cluster(sizes).await);
     }
     if wanted(7) {
-        eprintln!("7/17 Redlock over five servers");
+        eprintln!("7/18 Redlock over five servers");
         rows.extend(redlock::redlock(sizes).await);
     }
 

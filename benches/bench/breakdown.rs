@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 use fred::types::InfoKind;
+use fredlock::prelude::*;
 
 use crate::libs::{self, Library};
 use crate::measure::{self, Summary};
@@ -31,6 +32,19 @@ async fn command_stats(raw: &Client) -> HashMap<String, (u64, u64)> {
         .collect()
 }
 
+/// The µs the server spent in the commands sent (see [`SENT`]) while `run` ran.
+async fn sent_usec(raw: &Client, run: impl std::future::Future<Output = ()>) -> f64 {
+    let before = command_stats(raw).await;
+    run.await;
+    let after = command_stats(raw).await;
+    SENT.iter()
+        .map(|command| {
+            let usec = |stats: &HashMap<String, (u64, u64)>| stats.get(*command).map_or(0, |s| s.1);
+            (usec(&after) - usec(&before)) as f64
+        })
+        .sum()
+}
+
 /// The commands a client sends itself: their µs include those of the commands a script runs,
 /// which the server counts again on their own.
 const SENT: [&str; 4] = ["evalsha", "eval", "set", "del"];
@@ -39,7 +53,8 @@ const SENT: [&str; 4] = ["evalsha", "eval", "set", "del"];
 /// interleaved: fredlock on fred and on redis-rs, its two scripts sent by hand through fred and
 /// through redis-rs (the floor: the same scripts without the line's keys, no client of ours),
 /// and rslock. Per subject and cycle: the server's CPU (`INFO cpu`), the time in the commands
-/// sent (`INFO commandstats`) and the µs per script call, and the client process's CPU (every
+/// sent (`INFO commandstats`), then in each script on its own (all acquisitions first, on as
+/// many names, then all releases), and the client process's CPU (every
 /// thread of the benchmark, the client library's tasks too). Client instructions per cycle
 /// are scenario 8's.
 pub async fn breakdown(url: &str, sizes: Sizes) -> Vec<Row> {
@@ -57,7 +72,7 @@ pub async fn breakdown(url: &str, sizes: Sizes) -> Vec<Row> {
         libs::NAMES[1],
     ];
     let cycles = (sizes.cycles / 4).max(200);
-    let mut samples: Vec<[Vec<f64>; 4]> = subjects.iter().map(|_| Default::default()).collect();
+    let mut samples: Vec<[Vec<f64>; 5]> = subjects.iter().map(|_| Default::default()).collect();
     for round in 0..=sizes.rounds {
         for (at, sample) in samples.iter_mut().enumerate() {
             let name = format!("bench:breakdown:{at}");
@@ -85,14 +100,87 @@ pub async fn breakdown(url: &str, sizes: Sizes) -> Vec<Row> {
                 let (calls0, usec0) = before.get(command).copied().unwrap_or_default();
                 (calls - calls0, usec - usec0)
             };
-            let sent_usec: u64 = SENT.iter().map(|command| spent(command).1).sum();
-            let (script_calls, script_usec) = spent("evalsha");
+            let cycle_usec: u64 = SENT.iter().map(|command| spent(command).1).sum();
+            // Then each script on its own: `cycles` acquisitions of as many names, then their
+            // releases, the commands counted around each phase.
+            let names: Vec<String> = (0..cycles).map(|i| format!("{name}:{i}")).collect();
+            let channel_of = |name: &str| format!("redisson_lock__channel:{{{name}}}");
+            let (acquire_usec, release_usec) = match at {
+                0 | 1 => {
+                    let client = if at == 0 { &on_fred } else { &on_redis_rs };
+                    let mut guards = Vec::with_capacity(names.len());
+                    let acquire = sent_usec(&raw, async {
+                        for name in &names {
+                            guards.push(client.lock(name).lock().await.expect("lock"));
+                        }
+                    })
+                    .await;
+                    let release = sent_usec(&raw, async {
+                        for guard in guards {
+                            guard.unlock().await.expect("unlock");
+                        }
+                    })
+                    .await;
+                    (acquire, release)
+                }
+                2 => {
+                    let acquire = sent_usec(&raw, async {
+                        for name in &names {
+                            scripts.acquire(&raw, name, "raw:1").await;
+                        }
+                    })
+                    .await;
+                    let release = sent_usec(&raw, async {
+                        for name in &names {
+                            scripts
+                                .release(&raw, name, &channel_of(name), "raw:1")
+                                .await;
+                        }
+                    })
+                    .await;
+                    (acquire, release)
+                }
+                3 => {
+                    let acquire = sent_usec(&raw, async {
+                        for name in &names {
+                            by_hand_rs.acquire_one(name, "raw:1").await;
+                        }
+                    })
+                    .await;
+                    let release = sent_usec(&raw, async {
+                        for name in &names {
+                            by_hand_rs
+                                .release_one(name, &channel_of(name), "raw:1")
+                                .await;
+                        }
+                    })
+                    .await;
+                    (acquire, release)
+                }
+                _ => {
+                    let mut held = Vec::with_capacity(names.len());
+                    let acquire = sent_usec(&raw, async {
+                        for name in &names {
+                            held.push(rslock.handle(name).acquire().await);
+                        }
+                    })
+                    .await;
+                    let release = sent_usec(&raw, async {
+                        for held in held {
+                            held.release().await;
+                        }
+                    })
+                    .await;
+                    (acquire, release)
+                }
+            };
             if round > 0 {
                 let per = cycles as f64;
                 sample[0].push(server_cpu / per);
-                sample[1].push(sent_usec as f64 / per);
-                sample[2].push(script_usec as f64 / script_calls.max(1) as f64);
-                sample[3].push(client_cpu / per);
+                sample[1].push(cycle_usec as f64 / per);
+                sample[2].push(acquire_usec / per);
+                sample[3].push(release_usec / per);
+                sample[4].push(client_cpu / per);
             }
         }
     }
@@ -101,7 +189,8 @@ pub async fn breakdown(url: &str, sizes: Sizes) -> Vec<Row> {
     let metrics = [
         "Redis CPU per lock+unlock (INFO cpu)",
         "time in the commands sent, per lock+unlock (commandstats)",
-        "µs per EVALSHA",
+        "time in the acquire's commands, per acquire (commandstats)",
+        "time in the release's commands, per release (commandstats)",
         "client process CPU per lock+unlock",
     ];
     let mut rows = Vec::new();

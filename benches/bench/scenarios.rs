@@ -106,6 +106,12 @@ impl RawScripts {
     }
 
     pub async fn cycle(&self, redis: &Client, name: &str, channel: &str, field: &str) {
+        self.acquire(redis, name, field).await;
+        self.release(redis, name, channel, field).await;
+    }
+
+    /// The acquire script alone, as fredlock sends it on an uncontended lock.
+    pub async fn acquire(&self, redis: &Client, name: &str, field: &str) {
         // The arguments fredlock sends: the hold count, a request id, the fence set's key.
         let fences = format!("fredlock_fences:{{{name}}}");
         let id = || self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64;
@@ -122,6 +128,12 @@ impl RawScripts {
             )
             .await
             .expect("raw acquire");
+    }
+
+    /// The release script alone.
+    pub async fn release(&self, redis: &Client, name: &str, channel: &str, field: &str) {
+        let fences = format!("fredlock_fences:{{{name}}}");
+        let id = || self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64;
         let _: Option<i64> = redis
             .evalsha(
                 &self.release,
@@ -163,10 +175,22 @@ impl RedisRsScripts {
     }
 
     pub async fn cycle(&self, name: &str, channel: &str, field: &str) {
+        self.acquire_one(name, field).await;
+        self.release_one(name, channel, field).await;
+    }
+
+    /// The acquire script alone.
+    pub async fn acquire_one(&self, name: &str, field: &str) {
         let fences = format!("fredlock_fences:{{{name}}}");
         let id = || self.next.fetch_add(1, Ordering::Relaxed) as i64;
         self.evalsha(&self.acquire, &[name, &fences], &["30000", field], id())
             .await;
+    }
+
+    /// The release script alone.
+    pub async fn release_one(&self, name: &str, channel: &str, field: &str) {
+        let fences = format!("fredlock_fences:{{{name}}}");
+        let id = || self.next.fetch_add(1, Ordering::Relaxed) as i64;
         self.evalsha(
             &self.release,
             &[name, channel, &fences],

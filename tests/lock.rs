@@ -2118,11 +2118,7 @@ async fn a_release_wakes_one_waiting_client_not_all() {
         }
         let took = released.elapsed();
         let ran = common::commands_since(&raw, &before).await;
-        let scripts: u64 = ran
-            .iter()
-            .filter(|(name, _)| name.starts_with("eval"))
-            .map(|(_, calls)| calls)
-            .sum();
+        let scripts = scripts_among(&ran);
         // A release and an acquire per hand-off, and the first release: 17. Every release
         // waking every waiting client would run 8 + 7 + .. + 1 acquires: 36 more.
         assert!(
@@ -2188,11 +2184,7 @@ async fn many_waiting_tasks_of_a_client_keep_its_place_with_one_attempt_a_third_
         let window = place * 4;
         tokio::time::sleep(window).await;
         let ran = common::commands_since(&raw, &before).await;
-        let scripts: u64 = ran
-            .iter()
-            .filter(|(name, _)| name.starts_with("eval"))
-            .map(|(_, calls)| calls)
-            .sum();
+        let scripts = scripts_among(&ran);
         // One a third of a place: 12, with room for timers that fire together.
         assert!(
             scripts <= 2 * 12,
@@ -2217,6 +2209,14 @@ async fn many_waiting_tasks_of_a_client_keep_its_place_with_one_attempt_a_third_
         waiting.shutdown().await;
     })
     .await
+}
+
+/// The script calls (`EVAL`, `EVALSHA`) among commands counted by `common::commands_since`.
+fn scripts_among(ran: &[(String, u64)]) -> u64 {
+    ran.iter()
+        .filter(|(name, _)| name.starts_with("eval"))
+        .map(|(_, calls)| calls)
+        .sum()
 }
 
 /// A client whose places in line last 30 s: its waiters' own pauses are 10 s.

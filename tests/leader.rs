@@ -3,6 +3,8 @@
 //! cancelled campaigns that leave nothing, and a crashed leader replaced within its lease.
 
 mod common;
+#[path = "common/logs.rs"]
+mod logs;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -844,6 +846,38 @@ async fn observers_catch_up_after_a_missed_message_and_an_expiry() {
         let pttl: i64 = raw.pttl("{missed}").await.unwrap();
         assert_eq!(pttl, -2, "seen ended while the term stood");
         drop(term);
+    })
+    .await;
+}
+
+/// An observer that Redis refuses to tell (the election's key made a string: `WRONGTYPE`) ends
+/// its watch, and says why at `warn`, naming the election and the refusal (the key holds no
+/// lock), rather than ending without a word. One thread, the one the log capture is set on: the observer's task logs
+/// through it.
+#[tokio::test]
+async fn an_observer_refused_by_redis_ends_and_says_why() {
+    let (logged, _default) = logs::capture_logs(tracing::Level::WARN);
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(LEASE).await;
+        let mut changes = client.leader_election("{refused}").observe().await.unwrap();
+        let _: () = raw
+            .set("{refused}", "not an election", None, None, false)
+            .await
+            .unwrap();
+        // It looks again within a watchdog period (a third of LEASE) without a term.
+        let ended = tokio::time::timeout(LEASE * 2, changes.changed()).await;
+        assert!(matches!(ended, Ok(Err(_))), "the watch ended: {ended:?}");
+        let text = logged.text();
+        assert!(
+            text.lines().any(|line| line.contains("WARN")
+                && line.contains("observer ended")
+                && line.contains("election={refused}")
+                && line.contains("not part of a lock")),
+            "{text}"
+        );
+        client.shutdown().await;
     })
     .await;
 }

@@ -341,7 +341,9 @@ impl LeaderElection {
     /// leader now (`None` while nobody leads), `changed().await` waits for the next change.
     /// Changes are announced through pub/sub within a round trip; a missed message is made up
     /// for within the term's lease. The watch ends (`changed()` returns `Err`) when every
-    /// receiver is dropped or the client shuts down.
+    /// receiver is dropped, when the client shuts down, or when Redis refuses to tell the
+    /// observer (the key is no election, a permission was taken away): the refusal is logged at
+    /// `warn` with the election's name, and no later change is seen.
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
@@ -367,6 +369,14 @@ impl LeaderElection {
         let (sender, receiver) = watch::channel(now);
         let engine = self.lock.client().engine().clone();
         let watch = self.watch.clone();
+        let name = self.lock.name().to_owned();
+        // Why the watch ended, for the operator: the receivers only see it end.
+        let refused = move |error: &Error| {
+            tracing::warn!(
+                election = %name, %error,
+                "a leader election's observer ended: Redis refused to tell it the leader"
+            );
+        };
         tokio::spawn(async move {
             loop {
                 let seen = sender.borrow().as_ref().map_or(0, |leader| leader.epoch);
@@ -375,7 +385,11 @@ impl LeaderElection {
                     changed = engine::wait_until(&engine, &*watch, || watch.changed(seen), None) => changed,
                 };
                 if let Err(error) = changed {
+                    if matches!(error, Error::Shutdown) {
+                        return;
+                    }
                     if !error.is_transient() {
+                        refused(&error);
                         return;
                     }
                     tokio::time::sleep(jittered(MAX_PAUSE)).await;
@@ -390,7 +404,10 @@ impl LeaderElection {
                         });
                     }
                     Err(Error::Shutdown) => return,
-                    Err(error) if !error.is_transient() => return,
+                    Err(error) if !error.is_transient() => {
+                        refused(&error);
+                        return;
+                    }
                     Err(_) => tokio::time::sleep(jittered(MAX_PAUSE)).await,
                 }
             }

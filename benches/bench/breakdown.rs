@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 use fred::types::InfoKind;
-use fredlock::prelude::*;
 
 use crate::libs::{self, Library};
 use crate::measure::{self, Summary};
@@ -17,8 +16,8 @@ use crate::Row;
 
 const SCENARIO: &str = "18 where the time goes";
 
-/// What the server counted per command: calls and µs spent in them.
-async fn command_stats(raw: &Client) -> HashMap<String, (u64, u64)> {
+/// The µs the server counted in each command so far.
+async fn command_stats(raw: &Client) -> HashMap<String, u64> {
     let info: String = raw.info(Some(InfoKind::CommandStats)).await.expect("info");
     info.lines()
         .filter_map(|line| {
@@ -27,7 +26,7 @@ async fn command_stats(raw: &Client) -> HashMap<String, (u64, u64)> {
                 rest.split(',')
                     .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
             };
-            Some((command.to_owned(), (field("calls")?, field("usec")?)))
+            Some((command.to_owned(), field("usec")?))
         })
         .collect()
 }
@@ -39,10 +38,39 @@ async fn sent_usec(raw: &Client, run: impl std::future::Future<Output = ()>) -> 
     let after = command_stats(raw).await;
     SENT.iter()
         .map(|command| {
-            let usec = |stats: &HashMap<String, (u64, u64)>| stats.get(*command).map_or(0, |s| s.1);
+            let usec = |stats: &HashMap<String, u64>| stats.get(*command).copied().unwrap_or(0);
             (usec(&after) - usec(&before)) as f64
         })
         .sum()
+}
+
+/// `count` acquisitions one after another (`acquire(i)` for the i-th name), then their releases
+/// (`release(i, what the i-th acquisition gave)`): the server's µs in the commands sent in each
+/// phase.
+async fn phases<T, A, R>(
+    raw: &Client,
+    count: usize,
+    acquire: impl Fn(usize) -> A,
+    release: impl Fn(usize, T) -> R,
+) -> (f64, f64)
+where
+    A: std::future::Future<Output = T>,
+    R: std::future::Future<Output = ()>,
+{
+    let mut taken = Vec::with_capacity(count);
+    let acquired = sent_usec(raw, async {
+        for i in 0..count {
+            taken.push(acquire(i).await);
+        }
+    })
+    .await;
+    let released = sent_usec(raw, async {
+        for (i, what) in taken.into_iter().enumerate() {
+            release(i, what).await;
+        }
+    })
+    .await;
+    (acquired, released)
 }
 
 /// The commands a client sends itself: their µs include those of the commands a script runs,
@@ -90,94 +118,56 @@ pub async fn breakdown(url: &str, sizes: Sizes) -> Vec<Row> {
                     }
                 }
             };
-            let before = command_stats(&raw).await;
             let cpu_before = measure::cpu_time();
-            let ((), server_cpu) = server_time(&raw, run).await;
+            let (cycle_usec, server_cpu) = server_time(&raw, sent_usec(&raw, run)).await;
             let client_cpu = (measure::cpu_time() - cpu_before).as_secs_f64() * 1e6;
-            let after = command_stats(&raw).await;
-            let spent = |command: &str| {
-                let (calls, usec) = after.get(command).copied().unwrap_or_default();
-                let (calls0, usec0) = before.get(command).copied().unwrap_or_default();
-                (calls - calls0, usec - usec0)
-            };
-            let cycle_usec: u64 = SENT.iter().map(|command| spent(command).1).sum();
             // Then each script on its own: `cycles` acquisitions of as many names, then their
             // releases, the commands counted around each phase.
             let names: Vec<String> = (0..cycles).map(|i| format!("{name}:{i}")).collect();
-            let channel_of = |name: &str| format!("redisson_lock__channel:{{{name}}}");
-            let (acquire_usec, release_usec) = match at {
-                0 | 1 => {
-                    let client = if at == 0 { &on_fred } else { &on_redis_rs };
-                    let mut guards = Vec::with_capacity(names.len());
-                    let acquire = sent_usec(&raw, async {
-                        for name in &names {
-                            guards.push(client.lock(name).lock().await.expect("lock"));
-                        }
-                    })
-                    .await;
-                    let release = sent_usec(&raw, async {
-                        for guard in guards {
-                            guard.unlock().await.expect("unlock");
-                        }
-                    })
-                    .await;
-                    (acquire, release)
+            let channels: Vec<String> = names
+                .iter()
+                .map(|name| format!("redisson_lock__channel:{{{name}}}"))
+                .collect();
+            let library: Option<&dyn Library> = match at {
+                0 => Some(&on_fred),
+                1 => Some(&on_redis_rs),
+                4 => Some(&*rslock),
+                _ => None,
+            };
+            let (acquire_usec, release_usec) = match (library, at) {
+                (Some(library), _) => {
+                    let handles: Vec<_> = names.iter().map(|name| library.handle(name)).collect();
+                    phases(
+                        &raw,
+                        cycles,
+                        |i| handles[i].acquire(),
+                        |_, held: Box<dyn libs::Held>| held.release(),
+                    )
+                    .await
                 }
-                2 => {
-                    let acquire = sent_usec(&raw, async {
-                        for name in &names {
-                            scripts.acquire(&raw, name, "raw:1").await;
-                        }
-                    })
-                    .await;
-                    let release = sent_usec(&raw, async {
-                        for name in &names {
-                            scripts
-                                .release(&raw, name, &channel_of(name), "raw:1")
-                                .await;
-                        }
-                    })
-                    .await;
-                    (acquire, release)
+                (None, 2) => {
+                    phases(
+                        &raw,
+                        cycles,
+                        |i| scripts.acquire(&raw, &names[i], "raw:1"),
+                        |i, ()| scripts.release(&raw, &names[i], &channels[i], "raw:1"),
+                    )
+                    .await
                 }
-                3 => {
-                    let acquire = sent_usec(&raw, async {
-                        for name in &names {
-                            by_hand_rs.acquire_one(name, "raw:1").await;
-                        }
-                    })
-                    .await;
-                    let release = sent_usec(&raw, async {
-                        for name in &names {
-                            by_hand_rs
-                                .release_one(name, &channel_of(name), "raw:1")
-                                .await;
-                        }
-                    })
-                    .await;
-                    (acquire, release)
-                }
-                _ => {
-                    let mut held = Vec::with_capacity(names.len());
-                    let acquire = sent_usec(&raw, async {
-                        for name in &names {
-                            held.push(rslock.handle(name).acquire().await);
-                        }
-                    })
-                    .await;
-                    let release = sent_usec(&raw, async {
-                        for held in held {
-                            held.release().await;
-                        }
-                    })
-                    .await;
-                    (acquire, release)
+                (None, _) => {
+                    phases(
+                        &raw,
+                        cycles,
+                        |i| by_hand_rs.acquire_one(&names[i], "raw:1"),
+                        |i, ()| by_hand_rs.release_one(&names[i], &channels[i], "raw:1"),
+                    )
+                    .await
                 }
             };
             if round > 0 {
                 let per = cycles as f64;
                 sample[0].push(server_cpu / per);
-                sample[1].push(cycle_usec as f64 / per);
+                sample[1].push(cycle_usec / per);
                 sample[2].push(acquire_usec / per);
                 sample[3].push(release_usec / per);
                 sample[4].push(client_cpu / per);

@@ -17,8 +17,11 @@
 -- for it ("fredlock_lock_next:{name}", the number, with that TTL) from every
 -- other fredlock client that stands in line, so that the releasing client's
 -- next attempt, one round trip ahead of the woken one, does not take the lock
--- again and again while the named client waits. Redisson's clients, and an
--- attempt that does not wait, never look: they take a free lock as before.
+-- again and again while the named client waits. Redisson's clients, an
+-- attempt that does not wait, and a first attempt of a client that knows of no
+-- contention (src/engine/line.rs) never look: they take a free lock as before.
+-- A release that named a client replies 2, so that the releasing client's
+-- next attempt looks.
 
 -- How long a lock is kept for the client a release named (ms): the woken
 -- client's round trip and its wake-up, with room for a loaded machine. A named
@@ -138,7 +141,8 @@ return redis.error_reply('DEADLOCK ' .. ARGV[1])
 -- ARGV[5]  request id, then the ids to fence
 --
 -- Reply: nil when the owner holds nothing, 0 when holds remain, 1 when the
--- lock was released.
+-- lock was released, 2 when it was released and the first client in line
+-- named (its client remembers the hand-over a moment, see src/engine/line.rs).
 local halted = fenced(KEYS[3], 4, ARGV[3])
 if halted then
     return halted
@@ -163,6 +167,7 @@ if released == 1 and ARGV[1] ~= '' then
         -- the keeping the named client is woken all the same.
         redis.pcall('set', KEYS[5], first, 'PX', HAND_OVER)
         redis.call(PUBLISH, KEYS[2], first)
+        released = 2
     end
     redis.call(PUBLISH, KEYS[2], ARGV[1])
 end

@@ -232,6 +232,11 @@ fn acquire_loop<'a>(
         // Whether the last pause only kept the client's place in line (the lock's own expiry
         // further off).
         let mut keeping_place: bool;
+        // Whether this client's release handed the lock on to another a moment ago: its first
+        // attempt then stands in line, and respects the lock kept for the named client (see
+        // `line`).
+        let handed_on =
+            in_line(&*kind) && !single_attempt && engine.core().handed_on.take(&pair.name);
         // A wait that ends without the lock leaves its queue place after the loop, with what
         // it ends with boxed: that local is room in every state of the future.
         let left: Box<Result<Acquired>> = loop {
@@ -251,8 +256,12 @@ fn acquire_loop<'a>(
                 // which, inline, would make every waiting task carry their timers and calls
                 // (about 700 bytes) all its wait.
                 // A waiter's client stands in the lock's line from its first busy reply on; the
-                // attempts after it say whether a win leaves the line.
-                let line = (in_line(&*kind) && !single_attempt).then(|| InLine {
+                // attempts after it say whether a win leaves the line. A first attempt goes
+                // without the line unless the client knows the lock to be contended (see
+                // `line`): a busy reply joins the channel, and the attempt made once joined
+                // stands in line.
+                let contended = busy > 0 || handed_on || quiet.is_some();
+                let line = (in_line(&*kind) && !single_attempt && contended).then(|| InLine {
                     number: engine.core().line_number,
                     place_ms: durations::millis(engine.core().queue_place),
                     on_win: match &waiter {

@@ -20,6 +20,10 @@ use crate::error::RedisError;
 /// more: those holds were gone.
 const AFRESH: i64 = -3;
 
+/// The reply of a release script that released the last hold and named the first waiting
+/// client in the lock's line (see `lua/lock.lua`).
+pub(crate) const HANDED_ON: i64 = 2;
+
 /// One script call a primitive made for an operation.
 pub(crate) struct Call {
     pub(crate) script: &'static Script,
@@ -198,7 +202,8 @@ pub(crate) trait Kind: Primitive {
     fn acquire(&self, args: &AcquireArgs<'_>) -> Call;
 
     /// The release script call; it replies nil when the owner held nothing, 0 when holds remain,
-    /// 1 when it released the last.
+    /// 1 when it released the last ([`HANDED_ON`] when, released, it named a waiting client in
+    /// the lock's line).
     fn release(&self, args: &ReleaseArgs<'_>) -> Call;
 
     /// The call that gives up `field`'s queue place, for a kind whose waiters queue; it replies

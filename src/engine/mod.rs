@@ -20,6 +20,7 @@ pub(crate) mod inspect;
 pub(crate) mod join;
 mod kind;
 mod ledger;
+mod line;
 pub(crate) mod metrics;
 pub(crate) mod naming;
 mod permissions;
@@ -138,6 +139,8 @@ pub(crate) struct Core {
     pub(crate) line_number: i64,
     /// How long its place in such a line lasts without another attempt.
     pub(crate) queue_place: Duration,
+    /// The locks its releases handed on to a named client a moment ago (see `line`).
+    pub(crate) handed_on: line::HandedOn,
 }
 
 /// The client `id`'s number in the locks' lines: 2^52 and up, so that it is never Redisson's
@@ -426,6 +429,7 @@ impl Engine {
             report,
             line_number,
             queue_place: settings.queue_place,
+            handed_on: line::HandedOn::default(),
         });
         tasks.push(tokio::spawn(
             watchdog::Watchdog::new(core.clone()).run(shutdown.clone()),

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::holds::{Hold, Lease};
 use crate::engine::inflight::InFlight;
-use crate::engine::kind::{Call, Kind, ReleaseArgs};
+use crate::engine::kind::{Call, Kind, ReleaseArgs, HANDED_ON};
 use crate::engine::ledger::{Fencing, Pair, Turn};
 use crate::engine::{Core, Field};
 use crate::error::{is_transient, RedisError};
@@ -395,7 +395,7 @@ impl Settle {
             let reply = call.run::<Option<i64>>(&core.writer).await;
             turn.record(request, &reply);
             match reply {
-                Ok(Some(1)) => {
+                Ok(Some(1 | HANDED_ON)) => {
                     tracing::info!(lock = %name, owner = %self.field, "deleted a hold left by a lost reply");
                     return;
                 }
@@ -443,7 +443,8 @@ impl Release {
     }
 
     /// Runs the release script in the owner's turn, with the count of holds the owner keeps, and
-    /// detaches the guard: `Some(1)` released, `Some(0)` holds remain, `None` not held.
+    /// detaches the guard: `Some(1)` released (`Some(HANDED_ON)`: and handed on to a waiting
+    /// client, which the client remembers a moment), `Some(0)` holds remain, `None` not held.
     ///
     /// A lost reply is sent again within a command timeout (the count it carries makes that
     /// safe); after that the settle queued for the turn sets the count again and fences the lost
@@ -503,6 +504,9 @@ impl Release {
                     "lock lost: its owner's field was gone from Redis when it was released"
                 );
                 hold.mark_lost(why);
+            }
+            if matches!(reply, Ok(Some(HANDED_ON))) {
+                core.handed_on.note(&hold.pair.name);
             }
             let replied = reply.is_ok();
             // Detached in the turn: the next call of the owner counts one hold fewer.

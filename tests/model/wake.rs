@@ -2,7 +2,10 @@
 //! and a release names the first live place in it just before its unlock message, so that one
 //! client wakes instead of all (`lua/lock.lua`, `src/engine/pubsub.rs`).
 //!
-//! What is modelled: clients that start waiting (their first attempt at once), attempts (the
+//! What is modelled: clients that start waiting (their first attempt at once: without the line
+//! when the client is not subscribed to the lock's channel and handed it on to nobody just
+//! before, which takes a free lock even when it is kept for another client, and otherwise joins
+//! the channel and attempts again in line), attempts (the
 //! acquire script: a win leaves the line, a busy reply takes a place or makes it last again
 //! once a third of it has passed, a lock kept a moment for another named client is busy),
 //! releases (the release script: the first place not yet ended, the lock kept for it, then
@@ -17,8 +20,10 @@
 //! Checked: a free lock with a client waiting is taken within a place's lease (no waiter is left
 //! asleep longer), and time passes with the lock free and a client waiting only after a release
 //! named a client that could not act on it (crashed, or no longer listening) or a woken waiter
-//! gave up before its attempt: a release wakes a waiting client whenever one can be woken. The
-//! negative controls drop the pause or the pass-on and find each property broken.
+//! gave up before its attempt: a release wakes a waiting client whenever one can be woken; and
+//! a client never takes back, with a first attempt, a lock its own release kept for another
+//! (its memory of the hand-over puts that attempt in line). The negative controls drop the
+//! pause, the pass-on or the memory and find each property broken.
 
 use super::*;
 
@@ -37,6 +42,9 @@ pub(crate) struct Wake {
     /// Whether a client named with nobody waiting passes the wake on (false: the negative
     /// control of the second).
     pass_on: bool,
+    /// Whether a client remembers that its release named another client, so that its next
+    /// first attempt stands in line (false: the negative control of the third).
+    remember: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -49,6 +57,8 @@ struct Client {
     /// When its own pause ends (its next attempt without a wake-up).
     due: u8,
     holding: bool,
+    /// Its last release named another client (which its client remembers a moment).
+    handed_on: bool,
     waits: u8,
     /// Messages published and not yet delivered to it: `Some(number)` names a client first.
     inbox: Vec<Option<u8>>,
@@ -73,6 +83,10 @@ pub(crate) struct State {
     excused: bool,
     woke_by_name: bool,
     passed_on: bool,
+    /// A first attempt without the line took a lock kept for another client.
+    took_kept: bool,
+    /// ... and that client's own release had named the other.
+    took_back: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +153,7 @@ impl Model for Wake {
             woken: false,
             due: 0,
             holding: false,
+            handed_on: false,
             waits: 0,
             inbox: Vec::new(),
         };
@@ -152,6 +167,8 @@ impl Model for Wake {
             excused: false,
             woke_by_name: false,
             passed_on: false,
+            took_kept: false,
+            took_back: false,
         }]
     }
 
@@ -197,10 +214,24 @@ impl Model for Wake {
         match action {
             Act::Want(i) => {
                 let client = &mut state.clients[i as usize];
-                client.waiting = true;
-                client.subscribed = true;
-                client.woken = true;
                 client.waits += 1;
+                let in_line = client.subscribed || (self.remember && client.handed_on);
+                let handed_on = std::mem::take(&mut client.handed_on);
+                if !in_line && state.holder.is_none() {
+                    // A first attempt without the line: a free lock is taken, kept or not.
+                    let kept_for_another = state.kept.is_some_and(|named| named != i);
+                    state.took_kept |= kept_for_another;
+                    state.took_back |= kept_for_another && handed_on;
+                    state.holder = Some(i);
+                    state.excused = false;
+                    client.holding = true;
+                } else {
+                    // In line from the first attempt, or after a busy reply without it: joins
+                    // the channel and attempts again at once, in line.
+                    client.waiting = true;
+                    client.subscribed = true;
+                    client.woken = true;
+                }
             }
             Act::Attempt(i) => {
                 let now = state.now;
@@ -236,6 +267,7 @@ impl Model for Wake {
                 state.clients[i as usize].holding = false;
                 state.holder = None;
                 let first = self.live_first(&state);
+                state.clients[i as usize].handed_on = first.is_some_and(|first| first != i);
                 state.kept = first;
                 if let Some(first) = first {
                     let named = &state.clients[first as usize];
@@ -312,7 +344,7 @@ impl Model for Wake {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always(
                 "no waiter is left asleep while the lock is free longer than a place's lease",
                 |model: &Wake, state: &State| {
@@ -331,9 +363,22 @@ impl Model for Wake {
                         || state.excused
                 },
             ),
+            Property::always(
+                "a client does not take back a lock its release kept for another",
+                |_, state: &State| !state.took_back,
+            ),
             Property::sometimes("woken by name", |_, state: &State| state.woke_by_name),
             Property::sometimes("a wake was passed on", |_, state: &State| state.passed_on),
-        ]
+        ];
+        // Only a third client can: of two, the one not named is the one whose release named
+        // the other, and it stands in line.
+        if self.clients >= 3 {
+            properties.push(Property::sometimes(
+                "a first attempt without the line took a lock kept for another",
+                |_, state: &State| state.took_kept,
+            ));
+        }
+        properties
     }
 
     fn within_boundary(&self, state: &State) -> bool {
@@ -346,15 +391,52 @@ fn bounded_wake() -> Wake {
         clients: bound("FREDLOCK_MODEL_CLIENTS", 3),
         place: 3,
         max_time: bound("FREDLOCK_MODEL_TICKS", 4),
-        max_waits: 1,
+        max_waits: bound("FREDLOCK_MODEL_WAITS", 1),
         pause: true,
         pass_on: true,
+        remember: true,
     }
 }
 
 #[test]
 fn the_wake_rule_holds_to_the_bound() {
     check_to_the_bound(bounded_wake(), None);
+}
+
+/// Clients that want the lock again after they held it: a release that named another client
+/// makes the releasing client's next first attempt stand in line, and any other client's first
+/// attempt may take a lock kept for another. Two clients, two waits each (three clients with
+/// two waits each is beyond a test's time).
+#[test]
+fn the_wake_rule_holds_for_clients_that_want_again() {
+    check_to_the_bound(
+        Wake {
+            clients: 2,
+            max_waits: 2,
+            ..bounded_wake()
+        },
+        None,
+    );
+}
+
+/// Without the memory of a hand-over, a client whose release named the other takes the lock
+/// back with its next first attempt, while it is kept for the other.
+#[test]
+fn the_wake_model_fails_without_the_memory_of_a_hand_over() {
+    let steps = counterexample(
+        Wake {
+            clients: 2,
+            max_waits: 2,
+            remember: false,
+            ..bounded_wake()
+        },
+        "a client does not take back a lock its release kept for another",
+        None,
+    );
+    assert!(
+        steps.iter().any(|step| matches!(step, Act::Release(_))),
+        "{steps:?}"
+    );
 }
 
 /// Without its own pause a waiter behind a crashed client's place sleeps on; without the pass-on

@@ -16,6 +16,13 @@ const PEER_TTL: Duration = Duration::from_secs(10);
 pub trait Library: Send + Sync {
     /// A lock on `resource` for one task (one owner).
     fn handle(&self, resource: &str) -> Box<dyn Handle>;
+
+    /// Closes the connections, for a scenario whose next subject must not share the server
+    /// with them (a subscribed connection left open still receives every message). Dropping is
+    /// enough for a library that closes what it dropped.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// One owner's view of one lock.
@@ -77,6 +84,10 @@ impl Library for fredlock::LockClient {
     fn handle(&self, resource: &str) -> Box<dyn Handle> {
         Box::new(self.lock(resource))
     }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.shutdown())
+    }
 }
 
 /// A client whose handles are fair locks.
@@ -86,6 +97,10 @@ impl Library for FairClient {
     fn handle(&self, resource: &str) -> Box<dyn Handle> {
         Box::new(fredlock::Lock::from(self.0.fair_lock(resource)))
     }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.0.shutdown())
+    }
 }
 
 /// A client whose handles are spin locks.
@@ -94,6 +109,10 @@ struct SpinClient(fredlock::LockClient);
 impl Library for SpinClient {
     fn handle(&self, resource: &str) -> Box<dyn Handle> {
         Box::new(self.0.spin_lock(resource).as_lock().clone())
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.0.shutdown())
     }
 }
 

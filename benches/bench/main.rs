@@ -30,6 +30,7 @@ mod harness;
 mod breakdown;
 mod chart;
 mod growth;
+mod herd;
 mod instructions;
 mod job;
 mod leader;

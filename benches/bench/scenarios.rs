@@ -10,6 +10,7 @@ use fred::types::InfoKind;
 use fredlock::LockClient;
 use tokio::time::Instant;
 
+use crate::herd;
 use crate::libs::{self, Library};
 use crate::measure::{self, Summary};
 use crate::Row;
@@ -112,10 +113,16 @@ impl RawScripts {
 
     /// The acquire script alone, as fredlock sends it on an uncontended lock.
     pub async fn acquire(&self, redis: &Client, name: &str, field: &str) {
+        self.try_acquire(redis, name, field).await;
+    }
+
+    /// The acquire script once: `None` when `field` holds the lock after it, otherwise the
+    /// lock's time to live in ms.
+    pub async fn try_acquire(&self, redis: &Client, name: &str, field: &str) -> Option<i64> {
         // The arguments fredlock sends: the hold count, a request id, the fence set's key.
         let fences = format!("fredlock_fences:{{{name}}}");
         let id = || self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) as i64;
-        let _: Option<i64> = redis
+        redis
             .evalsha(
                 &self.acquire,
                 vec![name, fences.as_str()],
@@ -127,7 +134,7 @@ impl RawScripts {
                 ],
             )
             .await
-            .expect("raw acquire");
+            .expect("raw acquire")
     }
 
     /// The release script alone.
@@ -1196,7 +1203,7 @@ pub const INSTANCES: [usize; 5] = [1, 2, 8, 16, 64];
 /// The work each holder does in the growth scenario, as a service's short critical section.
 const GROWTH_WORK: Duration = Duration::from_millis(1);
 
-/// Rounds of the growth scenario per row, fewer than the others': 20 rows of `grow_for` each.
+/// Rounds of the growth scenario per row, fewer than the others': 25 rows of `grow_for` each.
 const GROWTH_ROUNDS: usize = 3;
 
 /// Scenario 14: cost as instances grow (issue 59). `n` instances (each a client of its own, as
@@ -1204,9 +1211,16 @@ const GROWTH_ROUNDS: usize = 3;
 /// work, unlock, for `grow_for`. Per library and count: acquisitions per second, the scripts
 /// (and `SET`s) Redis ran per acquisition, the longest any one acquisition waited, and Redis CPU
 /// per acquisition. A lock that wakes every waiter on each unlock shows it here: its scripts
-/// per acquisition grow with `n`.
+/// per acquisition grow with `n`. The subjects: `Lock` (its wake rule), the same scripts with
+/// the wake rule it replaced (`herd`), the fair and spin locks, and rslock.
 pub async fn growth(url: &str, sizes: Sizes) -> Vec<Row> {
-    let names = [libs::NAMES[0], libs::FAIR, libs::SPIN, libs::NAMES[1]];
+    let names = [
+        libs::NAMES[0],
+        herd::HERD,
+        libs::FAIR,
+        libs::SPIN,
+        libs::NAMES[1],
+    ];
     let raw = raw_client(url).await;
     let metrics = [
         ("acquisitions", "1/s"),
@@ -1220,7 +1234,10 @@ pub async fn growth(url: &str, sizes: Sizes) -> Vec<Row> {
         for name in names {
             let mut clients: Vec<Arc<dyn Library>> = Vec::with_capacity(count);
             for _ in 0..count {
-                clients.push(libs::connect(name, url).await.into());
+                clients.push(match name {
+                    herd::HERD => Arc::new(herd::HerdClient::connect(url).await),
+                    _ => libs::connect(name, url).await.into(),
+                });
             }
             let mut samples: [Vec<f64>; 4] = Default::default();
             for _ in 0..sizes.rounds.min(GROWTH_ROUNDS) {
@@ -1233,6 +1250,9 @@ pub async fn growth(url: &str, sizes: Sizes) -> Vec<Row> {
                 samples[1].push(commands as f64 / per);
                 samples[2].push(worst.as_secs_f64() * 1e3);
                 samples[3].push(cpu / per);
+            }
+            for client in &clients {
+                client.close().await;
             }
             rows.extend(rows_of(&scenario, name, &metrics, &samples));
         }

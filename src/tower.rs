@@ -316,6 +316,76 @@ impl<Request> LimitKey<Request> for Global {
 ///     );
 /// # }
 /// ```
+///
+/// # An inner service whose error is `BoxError`
+///
+/// The layer takes any inner error that converts into [`BoxError`] (`S::Error: Into<BoxError>`,
+/// as tower's own layers do). An inner service whose error type *is* `BoxError` (a
+/// `service_fn` whose closure returns `Result<_, BoxError>`), driven inside `tokio::spawn`,
+/// meets a limitation of today's compiler when it checks that the spawned future is `Send`:
+///
+/// ```text
+/// error: implementation of `From` is not general enough
+///   = note: `Box<(dyn std::error::Error + Send + Sync + 'static)>` must implement
+///           `From<Box<(dyn std::error::Error + Send + Sync + '0)>>`, for any lifetime `'0`...
+/// ```
+///
+/// ```compile_fail
+/// # async fn demo(client: fredlock::LockClient) {
+/// use fredlock::tower::ConcurrencyLimitLayer;
+/// use tower::{service_fn, BoxError, Layer, ServiceExt};
+///
+/// let layer = ConcurrencyLimitLayer::new(client, "exports", 4);
+/// tokio::spawn(async move {
+///     let limited = layer.layer(service_fn(|name: String| async move {
+///         if name.is_empty() {
+///             return Err::<String, BoxError>("empty".into());
+///         }
+///         Ok(name)
+///     }));
+///     limited.oneshot(String::from("export-1")).await
+/// });
+/// # }
+/// ```
+///
+/// The way out is an error type of your own (or any concrete one, `std::io::Error` say): the
+/// layer boxes it, and the handler reads it back with `error.downcast_ref::<Empty>()` beside
+/// [`LimitReached`]. [`LockLayer`] has the same bound, and the same way out.
+///
+/// ```no_run
+/// # async fn demo(client: fredlock::LockClient) {
+/// use fredlock::tower::ConcurrencyLimitLayer;
+/// use tower::{service_fn, Layer, ServiceExt};
+///
+/// #[derive(Debug)]
+/// struct Empty;
+///
+/// impl std::fmt::Display for Empty {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("no name given")
+///     }
+/// }
+///
+/// impl std::error::Error for Empty {}
+///
+/// let layer = ConcurrencyLimitLayer::new(client, "exports", 4);
+/// let export = tokio::spawn(async move {
+///     let limited = layer.layer(service_fn(|name: String| async move {
+///         if name.is_empty() {
+///             return Err(Empty);
+///         }
+///         Ok(name)
+///     }));
+///     limited.oneshot(String::from("export-1")).await
+/// });
+/// match export.await {
+///     Ok(Ok(name)) => println!("exported {name}"),
+///     Ok(Err(error)) if error.is::<Empty>() => println!("nothing to export"),
+///     Ok(Err(error)) => println!("not exported: {error}"),
+///     Err(panicked) => println!("the export task failed: {panicked}"),
+/// }
+/// # }
+/// ```
 pub struct ConcurrencyLimitLayer<K> {
     client: LockClient,
     key: Arc<K>,

@@ -118,7 +118,7 @@ impl LockClient {
     ///
     /// ```no_run
     /// # async fn example(client: fredlock::LockClient) {
-    /// use fredlock::{LockEventKind, LossReason};
+    /// use fredlock::events::LockEventKind;
     ///
     /// let mut events = client.events();
     /// tokio::spawn(async move {
@@ -130,7 +130,7 @@ impl LockClient {
     /// });
     /// # }
     /// ```
-    pub fn events(&self) -> crate::inspection::LockEvents {
+    pub fn events(&self) -> crate::events::LockEvents {
         self.shared.engine.core().report.events.subscribe()
     }
 

@@ -255,7 +255,6 @@ pub use family::{DistributedGuard, DistributedLock};
 pub use inspection::{
     ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter,
 };
-pub use inspection::{LockEvent, LockEventKind, LockEvents, LossReason};
 pub use job::{
     JobHolder, JobLock, JobRun, Skipped, DEFAULT_AT_MOST_FOR, DEFAULT_JOB_ENV, DEFAULT_JOB_PREFIX,
     DEFAULT_TICKS_KEPT_FOR, JOB_POLL,
@@ -276,7 +275,8 @@ pub use redlock::{
 };
 
 /// A client's event stream ([`LockClient::events`]): the events, why a hold was lost, and the
-/// receiver's errors.
+/// receiver's errors. Each type is here only (as `tokio::sync::broadcast`'s are in their
+/// module), not also at the crate's root.
 pub mod events {
     pub use crate::inspection::{
         LockEvent, LockEventKind, LockEvents, LossReason, RecvError, DEFAULT_EVENT_CAPACITY,

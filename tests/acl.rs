@@ -506,7 +506,7 @@ async fn a_hold_released_while_its_renewals_are_refused_is_not_told_lost() {
         while let Ok(Ok(event)) = tokio::time::timeout_at(quiet, events.recv()).await {
             seen.push(event.what());
         }
-        assert_eq!(seen, [fredlock::LockEventKind::Released]);
+        assert_eq!(seen, [fredlock::events::LockEventKind::Released]);
         client.shutdown().await;
     })
     .await;
@@ -596,7 +596,7 @@ async fn a_renewal_refused(
 ) -> (
     Client,
     LockClient,
-    fredlock::LockEvents,
+    fredlock::events::LockEvents,
     fredlock::LockGuard,
 ) {
     let (raw, rule, client) = the_documented_user(server).await;
@@ -609,7 +609,7 @@ async fn a_renewal_refused(
     let failed = async {
         loop {
             match events.recv().await {
-                Ok(event) if event.what() == fredlock::LockEventKind::RenewalFailed => {
+                Ok(event) if event.what() == fredlock::events::LockEventKind::RenewalFailed => {
                     return event;
                 }
                 Ok(_) => {}

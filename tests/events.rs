@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use common::{bounded, RedisSentinel, RedisServer, StallingProxy};
 use fred::prelude::KeysInterface;
-use fredlock::events::RecvError;
+use fredlock::events::{LockEvent, LockEventKind, LockEvents, LossReason, RecvError};
 use fredlock::prelude::*;
-use fredlock::{LockClient, LockEvent, LockEventKind, LockEvents, LossReason};
+use fredlock::LockClient;
 
 /// The next event within `limit`, or why none came.
 async fn next(events: &mut LockEvents, limit: Duration) -> Result<LockEvent, String> {

@@ -4,10 +4,9 @@
 
 use std::time::Duration;
 
+use fredlock::events::{LockEventKind, LossReason};
 use fredlock::prelude::*;
-use fredlock::{
-    Backend, FromReply, LockClient, LockEventKind, LossReason, ReconnectPolicy, Reply, ScriptArg,
-};
+use fredlock::{Backend, FromReply, LockClient, ReconnectPolicy, Reply, ScriptArg};
 
 /// A service's own type a script's reply is read as.
 pub struct Count(pub i64);

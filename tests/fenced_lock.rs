@@ -69,7 +69,7 @@ async fn tokens_strictly_increase_across_clients_and_tasks() {
         assert_strictly_increasing(&tokens);
         let last = clients[0]
             .fenced_lock("fenced-order")
-            .token()
+            .last_token()
             .await
             .unwrap();
         assert_eq!(last, tokens.last().copied());
@@ -87,7 +87,7 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
         let raw = server.raw().await;
         let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
         let lock = client.fenced_lock("fenced-reentry");
-        assert_eq!(lock.token().await.unwrap(), None);
+        assert_eq!(lock.last_token().await.unwrap(), None);
 
         let outer = lock.lock().await.unwrap();
         let inner = lock.lock().await.unwrap();
@@ -97,7 +97,7 @@ async fn reentry_keeps_the_token_and_a_lost_counter_never_goes_back() {
         assert_eq!(innermost.token(), outer.token());
         let first = outer.token();
         // The last token issued, as `token()` reads it and as an inspection reports it.
-        assert_eq!(lock.token().await.unwrap(), Some(first));
+        assert_eq!(lock.last_token().await.unwrap(), Some(first));
         let inspection = lock.inspect().await.unwrap();
         assert_eq!(inspection.fencing_token(), Some(first), "{inspection:?}");
         assert_eq!(inspection.holders.len(), 1, "{inspection:?}");
@@ -198,9 +198,12 @@ async fn layout_is_redissons_and_a_bad_counter_changes_nothing() {
             .unwrap();
         let error = bad.try_lock(Duration::ZERO, None).await.unwrap_err();
         assert!(matches!(error, Error::WrongType { .. }), "{error}");
-        assert!(matches!(bad.token().await, Err(Error::WrongType { .. })));
         assert!(matches!(
-            client.fenced_lock("").token().await,
+            bad.last_token().await,
+            Err(Error::WrongType { .. })
+        ));
+        assert!(matches!(
+            client.fenced_lock("").last_token().await,
             Err(Error::InvalidArgument(_))
         ));
         let exists: u32 = raw.exists("fenced-bad").await.unwrap();

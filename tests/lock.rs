@@ -1829,7 +1829,7 @@ async fn one_task_is_one_owner_and_the_ways_out_take_turns() {
             .await
             .unwrap()
             .expect("a free lock");
-        assert_eq!(fenced.token().await.unwrap(), Some(token));
+        assert_eq!(fenced.last_token().await.unwrap(), Some(token));
     })
     .await
 }

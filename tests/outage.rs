@@ -233,7 +233,7 @@ async fn walk(fault: Fault) {
                 answer("Lock::inspect", t, lock.inspect()).await,
                 answer("FairLock::try_lock", tw, fair.try_lock(WAIT, None)).await,
                 answer("FencedLock::try_lock_now", t, fenced.try_lock_now()).await,
-                answer("FencedLock::token", t, fenced.token()).await,
+                answer("FencedLock::last_token", t, fenced.last_token()).await,
                 answer(
                     "WriteLock::try_lock",
                     tw,

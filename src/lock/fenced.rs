@@ -182,7 +182,8 @@ impl FencedLock {
     }
 
     /// The last token issued on this lock, `None` before the first (or after the counter was
-    /// lost). It only reads: the next acquisition gets a greater one.
+    /// lost). It only reads: the next acquisition gets a greater one. A hold's own token is
+    /// [`FencedGuard::token`].
     ///
     /// # Errors
     ///
@@ -192,7 +193,7 @@ impl FencedLock {
     /// # Cancel safety
     ///
     /// Cancel safe: it only reads.
-    pub async fn token(&self) -> Result<Option<u64>> {
+    pub async fn last_token(&self) -> Result<Option<u64>> {
         let client = self.lock.client();
         client.engine().core().ensure_open()?;
         engine::check_name(self.name())?;

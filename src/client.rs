@@ -130,7 +130,7 @@ impl LockClient {
     /// });
     /// # }
     /// ```
-    pub fn events(&self) -> crate::events::LockEvents {
+    pub fn events(&self) -> crate::inspection::LockEvents {
         self.shared.engine.core().report.events.subscribe()
     }
 

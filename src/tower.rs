@@ -350,7 +350,8 @@ impl<Request> LimitKey<Request> for Global {
 ///
 /// The way out is an error type of your own (or any concrete one, `std::io::Error` say): the
 /// layer boxes it, and the handler reads it back with `error.downcast_ref::<Empty>()` beside
-/// [`LimitReached`]. [`LockLayer`] has the same bound, and the same way out.
+/// [`LimitReached`]. ([`LockLayer`] takes its inner error with the same bound; only this
+/// layer's case is pinned by the tests above.)
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) {

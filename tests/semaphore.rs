@@ -442,6 +442,27 @@ async fn set_drain_release_and_forget() {
     .await;
 }
 
+/// `Semaphore::release(n)` is Redisson's: it adds permits whoever holds them, so calling it for
+/// a permit a guard still holds counts that permit twice (the type's docs, "`release(n)` is
+/// Redisson's, not tokio's"): the guard gives its own back as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_n_adds_permits_beside_the_guards_own() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(DEFAULT_WATCHDOG_LEASE).await;
+        let semaphore = client.semaphore("exports");
+        semaphore.set_permits(1).await.unwrap();
+        let permit = semaphore.acquire(1).await.unwrap();
+        assert_eq!(semaphore.available_permits().await.unwrap(), 0);
+        semaphore.release(1).await.unwrap();
+        assert_eq!(semaphore.available_permits().await.unwrap(), 1);
+        permit.release().await.unwrap();
+        assert_eq!(semaphore.available_permits().await.unwrap(), 2);
+        client.shutdown().await;
+    })
+    .await;
+}
+
 /// 6. The layout is Redisson's: an integer string at the name, every change published as the
 ///    new count on `redisson_sc:{name}`; grants in fredlock's own hash, gone with the permits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

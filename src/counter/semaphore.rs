@@ -79,6 +79,27 @@ static SEMAPHORE_INSPECT: LazyLock<Script> = LazyLock::new(|| inspect_script(SCR
 /// # Ok(()) }
 /// ```
 ///
+/// # `release(n)` is Redisson's, not tokio's
+///
+/// A tokio user gives permits back by dropping (or [`release`](SemaphorePermit::release)-ing)
+/// the [`SemaphorePermit`], and that is the way here too. [`Semaphore::release(n)`](Self::release)
+/// is something else: Redisson's `release(n)`, which *adds* `n` permits to those available,
+/// whoever took them, as tokio's `Semaphore::add_permits` does (and as this type's
+/// [`add_permits`](Self::add_permits), the same call under tokio's name). Use it only for
+/// permits no guard holds: taken by a Java client, or by a permit that was
+/// [forgotten](SemaphorePermit::forget). Calling it for permits a guard still holds counts them
+/// twice: the guard gives its own back as well, and the semaphore has more permits from then on.
+///
+/// ```no_run
+/// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
+/// let exports = client.semaphore("exports");
+/// let permit = exports.acquire(1).await?;
+/// permit.release().await?;       // tokio's way: the guard gives its permit back
+///
+/// exports.release(1).await?;     // Redisson's release(n): one permit more, for good
+/// # Ok(()) }
+/// ```
+///
 /// # Permits are not leases
 ///
 /// As in Redisson, permits do not expire: a process that dies holding some takes them with it

@@ -15,7 +15,6 @@ use fredlock::LockClient;
 
 mod throwaway;
 
-use fredlock::prelude::*;
 use throwaway::redis_url;
 
 /// The pattern: a write goes through only with a token greater than the last one it saw.

@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use fredlock::prelude::*;
 use fredlock::LockClient;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 

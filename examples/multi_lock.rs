@@ -16,7 +16,6 @@ use fredlock::{LockClient, MultiLock};
 
 mod throwaway;
 
-use fredlock::prelude::*;
 use throwaway::redis_url;
 
 #[tokio::main]

@@ -13,7 +13,6 @@ use fredlock::LockClient;
 
 mod throwaway;
 
-use fredlock::prelude::*;
 use throwaway::redis_url;
 
 #[tokio::main]

@@ -15,7 +15,6 @@ use fredlock::{LockClient, RedLock};
 
 mod throwaway;
 
-use fredlock::prelude::*;
 use throwaway::ThrowAwayRedis;
 
 #[tokio::main]

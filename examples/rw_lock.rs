@@ -20,7 +20,6 @@ use tokio::time::Instant;
 
 mod throwaway;
 
-use fredlock::prelude::*;
 use throwaway::redis_url;
 
 const CONFIG: &str = "example:tenant-7:config";

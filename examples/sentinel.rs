@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{LockClient, ReplicaSync};
 
 mod throwaway;

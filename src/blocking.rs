@@ -40,10 +40,8 @@ use tokio::runtime::Runtime;
 
 use crate::config::LockClientBuilder;
 use crate::error::{Error, Result};
-use crate::family::DistributedLock;
 use crate::lock::guard::LockGuard as AsyncGuard;
 use crate::lock::Lock as AsyncLock;
-use crate::lock::LockFamily;
 use crate::owner::OwnerId;
 
 /// The runtime and the async client every handle of one blocking client shares.

@@ -29,7 +29,6 @@ use crate::owner::OwnerId;
 ///
 /// ```no_run
 /// # async fn demo() -> fredlock::Result<()> {
-/// use fredlock::prelude::*;
 ///
 /// let client = fredlock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let lock = client.lock("orders:1001");

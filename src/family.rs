@@ -5,6 +5,12 @@
 //! inspection) is `LockFamily`, in `lock/mod.rs`.
 //!
 //! A floor module: it names no primitive; each lock implements the traits in its own file.
+//!
+//! Every lock also has the acquisitions as methods of its own ([`acquisitions!`]), so that
+//! `lock.lock()` needs no import, as a semaphore's `acquire()` needs none: the traits are for
+//! code written over any lock (ARCHITECTURE.md, "Where `lock()` comes from"). They are sealed
+//! ([`sealed::Sealed`]): nothing outside the crate can implement them, since the engine's
+//! guarantees (cancel safety, the watchdog, the hand-over at shutdown) hold only for its own.
 
 use std::future::Future;
 use std::time::Duration;
@@ -15,12 +21,13 @@ use crate::error::{waited, Error, Result};
 /// (Java Redisson clients included), acquired in Redisson's words. Every lock of the crate has
 /// these methods: [`Lock`](crate::Lock) (and its fair, spin, read and write kinds), [`FencedLock`], whose
 /// guards carry a fencing token, [`MultiLock`] over several locks and [`RedLock`] over several
-/// independent Redis servers. Bring it into scope with `use fredlock::prelude::*`.
+/// independent Redis servers. Each lock has them as methods of its own too, so calling them
+/// needs no import; the trait is for code over any lock. Sealed: only the crate's locks
+/// implement it.
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
-/// use fredlock::prelude::*;
 ///
 /// let lock = client.lock("orders:1001");
 /// let guard = lock.lock().await?;                 // waits as long as needed
@@ -37,10 +44,28 @@ use crate::error::{waited, Error, Result};
 /// once; a lock's own page says what it adds (a fenced lock's counter, a MultiLock's members,
 /// a Redlock's quorum).
 ///
+/// # Sealed
+///
+/// Only the crate's locks implement it: an implementation elsewhere does not compile.
+///
+/// ```compile_fail
+/// struct MyLock;
+/// impl fredlock::DistributedLock for MyLock {
+///     type Guard = fredlock::LockGuard;
+///     fn acquire(
+///         &self,
+///         _: Option<std::time::Duration>,
+///         _: Option<std::time::Duration>,
+///     ) -> impl std::future::Future<Output = fredlock::Result<Option<fredlock::LockGuard>>> + Send {
+///         async { Ok(None) }
+///     }
+/// }
+/// ```
+///
 /// [`FencedLock`]: crate::FencedLock
 /// [`MultiLock`]: crate::MultiLock
 /// [`RedLock`]: crate::RedLock
-pub trait DistributedLock: Send + Sync {
+pub trait DistributedLock: sealed::Sealed + Send + Sync {
     /// The guard of one hold: unlocking or dropping it gives the hold back.
     type Guard: DistributedGuard;
 
@@ -112,7 +137,6 @@ pub trait DistributedLock: Send + Sync {
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// use fredlock::prelude::*;
     ///
     /// match client.lock("reports:nightly").try_lock_now().await? {
     ///     Some(guard) => {
@@ -148,7 +172,6 @@ pub trait DistributedLock: Send + Sync {
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
     /// use std::time::Duration;
-    /// use fredlock::prelude::*;
     ///
     /// let lock = client.lock("orders:1001");
     /// // Wait up to 2 s; held for 10 s at most, never renewed.
@@ -203,7 +226,6 @@ pub trait DistributedLock: Send + Sync {
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
     /// # async fn charge(order: u64) -> u64 { order }
-    /// use fredlock::prelude::*;
     ///
     /// let receipt = client
     ///     .lock("orders:1001")
@@ -247,7 +269,6 @@ pub trait DistributedLock: Send + Sync {
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
     /// # async fn rebuild_index() {}
     /// use std::time::Duration;
-    /// use fredlock::prelude::*;
     ///
     /// let ran = client
     ///     .lock("search:index")
@@ -293,7 +314,7 @@ pub trait DistributedLock: Send + Sync {
 
 /// The guard of a [`DistributedLock`], as [`with_lock`](DistributedLock::with_lock) uses it:
 /// what it hands the work, and running the work while the hold stands.
-pub trait DistributedGuard: Send + Sized {
+pub trait DistributedGuard: sealed::Sealed + Send + Sized {
     /// What `with_lock`'s work receives: a [`CancellationToken`](crate::CancellationToken),
     /// cancelled when the lock is lost; a fenced lock's is `(fencing token, cancellation
     /// token)`.
@@ -311,6 +332,166 @@ pub trait DistributedGuard: Send + Sized {
         work: impl Future<Output = T> + Send,
     ) -> impl Future<Output = Result<T>> + Send;
 }
+
+/// The bound that keeps the crate's public traits its own: `Sealed` is public (a public
+/// trait's bound must be) but lives in a module outside code cannot name.
+pub(crate) mod sealed {
+    /// Implemented by the crate's locks and guards only.
+    pub trait Sealed {}
+}
+
+/// Gives `$handle`, a [`DistributedLock`], the trait's acquisitions as methods of its own,
+/// forwarding to the trait's (no wrapper future: the same code runs), so that a user calls
+/// `lock.lock()` without importing anything. Each says what it does in a line and sends the
+/// reader to the trait's method, where its errors and cancel safety are said once.
+macro_rules! acquisitions {
+    ($handle:ty) => {
+        impl $handle {
+            /// Acquires the lock, waiting as long as it takes; it is renewed until the guard
+            /// is unlocked or dropped. As [`DistributedLock::lock`](crate::DistributedLock::lock).
+            ///
+            /// # Errors
+            ///
+            /// As [`DistributedLock::lock`](crate::DistributedLock::lock).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: no hold is left behind; see
+            /// [`DistributedLock::lock`](crate::DistributedLock::lock) for what a cancel gives up.
+            pub fn lock(
+                &self,
+            ) -> impl std::future::Future<
+                Output = $crate::Result<<$handle as $crate::DistributedLock>::Guard>,
+            > + Send
+                   + use<'_> {
+                $crate::DistributedLock::lock(self)
+            }
+
+            /// Acquires the lock, waiting as long as it takes, for a fixed `lease`, never
+            /// renewed. As [`DistributedLock::lock_with_lease`](crate::DistributedLock::lock_with_lease).
+            ///
+            /// # Errors
+            ///
+            /// As [`DistributedLock::lock_with_lease`](crate::DistributedLock::lock_with_lease).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe, as [`lock`](Self::lock).
+            pub fn lock_with_lease(
+                &self,
+                lease: std::time::Duration,
+            ) -> impl std::future::Future<
+                Output = $crate::Result<<$handle as $crate::DistributedLock>::Guard>,
+            > + Send
+                   + use<'_> {
+                $crate::DistributedLock::lock_with_lease(self, lease)
+            }
+
+            /// Takes the lock only if no other owner holds it now: one attempt, `Ok(None)`
+            /// when another owner does (Redisson's `tryLock()`). As
+            /// [`DistributedLock::try_lock_now`](crate::DistributedLock::try_lock_now).
+            ///
+            /// # Errors
+            ///
+            /// As [`DistributedLock::try_lock_now`](crate::DistributedLock::try_lock_now).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe, as [`lock`](Self::lock).
+            #[doc(alias = "tryLock")]
+            pub fn try_lock_now(
+                &self,
+            ) -> impl std::future::Future<
+                Output = $crate::Result<Option<<$handle as $crate::DistributedLock>::Guard>>,
+            > + Send
+                   + use<'_> {
+                $crate::DistributedLock::try_lock_now(self)
+            }
+
+            /// Tries to acquire the lock within `wait`, for a fixed `lease` or (`None`) renewed
+            /// until the guard goes; `Ok(None)` when it stayed held that long (Redisson's
+            /// `tryLock(waitTime, leaseTime, unit)`). As
+            /// [`DistributedLock::try_lock`](crate::DistributedLock::try_lock).
+            ///
+            /// # Errors
+            ///
+            /// As [`DistributedLock::try_lock`](crate::DistributedLock::try_lock).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropped while waiting, it gives up the wait (a fair lock's place in
+            /// the queue).
+            #[doc(alias = "tryLock")]
+            pub fn try_lock<L: Into<Option<std::time::Duration>>>(
+                &self,
+                wait: std::time::Duration,
+                lease: L,
+            ) -> impl std::future::Future<
+                Output = $crate::Result<Option<<$handle as $crate::DistributedLock>::Guard>>,
+            > + Send
+                   + use<'_, L> {
+                $crate::DistributedLock::try_lock(self, wait, lease)
+            }
+
+            /// Runs `work` while holding the lock, acquired as [`lock`](Self::lock) does, and
+            /// unlocks when it ends; the work is dropped and `Error::Lost` returned if the lock
+            /// is lost first. As [`DistributedLock::with_lock`](crate::DistributedLock::with_lock).
+            ///
+            /// # Errors
+            ///
+            /// As [`DistributedLock::with_lock`](crate::DistributedLock::with_lock).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: dropping the future drops the work and gives the hold back in the
+            /// background.
+            pub fn with_lock<F, Fut, T>(
+                &self,
+                work: F,
+            ) -> impl std::future::Future<Output = $crate::Result<T>> + Send + use<'_, F, Fut, T>
+            where
+                F: FnOnce(
+                        <<$handle as $crate::DistributedLock>::Guard as $crate::DistributedGuard>::Context,
+                    ) -> Fut
+                    + Send,
+                Fut: std::future::Future<Output = T> + Send,
+                T: Send,
+            {
+                $crate::DistributedLock::with_lock(self, work)
+            }
+
+            /// Runs `work` while holding the lock if it can be had within `wait`; `Ok(None)`
+            /// (and `work` is not called) when it could not. As
+            /// [`DistributedLock::try_with_lock`](crate::DistributedLock::try_with_lock).
+            ///
+            /// # Errors
+            ///
+            /// As [`DistributedLock::try_with_lock`](crate::DistributedLock::try_with_lock).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe, as [`with_lock`](Self::with_lock).
+            pub fn try_with_lock<L, F, Fut, T>(
+                &self,
+                wait: std::time::Duration,
+                lease: L,
+                work: F,
+            ) -> impl std::future::Future<Output = $crate::Result<Option<T>>> + Send + use<'_, L, F, Fut, T>
+            where
+                L: Into<Option<std::time::Duration>>,
+                F: FnOnce(
+                        <<$handle as $crate::DistributedLock>::Guard as $crate::DistributedGuard>::Context,
+                    ) -> Fut
+                    + Send,
+                Fut: std::future::Future<Output = T> + Send,
+                T: Send,
+            {
+                $crate::DistributedLock::try_with_lock(self, wait, lease, work)
+            }
+        }
+    };
+}
+pub(crate) use acquisitions;
 
 /// What a guard's [`run_holding`](DistributedGuard::run_holding) gives once `work` ended or the
 /// hold was lost (`outcome`, from `Engine::while_held`): the work's value, the hold given back

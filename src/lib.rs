@@ -46,7 +46,6 @@
 //! ```no_run
 //! # async fn demo() -> fredlock::Result<()> {
 //! use std::time::Duration;
-//! use fredlock::prelude::*;
 //!
 //! let client = fredlock::LockClient::connect("redis://127.0.0.1:6379").await?;
 //! let lock = client.lock("orders:1001");
@@ -326,9 +325,10 @@ pub mod metrics {
     ];
 }
 
-/// The traits whose methods every lock has: `use fredlock::prelude::*` brings `lock()`,
-/// `try_lock(wait, lease)`, `with_lock` and the reads of the lock family into scope (as
-/// fred's own prelude does for its command families).
+/// The traits every lock implements, for code written over any lock
+/// (`fn run<L: DistributedLock>(lock: &L)`). Calling a lock needs no import: every lock has
+/// `lock()`, `try_lock(wait, lease)`, `with_lock` and the reads of its family as methods of its
+/// own. The traits are sealed: only the crate's locks implement them.
 pub mod prelude {
     pub use crate::{DistributedGuard, DistributedLock, LockFamily};
 }

@@ -52,7 +52,6 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
-/// use fredlock::prelude::*;
 ///
 /// let transfer = fredlock::MultiLock::new(vec![client.lock("acct:1"), client.lock("acct:2")])?;
 /// let both = transfer.lock().await?;          // all or nothing, renewed by the watchdog
@@ -319,6 +318,11 @@ impl DistributedLock for MultiLock {
         self.lock_within(wait, lease.map_or(Lease::Watchdog, Lease::Fixed))
     }
 }
+
+impl crate::family::sealed::Sealed for MultiLock {}
+crate::family::acquisitions!(MultiLock);
+
+impl crate::family::sealed::Sealed for MultiLockGuard {}
 
 /// `with_lock`'s work receives a token cancelled when a member is found lost while it runs.
 impl DistributedGuard for MultiLockGuard {

@@ -57,7 +57,6 @@ use std::time::Duration;
 use ::tower::{BoxError, Layer, Service};
 
 use crate::client::LockClient;
-use crate::family::DistributedLock;
 use crate::owner::OwnerId;
 
 /// How long a request waits for its key's lock unless told otherwise

@@ -9,7 +9,6 @@ use std::time::Duration;
 use common::refusal::{keys_without_ttl, under_refusal, Marks};
 use common::{bounded, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::LockClient;
 
 /// Every primitive's plain cycle, with waiters woken by pub/sub and a renewal, as `a` and `b`

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::*;
 use fred::interfaces::ClientLike;
-use fredlock::prelude::*;
 use fredlock::{Backend, LockClient, Protocol};
 
 async fn on(backend: Backend, server: &RedisServer) -> LockClient {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::RedisServer;
 use fredlock::blocking::LockClient;
-use fredlock::prelude::*;
 use fredlock::Error;
 
 /// Handles and guards cross threads.

@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, eventually, redis_cli, RedisCluster};
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, LockGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

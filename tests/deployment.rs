@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::{bounded, free_port, script, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 
 /// Writes values until the server refuses even a small one for lack of memory: large ones
 /// first, then smaller (a refused large value was partly its own query buffer).

@@ -10,7 +10,6 @@ use std::time::Duration;
 use common::{bounded, RedisSentinel, RedisServer, StallingProxy};
 use fred::prelude::KeysInterface;
 use fredlock::events::{LockEvent, LockEventKind, LockEvents, LossReason, RecvError};
-use fredlock::prelude::*;
 use fredlock::LockClient;
 
 /// The next event within `limit`, or why none came.

@@ -13,7 +13,6 @@ use common::{
     RedisServer,
 };
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{FairLock, LockClient};
 use rand::Rng;
 use tokio::time::Instant;

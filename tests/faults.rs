@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 
 use common::chaos::{chaos, Rng};
 use common::{bounded, eventually, quiet, KillOnDrop, Kind, RedisServer, StallingProxy};
-use fredlock::prelude::*;
 
 async fn hold_count(raw: &Client, name: &str, field: &str) -> u32 {
     raw.hget::<Option<u32>, _, _>(name, field)

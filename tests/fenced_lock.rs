@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{bounded, PostgresServer, RedisCluster, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Error, RedisErrorKind, DEFAULT_WATCHDOG_LEASE};
 
 /// Guards and locks cross tasks.

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use common::{bounded, free_port, Kind, RedisCluster, RedisServer, StallingProxy};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, MultiLock, RedLock, MAX_DURATION};
 use tokio::time::Instant;
 

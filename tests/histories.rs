@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 use common::chaos::{chaos, Rng};
 use common::history::{check, Call, Checked, History, Op, Outcome, Violation};
 use common::{bounded, KillOnDrop, RedisServer, StallingProxy};
-use fredlock::prelude::*;
 
 /// A token cancelled at `until`.
 fn stop_at(until: Instant) -> CancellationToken {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use common::{bounded, eventually, Kind, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, OwnerId};
 use rand::Rng;
 use tokio::time::Instant;
@@ -1255,7 +1254,6 @@ mod spans {
     use tracing_subscriber::registry::LookupSpan;
 
     use super::common::{bounded, RedisServer};
-    use fredlock::prelude::*;
 
     type Fields = HashMap<String, String>;
 
@@ -2333,4 +2331,73 @@ async fn a_client_whose_release_named_another_does_not_take_the_lock_back() {
         client.shutdown().await;
     })
     .await
+}
+
+/// Every lock's calls are methods of its own: this module imports no trait (no
+/// `fredlock::prelude`), and calls every acquisition of every lock, and every read of the
+/// reentrant family, as ARCHITECTURE.md's "Where `lock()` comes from" says.
+mod calls_without_an_import {
+    use std::time::Duration;
+
+    use super::common::{bounded, connect, RedisServer};
+    use fredlock::{MultiLock, RedLock};
+
+    /// Each acquisition of `$lock` once, every guard given back.
+    macro_rules! acquire_each_way {
+        ($lock:expr) => {{
+            let lock = $lock;
+            lock.lock().await.unwrap().unlock().await.unwrap();
+            let leased = lock.lock_with_lease(Duration::from_secs(5)).await.unwrap();
+            leased.unlock().await.unwrap();
+            let now = lock.try_lock_now().await.unwrap().expect("free");
+            now.unlock().await.unwrap();
+            let within = lock.try_lock(Duration::from_secs(1), None).await.unwrap();
+            within.expect("free").unlock().await.unwrap();
+            assert_eq!(lock.with_lock(|_| async { 7 }).await.unwrap(), 7);
+            let ran = lock.try_with_lock(Duration::ZERO, Duration::from_secs(5), |_| async { 8 });
+            assert_eq!(ran.await.unwrap(), Some(8));
+            lock
+        }};
+    }
+
+    /// Each read of the reentrant family once, on a lock the current task holds once.
+    macro_rules! read_each_way {
+        ($lock:expr, $name:expr) => {{
+            let lock = $lock;
+            assert_eq!(lock.name(), $name);
+            let guard = lock.lock().await.unwrap();
+            assert!(lock.is_locked().await.unwrap());
+            assert!(lock.is_held_by_current_task().await.unwrap());
+            assert_eq!(lock.hold_count().await.unwrap(), 1);
+            assert!(lock.remaining_lease().await.unwrap().is_some());
+            assert_eq!(lock.inspect().await.unwrap().holders.len(), 1);
+            assert!(lock.force_unlock().await.unwrap());
+            drop(guard);
+        }};
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_lock_is_called_without_importing_a_trait() {
+        bounded(async {
+            let server = RedisServer::start();
+            let client = connect(&server.url()).await.unwrap();
+            let lock = acquire_each_way!(client.lock("plain"));
+            read_each_way!(lock, "plain");
+            let fair = acquire_each_way!(client.fair_lock("fair"));
+            read_each_way!(fair, "fair");
+            let spin = acquire_each_way!(client.spin_lock("spin"));
+            read_each_way!(spin, "spin");
+            let fenced = acquire_each_way!(client.fenced_lock("fenced"));
+            read_each_way!(fenced, "fenced");
+            let rw = client.rw_lock("rw");
+            read_each_way!(acquire_each_way!(rw.read_lock()), "rw");
+            read_each_way!(acquire_each_way!(rw.write_lock()), "rw");
+            let multi = MultiLock::new(vec![client.lock("m1"), client.lock("m2")]).unwrap();
+            acquire_each_way!(multi);
+            let red = RedLock::new(vec![client.clone()], "red").unwrap();
+            acquire_each_way!(red);
+            client.shutdown().await;
+        })
+        .await;
+    }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{bounded, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, MultiLock};
 use tokio::time::Instant;
 

@@ -14,7 +14,6 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use common::{bounded, RedisServer, StallingProxy};
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, MultiLock, RedisErrorKind};
 use tokio::time::Instant;
 

@@ -8,7 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, clients, start_servers, urls, RedisServer};
-use fredlock::prelude::*;
 
 mod first_look {
     include!("readme/first_look.rs");

@@ -9,7 +9,6 @@ use std::time::Duration;
 use common::{bounded, clients, start_servers, urls, RedisServer, StallingProxy};
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, NodeFailureReason, RedLock};
 use tokio::time::Instant;
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{bounded, free_port, signal, RedisCluster, RedisServer, StallingProxy};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, ReplicaSync};
 use tokio::time::Instant;
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Error, LockClient, RwLock};
 use rand::Rng;
 use tokio::time::Instant;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{bounded, RedisSentinel, SENTINEL_SERVICE};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{LockClient, LockGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

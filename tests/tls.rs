@@ -183,7 +183,6 @@ async fn right_ca_connects_wrong_ca_is_refused(
     trusting: fn(&std::path::Path) -> fredlock::fred::types::config::TlsConnector,
 ) {
     use fredlock::fred::interfaces::{ClientLike, HashesInterface};
-    use fredlock::prelude::*;
     let certs = Certificates::make();
     let (server, port) = tls_server(&certs);
     let config = rediss(port, trusting(&certs.dir.join("ca.pem")));
@@ -246,7 +245,6 @@ async fn right_ca_connects_wrong_ca_is_refused(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_rs_client_with_tls_is_handed_over() {
     use fredlock::fred::interfaces::HashesInterface;
-    use fredlock::prelude::*;
     bounded(async {
         let certs = Certificates::make();
         let (server, port) = tls_server(&certs);
@@ -420,7 +418,6 @@ fn a_rediss_url_with_a_user_and_password_logs_in_and_never_shows_them() {
 #[test]
 #[ignore = "run by a_rediss_url_with_a_user_and_password_logs_in_and_never_shows_them"]
 fn rediss_url_child() {
-    use fredlock::prelude::*;
     let (Ok(url), Ok(secret)) = (
         std::env::var("FREDLOCK_TLS_URL"),
         std::env::var("FREDLOCK_TLS_SECRET"),

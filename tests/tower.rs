@@ -18,7 +18,6 @@ use axum::routing::get;
 use axum::{BoxError, Router};
 use common::{bounded, eventually, RedisServer};
 use fred::interfaces::ClientLike;
-use fredlock::prelude::*;
 use fredlock::tower::{ConcurrencyLimitLayer, LockLayer, Locked};
 use fredlock::LockClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

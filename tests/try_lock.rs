@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, lock_client_at, RedisServer};
-use fredlock::prelude::*;
 use fredlock::{LockClient, MultiLock, RedLock};
 use tokio::time::Instant;
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::{bounded, eventually, Kind, RedisCluster, RedisServer};
 use fred::prelude::*;
-use fredlock::prelude::*;
 use tokio::time::Instant;
 
 // Each runs once per lock kind (issue 4, point 5).

@@ -14,7 +14,6 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fredlock::prelude::*;
 use fredlock::{Backend, LockClient, LockClientBuilder};
 
 /// A throw-away server on a free loopback port (`$FREDLOCK_SERVER`, else `redis-server`),

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::{Backend, LockClient};
 use tokio::task::JoinSet;
 use tokio::time::Instant;

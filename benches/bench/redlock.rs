@@ -14,7 +14,6 @@ use crate::harness;
 use crate::measure::Summary;
 use crate::scenarios::{in_task, raw_client, Sizes};
 use crate::Row;
-use fredlock::prelude::*;
 
 const SCENARIO: &str = "7 redlock (5 nodes)";
 const TTL: Duration = Duration::from_secs(10);

@@ -9,7 +9,6 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, clients, start_servers, urls};
-use fredlock::prelude::*;
 use fredlock::RedLock;
 
 const NAME: &str = "peers:redlock";

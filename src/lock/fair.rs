@@ -93,7 +93,6 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-/// use fredlock::prelude::*;
 ///
 /// let tickets = client.fair_lock("tickets");
 /// let guard = tickets.lock().await?;      // served in the order the waiters arrived

@@ -64,7 +64,6 @@ pub(crate) static FENCED_ACQUIRE: LazyLock<Script> =
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-/// use fredlock::prelude::*;
 ///
 /// let lock = client.fenced_lock("invoices:7");
 /// let guard = lock.lock().await?;
@@ -255,6 +254,10 @@ impl LockFamily for FencedLock {
     }
 }
 
+impl crate::family::sealed::Sealed for FencedLock {}
+crate::family::acquisitions!(FencedLock);
+crate::lock::family_reads!(FencedLock, with name);
+
 impl fmt::Debug for FencedLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("FencedLock").field(&self.lock).finish()
@@ -294,6 +297,8 @@ impl FencedGuard {
         self.guard
     }
 }
+
+impl crate::family::sealed::Sealed for FencedGuard {}
 
 /// `with_lock`'s work receives `(fencing token, cancellation token)`.
 impl DistributedGuard for FencedGuard {

@@ -56,7 +56,6 @@ fn wrapped(script: &str) -> Arc<Script> {
 /// ```no_run
 /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
 /// # async fn long_job() {}
-/// use fredlock::prelude::*;
 ///
 /// let guard = lock.lock().await?;
 /// tokio::select! {
@@ -153,7 +152,6 @@ impl LockGuard {
     ///
     /// ```no_run
     /// # async fn demo(lock: fredlock::Lock) -> fredlock::Result<()> {
-    /// use fredlock::prelude::*;
     ///
     /// let guard = lock.lock().await?;
     /// let written: i64 = guard
@@ -243,6 +241,8 @@ impl LockGuard {
         self.guard.engine()
     }
 }
+
+impl crate::family::sealed::Sealed for LockGuard {}
 
 /// `with_lock`'s work receives the guard's cancellation token.
 impl DistributedGuard for LockGuard {

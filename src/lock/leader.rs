@@ -23,7 +23,6 @@ use crate::inspection::{Details, Holder, Tail};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::LOCK_RENEW;
-use crate::lock::LockFamily;
 use crate::lock::{Lock, LockKind};
 use crate::lua;
 use crate::names;

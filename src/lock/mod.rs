@@ -52,13 +52,12 @@ pub(crate) const REENTRY_REFUSED: &str = concat!(
 /// by default). A lock taken with a lease ends when the lease does, held or not.
 ///
 /// Its acquisitions are [`DistributedLock`]'s (`lock`, `try_lock(wait, lease)`, `with_lock`,
-/// ..) and its reads [`LockFamily`]'s (`is_locked`, `hold_count`, `inspect`, ..): bring them
-/// into scope with `use fredlock::prelude::*`.
+/// ..) and its reads [`LockFamily`]'s (`is_locked`, `hold_count`, `inspect`, ..), and are also
+/// methods of its own: calling them needs no import.
 ///
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
-/// use fredlock::prelude::*;
 ///
 /// let lock = client.lock("orders:1001");
 /// let guard = lock.lock().await?;                 // waits as long as needed
@@ -362,10 +361,15 @@ impl LockFamily for Lock {
     }
 }
 
+impl crate::family::sealed::Sealed for Lock {}
+crate::family::acquisitions!(Lock);
+family_reads!(Lock);
+
 /// What every lock of the reentrant family ([`Lock`] and its fair, spin, fenced, read and write
 /// kinds) has beside its acquisitions: reads of its state, a force unlock and an inspection,
-/// over the [`Lock`] each of them is. Bring it into scope with `use fredlock::prelude::*`.
-pub trait LockFamily {
+/// over the [`Lock`] each of them is. Each lock has these as methods of its own too; the trait
+/// is for code over any lock of the family. Sealed: only the crate's locks implement it.
+pub trait LockFamily: crate::family::sealed::Sealed {
     /// This lock as a [`Lock`], for code that takes any lock of the family; it keeps its kind.
     fn as_lock(&self) -> &Lock;
 
@@ -461,7 +465,6 @@ pub trait LockFamily {
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// use fredlock::prelude::*;
     ///
     /// let seen = client.lock("orders:1001").inspect().await?;
     /// for holder in &seen.holders {
@@ -482,6 +485,126 @@ pub trait LockFamily {
         self.as_lock().read()
     }
 }
+
+/// Gives `$handle`, a [`LockFamily`], the trait's reads, force unlock and inspection as methods
+/// of its own, forwarding to the trait's, so that no import is needed (as
+/// [`acquisitions!`](crate::family::acquisitions) does for the acquisitions); `with name` adds
+/// [`name`](LockFamily::name) too, for a handle that has none of its own.
+macro_rules! family_reads {
+    ($handle:ty, with name) => {
+        impl $handle {
+            /// The lock's Redis key, as [`LockFamily::name`](crate::LockFamily::name).
+            pub fn name(&self) -> &str {
+                $crate::LockFamily::as_lock(self).name()
+            }
+        }
+        $crate::lock::family_reads!($handle);
+    };
+    ($handle:ty) => {
+        impl $handle {
+            /// Whether anyone holds the lock (a side of a read-write lock: whether the lock is
+            /// in that side's mode). As [`LockFamily::is_locked`](crate::LockFamily::is_locked).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockFamily::is_locked`](crate::LockFamily::is_locked).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub fn is_locked(
+                &self,
+            ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send + use<'_> {
+                $crate::LockFamily::is_locked(self)
+            }
+
+            /// Whether the current task (or the pinned owner) holds the lock. As
+            /// [`LockFamily::is_held_by_current_task`](crate::LockFamily::is_held_by_current_task).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockFamily::is_held_by_current_task`](crate::LockFamily::is_held_by_current_task).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub fn is_held_by_current_task(
+                &self,
+            ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send + use<'_> {
+                $crate::LockFamily::is_held_by_current_task(self)
+            }
+
+            /// How many holds the current task (or the pinned owner) has on the lock. As
+            /// [`LockFamily::hold_count`](crate::LockFamily::hold_count).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockFamily::hold_count`](crate::LockFamily::hold_count).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub fn hold_count(
+                &self,
+            ) -> impl std::future::Future<Output = $crate::Result<u32>> + Send + use<'_> {
+                $crate::LockFamily::hold_count(self)
+            }
+
+            /// How long the lock lives unless renewed. As
+            /// [`LockFamily::remaining_lease`](crate::LockFamily::remaining_lease).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockFamily::remaining_lease`](crate::LockFamily::remaining_lease).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub fn remaining_lease(
+                &self,
+            ) -> impl std::future::Future<
+                Output = $crate::Result<Option<std::time::Duration>>,
+            > + Send
+                   + use<'_> {
+                $crate::LockFamily::remaining_lease(self)
+            }
+
+            /// Deletes the lock whoever holds it and wakes its waiters; `true` if it was held.
+            /// As [`LockFamily::force_unlock`](crate::LockFamily::force_unlock).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockFamily::force_unlock`](crate::LockFamily::force_unlock).
+            ///
+            /// # Cancel safety
+            ///
+            /// Not cancel safe: the deletion may happen although the future was dropped.
+            pub fn force_unlock(
+                &self,
+            ) -> impl std::future::Future<Output = $crate::Result<bool>> + Send + use<'_> {
+                $crate::LockFamily::force_unlock(self)
+            }
+
+            /// What Redis holds of this lock now. As
+            /// [`LockFamily::inspect`](crate::LockFamily::inspect).
+            ///
+            /// # Errors
+            ///
+            /// As [`LockFamily::inspect`](crate::LockFamily::inspect).
+            ///
+            /// # Cancel safety
+            ///
+            /// Cancel safe: it only reads.
+            pub fn inspect(
+                &self,
+            ) -> impl std::future::Future<Output = $crate::Result<$crate::Inspection>> + Send + use<'_>
+            {
+                $crate::LockFamily::inspect(self)
+            }
+        }
+    };
+}
+pub(crate) use family_reads;
 
 /// Makes `$handle`, a lock of the reentrant family whose field `lock` is the [`Lock`] it wraps
 /// and whose guard is a [`LockGuard`], a [`DistributedLock`] and a [`LockFamily`] as its
@@ -506,6 +629,10 @@ macro_rules! lock_of_family {
                 &self.lock
             }
         }
+
+        impl $crate::family::sealed::Sealed for $handle {}
+        $crate::family::acquisitions!($handle);
+        $crate::lock::family_reads!($handle, with name);
     };
 }
 pub(crate) use lock_of_family;

@@ -365,7 +365,6 @@ impl Lock {
     ///
     /// ```no_run
     /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
-    /// use fredlock::prelude::*;
     ///
     /// let lock = client.lock("orders:1001").non_reentrant(); // or client.non_reentrant_lock(..)
     /// let guard = lock.lock().await?;

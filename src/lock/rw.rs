@@ -14,7 +14,6 @@ use crate::engine::{
 use crate::error::Result;
 use crate::inspection::{Details, Holder, Inspection, Tail};
 use crate::layout::{glob_escaped, Layout};
-use crate::lock::LockFamily;
 use crate::lock::{lock_of_family, Lock, LockKind};
 use crate::lua;
 use crate::names;
@@ -83,7 +82,6 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
-/// use fredlock::prelude::*;
 ///
 /// let config = client.rw_lock("config:tenant-7");
 /// let read = config.read_lock().lock().await?;          // many readers at once

@@ -32,7 +32,6 @@ pub const DEFAULT_SPIN_MAX_PAUSE: Duration = DEFAULT_BACKOFF.cap;
 /// ```no_run
 /// # async fn demo(client: fredlock::LockClient) -> fredlock::Result<()> {
 /// use std::time::Duration;
-/// use fredlock::prelude::*;
 ///
 /// let lock = client
 ///     .spin_lock("reports:nightly")

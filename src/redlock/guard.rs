@@ -291,6 +291,8 @@ fn log_released(shared: &RedLockState, tally: &Tally, acquired_at: Instant) {
     }
 }
 
+impl crate::family::sealed::Sealed for RedLockGuard {}
+
 /// `with_lock`'s work receives [`cancellation_token`](RedLockGuard::cancellation_token).
 impl DistributedGuard for RedLockGuard {
     type Context = CancellationToken;

@@ -65,7 +65,6 @@ pub const DEFAULT_RETRY_DELAY: RangeInclusive<Duration> =
 /// ```no_run
 /// # async fn demo(nodes: Vec<fredlock::LockClient>) -> fredlock::Result<()> {
 /// use std::time::Duration;
-/// use fredlock::prelude::*;
 ///
 /// // Five LockClients, each connected to an independent master.
 /// let redlock = fredlock::RedLock::new(nodes, "payments:42")?;
@@ -476,6 +475,9 @@ impl DistributedLock for RedLock {
         self.lock_within(wait, lease)
     }
 }
+
+impl crate::family::sealed::Sealed for RedLock {}
+crate::family::acquisitions!(RedLock);
 
 impl fmt::Debug for RedLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

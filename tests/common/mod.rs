@@ -29,7 +29,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use fred::prelude::*;
-use fredlock::prelude::*;
 
 /// The client library every lock client of the tests runs on: `FREDLOCK_BACKEND=redis-rs`
 /// runs a suite on redis-rs (built with feature `redis-rs`), `fred` or nothing on fred.

@@ -8,7 +8,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use fred::prelude::*;
-use fredlock::prelude::*;
 use fredlock::LockClient;
 use tokio::time::Instant;
 

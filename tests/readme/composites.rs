@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use fredlock::{LockClient, MultiLock, RedLock};
-use fredlock::prelude::*;
 
 async fn composites(masters: Vec<LockClient>, client: &LockClient) -> fredlock::Result<()> {
     let redlock = RedLock::new(masters, "payments:42")?; // one client per independent master

@@ -1,5 +1,4 @@
 use fredlock::LockClient;
-use fredlock::prelude::*;
 
 async fn fencing(client: &LockClient) -> fredlock::Result<(u64, String)> {
     let guard = client.fenced_lock("invoices:7").lock().await?;

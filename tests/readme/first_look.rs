@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use fredlock::LockClient;
-use fredlock::prelude::*;
 
 async fn first_look(url: &str) -> fredlock::Result<()> {
     let client = LockClient::connect(url).await?; // "redis://127.0.0.1:6379"

@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use fredlock::LockClient;
-use fredlock::prelude::*;
 
 async fn charge_once(client: &LockClient, order: u64) -> fredlock::Result<bool> {
     let charged = client

@@ -1,7 +1,6 @@
 use std::time::Duration;
 
 use fredlock::LockClient;
-use fredlock::prelude::*;
 
 async fn read_write(client: &LockClient) -> fredlock::Result<()> {
     let config = client.rw_lock("config:tenant-7");

@@ -1,7 +1,6 @@
 use std::future::Future;
 
 use fredlock::LockClient;
-use fredlock::prelude::*;
 
 async fn serve(client: LockClient, stop: impl Future<Output = ()>) -> fredlock::Result<()> {
     let guard = client.lock("exports:daily").lock().await?;

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use fredlock::events::{LockEventKind, LossReason};
-use fredlock::prelude::*;
 use fredlock::{Backend, FromReply, LockClient, ReconnectPolicy, Reply, ScriptArg};
 
 /// A service's own type a script's reply is read as.

@@ -78,7 +78,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(refused))
-                .layer(LockLayer::new(client.clone(), account_of).wait(Duration::from_millis(500))),
+                .layer(
+                    LockLayer::per_key(client.clone(), account_of).wait(Duration::from_millis(500)),
+                ),
         );
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;

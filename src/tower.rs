@@ -7,6 +7,12 @@
 //!   key or for all: tower's `ConcurrencyLimitLayer` spread over a fleet, on leased permits that
 //!   a crashed instance cannot keep.
 //!
+//! Both are made alike: `new(client, name, ..)` for one lock or limit every request shares,
+//! `per_key(client, key, ..)` for one per key, where `key` is a [`RequestKey`] (a function
+//! `Fn(&Request) -> Option<String>`; `None` lets the request through untouched); both have
+//! `wait(d)`, and each makes the service of its name (`LockService`,
+//! `ConcurrencyLimitService`).
+//!
 //! A [`LockLayer`] in front of a route:
 //!
 //! ```no_run
@@ -36,7 +42,7 @@
 //!                     (StatusCode::SERVICE_UNAVAILABLE, error.to_string())
 //!                 }
 //!             }))
-//!             .layer(LockLayer::new(client, per_account).wait(Duration::from_secs(2))),
+//!             .layer(LockLayer::per_key(client, per_account).wait(Duration::from_secs(2))),
 //!     );
 //! # }
 //! ```
@@ -113,10 +119,19 @@ impl<K> fmt::Debug for LockLayer<K> {
     }
 }
 
+impl LockLayer<Global> {
+    /// Runs every request under the one lock `name` on `client`: one request at a time across
+    /// every instance, each waiting at most [`DEFAULT_REQUEST_WAIT`] for it.
+    pub fn new(client: LockClient, name: impl Into<String>) -> LockLayer<Global> {
+        LockLayer::per_key(client, Global(name.into()))
+    }
+}
+
 impl<K> LockLayer<K> {
-    /// Locks each request by the name `key` gives it (`None`: the request takes no lock), on
-    /// `client`, waiting at most [`DEFAULT_REQUEST_WAIT`] for it.
-    pub fn new(client: LockClient, key: K) -> LockLayer<K> {
+    /// Locks each request by the name `key` gives it (a [`RequestKey`]:
+    /// `Fn(&Request) -> Option<String>`; `None`: the request takes no lock), on `client`,
+    /// waiting at most [`DEFAULT_REQUEST_WAIT`] for it.
+    pub fn per_key(client: LockClient, key: K) -> LockLayer<K> {
         LockLayer {
             client,
             key: Arc::new(key),
@@ -172,7 +187,7 @@ where
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     S::Response: Send + 'static,
-    K: Fn(&Request) -> Option<String> + Send + Sync + 'static,
+    K: RequestKey<Request> + Send + Sync + 'static,
     Request: Send + 'static,
 {
     type Response = S::Response;
@@ -184,7 +199,7 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let Some(name) = (self.layer.key)(&request) else {
+        let Some(name) = self.layer.key.key_of(&request) else {
             return unguarded(&mut self.inner, request);
         };
         let mut inner = take_ready(&mut self.inner);
@@ -244,28 +259,29 @@ impl fmt::Display for LimitReached {
 
 impl std::error::Error for LimitReached {}
 
-/// What names the limit a request counts against: [`Global`] (one limit for every request), or
-/// a function of the request (`Fn(&Request) -> Option<String>`; `None`: not limited).
-pub trait LimitKey<Request> {
-    /// The limit's name for `request`, or `None` to let it run unlimited.
-    fn limit_of(&self, request: &Request) -> Option<String>;
+/// What names the lock or the limit a request takes, for both layers: [`Global`] (one name for
+/// every request), or a function of the request (`Fn(&Request) -> Option<String>`; `None`: the
+/// request takes none and runs as it would without the layer).
+pub trait RequestKey<Request> {
+    /// The name of the lock or limit for `request`, or `None` to let it through untouched.
+    fn key_of(&self, request: &Request) -> Option<String>;
 }
 
-impl<F, Request> LimitKey<Request> for F
+impl<F, Request> RequestKey<Request> for F
 where
     F: Fn(&Request) -> Option<String>,
 {
-    fn limit_of(&self, request: &Request) -> Option<String> {
+    fn key_of(&self, request: &Request) -> Option<String> {
         self(request)
     }
 }
 
-/// One limit for every request, by its name ([`ConcurrencyLimitLayer::new`]).
+/// One name for every request ([`LockLayer::new`], [`ConcurrencyLimitLayer::new`]).
 #[derive(Clone, Debug)]
 pub struct Global(String);
 
-impl<Request> LimitKey<Request> for Global {
-    fn limit_of(&self, _: &Request) -> Option<String> {
+impl<Request> RequestKey<Request> for Global {
+    fn key_of(&self, _: &Request) -> Option<String> {
         Some(self.0.clone())
     }
 }
@@ -425,15 +441,15 @@ impl ConcurrencyLimitLayer<Global> {
         name: impl Into<String>,
         max: u32,
     ) -> ConcurrencyLimitLayer<Global> {
-        ConcurrencyLimitLayer::per_key(client, max, Global(name.into()))
+        ConcurrencyLimitLayer::per_key(client, Global(name.into()), max)
     }
 }
 
 impl<K> ConcurrencyLimitLayer<K> {
     /// At most `max` requests at once per key across every instance: `key` names each
-    /// request's permit semaphore (a [`LimitKey`]: `Fn(&Request) -> Option<String>`; `None`
+    /// request's permit semaphore (a [`RequestKey`]: `Fn(&Request) -> Option<String>`; `None`
     /// lets the request run unlimited).
-    pub fn per_key(client: LockClient, max: u32, key: K) -> ConcurrencyLimitLayer<K> {
+    pub fn per_key(client: LockClient, key: K, max: u32) -> ConcurrencyLimitLayer<K> {
         ConcurrencyLimitLayer {
             client,
             key: Arc::new(key),
@@ -452,10 +468,10 @@ impl<K> ConcurrencyLimitLayer<K> {
 }
 
 impl<S, K> Layer<S> for ConcurrencyLimitLayer<K> {
-    type Service = ConcurrencyLimit<S, K>;
+    type Service = ConcurrencyLimitService<S, K>;
 
-    fn layer(&self, inner: S) -> ConcurrencyLimit<S, K> {
-        ConcurrencyLimit {
+    fn layer(&self, inner: S) -> ConcurrencyLimitService<S, K> {
+        ConcurrencyLimitService {
             inner,
             layer: self.clone(),
         }
@@ -463,35 +479,35 @@ impl<S, K> Layer<S> for ConcurrencyLimitLayer<K> {
 }
 
 /// The service [`ConcurrencyLimitLayer`] makes.
-pub struct ConcurrencyLimit<S, K> {
+pub struct ConcurrencyLimitService<S, K> {
     inner: S,
     layer: ConcurrencyLimitLayer<K>,
 }
 
-impl<S: Clone, K> Clone for ConcurrencyLimit<S, K> {
+impl<S: Clone, K> Clone for ConcurrencyLimitService<S, K> {
     fn clone(&self) -> Self {
-        ConcurrencyLimit {
+        ConcurrencyLimitService {
             inner: self.inner.clone(),
             layer: self.layer.clone(),
         }
     }
 }
 
-impl<S, K> fmt::Debug for ConcurrencyLimit<S, K> {
+impl<S, K> fmt::Debug for ConcurrencyLimitService<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConcurrencyLimit")
+        f.debug_struct("ConcurrencyLimitService")
             .field("layer", &self.layer)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, K, Request> Service<Request> for ConcurrencyLimit<S, K>
+impl<S, K, Request> Service<Request> for ConcurrencyLimitService<S, K>
 where
     S: Service<Request> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     S::Response: Send + 'static,
-    K: LimitKey<Request> + Send + Sync + 'static,
+    K: RequestKey<Request> + Send + Sync + 'static,
     Request: Send + 'static,
 {
     type Response = S::Response;
@@ -503,7 +519,7 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let Some(name) = self.layer.key.limit_of(&request) else {
+        let Some(name) = self.layer.key.key_of(&request) else {
             return unguarded(&mut self.inner, request);
         };
         let mut inner = take_ready(&mut self.inner);

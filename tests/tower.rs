@@ -60,7 +60,7 @@ async fn serve(
                     (StatusCode::SERVICE_UNAVAILABLE, error.to_string())
                 }
             }))
-            .layer(LockLayer::new(client, key_of).wait(wait)),
+            .layer(LockLayer::per_key(client, key_of).wait(wait)),
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -232,7 +232,7 @@ async fn a_cancelled_call_gives_its_lock_back_at_once() {
             Ok::<_, std::convert::Infallible>("done")
         });
         let mut service = ServiceBuilder::new()
-            .layer(LockLayer::new(client.clone(), |name: &String| {
+            .layer(LockLayer::per_key(client.clone(), |name: &String| {
                 Some(name.clone())
             }))
             .service(slow);
@@ -264,6 +264,39 @@ async fn a_cancelled_call_gives_its_lock_back_at_once() {
             "{:?}",
             dropped.elapsed()
         );
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// `LockLayer::new(client, name)`: every request takes the one lock `name`, whatever the
+/// request, as `ConcurrencyLimitLayer::new(client, name, max)` counts every request against one
+/// limit; a second request meanwhile waits, and here (wait zero) gets `Locked` naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_named_lock_serialises_every_request() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        let slow = tower::service_fn(|request: String| async move {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            Ok::<_, std::convert::Infallible>(request)
+        });
+        let service = ServiceBuilder::new()
+            .layer(LockLayer::new(client.clone(), "tower:reports").wait(Duration::ZERO))
+            .service(slow);
+        let first = tokio::spawn(service.clone().oneshot("a".to_owned()));
+        assert!(
+            eventually(Duration::from_secs(2), || async {
+                client.lock("tower:reports").is_locked().await.unwrap()
+            })
+            .await,
+            "the first request never took the lock"
+        );
+        let refused = service.clone().oneshot("b".to_owned()).await.unwrap_err();
+        let locked = refused.downcast_ref::<Locked>().expect("Locked");
+        assert_eq!(locked.lock, "tower:reports");
+        assert_eq!(first.await.unwrap().unwrap(), "a");
+        assert_eq!(service.oneshot("c".to_owned()).await.unwrap(), "c");
         client.shutdown().await;
     })
     .await;
@@ -455,10 +488,11 @@ async fn per_key_limits_and_a_typed_error_when_the_wait_runs_out() {
         let server = RedisServer::start();
         let client = LockClient::connect(&server.url()).await.unwrap();
         // A request is (key, how long it works); key "" is not limited.
-        let layer = ConcurrencyLimitLayer::per_key(client.clone(), 1, |request: &(&str, u64)| {
+        let per_tenant = |request: &(&str, u64)| {
             (!request.0.is_empty()).then(|| format!("tenant:{}", request.0))
-        })
-        .wait(Duration::from_millis(300));
+        };
+        let layer = ConcurrencyLimitLayer::per_key(client.clone(), per_tenant, 1)
+            .wait(Duration::from_millis(300));
         let service =
             ServiceBuilder::new()
                 .layer(layer)

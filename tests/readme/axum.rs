@@ -25,6 +25,6 @@ fn app(client: LockClient) -> Router {
                         (StatusCode::SERVICE_UNAVAILABLE, error.to_string())
                     }
                 }))
-                .layer(LockLayer::new(client, per_account).wait(Duration::from_secs(2))),
+                .layer(LockLayer::per_key(client, per_account).wait(Duration::from_secs(2))),
         )
 }

@@ -2,6 +2,24 @@
 //! wire compatible with it: a Java service using Redisson and a Rust service using fredlock
 //! exclude each other on the same lock name and wake each other's waiters.
 //!
+//! # The guide
+//!
+//! One page per task, beside this reference ([the guide's index](https://github.com/fredlock/fredlock/blob/main/docs/guide/README.md)):
+//!
+//! - [Locks](https://github.com/fredlock/fredlock/blob/main/docs/guide/locks.md): the reentrant lock and its owner, the non-reentrant, fair, fenced, spin and read-write locks, MultiLock, Redlock; guards, the watchdog, loss
+//! - [Semaphores and the latch](https://github.com/fredlock/fredlock/blob/main/docs/guide/semaphores.md): Semaphore, PermitSemaphore, CountDownLatch
+//! - [Leader election](https://github.com/fredlock/fredlock/blob/main/docs/guide/leader-election.md): one leader among the instances, its epoch, handing over
+//! - [Scheduled jobs](https://github.com/fredlock/fredlock/blob/main/docs/guide/scheduled-jobs.md): a job run once per tick, in ShedLock's layout
+//! - [The tower layers](https://github.com/fredlock/fredlock/blob/main/docs/guide/tower.md): LockLayer and ConcurrencyLimitLayer
+//! - [The event stream](https://github.com/fredlock/fredlock/blob/main/docs/guide/events.md): everything that happens to a client's holds
+//! - [The blocking API](https://github.com/fredlock/fredlock/blob/main/docs/guide/blocking.md): locks from plain threads
+//! - [Running on redis-rs](https://github.com/fredlock/fredlock/blob/main/docs/guide/redis-rs.md): redis-rs instead of fred; RESP2 or RESP3
+//! - [Deployments](https://github.com/fredlock/fredlock/blob/main/docs/guide/deployments.md): Sentinel, cluster, TLS, replica sync, Valkey
+//! - [Operations](https://github.com/fredlock/fredlock/blob/main/docs/guide/operations.md): inspections, the fredlock command, metrics, Grafana, shutdown
+//! - [Security](https://github.com/fredlock/fredlock/blob/main/docs/guide/security.md): the ACL rule a client needs; secrets
+//! - [Redisson compatibility](https://github.com/fredlock/fredlock/blob/main/docs/guide/redisson.md): every key and channel, and the differences
+//! - [Outages and errors](https://github.com/fredlock/fredlock/blob/main/docs/guide/outages-and-errors.md): what holds when things fail; the errors; the limits
+//!
 //! # Which type do I want
 //!
 //! Every type comes from one [`LockClient`] per process (`LockClient::connect(url)`).
@@ -346,6 +364,84 @@ pub use crate::engine::client::settings::ReconnectPolicy;
 pub use fred;
 /// The token [`LockGuard::cancellation_token`] returns: it is cancelled when the lock is lost.
 pub use tokio_util::sync::CancellationToken;
+
+/// The guide's page `docs/guide/locks.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/locks.md")]
+pub struct GuideLocks;
+
+/// The guide's page `docs/guide/semaphores.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/semaphores.md")]
+pub struct GuideSemaphores;
+
+/// The guide's page `docs/guide/leader-election.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/leader-election.md")]
+pub struct GuideLeaderElection;
+
+/// The guide's page `docs/guide/scheduled-jobs.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/scheduled-jobs.md")]
+pub struct GuideScheduledJobs;
+
+/// The guide's page `docs/guide/tower.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/tower.md")]
+pub struct GuideTower;
+
+/// The guide's page `docs/guide/events.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/events.md")]
+pub struct GuideEvents;
+
+/// The guide's page `docs/guide/blocking.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/blocking.md")]
+pub struct GuideBlocking;
+
+/// The guide's page `docs/guide/redis-rs.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/redis-rs.md")]
+pub struct GuideRedisRs;
+
+/// The guide's page `docs/guide/deployments.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/deployments.md")]
+pub struct GuideDeployments;
+
+/// The guide's page `docs/guide/operations.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/operations.md")]
+pub struct GuideOperations;
+
+/// The guide's page `docs/guide/security.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/security.md")]
+pub struct GuideSecurity;
+
+/// The guide's page `docs/guide/redisson.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/redisson.md")]
+pub struct GuideRedisson;
+
+/// The guide's page `docs/guide/outages-and-errors.md`, its code blocks compiled as doc-tests
+/// (`tests/readme.rs` runs them against a server).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/outages-and-errors.md")]
+pub struct GuideOutagesAndErrors;
 
 /// README.md's snippets, compiled as doc-tests; `tests/readme.rs` runs them against a server.
 #[cfg(doctest)]

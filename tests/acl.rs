@@ -76,13 +76,20 @@ async fn core_suite(a: &LockClient, b: &LockClient) -> fredlock::Result<()> {
     Ok(())
 }
 
-/// The rule of docs/SECURITY.md: its one line that starts `ACL SETUSER`, split into words.
+/// The rule of docs/SECURITY.md: its one line that starts `ACL SETUSER`, split into words. The
+/// guide's security page gives the same line, word for word.
 fn documented_rule() -> Vec<String> {
-    let doc = include_str!("../docs/SECURITY.md");
-    let line = doc
-        .lines()
-        .find(|line| line.starts_with("ACL SETUSER fredlock "))
-        .expect("docs/SECURITY.md gives the rule");
+    let rule_of = |doc: &'static str| {
+        doc.lines()
+            .find(|line| line.starts_with("ACL SETUSER fredlock "))
+            .expect("the page gives the rule")
+    };
+    let line = rule_of(include_str!("../docs/SECURITY.md"));
+    assert_eq!(
+        rule_of(include_str!("../docs/guide/security.md")),
+        line,
+        "docs/guide/security.md's rule differs from docs/SECURITY.md's"
+    );
     line.split_whitespace().map(str::to_owned).collect()
 }
 

@@ -87,6 +87,19 @@ mod composites {
         composites(masters, client).await
     }
 }
+mod events {
+    include!("readme/events.rs");
+    pub(super) async fn run(client: &LockClient) -> fredlock::Result<Vec<LockEventKind>> {
+        events(client).await
+    }
+}
+#[cfg(feature = "tower")]
+mod limit {
+    include!("readme/limit.rs");
+    pub(super) async fn run(client: &LockClient, name: &str) -> Result<String, BoxError> {
+        export(client, name).await
+    }
+}
 #[allow(dead_code)]
 mod sentinel {
     include!("readme/sentinel.rs");
@@ -96,30 +109,84 @@ mod replica_sync {
     include!("readme/replica_sync.rs");
 }
 
-/// The snippet files, in the order README.md shows them.
-const SNIPPETS: [(&str, &str); 14] = [
-    ("first_look", include_str!("readme/first_look.rs")),
-    ("once", include_str!("readme/once.rs")),
-    ("leader", include_str!("readme/leader.rs")),
-    ("job", include_str!("readme/job.rs")),
-    ("axum", include_str!("readme/axum.rs")),
-    ("shutdown", include_str!("readme/shutdown.rs")),
-    ("fencing", include_str!("readme/fencing.rs")),
-    ("read_write", include_str!("readme/read_write.rs")),
-    ("counters", include_str!("readme/counters.rs")),
-    ("blocking", include_str!("readme/blocking.rs")),
-    ("composites", include_str!("readme/composites.rs")),
-    ("sentinel", include_str!("readme/sentinel.rs")),
-    ("replica_sync", include_str!("readme/replica_sync.rs")),
-    ("redis_rs", include_str!("readme/redis_rs.rs")),
+/// A snippet file of `tests/readme/`: its name and its text.
+type Snippet = (&'static str, &'static str);
+
+/// Each document and the snippet files it shows, in order: README.md and the guide's pages.
+const DOCUMENTS: [(&str, &str, &[Snippet]); 11] = [
+    (
+        "README.md",
+        include_str!("../README.md"),
+        &[("first_look", include_str!("readme/first_look.rs"))],
+    ),
+    (
+        "docs/guide/locks.md",
+        include_str!("../docs/guide/locks.md"),
+        &[
+            ("once", include_str!("readme/once.rs")),
+            ("fencing", include_str!("readme/fencing.rs")),
+            ("read_write", include_str!("readme/read_write.rs")),
+            ("composites", include_str!("readme/composites.rs")),
+        ],
+    ),
+    (
+        "docs/guide/semaphores.md",
+        include_str!("../docs/guide/semaphores.md"),
+        &[("counters", include_str!("readme/counters.rs"))],
+    ),
+    (
+        "docs/guide/leader-election.md",
+        include_str!("../docs/guide/leader-election.md"),
+        &[("leader", include_str!("readme/leader.rs"))],
+    ),
+    (
+        "docs/guide/scheduled-jobs.md",
+        include_str!("../docs/guide/scheduled-jobs.md"),
+        &[("job", include_str!("readme/job.rs"))],
+    ),
+    (
+        "docs/guide/tower.md",
+        include_str!("../docs/guide/tower.md"),
+        &[
+            ("axum", include_str!("readme/axum.rs")),
+            ("limit", include_str!("readme/limit.rs")),
+        ],
+    ),
+    (
+        "docs/guide/events.md",
+        include_str!("../docs/guide/events.md"),
+        &[("events", include_str!("readme/events.rs"))],
+    ),
+    (
+        "docs/guide/blocking.md",
+        include_str!("../docs/guide/blocking.md"),
+        &[("blocking", include_str!("readme/blocking.rs"))],
+    ),
+    (
+        "docs/guide/redis-rs.md",
+        include_str!("../docs/guide/redis-rs.md"),
+        &[("redis_rs", include_str!("readme/redis_rs.rs"))],
+    ),
+    (
+        "docs/guide/deployments.md",
+        include_str!("../docs/guide/deployments.md"),
+        &[
+            ("sentinel", include_str!("readme/sentinel.rs")),
+            ("replica_sync", include_str!("readme/replica_sync.rs")),
+        ],
+    ),
+    (
+        "docs/guide/operations.md",
+        include_str!("../docs/guide/operations.md"),
+        &[("shutdown", include_str!("readme/shutdown.rs"))],
+    ),
 ];
 
-/// Every ```rust block of README.md, in order.
-fn readme_blocks() -> Vec<String> {
-    let readme = include_str!("../README.md");
+/// Every ```rust block of a Markdown document, in order.
+fn rust_blocks(document: &str, text: &str) -> Vec<String> {
     let mut blocks = Vec::new();
     let mut block: Option<String> = None;
-    for line in readme.lines() {
+    for line in text.lines() {
         match &mut block {
             None if line.trim_start().starts_with("```rust") => block = Some(String::new()),
             Some(text) if line.trim_start() == "```" => {
@@ -133,26 +200,67 @@ fn readme_blocks() -> Vec<String> {
             None => {}
         }
     }
-    assert!(block.is_none(), "README.md ends inside a ```rust block");
+    assert!(block.is_none(), "{document} ends inside a ```rust block");
     blocks
 }
 
 #[test]
-fn readme_shows_exactly_the_snippets_tested_here() {
-    let blocks = readme_blocks();
-    let names: Vec<&str> = SNIPPETS.iter().map(|(name, _)| *name).collect();
-    assert_eq!(
-        blocks.len(),
-        SNIPPETS.len(),
-        "README.md has {} ```rust blocks; tests/readme/ has {names:?}",
-        blocks.len()
-    );
-    for (block, (name, text)) in blocks.iter().zip(SNIPPETS) {
+fn readme_and_the_guide_show_exactly_the_snippets_tested_here() {
+    for (document, text, snippets) in DOCUMENTS {
+        let blocks = rust_blocks(document, text);
+        let names: Vec<&str> = snippets.iter().map(|(name, _)| *name).collect();
         assert_eq!(
-            block, text,
-            "README.md's block in the place of tests/readme/{name}.rs differs from it"
+            blocks.len(),
+            snippets.len(),
+            "{document} has {} ```rust blocks; tests/readme/ has {names:?} for it",
+            blocks.len()
+        );
+        for (block, (name, snippet)) in blocks.iter().zip(snippets) {
+            assert_eq!(
+                block, snippet,
+                "{document}'s block in the place of tests/readme/{name}.rs differs from it"
+            );
+        }
+    }
+}
+
+/// Every page of the guide is one of DOCUMENTS (or has no Rust in it), is linked from README.md
+/// and from the guide's index, and is a doc test of the crate (src/lib.rs), so that none is
+/// left out of the checks above or out of reach.
+#[test]
+fn every_guide_page_is_checked_and_linked() {
+    let readme = include_str!("../README.md");
+    let index = include_str!("../docs/guide/README.md");
+    let lib = include_str!("../src/lib.rs");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/guide");
+    let mut pages = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let file = entry.unwrap().file_name().into_string().unwrap();
+        if file == "README.md" || !file.ends_with(".md") {
+            continue;
+        }
+        pages += 1;
+        let path = format!("docs/guide/{file}");
+        let text = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+        let listed = DOCUMENTS.iter().any(|(document, ..)| *document == path);
+        assert!(
+            listed || rust_blocks(&path, &text).is_empty(),
+            "{path} has Rust blocks that tests/readme.rs does not check"
+        );
+        assert!(
+            readme.contains(&format!("]({path})")),
+            "README.md does not link {path}"
+        );
+        assert!(
+            index.contains(&format!("]({file})")),
+            "the guide's index does not link {file}"
+        );
+        assert!(
+            lib.contains(&format!("../docs/guide/{file}")),
+            "src/lib.rs does not include {path}"
         );
     }
+    assert!(pages >= 12, "only {pages} guide pages found");
 }
 
 /// README says each test binary runs four tests at a time unless the environment says
@@ -194,6 +302,14 @@ async fn the_snippets_run_as_written() {
         assert_eq!(written, "OK");
         read_write::run(&client).await.unwrap();
         counters::run(&client).await.unwrap();
+        let told = events::run(&client).await.unwrap();
+        assert_eq!(
+            told,
+            [
+                fredlock::events::LockEventKind::Acquired,
+                fredlock::events::LockEventKind::Released
+            ]
+        );
         assert!(leader::run(&client).await.unwrap() > 0);
         assert_eq!(job::run(&client).await.unwrap(), 42);
         assert!(once::run(&client, 1001).await.unwrap());
@@ -276,6 +392,34 @@ async fn the_axum_snippet_serves_under_the_lock() {
             .unwrap();
         assert_eq!(response.status(), 200);
         assert!(!client.lock("account:7").is_locked().await.unwrap());
+        client.shutdown().await;
+    })
+    .await;
+}
+
+/// The limit snippet exports under the fleet-wide limit, and a request that finds no permit
+/// within its wait is told busy (feature `tower`).
+#[cfg(feature = "tower")]
+#[tokio::test]
+async fn the_limit_snippet_runs_under_the_limit() {
+    bounded(async {
+        let server = RedisServer::start();
+        let client = server.lock_client(Duration::from_secs(30)).await;
+        assert_eq!(
+            limit::run(&client, "report-7").await.unwrap(),
+            "exported report-7"
+        );
+        // Every permit taken elsewhere: the snippet's request waits its 2 s and is told busy.
+        let exports = client.permit_semaphore("exports");
+        let mut taken = Vec::new();
+        for _ in 0..4 {
+            taken.push(exports.acquire().await.unwrap());
+        }
+        assert_eq!(
+            limit::run(&client, "report-8").await.unwrap(),
+            "busy: try again later"
+        );
+        drop(taken);
         client.shutdown().await;
     })
     .await;

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::engine::client::value::Value;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -376,83 +375,6 @@ impl Inspection {
             _ => None,
         }
     }
-}
-
-/// The reader of an inspect script's tail, the parts after the head: each primitive reads its
-/// own, in the order its script writes them.
-pub(crate) struct Tail {
-    /// The server's clock at the read, in ms.
-    pub(crate) now: i64,
-    parts: std::vec::IntoIter<Value>,
-}
-
-impl Tail {
-    pub(crate) fn new(now: i64, parts: std::vec::IntoIter<Value>) -> Tail {
-        Tail { now, parts }
-    }
-
-    /// The next part as a whole number; `None` for `''` or a missing part.
-    pub(crate) fn number(&mut self) -> Option<i64> {
-        self.parts.next().and_then(|part| part.as_i64())
-    }
-
-    /// The next part as a token or epoch; `None` for `''` or a missing part.
-    pub(crate) fn token(&mut self) -> Option<u64> {
-        self.parts.next().and_then(|part| part.as_u64())
-    }
-
-    /// The next part as text; `None` for `''` or a missing part.
-    pub(crate) fn text(&mut self) -> Option<String> {
-        self.parts
-            .next()
-            .and_then(|part| part.as_string())
-            .filter(|text| !text.is_empty())
-    }
-
-    /// The next part as a time in ms by the server's clock.
-    pub(crate) fn time(&mut self) -> Option<SystemTime> {
-        self.token()
-            .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
-    }
-
-    /// The next part as a flat list of `width`-wide rows.
-    pub(crate) fn rows(&mut self, what: &str, width: usize) -> Result<Vec<Vec<Value>>, String> {
-        match self.parts.next() {
-            Some(Value::Array(items)) if items.len() % width == 0 => {
-                let mut items = items.into_iter();
-                let mut rows = Vec::new();
-                loop {
-                    let row: Vec<Value> = items.by_ref().take(width).collect();
-                    if row.is_empty() {
-                        return Ok(rows);
-                    }
-                    rows.push(row);
-                }
-            }
-            Some(Value::Null) | None => Ok(Vec::new()),
-            other => Err(format!("{what}: {other:?}")),
-        }
-    }
-
-    /// Fills each holder's identity and start from the next part, `{owner field, identity,
-    /// since ms or '', ..}`: what holders say of themselves.
-    pub(crate) fn identities(&mut self, holders: &mut [Holder]) -> Result<(), String> {
-        for told in self.rows("identities", 3)? {
-            let owner = text(&told[0]);
-            for holder in holders.iter_mut().filter(|holder| holder.owner == owner) {
-                holder.identity = Some(text(&told[1]));
-                holder.since = told[2]
-                    .as_u64()
-                    .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A reply part as text (`""` for none).
-pub(crate) fn text(value: &Value) -> String {
-    value.as_string().unwrap_or_default()
 }
 
 /// A PTTL reply as an expiry: `None` for a key without one.

@@ -9,11 +9,12 @@ use crate::engine::{FromValue, Value};
 
 use crate::client::LockClient;
 use crate::counter::read_counter;
+use crate::engine::Tail;
 use crate::engine::{
     self, Call, Class, Inspect, Keys, Primitive, Profile, ProfileOf, Refusal, Script, WakeRule,
 };
 use crate::error::{Error, Result};
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;

@@ -16,10 +16,9 @@ use crate::engine::{
     self, AcquireArgs, Call, Class, Guard, Inspect, Keys, Kind, Lease, Primitive, Profile,
     ProfileOf, Refusal, ReleaseArgs, Script, WakeRule, Win,
 };
+use crate::engine::{text, Tail};
 use crate::error::{waited, Result};
-use crate::inspection::{
-    keys_without_expiry, text, Details, EndedLease, Holder, Inspection, Leak, Tail,
-};
+use crate::inspection::{keys_without_expiry, Details, EndedLease, Holder, Inspection, Leak};
 use crate::layout::{Counted, Layout, OwnKey};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;

@@ -9,12 +9,13 @@ use crate::engine::{FromValue, Value};
 
 use crate::client::LockClient;
 use crate::counter::{check_permits, read_counter};
+use crate::engine::Tail;
 use crate::engine::{
     self, AcquireArgs, Call, Class, Guard, Inspect, Keys, Kind, Lease, Own, Primitive, Profile,
     ProfileOf, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;

@@ -151,11 +151,7 @@ fn acquiring<T: 'static>(
         let waited = started.elapsed();
         let ended = match &result {
             Ok(Acquired::Won(win)) => {
-                let what = if class.term {
-                    LockEventKind::TermWon
-                } else {
-                    LockEventKind::Acquired
-                };
+                let what = class.events.taken;
                 let events = &engine.core().report.events;
                 events.emit(class.label, &pair.name, Some(&pair.field), what);
                 Ended::Acquired {

@@ -258,11 +258,7 @@ impl Hold {
         if !self.lost.swap(true, Ordering::SeqCst) {
             let profile = self.kind.profile();
             self.report.metrics.lost(profile.label(), &self.pair.name);
-            let what = if profile.class().term {
-                LockEventKind::TermLost(why)
-            } else {
-                LockEventKind::Lost(why)
-            };
+            let what = (profile.class().events.lost)(why);
             let (name, owner) = (&self.pair.name, Some(&self.pair.field));
             let events = &self.report.events;
             if why == LossReason::DeadlinePassed {

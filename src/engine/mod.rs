@@ -59,11 +59,13 @@ pub(crate) use client::{
 };
 pub(crate) use guard::Guard;
 pub(crate) use holds::Lease;
-pub(crate) use inspect::Inspect;
+pub(crate) use inspect::{text, Inspect, Tail};
 pub(crate) use kind::{AcquireArgs, Call, Kind, Primitive, ReleaseArgs};
 pub(crate) use ledger::{replay as replay_ledger, Request};
 pub(crate) use metrics::Metrics;
-pub(crate) use profile::{Backoff, Class, Keys, Own, Profile, ProfileOf, Refusal, WakeRule};
+pub(crate) use profile::{
+    Backoff, Class, HoldEvents, Keys, Own, Profile, ProfileOf, Refusal, WakeRule,
+};
 pub(crate) use replicas::Writer;
 pub(crate) use script::{write, Attempts, Script};
 pub(crate) use value::{

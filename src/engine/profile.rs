@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::engine::Key;
 use crate::engine::Str;
+use crate::inspection::{LockEventKind, LossReason};
 
 use crate::engine::pubsub::Channel;
 use crate::engine::script::Script;
@@ -168,9 +169,28 @@ pub(crate) struct Class {
     pub(crate) own: Own,
     /// The names it cannot take, if there are any: a rule on a handle's keys.
     pub(crate) refusal: Option<Refusal>,
-    /// Whether its holds are a leader's terms: events say a term was won or lost rather than
-    /// a hold acquired or lost.
-    pub(crate) term: bool,
+    /// What its holds are told as on the event stream, which the engine sends without
+    /// knowing what they mean.
+    pub(crate) events: HoldEvents,
+}
+
+/// The events a class's holds are told as: taken, and lost (with why). Most primitives' are
+/// [`HoldEvents::HOLDS`]; one whose holds mean something of their own names its events (a
+/// leader election's holds are terms, won and lost).
+#[derive(Clone, Copy)]
+pub(crate) struct HoldEvents {
+    /// A hold taken.
+    pub(crate) taken: LockEventKind,
+    /// A hold lost, and why.
+    pub(crate) lost: fn(LossReason) -> LockEventKind,
+}
+
+impl HoldEvents {
+    /// `Acquired` and `Lost(why)`.
+    pub(crate) const HOLDS: HoldEvents = HoldEvents {
+        taken: LockEventKind::Acquired,
+        lost: LockEventKind::Lost,
+    };
 }
 
 impl Class {
@@ -185,7 +205,7 @@ impl Class {
             wake,
             own: Own::Nothing,
             refusal: None,
-            term: false,
+            events: HoldEvents::HOLDS,
         }
     }
 }

@@ -14,12 +14,13 @@ use tracing::Instrument;
 use crate::client::LockClient;
 use crate::engine::durations::{self, millis};
 use crate::engine::metrics::WorkMetrics;
+use crate::engine::Tail;
 use crate::engine::{
     self, AcquireArgs, Acquired, Call, Class, Field, Guard, Inspect, Keys, Kind, Lease, Primitive,
     Profile, ProfileOf, ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
-use crate::inspection::{Details, Holder, Tail};
+use crate::inspection::{Details, Holder};
 use crate::layout::{Found, Layout, OwnKey, Pending};
 use crate::lua;
 use crate::names;

@@ -7,11 +7,12 @@ use std::time::Duration;
 use crate::engine::Value;
 
 use crate::client::LockClient;
+use crate::engine::Tail;
 use crate::engine::{
     AcquireArgs, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf, ReleaseArgs,
     Request, Script, WakeRule,
 };
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
 use crate::lock::{lock_of_family, Lock, LockKind};

@@ -11,13 +11,14 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Key, Value};
 
 use crate::client::LockClient;
+use crate::engine::Tail;
 use crate::engine::{
     self, AcquireArgs, Call, Class, Inspect, Kind, Lease, Primitive, Profile, ReleaseArgs, Script,
     Win,
 };
 use crate::error::{Error, Result};
 use crate::family::{DistributedGuard, DistributedLock};
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak, Tail};
+use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::{self, Reentrant, MORE};

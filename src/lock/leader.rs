@@ -14,12 +14,13 @@ use tokio::sync::{watch, RwLock};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::LockClient;
+use crate::engine::Tail;
 use crate::engine::{
-    self, AcquireArgs, Call, Class, Inspect, Keys, Kind, Primitive, Profile, ProfileOf,
+    self, AcquireArgs, Call, Class, HoldEvents, Inspect, Keys, Kind, Primitive, Profile, ProfileOf,
     ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
-use crate::inspection::{Details, Holder, Tail};
+use crate::inspection::{Details, Holder, LockEventKind};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::LOCK_RENEW;
@@ -675,7 +676,10 @@ fn election_keys(key: &str) -> Keys {
 /// terms are renewed as locks are.
 static LEADER_ELECTION: Class = Class {
     renewal: Some(&LOCK_RENEW),
-    term: true,
+    events: HoldEvents {
+        taken: LockEventKind::TermWon,
+        lost: LockEventKind::TermLost,
+    },
     ..Class::new("leader_election", WakeRule::Shared(CHANNEL))
 };
 

@@ -7,11 +7,12 @@ use std::time::Duration;
 use crate::engine::{Key, Value};
 
 use crate::client::LockClient;
+use crate::engine::Tail;
 use crate::engine::{
     AcquireArgs, Backoff, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf,
     ReleaseArgs, Request, Script, WakeRule,
 };
-use crate::inspection::{Details, Holder, Inspection, Leak, Tail};
+use crate::inspection::{Details, Holder, Inspection, Leak};
 use crate::layout::Layout;
 use crate::lock::{Lock, LockKind, REENTRY_REFUSED};
 use crate::lua;

@@ -7,12 +7,13 @@ use std::sync::LazyLock;
 use crate::engine::Value;
 
 use crate::client::LockClient;
+use crate::engine::Tail;
 use crate::engine::{
     AcquireArgs, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf, Refusal,
     ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::error::Result;
-use crate::inspection::{Details, Holder, Inspection, Tail};
+use crate::inspection::{Details, Holder, Inspection};
 use crate::layout::{glob_escaped, Layout};
 use crate::lock::{lock_of_family, Lock, LockKind};
 use crate::lua;

@@ -329,52 +329,6 @@ impl Inspection {
     pub fn exists(&self) -> bool {
         !self.keys.is_empty()
     }
-
-    /// The last fencing token issued: a fenced lock's, or a leader election's epoch.
-    pub fn fencing_token(&self) -> Option<u64> {
-        match self.details {
-            Details::Fenced { last_token } => last_token,
-            Details::Leader { last_epoch } => last_epoch,
-            _ => None,
-        }
-    }
-
-    /// A read-write lock's mode, `read` or `write`; `None` when it is free or of another kind.
-    pub fn mode(&self) -> Option<&'static str> {
-        match self.details {
-            Details::ReadWrite { mode } => mode,
-            _ => None,
-        }
-    }
-
-    /// A semaphore's permits available, or a count-down latch's count; `None` for a lock, or
-    /// when the key is missing.
-    pub fn count(&self) -> Option<i64> {
-        match self.details {
-            Details::Semaphore { available }
-            | Details::PermitSemaphore { available, .. }
-            | Details::Latch { count: available }
-            | Details::Counter { value: available } => available,
-            _ => None,
-        }
-    }
-
-    /// A permit semaphore's leases that ended and that no call has given back yet.
-    pub fn ended_leases(&self) -> &[EndedLease] {
-        match &self.details {
-            Details::PermitSemaphore { ended_leases, .. } => ended_leases,
-            _ => &[],
-        }
-    }
-
-    /// A job lock's latest scheduled tick that an instance started; `None` for other kinds, or
-    /// before the first.
-    pub fn last_tick(&self) -> Option<SystemTime> {
-        match self.details {
-            Details::Job { last_tick } => last_tick,
-            _ => None,
-        }
-    }
 }
 
 /// A PTTL reply as an expiry: `None` for a key without one.

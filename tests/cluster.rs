@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{bounded, eventually, redis_cli, RedisCluster};
-use fredlock::{Error, LockClient, LockGuard};
+use fredlock::{Details, Error, LockClient, LockGuard};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -575,7 +575,13 @@ async fn a_rw_lock_works_on_every_master() {
         let listed = holder.list("rw:*").await.unwrap();
         let found: Vec<(&str, Option<&str>, usize)> = listed
             .iter()
-            .map(|seen| (seen.kind, seen.mode(), seen.holders.len()))
+            .map(|seen| {
+                let mode = match seen.details {
+                    Details::ReadWrite { mode } => mode,
+                    _ => None,
+                };
+                (seen.kind, mode, seen.holders.len())
+            })
             .collect();
         // Three readers of one client, and the watchdog-renewed one.
         assert_eq!(found, vec![("rw_lock", Some("read"), 4); names.len()]);

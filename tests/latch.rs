@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, DEFAULT_WATCHDOG_LEASE};
+use fredlock::{Details, Error, DEFAULT_WATCHDOG_LEASE};
 use tokio::time::Instant;
 
 /// How soon waiters must be released after the count reaches zero.
@@ -254,14 +254,14 @@ async fn inspections_show_the_count() {
         latch.count_down().await.unwrap();
         let seen = latch.inspect().await.unwrap();
         assert_eq!(seen.kind, "count_down_latch");
-        assert_eq!(seen.count(), Some(3));
+        assert_eq!(seen.details, Details::Latch { count: Some(3) });
         assert_eq!(seen.keys.len(), 1);
         assert_eq!(seen.keys[0].ttl, None);
         assert!(seen.holders.is_empty());
         assert_eq!(seen.listeners, Some(0), "nobody waits");
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "counter");
-        assert_eq!(by_name.count(), Some(3));
+        assert_eq!(by_name.details, Details::Counter { value: Some(3) });
         assert!(client.leaks("*", Duration::ZERO).await.unwrap().is_empty());
         // A latch never set is at zero: its inspection shows no key, not a wrong type.
         let unset = client

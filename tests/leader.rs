@@ -405,7 +405,12 @@ async fn leader_and_inspection_name_the_leader() {
         assert_eq!(inspection.holders[0].owner, term.owner_field());
         assert_eq!(inspection.holders[0].count, 1);
         assert_eq!(inspection.holders[0].fencing_token, Some(term.epoch()));
-        assert_eq!(inspection.fencing_token(), Some(term.epoch()));
+        assert_eq!(
+            inspection.details,
+            fredlock::Details::Leader {
+                last_epoch: Some(term.epoch())
+            }
+        );
         assert_eq!(
             inspection.holders[0].identity.as_deref(),
             Some("pod-7:8080")

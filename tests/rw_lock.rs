@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, LockClient, RwLock};
+use fredlock::{Details, Error, LockClient, RwLock};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -101,7 +101,7 @@ async fn readers_share() {
             .await
             .expect("8 readers never held at the same moment");
         let seen = clients[0].rw_lock("share").inspect().await.unwrap();
-        assert_eq!(seen.mode(), Some("read"));
+        assert_eq!(seen.details, Details::ReadWrite { mode: Some("read") });
         assert_eq!(seen.holders.len(), 8, "{:?}", seen.holders);
         let_go.wait().await;
         for task in tasks {
@@ -995,7 +995,7 @@ async fn inspections_show_modes_holders_and_orphans() {
 
         let seen = rw.inspect().await.unwrap();
         assert_eq!(seen.kind, "rw_lock");
-        assert_eq!(seen.mode(), Some("read"));
+        assert_eq!(seen.details, Details::ReadWrite { mode: Some("read") });
         let mut holders: Vec<(String, u64)> = seen
             .holders
             .iter()
@@ -1043,7 +1043,12 @@ async fn inspections_show_modes_holders_and_orphans() {
         two_b.unlock().await.unwrap();
         let write = waiting.await.unwrap().unwrap().expect("the writer got in");
         let seen = rw.inspect().await.unwrap();
-        assert_eq!(seen.mode(), Some("write"));
+        assert_eq!(
+            seen.details,
+            Details::ReadWrite {
+                mode: Some("write")
+            }
+        );
         assert_eq!(seen.holders.len(), 1);
         assert!(seen.holders[0].owner.ends_with(":write"));
         assert!(seen.queue.is_empty());

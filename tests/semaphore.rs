@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{bounded, eventually, RedisServer};
 use fred::prelude::*;
-use fredlock::{Error, DEFAULT_WATCHDOG_LEASE};
+use fredlock::{Details, Error, DEFAULT_WATCHDOG_LEASE};
 use rand::Rng;
 use tokio::time::Instant;
 
@@ -666,7 +666,7 @@ async fn inspections_show_permits_and_grants() {
         let one = semaphore.acquire(1).await.unwrap();
         let seen = semaphore.inspect().await.unwrap();
         assert_eq!(seen.kind, "semaphore");
-        assert_eq!(seen.count(), Some(2));
+        assert_eq!(seen.details, Details::Semaphore { available: Some(2) });
         assert_eq!(seen.holders.len(), 2, "{:?}", seen.holders);
         let mut holders: Vec<(&str, u64)> = seen
             .holders
@@ -683,7 +683,7 @@ async fn inspections_show_permits_and_grants() {
 
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "semaphore");
-        assert_eq!(by_name.count(), Some(3));
+        assert_eq!(by_name.details, Details::Semaphore { available: Some(3) });
         let listed = client.list("se*").await.unwrap();
         assert_eq!(listed.len(), 1, "{listed:?}");
         assert_eq!(listed[0].kind, "semaphore");
@@ -696,12 +696,13 @@ async fn inspections_show_permits_and_grants() {
         // Without grants, a bare integer string is a semaphore or a latch: a counter.
         let by_name = client.inspect("seen").await.unwrap().expect("found");
         assert_eq!(by_name.kind, "counter");
-        assert_eq!(by_name.count(), Some(5));
+        assert_eq!(by_name.details, Details::Counter { value: Some(5) });
 
         // A semaphore never set shows no permits and no holders; a name holding another type
         // is refused, naming it.
         let never = client.semaphore("never-set").inspect().await.unwrap();
-        assert_eq!((never.count(), never.holders.len()), (None, 0));
+        assert_eq!(never.details, Details::Semaphore { available: None });
+        assert!(never.holders.is_empty());
         let raw = server.raw().await;
         let _: i64 = raw.hset("a-hash", ("field", "value")).await.unwrap();
         let refused = client.semaphore("a-hash").inspect().await;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fredlock::{Deployment, Inspection, KeyState, Leak, LockClient, Topology};
+use fredlock::{Deployment, Details, EndedLease, Inspection, KeyState, Leak, LockClient, Topology};
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -418,11 +418,53 @@ fn millis(duration: Option<Duration>) -> Value {
     duration.map_or(Value::Null, |duration| json!(duration.as_millis() as u64))
 }
 
+/// What the output shows of a kind's own details, in the same fields for every kind (each
+/// `null` or empty where the kind has none): a read-write lock's mode; a fenced lock's last
+/// token or a leader election's epoch; a semaphore's permits available or a latch's count; a
+/// permit semaphore's ended leases; a job's last tick.
+struct OwnDetails<'a> {
+    mode: Option<&'static str>,
+    fencing_token: Option<u64>,
+    count: Option<i64>,
+    ended_leases: &'a [EndedLease],
+    last_tick: Option<std::time::SystemTime>,
+}
+
+fn own_details(details: &Details) -> OwnDetails<'_> {
+    let mut own = OwnDetails {
+        mode: None,
+        fencing_token: None,
+        count: None,
+        ended_leases: &[],
+        last_tick: None,
+    };
+    match details {
+        Details::ReadWrite { mode } => own.mode = *mode,
+        Details::Fenced { last_token } => own.fencing_token = *last_token,
+        Details::Leader { last_epoch } => own.fencing_token = *last_epoch,
+        Details::Semaphore { available } | Details::Counter { value: available } => {
+            own.count = *available
+        }
+        Details::Latch { count } => own.count = *count,
+        Details::PermitSemaphore {
+            available,
+            ended_leases,
+        } => {
+            own.count = *available;
+            own.ended_leases = ended_leases;
+        }
+        Details::Job { last_tick } => own.last_tick = *last_tick,
+        _ => {}
+    }
+    own
+}
+
 fn inspection_json(inspection: &Inspection) -> Value {
+    let details = own_details(&inspection.details);
     json!({
         "name": inspection.name,
         "kind": inspection.kind,
-        "mode": inspection.mode(),
+        "mode": details.mode,
         "holders": inspection.holders.iter().map(|holder| json!({
             "owner": holder.owner,
             "client_id": holder.client_id().map(|id| id.to_string()),
@@ -438,16 +480,16 @@ fn inspection_json(inspection: &Inspection) -> Value {
             "place_left_ms": millis(waiter.place_left),
             "ended_ago_ms": millis(waiter.ended_ago),
         })).collect::<Vec<_>>(),
-        "fencing_token": inspection.fencing_token(),
-        "count": inspection.count(),
-        "ended_leases": inspection.ended_leases().iter().map(|lease| json!({
+        "fencing_token": details.fencing_token,
+        "count": details.count,
+        "ended_leases": details.ended_leases.iter().map(|lease| json!({
             "permit": lease.permit,
             "ended_ago_ms": lease.ended_ago.as_millis() as u64,
         })).collect::<Vec<_>>(),
         "listeners": inspection.listeners,
         "keys": inspection.keys.iter().map(key_json).collect::<Vec<_>>(),
         "orphans": inspection.orphans.iter().map(key_json).collect::<Vec<_>>(),
-        "last_tick_ms": inspection.last_tick().and_then(|tick| tick.duration_since(std::time::UNIX_EPOCH).ok()).map(|tick| tick.as_millis() as u64),
+        "last_tick_ms": details.last_tick.and_then(|tick| tick.duration_since(std::time::UNIX_EPOCH).ok()).map(|tick| tick.as_millis() as u64),
     })
 }
 
@@ -578,7 +620,7 @@ fn print_table(found: &[Inspection]) {
 
 /// The kind, with a read-write lock's mode: `rw_lock (read)`.
 fn kind_text(inspection: &Inspection) -> String {
-    match inspection.mode() {
+    match own_details(&inspection.details).mode {
         Some(mode) => format!("{} ({mode})", inspection.kind),
         None => inspection.kind.to_owned(),
     }

@@ -213,7 +213,8 @@ impl CountDownLatch {
         Ok(deleted == 1)
     }
 
-    /// What Redis holds of the latch now: its count (in [`count`](Inspection::count)) and key.
+    /// What Redis holds of the latch now: its count (in its
+    /// [`Details::Latch`](crate::Details::Latch)) and key.
     ///
     /// # Errors
     ///

@@ -323,10 +323,9 @@ impl PermitSemaphore {
         .await
     }
 
-    /// What Redis holds of the semaphore now: the permits available (in
-    /// [`count`](Inspection::count)), each live lease as a holder with its remaining time, and
-    /// the leases that ended but were not given back yet
-    /// ([`ended_leases`](Inspection::ended_leases)). It only reads: nothing is given back.
+    /// What Redis holds of the semaphore now: the permits available and the leases that ended
+    /// but were not given back yet (in its [`Details::PermitSemaphore`]), and each live lease as
+    /// a holder with its remaining time. It only reads: nothing is given back.
     ///
     /// # Errors
     ///
@@ -555,7 +554,11 @@ impl Inspect for PermitKind {
                 });
             }
         }
-        for ended in inspection.ended_leases() {
+        let ended_leases = match &inspection.details {
+            Details::PermitSemaphore { ended_leases, .. } => ended_leases.as_slice(),
+            _ => &[],
+        };
+        for ended in ended_leases {
             if ended.ended_ago > grace {
                 leaks.push(Leak {
                     name: inspection.name.clone(),

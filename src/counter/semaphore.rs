@@ -313,7 +313,7 @@ impl Semaphore {
     }
 
     /// What Redis holds of the semaphore now: the permits available (in
-    /// [`count`](Inspection::count)), and fredlock's grants as holders with the permits each
+    /// [`Details::Semaphore`](crate::Details::Semaphore)), and fredlock's grants as holders with the permits each
     /// took.
     ///
     /// # Errors

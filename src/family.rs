@@ -342,10 +342,13 @@ pub(crate) mod sealed {
 
 /// Gives `$handle`, a [`DistributedLock`], the trait's acquisitions as methods of its own,
 /// forwarding to the trait's (no wrapper future: the same code runs), so that a user calls
-/// `lock.lock()` without importing anything. Each says what it does in a line and sends the
-/// reader to the trait's method, where its errors and cancel safety are said once.
+/// `lock.lock()` without importing anything, and the seal every lock of the crate carries.
+/// Each method says what it does in a line and sends the reader to the trait's method, where
+/// its errors and cancel safety are said once.
 macro_rules! acquisitions {
     ($handle:ty) => {
+        impl $crate::family::sealed::Sealed for $handle {}
+
         impl $handle {
             /// Acquires the lock, waiting as long as it takes; it is renewed until the guard
             /// is unlocked or dropped. As [`DistributedLock::lock`](crate::DistributedLock::lock).

@@ -366,79 +366,92 @@ pub use fred;
 pub use tokio_util::sync::CancellationToken;
 
 /// The guide's page `docs/guide/locks.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/locks.md")]
 pub struct GuideLocks;
 
 /// The guide's page `docs/guide/semaphores.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/semaphores.md")]
 pub struct GuideSemaphores;
 
 /// The guide's page `docs/guide/leader-election.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/leader-election.md")]
 pub struct GuideLeaderElection;
 
 /// The guide's page `docs/guide/scheduled-jobs.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/scheduled-jobs.md")]
 pub struct GuideScheduledJobs;
 
 /// The guide's page `docs/guide/tower.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/tower.md")]
 pub struct GuideTower;
 
 /// The guide's page `docs/guide/events.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/events.md")]
 pub struct GuideEvents;
 
 /// The guide's page `docs/guide/blocking.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/blocking.md")]
 pub struct GuideBlocking;
 
 /// The guide's page `docs/guide/redis-rs.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/redis-rs.md")]
 pub struct GuideRedisRs;
 
 /// The guide's page `docs/guide/deployments.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/deployments.md")]
 pub struct GuideDeployments;
 
 /// The guide's page `docs/guide/operations.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/operations.md")]
 pub struct GuideOperations;
 
 /// The guide's page `docs/guide/security.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/security.md")]
 pub struct GuideSecurity;
 
 /// The guide's page `docs/guide/redisson.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/redisson.md")]
 pub struct GuideRedisson;
 
 /// The guide's page `docs/guide/outages-and-errors.md`, its code blocks compiled as doc-tests
-/// (`tests/readme.rs` runs them against a server).
+/// (`tests/readme.rs` also runs them against a server, but for the Sentinel ones, which name
+/// addresses of no machine here).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/outages-and-errors.md")]
 pub struct GuideOutagesAndErrors;

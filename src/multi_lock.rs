@@ -319,7 +319,6 @@ impl DistributedLock for MultiLock {
     }
 }
 
-impl crate::family::sealed::Sealed for MultiLock {}
 crate::family::acquisitions!(MultiLock);
 
 impl crate::family::sealed::Sealed for MultiLockGuard {}

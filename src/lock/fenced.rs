@@ -255,7 +255,6 @@ impl LockFamily for FencedLock {
     }
 }
 
-impl crate::family::sealed::Sealed for FencedLock {}
 crate::family::acquisitions!(FencedLock);
 crate::lock::family_reads!(FencedLock, with name);
 

@@ -361,7 +361,6 @@ impl LockFamily for Lock {
     }
 }
 
-impl crate::family::sealed::Sealed for Lock {}
 crate::family::acquisitions!(Lock);
 family_reads!(Lock);
 
@@ -630,7 +629,6 @@ macro_rules! lock_of_family {
             }
         }
 
-        impl $crate::family::sealed::Sealed for $handle {}
         $crate::family::acquisitions!($handle);
         $crate::lock::family_reads!($handle, with name);
     };

@@ -476,7 +476,6 @@ impl DistributedLock for RedLock {
     }
 }
 
-impl crate::family::sealed::Sealed for RedLock {}
 crate::family::acquisitions!(RedLock);
 
 impl fmt::Debug for RedLock {

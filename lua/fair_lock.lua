@@ -235,7 +235,7 @@ return deleted
 -- KEYS[2]  queue of waiter fields
 -- KEYS[3]  zset of waiter field -> place deadline
 -- KEYS[4]  fences of lost replies
-local holders, wrong = holders_of(KEYS[1], '')
+local holders, wrong = holders_of(KEYS[1])
 if wrong then
     return wrong
 end

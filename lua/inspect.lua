@@ -2,13 +2,13 @@
 -- primitive without changing it. Every reply starts with the head the engine
 -- reads (src/engine/inspect.rs):
 --
---   {now, {key, pttl, ..}, {owner field, hold count, fencing token or '',
---    remaining lease or '', ..}, {waiter field, place deadline, ..}, ..}
+--   {now, {key, pttl, ..}, {owner field, hold count, remaining lease or '',
+--    ..}, {waiter field, place deadline, ..}, ..}
 --
 -- and goes on with the primitive's own tail, which only that primitive reads
 -- (its `details`, in its src file) and its script documents: a fenced lock's
 -- last token, a read-write lock's mode, a counter's value, a permit
--- semaphore's ended leases, what a holder calls itself and since when.
+-- semaphore's ended leases, a leader's identity and since when.
 --
 -- now and deadlines are the server clock in ms; pttl is -1 for a key without
 -- expiry, and only keys that exist are listed. A holder's remaining lease is
@@ -31,9 +31,9 @@ local function existing(keys)
     return found
 end
 
--- The holders of a hash of holds, each with `token` ('' for none). A key of
--- another type is an error that names it, as the lock scripts report it.
-local function holders_of(hash, token)
+-- The holders of a hash of holds. A key of another type is an error that names
+-- it, as the lock scripts report it.
+local function holders_of(hash)
     local fields = raised(redis.pcall('hgetall', hash))
     if fields['err'] then
         return nil, redis.error_reply('WRONGTYPE not a lock (a hash of holds): ' .. hash)
@@ -42,7 +42,6 @@ local function holders_of(hash, token)
     for i = 1, #fields, 2 do
         holders[#holders + 1] = fields[i]
         holders[#holders + 1] = fields[i + 1]
-        holders[#holders + 1] = token
         holders[#holders + 1] = ''
     end
     return holders

@@ -184,21 +184,18 @@ return 1
 -- KEYS[1]  job key
 -- KEYS[2]  last tick
 --
--- Reply: the inspect head; its tail {owner field, host, ''} (the holder's
--- identity is its host), then the last tick or ''.
+-- Reply: the inspect head, the holder's owner field being the key's value
+-- (whose host JobHolder reads); its tail the last tick, or ''.
 local value, problem = job_value(KEYS[1])
 if problem then
     return problem
 end
 local holders = {}
-local told = {}
 if value then
-    holders = {value, 1, '', ''}
-    local host = string.match(value, '^ADDED:[^@]*@([^:]*)')
-    told = {value, host or '', ''}
+    holders = {value, 1, ''}
 end
 local last = raised(redis.pcall('get', KEYS[2]))
 if type(last) ~= 'string' then
     last = ''
 end
-return {clock_ms(), existing({KEYS[1], KEYS[2]}), holders, {}, told, last}
+return {clock_ms(), existing({KEYS[1], KEYS[2]}), holders, {}, last}

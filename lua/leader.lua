@@ -155,8 +155,8 @@ return 1
 
 --- script: inspect
 -- Read an election for an inspection (see inspect.lua for the reply): the
--- leader as the holder, with its epoch as the fencing token. Tail: the last
--- epoch (or ''), then {owner field, identity, since (ms), ..}.
+-- leader as the holder. Tail: the last epoch (or ''), then the leader as the
+-- leader script replies, {identity, epoch, since, owner field}, or {}.
 --
 -- KEYS[1]  election name
 -- KEYS[2]  fences of lost replies
@@ -170,16 +170,16 @@ for i = 1, #fields, 2 do
     record[fields[i]] = fields[i + 1]
 end
 local holders = {}
-local told = {}
+local leader = {}
 for i = 1, #fields, 2 do
     if string.sub(fields[i], 1, 7) ~= 'leader:' then
         holders[#holders + 1] = fields[i]
         holders[#holders + 1] = fields[i + 1]
-        holders[#holders + 1] = record[EPOCH] or ''
         holders[#holders + 1] = ''
-        told[#told + 1] = fields[i]
-        told[#told + 1] = record[IDENTITY] or ''
-        told[#told + 1] = tonumber(record[SINCE] or 0)
+        if record[EPOCH] then
+            leader = {record[IDENTITY] or '', tonumber(record[EPOCH]),
+                      tonumber(record[SINCE] or 0), fields[i]}
+        end
     end
 end
-return {clock_ms(), existing(KEYS), holders, {}, counter_of(KEYS[3]), told}
+return {clock_ms(), existing(KEYS), holders, {}, counter_of(KEYS[3]), leader}

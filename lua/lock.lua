@@ -245,16 +245,12 @@ return deleted
 -- KEYS[3]  (fenced lock) the token counter
 --
 -- Tail: (fenced lock) the last token issued, or ''.
-local token = ''
-if KEYS[3] then
-    token = counter_of(KEYS[3])
-end
-local holders, wrong = holders_of(KEYS[1], token)
+local holders, wrong = holders_of(KEYS[1])
 if wrong then
     return wrong
 end
 local reply = {clock_ms(), existing(KEYS), holders, {}}
 if KEYS[3] then
-    reply[5] = token
+    reply[5] = counter_of(KEYS[3])
 end
 return reply

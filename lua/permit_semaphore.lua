@@ -198,7 +198,6 @@ if redis.call('type', leases)['ok'] == 'zset' then
         if ends > now then
             holders[#holders + 1] = shown(all[i])
             holders[#holders + 1] = 1
-            holders[#holders + 1] = ''
             if ends >= NEVER then
                 holders[#holders + 1] = -1
             else

@@ -496,7 +496,6 @@ if mode then
             end
             holders[#holders + 1] = field
             holders[#holders + 1] = count
-            holders[#holders + 1] = ''
             holders[#holders + 1] = ttl
         end
     end

@@ -136,7 +136,6 @@ if redis.call('type', grants)['ok'] == 'hash' then
     for i = 1, #fields, 2 do
         holders[#holders + 1] = fields[i]
         holders[#holders + 1] = fields[i + 1]
-        holders[#holders + 1] = ''
         holders[#holders + 1] = -1
     end
 end

@@ -30,7 +30,7 @@ pub struct Inspection {
     /// Its kind, as metrics and the `fredlock` command name it: `lock`, `spin_lock`,
     /// `fenced_lock`, `fair_lock`, `rw_lock` (whose metrics say `read_lock` and `write_lock`),
     /// `semaphore`, `permit_semaphore`, `count_down_latch`, `leader_election`, `job` (whose
-    /// holder's identity is the host that runs it), or `counter` for an integer string
+    /// holder's owner field is its key's value, with the host that runs it), or `counter` for an integer string
     /// found by name, which is a semaphore or a latch (Redisson's layouts cannot tell them
     /// apart).
     pub kind: &'static str,
@@ -107,6 +107,9 @@ pub enum Details {
     Leader {
         /// The last epoch (fencing token) issued, the leader's while there is one.
         last_epoch: Option<u64>,
+        /// The leader, as [`LeaderElection::leader`](crate::LeaderElection::leader) tells it;
+        /// `None` between terms.
+        leader: Option<Leader>,
     },
     /// A job lock.
     Job {
@@ -127,15 +130,6 @@ impl Details {
             _ => None,
         }
     }
-
-    /// What a holder's [`identity`](Holder::identity) is for this kind: a job's `host`, else
-    /// `identity`.
-    pub fn identity_word(&self) -> &'static str {
-        match self {
-            Details::Job { .. } => "host",
-            _ => "identity",
-        }
-    }
 }
 
 impl fmt::Display for Details {
@@ -143,9 +137,10 @@ impl fmt::Display for Details {
         match self {
             Details::Fenced {
                 last_token: Some(token),
-            }
-            | Details::Leader {
+            } => writeln!(f, "  last fencing token {token}"),
+            Details::Leader {
                 last_epoch: Some(token),
+                ..
             } => writeln!(f, "  last fencing token {token}"),
             Details::Semaphore {
                 available: Some(permits),
@@ -221,7 +216,28 @@ pub struct ClientStats {
     pub connected: bool,
 }
 
-/// One owner's holds, in an [`Inspection`].
+/// Who leads an election, as [`LeaderElection::leader`](crate::LeaderElection::leader),
+/// [`LeaderElection::observe`](crate::LeaderElection::observe) and an inspection
+/// ([`Details::Leader`]) tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The identity the leader's election showed
+    /// ([`LeaderElection::identity`](crate::LeaderElection::identity)).
+    pub identity: String,
+    /// Its term's epoch.
+    pub epoch: u64,
+    /// When its term started, by the server's clock.
+    pub since: SystemTime,
+    /// The owner field of its hold, `<client uuid>:<owner id>`.
+    pub owner: String,
+}
+
+/// One owner's holds, in an [`Inspection`]: what every kind's holders have. What only one
+/// kind knows of its holder is in that kind's [`Details`]: a fenced lock's token
+/// ([`Details::Fenced`]), a leader's identity, epoch and term start ([`Details::Leader`]); a
+/// job's holder's host is in its owner field, which [`JobHolder::from_value`](crate::JobHolder::from_value)
+/// reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
@@ -233,14 +249,6 @@ pub struct Holder {
     /// reader's is its longest read hold's, zero once all ended (its field lingers until the
     /// next release or the lock's expiry).
     pub remaining_lease: Option<Duration>,
-    /// Its fencing token, for a fenced lock (a leader election's epoch).
-    pub fencing_token: Option<u64>,
-    /// What the holder calls itself, where the primitive records it (a leader election's
-    /// identity, `<host>:<pid>` by default; a job's host).
-    pub identity: Option<String>,
-    /// When its hold began, by the server's clock, where the primitive records it (a leader
-    /// election's term).
-    pub since: Option<SystemTime>,
     /// The name its client was given
     /// ([`LockClientBuilder::client_name`](crate::LockClientBuilder::client_name)), found among
     /// the server's connections while that client is connected; `None` for a client without a

@@ -270,7 +270,7 @@ pub use engine::replicas::ReplicaSync;
 pub use error::{Error, NodeFailure, NodeFailureReason, RedisError, RedisErrorKind, Result};
 pub use family::{DistributedGuard, DistributedLock};
 pub use inspection::{
-    ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leak, QueuedWaiter,
+    ClientStats, Details, EndedLease, Holder, Inspection, KeyState, Leader, Leak, QueuedWaiter,
 };
 pub use job::{
     JobHolder, JobLock, JobRun, Skipped, DEFAULT_AT_MOST_FOR, DEFAULT_JOB_ENV, DEFAULT_JOB_PREFIX,
@@ -279,7 +279,7 @@ pub use job::{
 pub use lock::fair::FairLock;
 pub use lock::fenced::{FencedGuard, FencedLock};
 pub use lock::guard::LockGuard;
-pub use lock::leader::{default_identity, Leader, LeaderElection, Term};
+pub use lock::leader::{default_identity, LeaderElection, Term};
 pub use lock::rw::{ReadLock, RwLock, WriteLock};
 pub use lock::spin::{SpinLock, DEFAULT_SPIN_FIRST_PAUSE, DEFAULT_SPIN_MAX_PAUSE};
 pub use lock::{Lock, LockFamily};

@@ -107,3 +107,53 @@ pub(crate) fn counter_script(
     let fences = if fences { FENCES } else { "" };
     compose(&[fences, COUNTER, head, body], freeing)
 }
+
+/// Every command `redis.call` or `redis.pcall` runs in `files`, publishing aside (asked about
+/// on a channel): what a primitive's class must name ([`Class::commands`](crate::engine::Class)),
+/// for its unit test.
+#[cfg(test)]
+pub(crate) fn commands_run(files: &[&str]) -> Vec<String> {
+    let mut run = std::collections::BTreeSet::new();
+    for text in files {
+        for call in ["redis.call('", "redis.pcall('"] {
+            for (at, _) in text.match_indices(call) {
+                let rest = &text[at + call.len()..];
+                let end = rest.find('\'').unwrap_or(rest.len());
+                run.insert(rest[..end].to_lowercase());
+            }
+        }
+    }
+    run.remove("publish");
+    run.into_iter().collect()
+}
+
+/// `commands` sorted, for comparing with [`commands_run`].
+#[cfg(test)]
+pub(crate) fn sorted(commands: &[&str]) -> Vec<String> {
+    let mut sorted: Vec<String> = commands.iter().map(|c| (*c).to_owned()).collect();
+    sorted.sort();
+    sorted
+}
+
+/// The commands docs/SECURITY.md's table "A user for some kinds only" gives for `kind` (its row
+/// whose first cell names it), sorted; empty when no row does.
+#[cfg(test)]
+pub(crate) fn documented_commands(kind: &str) -> Vec<String> {
+    let named = format!("`{kind}`");
+    let row = include_str!("../docs/SECURITY.md")
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .find(|line| {
+            line.split('|')
+                .nth(1)
+                .is_some_and(|cell| cell.contains(&named))
+        });
+    let Some(cells) = row.map(|row| row.split('|').collect::<Vec<_>>()) else {
+        return Vec::new();
+    };
+    let words: Vec<&str> = cells
+        .get(2)
+        .map(|cell| cell.trim().trim_matches('`').split_whitespace().collect())
+        .unwrap_or_default();
+    sorted(&words)
+}

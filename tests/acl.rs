@@ -11,69 +11,178 @@ use common::{bounded, RedisServer};
 use fred::prelude::*;
 use fredlock::LockClient;
 
+/// Every kind the suite runs, in docs/SECURITY.md's order (a Redlock needs nodes of its own;
+/// its commands are a lock's).
+const KINDS: &[&str] = &[
+    "lock",
+    "spin_lock",
+    "fenced_lock",
+    "fair_lock",
+    "rw_lock",
+    "semaphore",
+    "permit_semaphore",
+    "count_down_latch",
+    "leader_election",
+    "job",
+];
+
 /// Every primitive's plain cycle, with waiters woken by pub/sub and a renewal, as `a` and `b`
 /// (two clients of the same user).
 async fn core_suite(a: &LockClient, b: &LockClient) -> fredlock::Result<()> {
-    let lock = a.lock("acl-lock");
-    let guard = lock.lock().await?;
-    let waiter = {
-        let lock = b.lock("acl-lock");
-        tokio::spawn(async move { lock.try_lock(Duration::from_secs(5), None).await })
-    };
-    // Held past a renewal (the watchdog lease is 1 s).
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    guard.unlock().await?;
-    waiter
-        .await
-        .expect("the waiter ends")?
-        .expect("woken")
-        .unlock()
-        .await?;
-
-    let fair = a.fair_lock("acl-fair");
-    let guard = fair.lock().await?;
-    let waiter = {
-        let fair = b.fair_lock("acl-fair");
-        tokio::spawn(async move { fair.try_lock(Duration::from_secs(5), None).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    guard.unlock().await?;
-    waiter
-        .await
-        .expect("the waiter ends")?
-        .expect("woken")
-        .unlock()
-        .await?;
-
-    a.fenced_lock("acl-fenced").lock().await?.unlock().await?;
-    a.spin_lock("acl-spin").lock().await?.unlock().await?;
-    let rw = a.rw_lock("acl-rw");
-    rw.read_lock().lock().await?.unlock().await?;
-    rw.write_lock().lock().await?.unlock().await?;
-
-    let semaphore = a.semaphore("acl-semaphore");
-    semaphore.try_set_permits(1).await?;
-    semaphore.acquire(1).await?.release().await?;
-    let permits = a.permit_semaphore("acl-permits");
-    permits.try_set_permits(1).await?;
-    permits.acquire().await?.release().await?;
-    let latch = a.count_down_latch("acl-latch");
-    latch.try_set_count(1).await?;
-    latch.count_down().await?;
-    latch.wait().await?;
-
-    a.leader_election("acl-leader")
-        .campaign()
-        .await?
-        .resign()
-        .await?;
-    let run = a.job_lock("acl-job").at_most_for(Duration::from_secs(5));
-    let ran = run.run(async {}).await?;
-    assert!(
-        matches!(ran, fredlock::JobRun::Ran(())),
-        "the job ran: {ran:?}"
-    );
+    for kind in KINDS {
+        kind_suite(kind, a, b).await?;
+    }
     Ok(())
+}
+
+/// One kind's plain cycle (see [`core_suite`]).
+async fn kind_suite(kind: &str, a: &LockClient, b: &LockClient) -> fredlock::Result<()> {
+    match kind {
+        "lock" => {
+            let lock = a.lock("acl-lock");
+            let guard = lock.lock().await?;
+            let waiter = {
+                let lock = b.lock("acl-lock");
+                tokio::spawn(async move { lock.try_lock(Duration::from_secs(5), None).await })
+            };
+            // Held past a renewal (the watchdog lease is 1 s).
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            guard.unlock().await?;
+            waiter
+                .await
+                .expect("the waiter ends")?
+                .expect("woken")
+                .unlock()
+                .await?;
+        }
+        "fair_lock" => {
+            let fair = a.fair_lock("acl-fair");
+            let guard = fair.lock().await?;
+            let waiter = {
+                let fair = b.fair_lock("acl-fair");
+                tokio::spawn(async move { fair.try_lock(Duration::from_secs(5), None).await })
+            };
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.unlock().await?;
+            waiter
+                .await
+                .expect("the waiter ends")?
+                .expect("woken")
+                .unlock()
+                .await?;
+        }
+        "fenced_lock" => a.fenced_lock("acl-fenced").lock().await?.unlock().await?,
+        "spin_lock" => a.spin_lock("acl-spin").lock().await?.unlock().await?,
+        "rw_lock" => {
+            let rw = a.rw_lock("acl-rw");
+            rw.read_lock().lock().await?.unlock().await?;
+            rw.write_lock().lock().await?.unlock().await?;
+        }
+        "semaphore" => {
+            let semaphore = a.semaphore("acl-semaphore");
+            semaphore.try_set_permits(1).await?;
+            semaphore.acquire(1).await?.release().await?;
+        }
+        "permit_semaphore" => {
+            let permits = a.permit_semaphore("acl-permits");
+            permits.try_set_permits(1).await?;
+            permits.acquire().await?.release().await?;
+        }
+        "count_down_latch" => {
+            let latch = a.count_down_latch("acl-latch");
+            latch.try_set_count(1).await?;
+            latch.count_down().await?;
+            latch.wait().await?;
+        }
+        "leader_election" => {
+            a.leader_election("acl-leader")
+                .campaign()
+                .await?
+                .resign()
+                .await?
+        }
+        "job" => {
+            let run = a.job_lock("acl-job").at_most_for(Duration::from_secs(5));
+            let ran = run.run(async {}).await?;
+            assert!(
+                matches!(ran, fredlock::JobRun::Ran(())),
+                "the job ran: {ran:?}"
+            );
+        }
+        other => panic!("no suite for {other}"),
+    }
+    Ok(())
+}
+
+/// The first call of `kind` on the name `acl-first` (its key `app:acl-first`, a job's
+/// `app:job-lock:default:acl-first`), as a client's first call of it.
+async fn first_call(client: &LockClient, kind: &str) -> fredlock::Result<()> {
+    let wait = Duration::from_secs(1);
+    let name = "acl-first";
+    match kind {
+        "lock" => drop(client.lock(name).try_lock(wait, None).await?),
+        "spin_lock" => drop(client.spin_lock(name).try_lock(wait, None).await?),
+        "fenced_lock" => drop(client.fenced_lock(name).try_lock(wait, None).await?),
+        "fair_lock" => drop(client.fair_lock(name).try_lock(wait, None).await?),
+        "rw_lock" => drop(
+            client
+                .rw_lock(name)
+                .write_lock()
+                .try_lock(wait, None)
+                .await?,
+        ),
+        "semaphore" => drop(client.semaphore(name).try_set_permits(1).await?),
+        "permit_semaphore" => drop(client.permit_semaphore(name).try_set_permits(1).await?),
+        "count_down_latch" => drop(client.count_down_latch(name).try_set_count(1).await?),
+        "leader_election" => drop(client.leader_election(name).try_campaign(wait).await?),
+        "job" => drop(client.job_lock(name).run(async {}).await?),
+        other => panic!("no first call for {other}"),
+    }
+    Ok(())
+}
+
+/// docs/SECURITY.md's table "A user for some kinds only": each row's kinds (the lowercase
+/// names in its first cell) and its commands.
+fn kinds_table() -> Vec<(Vec<String>, Vec<String>)> {
+    let rows: Vec<(Vec<String>, Vec<String>)> = include_str!("../docs/SECURITY.md")
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').collect();
+            let kinds: Vec<String> = cells[1]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|word| word.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+                .map(str::to_owned)
+                .collect();
+            let commands: Vec<String> = cells[2]
+                .trim()
+                .trim_matches('`')
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            let is_kinds_row = !kinds.is_empty()
+                && commands
+                    .iter()
+                    .all(|c| c.chars().all(|c| c.is_ascii_lowercase()));
+            is_kinds_row.then_some((kinds, commands))
+        })
+        .collect();
+    assert!(
+        rows.len() >= 10,
+        "docs/SECURITY.md's table of kinds: {rows:?}"
+    );
+    rows
+}
+
+/// The row of `kind` in [`kinds_table`].
+fn commands_of(kind: &str) -> Vec<String> {
+    kinds_table()
+        .into_iter()
+        .find(|(kinds, _)| kinds.iter().any(|k| k == kind))
+        .unwrap_or_else(|| panic!("docs/SECURITY.md has no row for {kind}"))
+        .1
 }
 
 /// The rule of docs/SECURITY.md: its one line that starts `ACL SETUSER`, split into words. The
@@ -158,6 +267,75 @@ async fn every_primitive_works_with_the_documented_rule() {
     .await;
 }
 
+/// docs/SECURITY.md, "A user for some kinds only": for each row of its table, a user whose rule
+/// keeps only that row's commands (of all the kinds') runs each kind of the row, and a kind
+/// that needs a command beyond the row is refused at its first call, naming such a command, with
+/// nothing written: each kind is asked about its own commands, and a yes for one kind is not
+/// one for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_kind_works_with_only_its_own_commands() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let rule = documented_rule();
+        let table = kinds_table();
+        let every: Vec<&String> = table.iter().flat_map(|(_, commands)| commands).collect();
+        for (kinds, commands) in &table {
+            let run: Vec<&String> = kinds
+                .iter()
+                .filter(|kind| KINDS.contains(&kind.as_str()))
+                .collect();
+            if run.is_empty() {
+                continue; // a Redlock's row: its nodes are other servers
+            }
+            let kept: Vec<String> = rule
+                .iter()
+                .filter(|word| match word.strip_prefix('+') {
+                    Some(command) if every.iter().any(|c| *c == command) => {
+                        commands.iter().any(|c| c == command)
+                    }
+                    _ => true,
+                })
+                .cloned()
+                .collect();
+            set_user(&raw, &kept).await;
+            let a = fredlock_user(&server).await.expect("connects");
+            let b = fredlock_user(&server).await.expect("connects");
+            for kind in &run {
+                kind_suite(kind, &a, &b)
+                    .await
+                    .unwrap_or_else(|error| panic!("{kind} with only its commands: {error}"));
+            }
+            let _: () = raw.flushall(false).await.unwrap();
+            for other in KINDS {
+                let beyond: Vec<String> = commands_of(other)
+                    .into_iter()
+                    .filter(|command| !commands.contains(command))
+                    .collect();
+                if beyond.is_empty() {
+                    continue;
+                }
+                let error = first_call(&a, other).await.err().unwrap_or_else(|| {
+                    panic!("a {other}'s first call succeeded with only {kinds:?}'s commands")
+                });
+                let shown = error.to_string();
+                assert!(
+                    shown.contains("NOPERM") && beyond.iter().any(|c| shown.contains(c.as_str())),
+                    "a {other} with only {kinds:?}'s commands, lacking {beyond:?}: {shown}"
+                );
+                assert_eq!(
+                    common::all_keys(&raw).await,
+                    Vec::<String>::new(),
+                    "a {other} refused with only {kinds:?}'s commands wrote something"
+                );
+            }
+            a.shutdown().await;
+            b.shutdown().await;
+        }
+    })
+    .await;
+}
+
 /// With each part of the rule removed in turn, the client still connects, and its first call
 /// fails naming what is missing and the lock (a connection's own command, which takes no key,
 /// named without one); nothing is written.
@@ -175,17 +353,19 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
             let without: Vec<String> = rule.iter().filter(|word| *word != part).cloned().collect();
             set_user(&raw, &without).await;
             let missing = part.trim_start_matches(['+', '~', '&']);
+            // The first kind that runs the command (a lock, for every part but a kind's own).
+            let kind = KINDS
+                .iter()
+                .find(|kind| commands_of(kind).iter().any(|c| c == missing))
+                .unwrap_or(&"lock");
             let error = match fredlock_user(&server).await {
                 // SECURITY.md: connecting needs none of them (a connection's own commands are
                 // asked about by the first call, as the scripts' are).
                 Err(error) => panic!("without {part}, build() failed: {error}"),
                 Ok(client) => {
-                    let error = client
-                        .lock("acl-lock")
-                        .try_lock(Duration::from_secs(1), None)
-                        .await
-                        .err()
-                        .unwrap_or_else(|| panic!("without {part}, the first call succeeded"));
+                    let error = first_call(&client, kind).await.err().unwrap_or_else(|| {
+                        panic!("without {part}, a {kind}'s first call succeeded")
+                    });
                     client.shutdown().await;
                     error
                 }
@@ -196,7 +376,7 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
                 None,
                 "without {part}: {shown}"
             );
-            assert!(shown.contains("app:acl-lock"), "without {part}: {shown}");
+            assert!(shown.contains("acl-first"), "without {part}: {shown}");
             assert!(shown.contains("NOPERM"), "without {part}: {shown}");
             let named = match part.chars().next() {
                 Some('+') => shown.contains(missing),

@@ -404,18 +404,27 @@ async fn leader_and_inspection_name_the_leader() {
         assert_eq!(inspection.holders.len(), 1);
         assert_eq!(inspection.holders[0].owner, term.owner_field());
         assert_eq!(inspection.holders[0].count, 1);
-        assert_eq!(inspection.holders[0].fencing_token, Some(term.epoch()));
+        // The leader, with its identity, epoch and term start, as `leader()` tells it.
+        let leader = election.leader().await.unwrap();
+        assert!(leader.is_some());
         assert_eq!(
             inspection.details,
             fredlock::Details::Leader {
-                last_epoch: Some(term.epoch())
+                last_epoch: Some(term.epoch()),
+                leader,
             }
         );
+        let fredlock::Details::Leader {
+            leader: Some(leader),
+            ..
+        } = &inspection.details
+        else {
+            unreachable!()
+        };
         assert_eq!(
-            inspection.holders[0].identity.as_deref(),
-            Some("pod-7:8080")
+            (leader.identity.as_str(), leader.epoch, leader.since),
+            ("pod-7:8080", term.epoch(), since)
         );
-        assert_eq!(inspection.holders[0].since, Some(since));
         let listed = client.list("*").await.unwrap();
         assert!(listed
             .iter()

@@ -11,7 +11,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use fredlock::{Deployment, Details, EndedLease, Inspection, KeyState, Leak, LockClient, Topology};
+use fredlock::{
+    Deployment, Details, EndedLease, Holder, Inspection, JobHolder, KeyState, Leak, LockClient,
+    Topology,
+};
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -441,7 +444,7 @@ fn own_details(details: &Details) -> OwnDetails<'_> {
     match details {
         Details::ReadWrite { mode } => own.mode = *mode,
         Details::Fenced { last_token } => own.fencing_token = *last_token,
-        Details::Leader { last_epoch } => own.fencing_token = *last_epoch,
+        Details::Leader { last_epoch, .. } => own.fencing_token = *last_epoch,
         Details::Semaphore { available } | Details::Counter { value: available } => {
             own.count = *available
         }
@@ -459,22 +462,60 @@ fn own_details(details: &Details) -> OwnDetails<'_> {
     own
 }
 
+/// What the output shows of one holder beside what every holder has, from its kind's details:
+/// a fenced lock's token (the last issued, while held) or a leader's epoch; a leader's identity
+/// or a job's host, with the word for it; when a leader's term started.
+struct OwnHolder {
+    fencing_token: Option<u64>,
+    identity: Option<(&'static str, String)>,
+    since: Option<std::time::SystemTime>,
+}
+
+fn own_holder(details: &Details, holder: &Holder) -> OwnHolder {
+    let mut own = OwnHolder {
+        fencing_token: None,
+        identity: None,
+        since: None,
+    };
+    match details {
+        Details::Fenced { last_token } => own.fencing_token = *last_token,
+        Details::Leader {
+            leader: Some(leader),
+            ..
+        } if leader.owner == holder.owner => {
+            own.fencing_token = Some(leader.epoch);
+            own.identity = Some(("identity", leader.identity.clone()));
+            own.since = Some(leader.since);
+        }
+        Details::Job { .. } => {
+            own.identity = JobHolder::from_value(holder.owner.as_str())
+                .host()
+                .map(|host| ("host", host.to_owned()));
+        }
+        _ => {}
+    }
+    own
+}
+
 fn inspection_json(inspection: &Inspection) -> Value {
     let details = own_details(&inspection.details);
     json!({
         "name": inspection.name,
         "kind": inspection.kind,
         "mode": details.mode,
-        "holders": inspection.holders.iter().map(|holder| json!({
-            "owner": holder.owner,
-            "client_id": holder.client_id().map(|id| id.to_string()),
-            "client_name": holder.client_name,
-            "count": holder.count,
-            "remaining_lease_ms": millis(holder.remaining_lease),
-            "fencing_token": holder.fencing_token,
-            "identity": holder.identity,
-            "since_ms": holder.since.and_then(|since| since.duration_since(std::time::UNIX_EPOCH).ok()).map(|since| since.as_millis() as u64),
-        })).collect::<Vec<_>>(),
+        "holders": inspection.holders.iter().map(|holder| {
+            let own = own_holder(&inspection.details, holder);
+            json!({
+                "owner": holder.owner,
+                "client_id": holder.client_id().map(|id| id.to_string()),
+                "client_name": holder.client_name,
+                "count": holder.count,
+                "remaining_lease_ms": millis(holder.remaining_lease),
+                "fencing_token": own.fencing_token,
+                "identity": own.identity.map(|(_, identity)| identity),
+                "since_ms": own.since.and_then(|since| since.duration_since(std::time::UNIX_EPOCH).ok()).map(|since| since.as_millis() as u64),
+            })
+        }).collect::<Vec<_>>(),
         "queue": inspection.queue.iter().map(|waiter| json!({
             "owner": waiter.owner,
             "place_left_ms": millis(waiter.place_left),
@@ -641,13 +682,14 @@ fn print_inspection(inspection: &Inspection) {
             holder.count,
             shown(holder.remaining_lease)
         );
-        if let Some(token) = holder.fencing_token {
+        let own = own_holder(&inspection.details, holder);
+        if let Some(token) = own.fencing_token {
             print!(", fencing token {token}");
         }
-        if let Some(identity) = &holder.identity {
-            print!(", {} {identity}", inspection.details.identity_word());
+        if let Some((word, identity)) = &own.identity {
+            print!(", {word} {identity}");
         }
-        match holder.since.and_then(|since| since.elapsed().ok()) {
+        match own.since.and_then(|since| since.elapsed().ok()) {
             Some(ago) => println!(", since {} ago", shown(Some(ago))),
             None => println!(),
         }

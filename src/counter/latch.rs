@@ -14,7 +14,7 @@ use crate::engine::{
     self, Call, Class, Inspect, Keys, Primitive, Profile, ProfileOf, Refusal, Script, WakeRule,
 };
 use crate::error::{Error, Result};
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
+use crate::inspection::{keys_without_expiry, Details, Inspection, Leak};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;
@@ -292,6 +292,22 @@ pub(crate) struct LatchKind {
 }
 
 /// The latch's class: reaching zero wakes every waiter.
+/// The Redis commands a latch runs (its class's [`Class::commands`]).
+const COMMANDS: &[&str] = &[
+    "decr",
+    "del",
+    "exists",
+    "get",
+    "hgetall",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+];
+
 static LATCH: Class = Class {
     refusal: Some(Refusal {
         what: "count-down latch",
@@ -299,12 +315,12 @@ static LATCH: Class = Class {
         why: "has braces, so Redisson's channel for it (redisson_countdownlatch__channel__{name}) \
               would land in another cluster slot than its count: use a name without braces",
     }),
-    ..Class::new("count_down_latch", WakeRule::AtZero(CHANNEL))
+    ..Class::new("count_down_latch", WakeRule::AtZero(CHANNEL), COMMANDS)
 };
 
 /// An integer string found by name, which may as well be a semaphore's: inspected as a
 /// `counter`, whatever its name.
-static COUNTER: Class = Class::new("counter", WakeRule::AtZero(CHANNEL));
+static COUNTER: Class = Class::new("counter", WakeRule::AtZero(CHANNEL), COMMANDS);
 
 impl LatchKind {
     fn call(&self, script: &'static Script, args: Vec<Value>) -> Call {
@@ -326,7 +342,7 @@ impl Inspect for LatchKind {
     fn inspect(&self) -> Call {
         self.call(&LATCH_INSPECT, Vec::new())
     }
-    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
         let count = tail.number();
         // An integer string found by name has the counter's class: it may be a semaphore's.
         Ok(if std::ptr::eq(self.profile().class(), &COUNTER) {
@@ -338,5 +354,27 @@ impl Inspect for LatchKind {
     fn leaks(&self, inspection: &Inspection, _grace: Duration) -> Vec<Leak> {
         // The count lasts until it reaches zero, by design (Redisson's).
         keys_without_expiry(inspection, &[self.profile.name()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run =
+            crate::lua::commands_run(&[SCRIPTS, lua::FENCES, lua::COUNTER, lua::INSPECT_HEAD]);
+        for class in [&LATCH, &COUNTER] {
+            assert_eq!(crate::lua::sorted(class.commands), run, "{}", class.label);
+        }
+        assert_eq!(
+            lua::documented_commands("count_down_latch"),
+            run,
+            "docs/SECURITY.md's row for count_down_latch"
+        );
     }
 }

@@ -18,7 +18,7 @@ use crate::engine::{
 };
 use crate::engine::{text, Tail};
 use crate::error::{waited, Result};
-use crate::inspection::{keys_without_expiry, Details, EndedLease, Holder, Inspection, Leak};
+use crate::inspection::{keys_without_expiry, Details, EndedLease, Inspection, Leak};
 use crate::layout::{Counted, Layout, OwnKey};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;
@@ -453,6 +453,34 @@ pub(crate) struct PermitKind {
 
 /// The permit semaphore's class: a release announces the permits available; the watchdog
 /// extends leases.
+/// The Redis commands a permit semaphore runs (its class's [`Class::commands`]): its scripts',
+/// and the semaphore's that set and add permits.
+const COMMANDS: &[&str] = &[
+    "decr",
+    "decrby",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hset",
+    "incr",
+    "incrby",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zscore",
+];
+
 static PERMIT_SEMAPHORE: Class = Class {
     renewal: Some(&PERMIT_RENEW),
     renewal_key: LEASES,
@@ -462,7 +490,7 @@ static PERMIT_SEMAPHORE: Class = Class {
         why: "has a brace but no hash tag, so its leases ({name}:timeout) would land in \
               another cluster slot: use a name without braces, or with a hash tag (`{tag}`)",
     }),
-    ..Class::new("permit_semaphore", WakeRule::Counted(CHANNEL))
+    ..Class::new("permit_semaphore", WakeRule::Counted(CHANNEL), COMMANDS)
 };
 
 impl PermitKind {
@@ -515,7 +543,7 @@ impl Inspect for PermitKind {
     fn inspect(&self) -> Call {
         self.call(&PERMIT_INSPECT, Vec::new())
     }
-    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
         let available = tail.number();
         let now = tail.now;
         let ended_leases = tail
@@ -575,5 +603,30 @@ impl Inspect for PermitKind {
             }
         }
         leaks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[
+            SCRIPTS,
+            crate::counter::semaphore::SCRIPTS,
+            lua::FENCES,
+            lua::COUNTER,
+            lua::INSPECT_HEAD,
+        ]);
+        assert_eq!(crate::lua::sorted(PERMIT_SEMAPHORE.commands), run);
+        assert_eq!(
+            lua::documented_commands("permit_semaphore"),
+            run,
+            "docs/SECURITY.md's row for permit_semaphore"
+        );
     }
 }

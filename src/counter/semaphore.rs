@@ -15,7 +15,7 @@ use crate::engine::{
     ProfileOf, ReleaseArgs, Script, WakeRule, Win,
 };
 use crate::error::{waited, Result};
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
+use crate::inspection::{keys_without_expiry, Details, Inspection, Leak};
 use crate::layout::{Counted, Layout};
 use crate::lua::{counter_script, inspect_script};
 use crate::names;
@@ -28,7 +28,7 @@ const CHANNEL: usize = 1;
 const GRANTS: usize = 3;
 
 /// Every script of the semaphore, as sections of one file.
-const SCRIPTS: &str = include_str!("../../lua/semaphore.lua");
+pub(crate) const SCRIPTS: &str = include_str!("../../lua/semaphore.lua");
 
 /// Takes permits for one acquisition, recording its grant.
 pub(crate) static SEMAPHORE_ACQUIRE: LazyLock<Script> =
@@ -435,9 +435,29 @@ pub(crate) struct SemaphoreKind {
 
 /// The semaphore's class: a release announces the permits available, which wake the waiters
 /// whose wants fit; permits have no lease to renew.
+/// The Redis commands a semaphore runs (its class's [`Class::commands`]).
+const COMMANDS: &[&str] = &[
+    "decrby",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hset",
+    "incrby",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+];
+
 static SEMAPHORE: Class = Class {
     own: Own::Wants,
-    ..Class::new("semaphore", WakeRule::Counted(CHANNEL))
+    ..Class::new("semaphore", WakeRule::Counted(CHANNEL), COMMANDS)
 };
 
 /// A semaphore is known by fredlock's grants, while any permit of fredlock's is out.
@@ -512,7 +532,7 @@ impl Inspect for SemaphoreKind {
     fn inspect(&self) -> Call {
         self.call(&SEMAPHORE_INSPECT, Vec::new())
     }
-    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
         Ok(Details::Semaphore {
             available: tail.number(),
         })
@@ -521,5 +541,25 @@ impl Inspect for SemaphoreKind {
         // The counter lasts by design (Redisson's), and so do the grants while permits are out.
         let keys = self.profile.keys();
         keys_without_expiry(inspection, &[keys.str(NAME), keys.str(GRANTS)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run =
+            crate::lua::commands_run(&[SCRIPTS, lua::FENCES, lua::COUNTER, lua::INSPECT_HEAD]);
+        assert_eq!(crate::lua::sorted(SEMAPHORE.commands), run);
+        assert_eq!(
+            lua::documented_commands("semaphore"),
+            run,
+            "docs/SECURITY.md's row for semaphore"
+        );
     }
 }

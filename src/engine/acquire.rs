@@ -192,7 +192,7 @@ fn acquire_loop<'a>(
         engine.core().ensure_open()?;
         check_primitive(&*kind)?;
         lease.check(kind.profile().name())?;
-        if !permissions::known(engine.core()) {
+        if !permissions::known(engine.core(), kind.profile().class()) {
             // A bounded wait bounds the question too; a single attempt (a wait of zero) waits for
             // the answer as for its own reply.
             let bound = wait.filter(|wait| !wait.is_zero());

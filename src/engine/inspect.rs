@@ -46,9 +46,8 @@ pub(crate) trait Inspect: Primitive {
     }
 
     /// What the kind has of its own, read from the reply's tail (the parts after the head, in
-    /// the order its script writes them), filling what holders say of themselves into
-    /// `holders`; by default nothing.
-    fn details(&self, _tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    /// the order its script writes them); by default nothing.
+    fn details(&self, _tail: &mut Tail) -> Result<Details, String> {
         Ok(Details::None)
     }
 }
@@ -57,8 +56,8 @@ pub(crate) trait Inspect: Primitive {
 const SCAN_COUNT: u32 = 1000;
 
 /// Reads the head of an inspect script's reply, `{now (ms, server clock), {key, pttl, ..},
-/// {owner field, hold count, fencing token or '', remaining lease or '', ..}, {waiter field,
-/// place deadline (ms), ..}, ..}`, and hands the rest to the kind's [`Inspect::details`].
+/// {owner field, hold count, remaining lease or '', ..}, {waiter field, place deadline (ms),
+/// ..}, ..}`, and hands the rest to the kind's [`Inspect::details`].
 fn parse(kind: &dyn Inspect, reply: Value) -> Result<Inspection, String> {
     let Value::Array(parts) = reply else {
         return Err(format!("not an array: {reply:?}"));
@@ -79,19 +78,16 @@ fn parse(kind: &dyn Inspect, reply: Value) -> Result<Inspection, String> {
         .iter()
         .find(|key| key.key == name)
         .and_then(|key| key.ttl);
-    let mut holders: Vec<Holder> = tail
-        .rows("holders", 4)?
+    let holders: Vec<Holder> = tail
+        .rows("holders", 3)?
         .iter()
         .map(|holder| Holder {
             owner: text(&holder[0]),
             count: holder[1].as_u64().unwrap_or(0),
-            remaining_lease: match &holder[3] {
+            remaining_lease: match &holder[2] {
                 Value::Integer(ms) => expiry(*ms),
                 _ => main_ttl,
             },
-            fencing_token: holder[2].as_u64(),
-            identity: None,
-            since: None,
             client_name: None,
         })
         .collect();
@@ -107,7 +103,7 @@ fn parse(kind: &dyn Inspect, reply: Value) -> Result<Inspection, String> {
             }
         })
         .collect();
-    let details = kind.details(&mut tail, &mut holders)?;
+    let details = kind.details(&mut tail)?;
     Ok(Inspection {
         name: name.to_owned(),
         kind: kind.family(),
@@ -363,19 +359,9 @@ impl Tail {
         }
     }
 
-    /// Fills each holder's identity and start from the next part, `{owner field, identity,
-    /// since ms or '', ..}`: what holders say of themselves.
-    pub(crate) fn identities(&mut self, holders: &mut [Holder]) -> Result<(), String> {
-        for told in self.rows("identities", 3)? {
-            let owner = text(&told[0]);
-            for holder in holders.iter_mut().filter(|holder| holder.owner == owner) {
-                holder.identity = Some(text(&told[1]));
-                holder.since = told[2]
-                    .as_u64()
-                    .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-            }
-        }
-        Ok(())
+    /// The next part as it is.
+    pub(crate) fn part(&mut self) -> Option<Value> {
+        self.parts.next()
     }
 }
 

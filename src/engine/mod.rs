@@ -133,8 +133,9 @@ pub(crate) struct Core {
     /// The work running under holds (`with_lock`, a job, a leader's work): a shutdown waits
     /// until every one has been dropped before it gives the holds back.
     works: TaskTracker,
-    /// Whether the user has every permission a client needs (see `permissions`).
-    permitted: std::sync::atomic::AtomicBool,
+    /// The kinds of primitive whose calls the user was found to have every permission for, a
+    /// bit each (see `permissions`).
+    permitted: std::sync::atomic::AtomicU64,
     /// Where holds' changes are counted and told (see `events`).
     pub(crate) report: Arc<events::Report>,
     /// The client's number in the lines of the locks its tasks wait for (see `lua/lock.lua`).
@@ -427,7 +428,7 @@ impl Engine {
             undos: undo_tx,
             shutdown: shutdown.clone(),
             works: TaskTracker::new(),
-            permitted: std::sync::atomic::AtomicBool::new(false),
+            permitted: std::sync::atomic::AtomicU64::new(0),
             report,
             line_number,
             queue_place: settings.queue_place,
@@ -535,7 +536,7 @@ impl Engine {
         if let Err(unsent) = core.redis().refused_unconnected() {
             return Err(self.redis_error(kind.profile().name(), None, unsent));
         }
-        if !permissions::known(core) {
+        if !permissions::known(core, kind.profile().class()) {
             permissions::check(core, kind, None, None).await?;
         }
         match call.run(writer).await {

@@ -2,12 +2,15 @@
 //!
 //! Redis checks a script's commands one at a time, as it runs them, and keeps what the script
 //! wrote before the one it refused: a user without `pexpire` would leave a lock's hash behind
-//! with no TTL, held for ever. So before a client's first call the engine asks the server, in
-//! one script, whether the client's user may run every command its scripts and pub/sub use,
-//! on that call's key and wake channel and the client's own channel (`redis.acl_check_cmd`,
+//! with no TTL, held for ever. So before a client's first call on a kind of primitive the
+//! engine asks the server, in one script, whether the client's user may run every command
+//! that kind's calls run ([`Class::commands`], which each primitive names) and pub/sub, on
+//! that call's key and wake channel and the client's own channel (`redis.acl_check_cmd`,
 //! Redis 7 and Valkey; a server without it is not asked). A refusal fails that call with a
 //! `NOPERM` error naming the command and what it was checked on, and the next call asks
-//! again; once the answer is yes, no call asks again (one atomic load on the hot path).
+//! again; once the answer for a kind is yes, no call of that kind asks again (one atomic load
+//! on the hot path). A user allowed only the commands of the kinds it uses (docs/SECURITY.md
+//! lists each kind's) uses them, and is refused at the first call of any other.
 //!
 //! A permission can be taken away later, while the client runs. The scripts ask about the
 //! expiries they set before their first write (`lua/fences.lua`), and any call the server
@@ -17,53 +20,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::kind::Primitive;
-use super::profile::Wake;
+use super::profile::{Class, Wake};
 use super::script::Script;
 use super::Core;
 use super::Value;
 use crate::error::{Error, RedisError, RedisErrorKind, Result};
-
-/// Every command a primitive's scripts run (`redis.call` in `lua/`, publishing aside), and the
-/// one a job lock sends by itself (`set`): a unit test keeps this list and the scripts in step.
-pub(crate) const SCRIPT_COMMANDS: &[&str] = &[
-    "decr",
-    "decrby",
-    "del",
-    "exists",
-    "get",
-    "hdel",
-    "hexists",
-    "hget",
-    "hgetall",
-    "hkeys",
-    "hlen",
-    "hset",
-    "incr",
-    "incrby",
-    "lindex",
-    "lpop",
-    "lrange",
-    "lrem",
-    "pexpire",
-    "pttl",
-    "rpush",
-    "sadd",
-    "set",
-    "sismember",
-    "time",
-    "type",
-    "zadd",
-    "zrange",
-    "zrangebyscore",
-    "zrem",
-    "zremrangebyscore",
-    "zscore",
-];
 
 /// The commands a client sends outside scripts on the connections it keeps (health checks,
 /// confirming a subscription, the server's version and connection id), which a connection may
@@ -73,8 +39,8 @@ const CONNECTION_COMMANDS: &[&str] = &["ping", "info", "client|id"];
 /// Asks with `redis.acl_check_cmd`: `KEYS[1]` is the name's key, `ARGV[1]` and `ARGV[2]` the
 /// publish and subscribe commands, `ARGV[3]` how many channels follow (the client's own, only
 /// subscribed to, then the lock's wake channel, also published on), then how many keys follow
-/// (every key a call of the lock sends, checked for writing), then how many commands follow
-/// that are checked on the key (the scripts'), then the commands that take no key (the
+/// (every key a call of the lock sends, checked for writing with `pexpire`, which every kind
+/// runs), then how many commands follow that are checked on the key (the kind's), then the commands that take no key (the
 /// connection's: a refusal names the command alone, never a key). Answers 1, 0 from a server
 /// that cannot be asked, or a `NOPERM` error.
 const PROBE: &str = r"
@@ -115,7 +81,7 @@ for i = counted + 1, #ARGV do
   end
 end
 for i = 5 + channels, 4 + channels + keys do
-  if not redis.acl_check_cmd('del', ARGV[i]) then
+  if not redis.acl_check_cmd('pexpire', ARGV[i]) then
     return redis.error_reply('NOPERM this user may not write key ' .. ARGV[i])
   end
 end
@@ -124,9 +90,31 @@ return 1
 
 static PROBE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&[PROBE]));
 
-/// Whether the client's user has been found to have every permission it needs.
-pub(crate) fn known(core: &Core) -> bool {
-    core.permitted.load(Ordering::Relaxed)
+/// The bit of a client's answers (`Core::permitted`) that stands for `class`'s yes: each class
+/// takes the next at its first question; `None` past 64 classes, whose calls then ask each
+/// time (the crate has 16).
+fn bit(class: &Class) -> Option<u64> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let mut slot = class.permission_bit.load(Ordering::Relaxed);
+    if slot == u32::MAX {
+        let next = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Two first questions at once: the one that lost keeps the winner's bit.
+        slot = match class.permission_bit.compare_exchange(
+            u32::MAX,
+            next,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => next,
+            Err(given) => given,
+        };
+    }
+    (slot < 64).then(|| 1 << slot)
+}
+
+/// Whether the client's user has been found to have every permission `class`'s calls need.
+pub(crate) fn known(core: &Core, class: &Class) -> bool {
+    bit(class).is_some_and(|bit| core.permitted.load(Ordering::Relaxed) & bit != 0)
 }
 
 /// Whether `source` is the server refusing a command for want of a permission: its `NOPERM`
@@ -149,9 +137,9 @@ pub(crate) fn is_refused_permission(source: &RedisError) -> bool {
     .any(|words| details.contains(words))
 }
 
-/// Forgets that the client's user was found to have every permission: the next call asks again.
+/// Forgets every yes the client's user was given: the next call of each kind asks again.
 pub(crate) fn forget(core: &Core) {
-    core.permitted.store(false, Ordering::Relaxed);
+    core.permitted.store(0, Ordering::Relaxed);
 }
 
 /// Asks the server whether the client's user may do all a client does, on `kind`'s key and
@@ -237,9 +225,10 @@ async fn ask(
     let keys = profile.keys();
     args.push(Value::from(keys.count().to_string()));
     args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
-    // The scripts' commands, checked on the key; then the connection's, which take none.
-    args.push(Value::from(SCRIPT_COMMANDS.len().to_string()));
-    let commands = SCRIPT_COMMANDS.iter().chain(CONNECTION_COMMANDS);
+    // The kind's commands, checked on the key; then the connection's, which take none.
+    let class = profile.class();
+    args.push(Value::from(class.commands.len().to_string()));
+    let commands = class.commands.iter().chain(CONNECTION_COMMANDS);
     args.extend(commands.map(|c| Value::from((*c).to_owned())));
     // A read: on the command connection, never waiting for replicas (replica sync).
     let reads = core.reads();
@@ -254,47 +243,14 @@ async fn ask(
     };
     match answer {
         Ok(_) => {
-            core.permitted.store(true, Ordering::Relaxed);
+            if let Some(bit) = bit(class) {
+                core.permitted.fetch_or(bit, Ordering::Relaxed);
+            }
             Ok(())
         }
         Err(source) if source.kind() == RedisErrorKind::Refused => Err(source),
         // No answer (an outage, a stalled server): the call goes on unchecked and meets the
         // outage as it would have, waiting it out within its wait; the next call asks.
         Err(_) => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeSet;
-
-    use super::SCRIPT_COMMANDS;
-
-    /// The commands `redis.call('...')` runs in every file of `lua/`.
-    fn called_in_scripts() -> BTreeSet<String> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-        let mut called = BTreeSet::new();
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            for call in ["redis.call('", "redis.pcall('"] {
-                for (at, _) in text.match_indices(call) {
-                    let rest = &text[at + call.len()..];
-                    let end = rest.find('\'').unwrap();
-                    called.insert(rest[..end].to_lowercase());
-                }
-            }
-        }
-        called
-    }
-
-    #[test]
-    fn the_checked_commands_are_those_the_scripts_run() {
-        let listed: BTreeSet<String> = SCRIPT_COMMANDS.iter().map(|c| c.to_string()).collect();
-        let mut called = called_in_scripts();
-        // A job lock's first attempt is a `SET` of its own, outside any script; publishing is
-        // checked on the channels.
-        called.insert("set".into());
-        called.remove("publish");
-        assert_eq!(listed, called);
     }
 }

@@ -4,6 +4,7 @@
 //! units a waiter wants, a backoff). Together, its [`Profile`]: data, not calls, so the engine
 //! reads it on every operation without asking the primitive anything.
 
+use std::sync::atomic::AtomicU32;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -172,6 +173,16 @@ pub(crate) struct Class {
     /// What its holds are told as on the event stream, which the engine sends without
     /// knowing what they mean.
     pub(crate) events: HoldEvents,
+    /// Every Redis command its calls run on its keys: those its scripts' files run
+    /// (`redis.call`, publishing aside, which is asked about on its channel), and any it sends
+    /// outside a script. The permission check asks the server about these, and only these,
+    /// before its first call (see `permissions.rs`); the primitive's own unit test keeps the
+    /// list and its scripts in step.
+    pub(crate) commands: &'static [&'static str],
+    /// Which bit of a client's answers stands for this class's yes, given at its first
+    /// question (see `permissions.rs`); `u32::MAX` until then. (An atomic, not a `OnceLock`,
+    /// whose destructor a `..` in a `static` cannot run.)
+    pub(crate) permission_bit: AtomicU32,
 }
 
 /// The events a class's holds are told as: taken, and lost (with why). Most primitives' are
@@ -195,8 +206,12 @@ impl HoldEvents {
 
 impl Class {
     /// A class labelled `label` with no owner-field suffix, renewal or refusal, whose waiters
-    /// wake by `wake`: a start for `..` in a `const`.
-    pub(crate) const fn new(label: &'static str, wake: WakeRule) -> Class {
+    /// wake by `wake` and whose calls run `commands`: a start for `..` in a `const`.
+    pub(crate) const fn new(
+        label: &'static str,
+        wake: WakeRule,
+        commands: &'static [&'static str],
+    ) -> Class {
         Class {
             label,
             field_suffix: "",
@@ -206,6 +221,8 @@ impl Class {
             own: Own::Nothing,
             refusal: None,
             events: HoldEvents::HOLDS,
+            commands,
+            permission_bit: AtomicU32::new(u32::MAX),
         }
     }
 }
@@ -416,7 +433,7 @@ mod tests {
     fn a_place_is_kept_in_ms_and_none_is_none() {
         static QUEUE: Class = Class {
             own: Own::Place,
-            ..Class::new("fair_lock", WakeRule::PerWaiter(1))
+            ..Class::new("fair_lock", WakeRule::PerWaiter(1), &[])
         };
         let profile = ProfileOf::new(&QUEUE, Keys::new(["a", "b"]));
         assert_eq!(profile.place(), None);
@@ -434,7 +451,7 @@ mod tests {
     fn slots_mean_what_the_class_says() {
         static COUNTED: Class = Class {
             own: Own::Wants,
-            ..Class::new("semaphore", WakeRule::Counted(1))
+            ..Class::new("semaphore", WakeRule::Counted(1), &[])
         };
         let profile = ProfileOf::new(&COUNTED, Keys::new(["a", "b"]));
         assert_eq!(profile.wants(), 1);
@@ -450,7 +467,7 @@ mod tests {
         };
         static SPIN: Class = Class {
             own: Own::Backoff,
-            ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT))
+            ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT), &[])
         };
         let profile = ProfileOf::new(&SPIN, Keys::new(["a"]));
         assert!(matches!(profile.wake(), Wake::Backoff(backoff) if backoff == DEFAULT));

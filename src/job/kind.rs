@@ -57,9 +57,8 @@ impl Inspect for JobKind {
         }
     }
 
-    /// The host that runs it, then the last tick.
-    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
-        tail.identities(holders)?;
+    /// The last tick (its holder's host is in its owner field, its key's value).
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
         Ok(Details::Job {
             last_tick: tail.time(),
         })

@@ -20,7 +20,7 @@ use crate::engine::{
     Profile, ProfileOf, ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
-use crate::inspection::{Details, Holder};
+use crate::inspection::Details;
 use crate::layout::{Found, Layout, OwnKey, Pending};
 use crate::lua;
 use crate::names;
@@ -102,9 +102,13 @@ pub(crate) fn script(name: &str) -> Option<&'static Script> {
 
 /// The job lock's class: waiting instances are woken by a release on the job's channel; runs
 /// are checked (and with keep-alive renewed) by the watchdog with a compare of their value.
+/// The Redis commands a job lock runs (its class's [`Class::commands`]): its scripts', and
+/// the `SET` of a first attempt, sent by itself.
+const COMMANDS: &[&str] = &["del", "get", "hgetall", "pexpire", "pttl", "set", "time"];
+
 static JOB: Class = Class {
     renewal: Some(&JOB_RENEW),
-    ..Class::new("job", WakeRule::Shared(CHANNEL))
+    ..Class::new("job", WakeRule::Shared(CHANNEL), COMMANDS)
 };
 
 /// Acquisitions made by this process, which make each run's value unique.
@@ -284,5 +288,24 @@ impl JobLock {
     /// The job's key, the client's key prefix included.
     pub fn key(&self) -> &str {
         self.kind.profile.name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says), and the `SET` it sends by itself.
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[SCRIPTS, lua::INSPECT_HEAD, "redis.call('set'"]);
+        assert_eq!(crate::lua::sorted(JOB.commands), run);
+        assert_eq!(
+            lua::documented_commands("job"),
+            run,
+            "docs/SECURITY.md's row for job"
+        );
     }
 }

@@ -12,7 +12,7 @@ use crate::engine::{
     AcquireArgs, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf, ReleaseArgs,
     Request, Script, WakeRule,
 };
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
+use crate::inspection::{keys_without_expiry, Details, Inspection, Leak};
 use crate::layout::Layout;
 use crate::lock::reentrant::LOCK_RENEW;
 use crate::lock::{lock_of_family, Lock, LockKind};
@@ -201,10 +201,42 @@ struct Fair {
 }
 
 /// The fair lock's class: each waiter is told on its own channel.
+/// The Redis commands a fair lock runs (its class's [`Class::commands`]): its scripts', and the
+/// lock family's renewal.
+const COMMANDS: &[&str] = &[
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hkeys",
+    "hlen",
+    "hset",
+    "lindex",
+    "lpop",
+    "lrange",
+    "lrem",
+    "pexpire",
+    "pttl",
+    "rpush",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+];
+
 static FAIR_LOCK: Class = Class {
     renewal: Some(&LOCK_RENEW),
     own: Own::Place,
-    ..Class::new("fair_lock", WakeRule::PerWaiter(CHANNEL))
+    ..Class::new("fair_lock", WakeRule::PerWaiter(CHANNEL), COMMANDS)
 };
 
 impl Fair {
@@ -285,7 +317,7 @@ impl Inspect for Fair {
             args: Vec::new(),
         }
     }
-    fn details(&self, _tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    fn details(&self, _tail: &mut Tail) -> Result<Details, String> {
         Ok(Details::Fair)
     }
     /// Besides keys without expiry, a waiter whose place ended more than `grace` ago: every
@@ -326,5 +358,31 @@ impl LockKind for Fair {
 
     fn is_fair(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[
+            SCRIPTS,
+            include_str!("../../lua/lock.lua"),
+            lua::HOLDS,
+            lua::DELETE_LOCK,
+            lua::INSPECT_HEAD,
+            crate::lock::guard::WHILE_HELD,
+        ]);
+        assert_eq!(crate::lua::sorted(FAIR_LOCK.commands), run);
+        assert_eq!(
+            lua::documented_commands("fair_lock"),
+            run,
+            "docs/SECURITY.md's row for fair_lock"
+        );
     }
 }

@@ -18,7 +18,7 @@ use crate::engine::{
 };
 use crate::error::{Error, Result};
 use crate::family::{DistributedGuard, DistributedLock};
-use crate::inspection::{keys_without_expiry, Details, Holder, Inspection, Leak};
+use crate::inspection::{keys_without_expiry, Details, Inspection, Leak};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::{self, Reentrant, MORE};
@@ -97,7 +97,33 @@ struct Fenced {
 }
 
 /// The fenced lock's class.
-static FENCED_LOCK: Class = reentrant::listening("fenced_lock");
+/// The lock family's commands, and `incr` for its tokens.
+const COMMANDS: &[&str] = &[
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hkeys",
+    "hlen",
+    "hset",
+    "incr",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+];
+
+static FENCED_LOCK: Class = reentrant::listening("fenced_lock", COMMANDS);
 
 impl Fenced {
     fn counter(&self) -> Key {
@@ -128,7 +154,7 @@ impl Inspect for Fenced {
         call.keys.push(self.counter());
         call
     }
-    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
         Ok(Details::Fenced {
             last_token: tail.token(),
         })
@@ -330,5 +356,32 @@ impl fmt::Debug for FencedGuard {
             .field("guard", &self.guard)
             .field("token", &self.token)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[
+            include_str!("../../lua/lock.lua"),
+            include_str!("../../lua/fenced_lock.lua"),
+            lua::HOLDS,
+            lua::TOKENS,
+            lua::DELETE_LOCK,
+            lua::INSPECT_HEAD,
+            crate::lock::guard::WHILE_HELD,
+        ]);
+        assert_eq!(crate::lua::sorted(FENCED_LOCK.commands), run);
+        assert_eq!(
+            lua::documented_commands("fenced_lock"),
+            run,
+            "docs/SECURITY.md's row for fenced_lock"
+        );
     }
 }

@@ -14,7 +14,7 @@ use crate::family::{after_holding, DistributedGuard};
 use crate::lua;
 
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
-const WHILE_HELD: &str = include_str!("../../lua/while_held.lua");
+pub(crate) const WHILE_HELD: &str = include_str!("../../lua/while_held.lua");
 const SCRIPT_MARKER: &str = "--@script\n";
 
 /// Callers' scripts as wrapped and hashed, so that a script written through many times is

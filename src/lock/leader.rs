@@ -20,7 +20,7 @@ use crate::engine::{
     ReleaseArgs, Script, WakeRule,
 };
 use crate::error::{Error, Result};
-use crate::inspection::{Details, Holder, LockEventKind};
+use crate::inspection::{Details, Leader, LockEventKind};
 use crate::layout::Layout;
 use crate::lock::guard::LockGuard;
 use crate::lock::reentrant::LOCK_RENEW;
@@ -451,37 +451,23 @@ fn jittered(max: Duration) -> Duration {
     max.mul_f64(rand::random::<f64>())
 }
 
-/// Who leads an election, as [`LeaderElection::leader`] and [`LeaderElection::observe`] tell.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Leader {
-    /// The identity the leader's election showed ([`LeaderElection::identity`]).
-    pub identity: String,
-    /// Its term's epoch.
-    pub epoch: u64,
-    /// When its term started, by the server's clock.
-    pub since: SystemTime,
-    /// The owner field of its hold, `<client uuid>:<owner id>`.
-    pub owner: String,
-}
-
-impl Leader {
-    fn from_reply(reply: Value) -> Option<Leader> {
-        let Value::Array(parts) = reply else {
-            return None;
-        };
-        let mut parts = parts.into_iter();
-        let identity = parts.next()?.as_string()?;
-        let epoch = parts.next()?.as_u64()?;
-        let since_ms = parts.next()?.as_u64()?;
-        let owner = parts.next()?.as_string()?;
-        Some(Leader {
-            identity,
-            epoch,
-            since: SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms),
-            owner,
-        })
-    }
+/// The leader in the `leader` script's reply, `{identity, epoch, since, owner field}`, as the
+/// inspection's tail also gives it; `None` for anything else (no term).
+fn leader_of(reply: Value) -> Option<Leader> {
+    let Value::Array(parts) = reply else {
+        return None;
+    };
+    let mut parts = parts.into_iter();
+    let identity = parts.next()?.as_string()?;
+    let epoch = parts.next()?.as_u64()?;
+    let since_ms = parts.next()?.as_u64()?;
+    let owner = parts.next()?.as_string()?;
+    Some(Leader {
+        identity,
+        epoch,
+        since: SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms),
+        owner,
+    })
 }
 
 /// One term of leadership: this instance leads while it stands. Resigned by
@@ -674,17 +660,45 @@ fn election_keys(key: &str) -> Keys {
 
 /// The leader election's class: candidates wait as lock waiters do, on the unlock channel;
 /// terms are renewed as locks are.
+/// The Redis commands an election runs, its candidates' and its observers' (their classes'
+/// [`Class::commands`]): its scripts', and the lock family's renewal.
+const COMMANDS: &[&str] = &[
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hkeys",
+    "hlen",
+    "hset",
+    "incr",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+];
+
 static LEADER_ELECTION: Class = Class {
     renewal: Some(&LOCK_RENEW),
     events: HoldEvents {
         taken: LockEventKind::TermWon,
         lost: LockEventKind::TermLost,
     },
-    ..Class::new("leader_election", WakeRule::Shared(CHANNEL))
+    ..Class::new("leader_election", WakeRule::Shared(CHANNEL), COMMANDS)
 };
 
 /// An observer's: every change wakes every observer.
-static LEADER_WATCH: Class = Class::new("leader_election", WakeRule::AtZero(CHANGES));
+static LEADER_WATCH: Class = Class::new("leader_election", WakeRule::AtZero(CHANGES), COMMANDS);
 
 /// The election's terms, as the engine sees them.
 struct LeaderKind {
@@ -755,11 +769,12 @@ impl Inspect for LeaderKind {
         }
     }
 
-    /// The last epoch, then what the leader says of itself.
-    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
-        let last_epoch = tail.token();
-        tail.identities(holders)?;
-        Ok(Details::Leader { last_epoch })
+    /// The last epoch, then the leader.
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
+        Ok(Details::Leader {
+            last_epoch: tail.token(),
+            leader: tail.part().and_then(leader_of),
+        })
     }
 
     /// The epoch counter never expires by design: epochs must never go backwards.
@@ -793,7 +808,7 @@ impl LeaderWatch {
             args: Vec::new(),
         };
         let reply: Value = engine.read(self, call).await?;
-        Ok(Leader::from_reply(reply))
+        Ok(leader_of(reply))
     }
 
     /// Whether the term is another than epoch `seen` (0: none).
@@ -821,3 +836,31 @@ pub(crate) const LAYOUT: Layout = Layout {
     of_type: None,
     at_key: |client, key| Box::new(LeaderElection::at(client, &key, DEFAULT_IDENTITY.clone()).lock),
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[
+            SCRIPTS,
+            include_str!("../../lua/lock.lua"),
+            lua::HOLDS,
+            lua::TOKENS,
+            lua::DELETE_LOCK,
+            lua::INSPECT_HEAD,
+        ]);
+        for class in [&LEADER_ELECTION, &LEADER_WATCH] {
+            assert_eq!(crate::lua::sorted(class.commands), run, "{}", class.label);
+        }
+        assert_eq!(
+            lua::documented_commands("leader_election"),
+            run,
+            "docs/SECURITY.md's row for leader_election"
+        );
+    }
+}

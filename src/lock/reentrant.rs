@@ -12,7 +12,7 @@ use crate::engine::{
     AcquireArgs, Backoff, Call, Class, Inspect, Keys, Kind, Own, Primitive, Profile, ProfileOf,
     ReleaseArgs, Request, Script, WakeRule,
 };
-use crate::inspection::{Details, Holder, Inspection, Leak};
+use crate::inspection::{Details, Inspection, Leak};
 use crate::layout::Layout;
 use crate::lock::{Lock, LockKind, REENTRY_REFUSED};
 use crate::lua;
@@ -78,12 +78,38 @@ pub(crate) const DEFAULT_BACKOFF: Backoff = Backoff {
     cap: Duration::from_millis(128),
 };
 
+/// The Redis commands a lock of the family runs (its class's [`Class::commands`]): those of
+/// `lua/lock.lua` and the preambles its scripts start with, and a guard's `while_held`'s.
+pub(crate) const COMMANDS: &[&str] = &[
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hkeys",
+    "hlen",
+    "hset",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrangebyscore",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+];
+
 /// The class of a lock of the family labelled `label`, whose waiters listen on its unlock
 /// channel.
-pub(crate) const fn listening(label: &'static str) -> Class {
+pub(crate) const fn listening(label: &'static str, commands: &'static [&'static str]) -> Class {
     Class {
         renewal: Some(&LOCK_RENEW),
-        ..Class::new(label, WakeRule::Shared(CHANNEL))
+        ..Class::new(label, WakeRule::Shared(CHANNEL), commands)
     }
 }
 
@@ -91,14 +117,14 @@ pub(crate) const fn listening(label: &'static str) -> Class {
 /// a release wakes one of them rather than all.
 static LOCK: Class = Class {
     renewal: Some(&LOCK_RENEW),
-    ..Class::new("lock", WakeRule::InLine(CHANNEL))
+    ..Class::new("lock", WakeRule::InLine(CHANNEL), COMMANDS)
 };
 
 /// The spin lock's: the same holds, with waiters that back off instead of listening.
 static SPIN_LOCK: Class = Class {
     renewal: Some(&LOCK_RENEW),
     own: Own::Backoff,
-    ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT_BACKOFF))
+    ..Class::new("spin_lock", WakeRule::Backoff(DEFAULT_BACKOFF), COMMANDS)
 };
 
 /// The reentrant lock's kind (Redisson's `RLock`); the spin lock is the same with waiters that
@@ -333,8 +359,8 @@ impl Inspect for NonReentrant {
     fn strays(&self) -> Option<String> {
         self.0.strays()
     }
-    fn details(&self, tail: &mut Tail, holders: &mut [Holder]) -> Result<Details, String> {
-        self.0.details(tail, holders)
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
+        self.0.details(tail)
     }
     fn leaks(&self, inspection: &Inspection, grace: Duration) -> Vec<Leak> {
         self.0.leaks(inspection, grace)
@@ -379,5 +405,37 @@ impl Lock {
         }
         self.non_reentrant = true;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[
+            SCRIPTS,
+            lua::HOLDS,
+            lua::DELETE_LOCK,
+            lua::INSPECT_HEAD,
+            crate::lock::guard::WHILE_HELD,
+        ]);
+        for class in [&LOCK, &SPIN_LOCK] {
+            assert_eq!(crate::lua::sorted(class.commands), run, "{}", class.label);
+        }
+        assert_eq!(
+            lua::documented_commands("lock"),
+            run,
+            "docs/SECURITY.md's row for lock"
+        );
+        assert_eq!(
+            lua::documented_commands("spin_lock"),
+            run,
+            "docs/SECURITY.md's row for spin_lock"
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::engine::{
     ReleaseArgs, Request, Script, WakeRule,
 };
 use crate::error::Result;
-use crate::inspection::{Details, Holder, Inspection};
+use crate::inspection::{Details, Inspection};
 use crate::layout::{glob_escaped, Layout};
 use crate::lock::{lock_of_family, Lock, LockKind};
 use crate::lua;
@@ -386,9 +386,34 @@ const fn side(label: &'static str, field_suffix: &'static str) -> Class {
         renewal: Some(&RW_RENEW),
         own: Own::Place,
         refusal: Some(REFUSAL),
-        ..Class::new(label, WakeRule::Shared(CHANNEL))
+        ..Class::new(label, WakeRule::Shared(CHANNEL), COMMANDS)
     }
 }
+
+/// The Redis commands a read-write lock's sides run (their classes' [`Class::commands`]).
+const COMMANDS: &[&str] = &[
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hkeys",
+    "hlen",
+    "hset",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "set",
+    "sismember",
+    "time",
+    "type",
+    "zadd",
+    "zrange",
+    "zrem",
+    "zremrangebyscore",
+];
 
 static READ_LOCK: Class = side("read_lock", "");
 static WRITE_LOCK: Class = side("write_lock", ":write");
@@ -506,7 +531,7 @@ impl Inspect for RwKind {
     fn inspect(&self) -> Call {
         self.call(&RW_INSPECT, &[], None)
     }
-    fn details(&self, tail: &mut Tail, _holders: &mut [Holder]) -> Result<Details, String> {
+    fn details(&self, tail: &mut Tail) -> Result<Details, String> {
         let mode = match tail.text().as_deref() {
             Some("read") => Some("read"),
             Some("write") => Some("write"),
@@ -531,5 +556,32 @@ impl LockKind for RwKind {
 
     fn hold_count(&self, field: &str) -> Option<Call> {
         Some(self.call(&RW_HOLD_COUNT, &[Value::from(field)], None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lua;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says).
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[
+            SCRIPTS,
+            lua::HOLDS,
+            lua::DELETE_LOCK,
+            lua::INSPECT_HEAD,
+            crate::lock::guard::WHILE_HELD,
+        ]);
+        for class in [&READ_LOCK, &WRITE_LOCK, &RW_LOCK] {
+            assert_eq!(crate::lua::sorted(class.commands), run, "{}", class.label);
+        }
+        assert_eq!(
+            lua::documented_commands("rw_lock"),
+            run,
+            "docs/SECURITY.md's row for rw_lock"
+        );
     }
 }

@@ -101,6 +101,10 @@ pub(crate) struct Nodes {
     pub(crate) kind: Arc<NodeKey>,
 }
 
+/// The Redis commands a Redlock runs on each node (its class's [`Class::commands`]): its
+/// scripts', and the `SET` of an acquisition, sent by itself.
+const COMMANDS: &[&str] = &["del", "get", "pexpire", "set"];
+
 /// What the engine asks about a Redlock's key on a node: the key alone, no channel (nobody
 /// waits on one: an acquisition retries after its delay).
 static REDLOCK: Class = Class::new(
@@ -109,6 +113,7 @@ static REDLOCK: Class = Class::new(
         first: Duration::from_millis(1),
         cap: Duration::from_millis(1),
     }),
+    COMMANDS,
 );
 
 /// A Redlock's key as a primitive of the engine (see [`Nodes::kind`]).
@@ -443,5 +448,24 @@ impl Tally {
                 )
             })
             .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The permission check asks about exactly what its scripts run (as docs/SECURITY.md's
+    /// table says), and the `SET` it sends
+    /// by itself.
+    #[test]
+    fn its_class_names_every_command_its_scripts_run() {
+        let run = crate::lua::commands_run(&[SCRIPTS, "redis.call('set'"]);
+        assert_eq!(crate::lua::sorted(REDLOCK.commands), run);
+        assert_eq!(
+            crate::lua::documented_commands("redlock"),
+            run,
+            "docs/SECURITY.md's row for redlock"
+        );
     }
 }

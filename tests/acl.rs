@@ -6,140 +6,64 @@ mod common;
 
 use std::time::Duration;
 
-use common::refusal::{keys_without_ttl, under_refusal, Marks};
+use common::refusal::{keys_without_ttl, under_refusal, writing_call, Marks, KINDS};
 use common::{bounded, RedisServer};
 use fred::prelude::*;
 use fredlock::LockClient;
 
-/// Every kind the suite runs, in docs/SECURITY.md's order (a Redlock needs nodes of its own;
-/// its commands are a lock's).
-const KINDS: &[&str] = &[
-    "lock",
-    "spin_lock",
-    "fenced_lock",
-    "fair_lock",
-    "rw_lock",
-    "semaphore",
-    "permit_semaphore",
-    "count_down_latch",
-    "leader_election",
-    "job",
-];
-
-/// Every primitive's plain cycle, with waiters woken by pub/sub and a renewal, as `a` and `b`
-/// (two clients of the same user).
+/// Every primitive's writing calls, and the waits that are woken by pub/sub (a lock's, with a
+/// renewal, and a fair lock's, each by another client; a latch's), as `a` and `b` (two clients
+/// of the same user).
 async fn core_suite(a: &LockClient, b: &LockClient) -> fredlock::Result<()> {
-    for kind in KINDS {
-        kind_suite(kind, a, b).await?;
+    for (kind, _) in KINDS {
+        writing_call(a, kind, &format!("acl-{kind}"), WAIT).await?;
     }
+
+    let lock = a.lock("acl-lock");
+    let guard = lock.lock().await?;
+    let waiter = {
+        let lock = b.lock("acl-lock");
+        tokio::spawn(async move { lock.try_lock(Duration::from_secs(5), None).await })
+    };
+    // Held past a renewal (the watchdog lease is 1 s).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    guard.unlock().await?;
+    waiter
+        .await
+        .expect("the waiter ends")?
+        .expect("woken")
+        .unlock()
+        .await?;
+
+    let fair = a.fair_lock("acl-fair");
+    let guard = fair.lock().await?;
+    let waiter = {
+        let fair = b.fair_lock("acl-fair");
+        tokio::spawn(async move { fair.try_lock(Duration::from_secs(5), None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.unlock().await?;
+    waiter
+        .await
+        .expect("the waiter ends")?
+        .expect("woken")
+        .unlock()
+        .await?;
+
+    let latch = a.count_down_latch("acl-latch-wait");
+    latch.try_set_count(1).await?;
+    let waiting = {
+        let latch = b.count_down_latch("acl-latch-wait");
+        tokio::spawn(async move { latch.wait().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    latch.count_down().await?;
+    waiting.await.expect("the waiter ends")?;
     Ok(())
 }
 
-/// One kind's plain cycle (see [`core_suite`]).
-async fn kind_suite(kind: &str, a: &LockClient, b: &LockClient) -> fredlock::Result<()> {
-    match kind {
-        "lock" => {
-            let lock = a.lock("acl-lock");
-            let guard = lock.lock().await?;
-            let waiter = {
-                let lock = b.lock("acl-lock");
-                tokio::spawn(async move { lock.try_lock(Duration::from_secs(5), None).await })
-            };
-            // Held past a renewal (the watchdog lease is 1 s).
-            tokio::time::sleep(Duration::from_millis(700)).await;
-            guard.unlock().await?;
-            waiter
-                .await
-                .expect("the waiter ends")?
-                .expect("woken")
-                .unlock()
-                .await?;
-        }
-        "fair_lock" => {
-            let fair = a.fair_lock("acl-fair");
-            let guard = fair.lock().await?;
-            let waiter = {
-                let fair = b.fair_lock("acl-fair");
-                tokio::spawn(async move { fair.try_lock(Duration::from_secs(5), None).await })
-            };
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            guard.unlock().await?;
-            waiter
-                .await
-                .expect("the waiter ends")?
-                .expect("woken")
-                .unlock()
-                .await?;
-        }
-        "fenced_lock" => a.fenced_lock("acl-fenced").lock().await?.unlock().await?,
-        "spin_lock" => a.spin_lock("acl-spin").lock().await?.unlock().await?,
-        "rw_lock" => {
-            let rw = a.rw_lock("acl-rw");
-            rw.read_lock().lock().await?.unlock().await?;
-            rw.write_lock().lock().await?.unlock().await?;
-        }
-        "semaphore" => {
-            let semaphore = a.semaphore("acl-semaphore");
-            semaphore.try_set_permits(1).await?;
-            semaphore.acquire(1).await?.release().await?;
-        }
-        "permit_semaphore" => {
-            let permits = a.permit_semaphore("acl-permits");
-            permits.try_set_permits(1).await?;
-            permits.acquire().await?.release().await?;
-        }
-        "count_down_latch" => {
-            let latch = a.count_down_latch("acl-latch");
-            latch.try_set_count(1).await?;
-            latch.count_down().await?;
-            latch.wait().await?;
-        }
-        "leader_election" => {
-            a.leader_election("acl-leader")
-                .campaign()
-                .await?
-                .resign()
-                .await?
-        }
-        "job" => {
-            let run = a.job_lock("acl-job").at_most_for(Duration::from_secs(5));
-            let ran = run.run(async {}).await?;
-            assert!(
-                matches!(ran, fredlock::JobRun::Ran(())),
-                "the job ran: {ran:?}"
-            );
-        }
-        other => panic!("no suite for {other}"),
-    }
-    Ok(())
-}
-
-/// The first call of `kind` on the name `acl-first` (its key `app:acl-first`, a job's
-/// `app:job-lock:default:acl-first`), as a client's first call of it.
-async fn first_call(client: &LockClient, kind: &str) -> fredlock::Result<()> {
-    let wait = Duration::from_secs(1);
-    let name = "acl-first";
-    match kind {
-        "lock" => drop(client.lock(name).try_lock(wait, None).await?),
-        "spin_lock" => drop(client.spin_lock(name).try_lock(wait, None).await?),
-        "fenced_lock" => drop(client.fenced_lock(name).try_lock(wait, None).await?),
-        "fair_lock" => drop(client.fair_lock(name).try_lock(wait, None).await?),
-        "rw_lock" => drop(
-            client
-                .rw_lock(name)
-                .write_lock()
-                .try_lock(wait, None)
-                .await?,
-        ),
-        "semaphore" => drop(client.semaphore(name).try_set_permits(1).await?),
-        "permit_semaphore" => drop(client.permit_semaphore(name).try_set_permits(1).await?),
-        "count_down_latch" => drop(client.count_down_latch(name).try_set_count(1).await?),
-        "leader_election" => drop(client.leader_election(name).try_campaign(wait).await?),
-        "job" => drop(client.job_lock(name).run(async {}).await?),
-        other => panic!("no first call for {other}"),
-    }
-    Ok(())
-}
+/// The waits of a kind's writing calls in these tests.
+const WAIT: Duration = Duration::from_secs(1);
 
 /// docs/SECURITY.md's table "A user for some kinds only": each row's kinds (the lowercase
 /// names in its first cell) and its commands.
@@ -283,11 +207,9 @@ async fn each_kind_works_with_only_its_own_commands() {
         for (kinds, commands) in &table {
             let run: Vec<&String> = kinds
                 .iter()
-                .filter(|kind| KINDS.contains(&kind.as_str()))
+                .filter(|kind| KINDS.iter().any(|(walked, _)| walked == kind))
                 .collect();
-            if run.is_empty() {
-                continue; // a Redlock's row: its nodes are other servers
-            }
+            assert!(!run.is_empty(), "no kind of {kinds:?} is walked");
             let kept: Vec<String> = rule
                 .iter()
                 .filter(|word| match word.strip_prefix('+') {
@@ -302,12 +224,12 @@ async fn each_kind_works_with_only_its_own_commands() {
             let a = fredlock_user(&server).await.expect("connects");
             let b = fredlock_user(&server).await.expect("connects");
             for kind in &run {
-                kind_suite(kind, &a, &b)
+                writing_call(&a, kind, &format!("acl-{kind}"), WAIT)
                     .await
                     .unwrap_or_else(|error| panic!("{kind} with only its commands: {error}"));
             }
             let _: () = raw.flushall(false).await.unwrap();
-            for other in KINDS {
+            for (other, _) in KINDS {
                 let beyond: Vec<String> = commands_of(other)
                     .into_iter()
                     .filter(|command| !commands.contains(command))
@@ -315,9 +237,12 @@ async fn each_kind_works_with_only_its_own_commands() {
                 if beyond.is_empty() {
                     continue;
                 }
-                let error = first_call(&a, other).await.err().unwrap_or_else(|| {
-                    panic!("a {other}'s first call succeeded with only {kinds:?}'s commands")
-                });
+                let error = writing_call(&a, other, "acl-first", WAIT)
+                    .await
+                    .err()
+                    .unwrap_or_else(|| {
+                        panic!("a {other}'s first call succeeded with only {kinds:?}'s commands")
+                    });
                 let shown = error.to_string();
                 assert!(
                     shown.contains("NOPERM") && beyond.iter().any(|c| shown.contains(c.as_str())),
@@ -356,16 +281,20 @@ async fn each_permission_removed_fails_the_first_call_and_writes_nothing() {
             // The first kind that runs the command (a lock, for every part but a kind's own).
             let kind = KINDS
                 .iter()
+                .map(|(kind, _)| *kind)
                 .find(|kind| commands_of(kind).iter().any(|c| c == missing))
-                .unwrap_or(&"lock");
+                .unwrap_or("lock");
             let error = match fredlock_user(&server).await {
                 // SECURITY.md: connecting needs none of them (a connection's own commands are
                 // asked about by the first call, as the scripts' are).
                 Err(error) => panic!("without {part}, build() failed: {error}"),
                 Ok(client) => {
-                    let error = first_call(&client, kind).await.err().unwrap_or_else(|| {
-                        panic!("without {part}, a {kind}'s first call succeeded")
-                    });
+                    let error = writing_call(&client, kind, "acl-first", WAIT)
+                        .await
+                        .err()
+                        .unwrap_or_else(|| {
+                            panic!("without {part}, a {kind}'s first call succeeded")
+                        });
                     client.shutdown().await;
                     error
                 }

@@ -563,6 +563,21 @@ impl Engine {
         self.redis_error(kind.profile().name(), owner, source)
     }
 
+    /// Asks `kind`'s permission question (see `permissions.rs`) unless this client's user was
+    /// already found to have what `kind` needs: `Err` with the server's `NOPERM` answer, `Ok`
+    /// for a yes or for no answer within `bound`. For a primitive that reports each server's
+    /// error as it is (Redlock's nodes); the others' calls ask by themselves.
+    pub(crate) async fn ask_permission(
+        &self,
+        kind: &dyn Primitive,
+        bound: Option<Duration>,
+    ) -> std::result::Result<(), RedisError> {
+        if permissions::known(self.core(), kind.profile().class()) {
+            return Ok(());
+        }
+        permissions::ask(self.core(), kind, None, bound).await
+    }
+
     /// `source`, or for a refusal for want of a permission the server's answer to the permission
     /// question asked again (`NOPERM`, naming the command and the key or channel): what
     /// [`refused`](Self::refused) reports, and what a primitive that reports each server's

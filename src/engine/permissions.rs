@@ -187,7 +187,7 @@ pub(crate) fn named_refusal<'a>(
 
 /// Asks the question of [`check`]: `Err` with the server's `NOPERM` answer when it refuses,
 /// `Ok` when it allows all (and from then on no call asks) or gives no answer.
-async fn ask(
+pub(crate) async fn ask(
     core: &Core,
     kind: &dyn Primitive,
     owner: Option<&str>,

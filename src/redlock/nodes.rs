@@ -237,7 +237,14 @@ impl Nodes {
                 let (client, kind) = (client.clone(), self.kind.clone());
                 NodeRequest::Pending(Box::pin(async move {
                     let sent = Instant::now();
-                    match tokio::time::timeout(timeout, call).await {
+                    // A client's first call of a Redlock asks its permission question first,
+                    // within the node's time, so that a user who may not release never takes.
+                    let asked = client.engine().ask_permission(&*kind, Some(timeout)).await;
+                    if let Err(refused) = asked {
+                        return NodeReply::Failed(NodeFailureReason::Rejected(refused));
+                    }
+                    let left = timeout.saturating_sub(sent.elapsed());
+                    match tokio::time::timeout(left, call).await {
                         Err(_) => NodeReply::Failed(NodeFailureReason::TimedOut(timeout)),
                         Ok(Ok(reply)) => reply,
                         Ok(Err(error)) if is_transient(&error) => {

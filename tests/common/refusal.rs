@@ -63,92 +63,120 @@ pub fn kept_without_ttl(key: &str) -> bool {
 /// What each writing call ended with, by the name it was called on.
 pub type Outcomes = Vec<(String, fredlock::Result<()>)>;
 
-/// Every primitive's writing calls, once each on a name of its own that starts with `tag`,
-/// with short waits: what each ended with, by name.
+/// Every kind of primitive, as docs/SECURITY.md's table of kinds names it, with the suffix
+/// of the names [`writing_calls`] calls it on: the one list of kinds the tests walk (a new
+/// primitive joins it here, and every refusal and ACL test then runs it).
+pub const KINDS: [(&str, &str); 11] = [
+    ("lock", "-lock"),
+    ("fair_lock", "-fair"),
+    ("spin_lock", "-spin"),
+    ("fenced_lock", "-fenced"),
+    ("rw_lock", "-rw"),
+    ("semaphore", "-semaphore"),
+    ("permit_semaphore", "-permits"),
+    ("count_down_latch", "-latch"),
+    ("leader_election", "-leader"),
+    ("redlock", "-redlock"),
+    ("job", "-job"),
+];
+
+/// `kind`'s writing calls, once each on `name` (a job's key is `job-lock:default:` and its
+/// name), each wait `wait`: what a client's first call of it is, and what a walk tries.
+pub async fn writing_call(
+    client: &LockClient,
+    kind: &str,
+    name: &str,
+    wait: Duration,
+) -> fredlock::Result<()> {
+    match kind {
+        "lock" => {
+            if let Some(guard) = client.lock(name).try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+        }
+        "fair_lock" => {
+            if let Some(guard) = client.fair_lock(name).try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+        }
+        "spin_lock" => {
+            if let Some(guard) = client.spin_lock(name).try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+        }
+        "fenced_lock" => {
+            if let Some(guard) = client.fenced_lock(name).try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+        }
+        "rw_lock" => {
+            let rw = client.rw_lock(name);
+            if let Some(guard) = rw.read_lock().try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+            if let Some(guard) = rw.write_lock().try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+        }
+        "semaphore" => {
+            let semaphore = client.semaphore(name);
+            semaphore.try_set_permits(1).await?;
+            if let Some(permit) = semaphore.try_acquire(1, wait).await? {
+                permit.release().await?;
+            }
+        }
+        "permit_semaphore" => {
+            let permits = client.permit_semaphore(name);
+            permits.try_set_permits(1).await?;
+            if let Some(permit) = permits.try_acquire(wait, None).await? {
+                permit.release().await?;
+            }
+        }
+        "count_down_latch" => {
+            let latch = client.count_down_latch(name);
+            latch.try_set_count(1).await?;
+            latch.count_down().await?;
+        }
+        "leader_election" => {
+            if let Some(term) = client.leader_election(name).try_campaign(wait).await? {
+                term.resign().await?;
+            }
+        }
+        // Redlock over the one server: its SET NX PX, extension and release.
+        "redlock" => {
+            let redlock = fredlock::RedLock::builder(vec![client.clone()], name)
+                .lease(Duration::from_secs(5))
+                .build()?;
+            if let Some(guard) = redlock.try_lock(wait, None).await? {
+                guard.unlock().await?;
+            }
+        }
+        "job" => {
+            let _ran = client
+                .job_lock(name)
+                .at_most_for(Duration::from_secs(5))
+                .run(async {})
+                .await?;
+        }
+        other => panic!("no writing call for a {other}"),
+    }
+    Ok(())
+}
+
+/// Every primitive's writing calls ([`writing_call`] of each of [`KINDS`]), a MultiLock's and a
+/// force unlock's, once each on a name of its own that starts with `tag`, with short waits:
+/// what each ended with, by name.
 pub async fn writing_calls(client: &LockClient, tag: &str) -> Outcomes {
     let wait = Duration::from_millis(200);
     let mut ended: Outcomes = Vec::new();
-    macro_rules! call {
-        ($suffix:expr, |$name:ident| $body:expr) => {{
-            let $name = format!("{tag}{}", $suffix);
-            let outcome: fredlock::Result<()> = async { $body }.await;
-            ended.push(($name, outcome));
-        }};
+    for (kind, suffix) in KINDS {
+        let name = format!("{tag}{suffix}");
+        let outcome = writing_call(client, kind, &name, wait).await;
+        ended.push((name, outcome));
     }
-    call!("-lock", |name| {
-        if let Some(guard) = client.lock(&name).try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        Ok(())
-    });
-    call!("-fair", |name| {
-        if let Some(guard) = client.fair_lock(&name).try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        Ok(())
-    });
-    call!("-spin", |name| {
-        if let Some(guard) = client.spin_lock(&name).try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        Ok(())
-    });
-    call!("-fenced", |name| {
-        if let Some(guard) = client.fenced_lock(&name).try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        Ok(())
-    });
-    call!("-rw", |name| {
-        let rw = client.rw_lock(&name);
-        if let Some(guard) = rw.read_lock().try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        if let Some(guard) = rw.write_lock().try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        Ok(())
-    });
-    call!("-semaphore", |name| {
-        let semaphore = client.semaphore(&name);
-        semaphore.try_set_permits(1).await?;
-        if let Some(permit) = semaphore.try_acquire(1, wait).await? {
-            permit.release().await?;
-        }
-        Ok(())
-    });
-    call!("-permits", |name| {
-        let permits = client.permit_semaphore(&name);
-        permits.try_set_permits(1).await?;
-        if let Some(permit) = permits.try_acquire(wait, None).await? {
-            permit.release().await?;
-        }
-        Ok(())
-    });
-    call!("-latch", |name| {
-        let latch = client.count_down_latch(&name);
-        latch.try_set_count(1).await?;
-        latch.count_down().await?;
-        Ok(())
-    });
-    call!("-leader", |name| {
-        if let Some(term) = client.leader_election(&name).try_campaign(wait).await? {
-            term.resign().await?;
-        }
-        Ok(())
-    });
-    // Redlock over the one server (its SET NX PX, extension and release), a MultiLock over two
-    // of the lock's keys, and a force unlock of a lock the client holds.
-    call!("-redlock", |name| {
-        let redlock = fredlock::RedLock::builder(vec![client.clone()], &name)
-            .lease(Duration::from_secs(5))
-            .build()?;
-        if let Some(guard) = redlock.try_lock(wait, None).await? {
-            guard.unlock().await?;
-        }
-        Ok(())
-    });
-    call!("-multi", |name| {
+    // A MultiLock over two of the lock's keys, and a force unlock of a lock the client holds.
+    let name = format!("{tag}-multi");
+    let outcome: fredlock::Result<()> = async {
         let multi = fredlock::MultiLock::new(vec![
             client.lock(format!("{name}-1")),
             client.lock(format!("{name}-2")),
@@ -157,22 +185,19 @@ pub async fn writing_calls(client: &LockClient, tag: &str) -> Outcomes {
             guard.unlock().await?;
         }
         Ok(())
-    });
-    call!("-forced", |name| {
+    }
+    .await;
+    ended.push((name, outcome));
+    let name = format!("{tag}-forced");
+    let outcome: fredlock::Result<()> = async {
         let lock = client.lock(&name);
         // Kept until the force unlock has been tried: it is what the force unlock deletes.
         let _guard = lock.try_lock(wait, None).await?;
         lock.force_unlock().await?;
         Ok(())
-    });
-    call!("-job", |name| {
-        let _ran = client
-            .job_lock(&name)
-            .at_most_for(Duration::from_secs(5))
-            .run(async {})
-            .await?;
-        Ok(())
-    });
+    }
+    .await;
+    ended.push((name, outcome));
     ended
 }
 

@@ -1105,8 +1105,11 @@ async fn a_waiter_on_a_subscribed_channel_waits_after_one_attempt(kind: Kind) {
     let raw = server.raw().await;
     let holder = server.lock_client(DEFAULT_WATCHDOG).await;
     let waiter_client = server.lock_client(DEFAULT_WATCHDOG).await;
-    // Its first call asks the server for its permissions first (`permissions`): not an attempt.
+    // Its first call of each kind asks the server for that kind's permissions first
+    // (`permissions`): not an attempt.
     common::warmed_up(&raw, &waiter_client).await;
+    let warm = kind.lock(&waiter_client, "warm-up-kind").lock().await.unwrap();
+    warm.unlock().await.unwrap();
     let (go, mut reports) =
         repeated_waiter(kind.lock(&waiter_client, "quiet"), Duration::from_secs(5));
     let mut still_subscribed = 0;
@@ -1700,6 +1703,9 @@ async fn quick_forms_take_at_once_or_run_within_a_wait(kind: Kind) {
     again.unlock().await.unwrap();
 
     common::warmed_up(&raw, &other).await;
+    // Its first call of this kind asks the server for the kind's permissions: not an attempt.
+    let warm = kind.lock(&other, "warm-up-kind").lock().await.unwrap();
+    warm.unlock().await.unwrap();
     let calls = common::command_calls(&raw).await;
     let started = Instant::now();
     assert!(theirs.try_lock_now().await.unwrap().is_none());

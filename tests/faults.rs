@@ -362,9 +362,11 @@ async fn lost_join_reply_queues_once() {
         let locks =
             common::configured_client(proxy.url(), |b| b.command_timeout(Duration::from_secs(1)))
                 .await;
-        // Its first call asks for its permissions first: made before, so that the reply lost
-        // is the join's.
+        // Its first call of each kind asks for that kind's permissions first: made before, so
+        // that the reply lost is the join's.
         common::warmed_up(&raw, &locks).await;
+        let warm = locks.fair_lock("warm-up-fair").lock().await.unwrap();
+        warm.unlock().await.unwrap();
         let owner = fredlock::OwnerId::unique();
         let waiter = locks.fair_lock("line").with_owner(owner);
         let field = locks.owner_field(owner);

@@ -193,6 +193,12 @@ pub(crate) async fn ask(
     owner: Option<&str>,
     bound: Option<Duration>,
 ) -> std::result::Result<(), RedisError> {
+    // Down: no answer can come, and the call fails at once as unavailable, as it would have
+    // without the question (which would otherwise wait out the command timeout); the next
+    // call asks.
+    if core.redis().refused_unconnected().is_err() {
+        return Ok(());
+    }
     let profile = kind.profile();
     let (publish, subscribe) = if core.writer.sharded {
         ("spublish", "ssubscribe")

@@ -1108,7 +1108,11 @@ async fn a_waiter_on_a_subscribed_channel_waits_after_one_attempt(kind: Kind) {
     // Its first call of each kind asks the server for that kind's permissions first
     // (`permissions`): not an attempt.
     common::warmed_up(&raw, &waiter_client).await;
-    let warm = kind.lock(&waiter_client, "warm-up-kind").lock().await.unwrap();
+    let warm = kind
+        .lock(&waiter_client, "warm-up-kind")
+        .lock()
+        .await
+        .unwrap();
     warm.unlock().await.unwrap();
     let (go, mut reports) =
         repeated_waiter(kind.lock(&waiter_client, "quiet"), Duration::from_secs(5));

@@ -499,6 +499,73 @@ async fn wire_layout_matches_redisson() {
     .await;
 }
 
+/// README, "Redisson compatibility": every lock of the hash family keeps Redisson's keys and
+/// messages byte for byte. The reentrant, fenced, spin and non-reentrant locks: a hash at the
+/// name with one field `<client uuid>:<digits>` holding the hold count (two after a reentry, one
+/// for the non-reentrant lock), whose TTL is the watchdog's lease; after the last unlock the key
+/// is gone and `0` was published once on `redisson_lock__channel:{name}` (the spin lock, whose
+/// waiters back off as Redisson's `RedissonSpinLock`'s do, publishes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_lock_of_the_hash_family_keeps_redissons_keys_and_messages() {
+    bounded(async {
+        let server = RedisServer::start();
+        let raw = server.raw().await;
+        let client = server.lock_client(DEFAULT_WATCHDOG).await;
+        macro_rules! case {
+            ($handle:ident, $name:literal, holds: $holds:literal, publishes: $publishes:literal) => {{
+                let channel = concat!("redisson_lock__channel:{", $name, "}");
+                let (_subscriber, mut messages) = common::listen(&server.url(), channel).await;
+                let lock = client.$handle($name);
+                let outer = lock.lock().await.unwrap();
+                let inner = if $holds == 2 {
+                    Some(lock.lock().await.unwrap())
+                } else {
+                    None
+                };
+                let kind: String = raw.r#type($name).await.unwrap();
+                assert_eq!(kind, "hash", "{}", $name);
+                let fields: std::collections::HashMap<String, i64> =
+                    raw.hgetall($name).await.unwrap();
+                let field = format!("{}:", client.id().hyphenated());
+                assert_eq!(fields.len(), 1, "{}: {fields:?}", $name);
+                let (owner, count) = fields.into_iter().next().unwrap();
+                let id = owner.strip_prefix(&field).unwrap_or_else(|| panic!("{owner}"));
+                let digits = id.strip_prefix('t').unwrap_or(id);
+                assert!(
+                    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()),
+                    "{}: {owner}",
+                    $name
+                );
+                assert_eq!(count, $holds, "{}", $name);
+                let pttl: i64 = raw.pttl($name).await.unwrap();
+                assert!(
+                    pttl > 0 && pttl <= DEFAULT_WATCHDOG.as_millis() as i64,
+                    "{}: {pttl}",
+                    $name
+                );
+                if let Some(inner) = inner {
+                    inner.unlock().await.unwrap();
+                }
+                outer.unlock().await.unwrap();
+                let exists: bool = raw.exists($name).await.unwrap();
+                assert!(!exists, "{}", $name);
+                if $publishes {
+                    assert_eq!(common::heard(&mut messages, 1).await, ["0"], "{}", $name);
+                } else {
+                    let heard =
+                        tokio::time::timeout(Duration::from_millis(500), messages.recv()).await;
+                    assert!(heard.is_err(), "{}: {heard:?}", $name);
+                }
+            }};
+        }
+        case!(lock, "hash-lock", holds: 2, publishes: true);
+        case!(fenced_lock, "hash-fenced", holds: 2, publishes: true);
+        case!(spin_lock, "hash-spin", holds: 2, publishes: false);
+        case!(non_reentrant_lock, "hash-once", holds: 1, publishes: true);
+    })
+    .await;
+}
+
 /// A hold written the way Redisson writes it excludes fredlock, and Redisson's unlock message
 /// wakes fredlock's waiter; fredlock's hold fails Redisson's acquire condition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

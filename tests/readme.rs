@@ -424,3 +424,64 @@ async fn the_limit_snippet_runs_under_the_limit() {
     })
     .await;
 }
+
+/// BENCHMARKS.md's current table is what `tools/bench-table` makes of the run it names
+/// (benches/results/current.json, with the day and commit its opening line gives): the table
+/// is never edited by hand, and the next run replaces it in one command. Needs python3, which
+/// CI has (it installs Valkey from PyPI with it).
+#[test]
+fn the_current_benchmark_table_is_what_tools_bench_table_makes() {
+    const BEGIN: &str = "<!-- current run: begin";
+    const END: &str = "<!-- current run: end -->";
+    let doc = include_str!("../BENCHMARKS.md");
+    let start = doc
+        .find(BEGIN)
+        .expect("BENCHMARKS.md has the current run's begin marker");
+    let end = doc
+        .find(END)
+        .expect("BENCHMARKS.md has the current run's end marker")
+        + END.len();
+    let section = &doc[start..end];
+    let opening = section
+        .lines()
+        .find(|line| line.starts_with("One full run of"))
+        .expect("the current run says what it ran");
+    let (_, after_on) = opening.split_once("` on ").expect("the run's day");
+    let (date, after_date) = after_on.split_once(", commit ").expect("the run's commit");
+    let (commit, _) = after_date
+        .split_once(": ")
+        .expect("the machine after the commit");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut child = std::process::Command::new("python3")
+        .current_dir(root)
+        .args([
+            "tools/bench-table",
+            "benches/results/current.json",
+            "--print",
+        ])
+        .args(["--date", date, "--commit", commit])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs tools/bench-table");
+    let started = std::time::Instant::now();
+    while child
+        .try_wait()
+        .expect("wait for tools/bench-table")
+        .is_none()
+    {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("tools/bench-table ran for over a minute");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let made = child.wait_with_output().expect("its output");
+    assert!(made.status.success(), "tools/bench-table failed");
+    let made = String::from_utf8(made.stdout).expect("text");
+    assert_eq!(
+        made.trim_end(),
+        section,
+        "BENCHMARKS.md's current run is not what tools/bench-table makes of \
+         benches/results/current.json: run it again rather than editing the table"
+    );
+}

@@ -563,6 +563,11 @@ impl Engine {
         self.redis_error(kind.profile().name(), owner, source)
     }
 
+    /// Whether this client's user was found to have what `kind` needs (see `permissions.rs`).
+    pub(crate) fn permission_known(&self, kind: &dyn Primitive) -> bool {
+        permissions::known(self.core(), kind.profile().class())
+    }
+
     /// Asks `kind`'s permission question (see `permissions.rs`) unless this client's user was
     /// already found to have what `kind` needs: `Err` with the server's `NOPERM` answer, `Ok`
     /// for a yes or for no answer within `bound`. For a primitive that reports each server's

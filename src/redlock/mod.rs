@@ -437,7 +437,9 @@ impl RedLock {
         // Whatever the requests wrote is deleted everywhere unless the guard takes it over, even
         // if this future is dropped half-way.
         let written = guard::Written::new(shared.clone(), token.clone(), lease);
-        let replies = shared.nodes.set_everywhere(&token, lease_ms, timeout);
+        let replies = shared
+            .nodes
+            .set_everywhere(&token, lease_ms, timeout, written.released());
         let started = replies.started;
         let tally = replies.tally(&shared.nodes, Until::Quorum).await;
         let elapsed = tally.decided_at - started;

@@ -13,6 +13,7 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -150,14 +151,19 @@ impl Nodes {
         self.clients.len() - self.quorum()
     }
 
-    /// `SET key token NX PX lease` on every node.
+    /// `SET key token NX PX lease` on every node; a node whose client has not been found to
+    /// have the permissions a Redlock needs asks first (see the engine's `permissions.rs`), so
+    /// that a user who may not release never takes, and sends nothing once `released` is set
+    /// (the attempt's release went out while it asked).
     pub(crate) fn set_everywhere(
         &self,
         token: &Token,
         lease_ms: u64,
         timeout: Duration,
+        released: Arc<AtomicBool>,
     ) -> Replies {
-        self.on_every_node(token, timeout, move |writer, key, token| async move {
+        let asks = Some(released);
+        self.on_every_node(token, timeout, asks, move |writer, key, token| async move {
             // Sent once: the release that may follow must come after it on the wire.
             let slot = || Some(crate::engine::key_slot(key.as_bytes()));
             let reply: Option<String> = write(&writer, Attempts::Once, slot, |redis| {
@@ -184,7 +190,7 @@ impl Nodes {
 
     /// Compare-and-pexpire on every node.
     pub(crate) fn extend(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, move |writer, key, token| async move {
+        self.on_every_node(token, timeout, None, move |writer, key, token| async move {
             let reply: i64 = REDLOCK_EXTEND
                 .run(&writer, || {
                     (
@@ -199,7 +205,7 @@ impl Nodes {
 
     /// Compare-and-delete on every node.
     pub(crate) fn release(&self, token: &Token, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, move |writer, key, token| async move {
+        self.on_every_node(token, timeout, None, move |writer, key, token| async move {
             let reply: i64 = REDLOCK_RELEASE
                 .run(&writer, || {
                     (vec![key.clone()], vec![Value::from(token.as_str())])
@@ -215,7 +221,13 @@ impl Nodes {
     /// A node whose client is not connected is not sent anything (fred would hold the request
     /// until it reconnects and send it then, long after anyone waits for it): it fails at once
     /// as unreachable.
-    fn on_every_node<F, Fut>(&self, token: &Token, timeout: Duration, request: F) -> Replies
+    fn on_every_node<F, Fut>(
+        &self,
+        token: &Token,
+        timeout: Duration,
+        asks: Option<Arc<AtomicBool>>,
+        request: F,
+    ) -> Replies
     where
         F: Fn(Writer, Key, Token) -> Fut,
         Fut: Future<Output = Result<NodeReply, RedisError>> + Send + 'static,
@@ -235,13 +247,20 @@ impl Nodes {
                 }
                 let call = request(core.writer.clone(), self.key.clone(), token.clone());
                 let (client, kind) = (client.clone(), self.kind.clone());
+                let asks = asks.clone();
                 NodeRequest::Pending(Box::pin(async move {
                     let sent = Instant::now();
-                    // A client's first call of a Redlock asks its permission question first,
-                    // within the node's time, so that a user who may not release never takes.
-                    let asked = client.engine().ask_permission(&*kind, Some(timeout)).await;
-                    if let Err(refused) = asked {
-                        return NodeReply::Failed(NodeFailureReason::Rejected(refused));
+                    let asking = asks.filter(|_| !client.engine().permission_known(&*kind));
+                    if let Some(released) = asking {
+                        let asked = client.engine().ask_permission(&*kind, Some(timeout)).await;
+                        if let Err(refused) = asked {
+                            return NodeReply::Failed(NodeFailureReason::Rejected(refused));
+                        }
+                        // The round's release went out while it asked: a request sent now
+                        // would land after it.
+                        if released.load(Ordering::Acquire) {
+                            return NodeReply::Other;
+                        }
                     }
                     let left = timeout.saturating_sub(sent.elapsed());
                     match tokio::time::timeout(left, call).await {

@@ -34,6 +34,30 @@ pub(crate) const INSPECT_HEAD: &str = include_str!("../lua/inspect.lua");
 /// server clock their scripts start with.
 pub(crate) const COUNTER: &str = include_str!("../lua/counter.lua");
 
+/// The Redis commands each preamble runs, for the classes of the primitives whose scripts start
+/// with it ([`Class::commands`](crate::engine::Class)); a unit test keeps each equal to its
+/// file.
+pub(crate) const FENCES_COMMANDS: &[&str] = &["pexpire", "sadd", "sismember"];
+/// See [`FENCES_COMMANDS`]: [`HOLDS`]' (with the fences').
+pub(crate) const HOLDS_COMMANDS: &[&str] = &[
+    "exists",
+    "hdel",
+    "hexists",
+    "hset",
+    "pexpire",
+    "pttl",
+    "sadd",
+    "sismember",
+];
+/// See [`FENCES_COMMANDS`]: [`TOKENS`]'.
+pub(crate) const TOKENS_COMMANDS: &[&str] = &["exists", "get", "incr", "set", "time"];
+/// See [`FENCES_COMMANDS`]: [`DELETE_LOCK`]' (its `PUBLISH` is asked about on the channel).
+pub(crate) const DELETE_LOCK_COMMANDS: &[&str] = &["del", "hgetall", "hkeys", "hlen", "type"];
+/// See [`FENCES_COMMANDS`]: [`INSPECT_HEAD`]'.
+pub(crate) const INSPECT_COMMANDS: &[&str] = &["get", "hgetall", "pttl", "time"];
+/// See [`FENCES_COMMANDS`]: [`COUNTER`]'.
+pub(crate) const COUNTER_COMMANDS: &[&str] = &["get", "time"];
+
 /// Where each section of a primitive's file of scripts starts: a line of its own with this and
 /// the script's name.
 const SECTION: &str = "--- script: ";
@@ -109,8 +133,7 @@ pub(crate) fn counter_script(
 }
 
 /// Every command `redis.call` or `redis.pcall` runs in `files`, publishing aside (asked about
-/// on a channel): what a primitive's class must name ([`Class::commands`](crate::engine::Class)),
-/// for its unit test.
+/// on a channel), sorted.
 #[cfg(test)]
 pub(crate) fn commands_run(files: &[&str]) -> Vec<String> {
     let mut run = std::collections::BTreeSet::new();
@@ -127,18 +150,39 @@ pub(crate) fn commands_run(files: &[&str]) -> Vec<String> {
     run.into_iter().collect()
 }
 
-/// `commands` sorted, for comparing with [`commands_run`].
+/// The commands of `groups`, each once, sorted.
 #[cfg(test)]
-pub(crate) fn sorted(commands: &[&str]) -> Vec<String> {
-    let mut sorted: Vec<String> = commands.iter().map(|c| (*c).to_owned()).collect();
-    sorted.sort();
-    sorted
+fn flattened(groups: &[&[&str]]) -> Vec<String> {
+    let all: std::collections::BTreeSet<String> = groups
+        .iter()
+        .flat_map(|group| group.iter().map(|command| (*command).to_owned()))
+        .collect();
+    all.into_iter().collect()
+}
+
+/// A primitive's unit test of its commands: each of `classes` names (over its groups) exactly
+/// what `files` run (its Lua file, the preambles its scripts start with, the other files whose
+/// scripts it calls, and a command it sends by itself as `redis.call('set'`), and
+/// docs/SECURITY.md's row for each of `kinds` gives the same.
+#[cfg(test)]
+pub(crate) fn check_commands(classes: &[&crate::engine::Class], files: &[&str], kinds: &[&str]) {
+    let run = commands_run(files);
+    for class in classes {
+        assert_eq!(flattened(class.commands), run, "{}'s class", class.label);
+    }
+    for kind in kinds {
+        assert_eq!(
+            documented_commands(kind),
+            run,
+            "docs/SECURITY.md's row for {kind}"
+        );
+    }
 }
 
 /// The commands docs/SECURITY.md's table "A user for some kinds only" gives for `kind` (its row
 /// whose first cell names it), sorted; empty when no row does.
 #[cfg(test)]
-pub(crate) fn documented_commands(kind: &str) -> Vec<String> {
+fn documented_commands(kind: &str) -> Vec<String> {
     let named = format!("`{kind}`");
     let row = include_str!("../docs/SECURITY.md")
         .lines()
@@ -155,5 +199,26 @@ pub(crate) fn documented_commands(kind: &str) -> Vec<String> {
         .get(2)
         .map(|cell| cell.trim().trim_matches('`').split_whitespace().collect())
         .unwrap_or_default();
-    sorted(&words)
+    flattened(&[&words])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each preamble's list of commands is what its file runs.
+    #[test]
+    fn each_preamble_names_the_commands_it_runs() {
+        for (text, commands) in [
+            (FENCES, FENCES_COMMANDS),
+            (HOLDS, HOLDS_COMMANDS),
+            (TOKENS, TOKENS_COMMANDS),
+            (DELETE_LOCK, DELETE_LOCK_COMMANDS),
+            (INSPECT_HEAD, INSPECT_COMMANDS),
+            (COUNTER, COUNTER_COMMANDS),
+            (PROTECTED, &[]),
+        ] {
+            assert_eq!(flattened(&[commands]), commands_run(&[text]));
+        }
+    }
 }

@@ -233,9 +233,14 @@ pub(crate) async fn ask(
     args.extend((0..keys.count()).map(|i| Value::from(keys.str(i).to_owned())));
     // The kind's commands, checked on the key; then the connection's, which take none.
     let class = profile.class();
-    args.push(Value::from(class.commands.len().to_string()));
-    let commands = class.commands.iter().chain(CONNECTION_COMMANDS);
-    args.extend(commands.map(|c| Value::from((*c).to_owned())));
+    let keyed: std::collections::BTreeSet<&str> = class
+        .commands
+        .iter()
+        .flat_map(|group| group.iter().copied())
+        .collect();
+    args.push(Value::from(keyed.len().to_string()));
+    let commands = keyed.into_iter().chain(CONNECTION_COMMANDS.iter().copied());
+    args.extend(commands.map(|c| Value::from(c.to_owned())));
     // A read: on the command connection, never waiting for replicas (replica sync).
     let reads = core.reads();
     let asked = PROBE_SCRIPT.call::<i64>(&reads, profile.keys().first(1), args);

@@ -173,12 +173,12 @@ pub(crate) struct Class {
     /// What its holds are told as on the event stream, which the engine sends without
     /// knowing what they mean.
     pub(crate) events: HoldEvents,
-    /// Every Redis command its calls run on its keys: those its scripts' files run
-    /// (`redis.call`, publishing aside, which is asked about on its channel), and any it sends
-    /// outside a script. The permission check asks the server about these, and only these,
+    /// Every Redis command its calls run on its keys, in groups (its own file's, each
+    /// preamble's): those its scripts' files run (`redis.call`, publishing aside, which is
+    /// asked about on its channel), and any it sends outside a script. The permission check asks the server about these, and only these,
     /// before its first call (see `permissions.rs`); the primitive's own unit test keeps the
     /// list and its scripts in step.
-    pub(crate) commands: &'static [&'static str],
+    pub(crate) commands: &'static [&'static [&'static str]],
     /// Which bit of a client's answers stands for this class's yes, given at its first
     /// question (see `permissions.rs`); `u32::MAX` until then. (An atomic, not a `OnceLock`,
     /// whose destructor a `..` in a `static` cannot run.)
@@ -210,7 +210,7 @@ impl Class {
     pub(crate) const fn new(
         label: &'static str,
         wake: WakeRule,
-        commands: &'static [&'static str],
+        commands: &'static [&'static [&'static str]],
     ) -> Class {
         Class {
             label,

@@ -15,6 +15,9 @@ use crate::lua;
 
 /// The wrapper `eval_while_held` puts around a caller's script: before and after the marker.
 pub(crate) const WHILE_HELD: &str = include_str!("../../lua/while_held.lua");
+/// The Redis commands [`WHILE_HELD`] runs, for the classes of the locks whose guard has
+/// `while_held` ([`Class::commands`](crate::engine::Class)).
+pub(crate) const WHILE_HELD_COMMANDS: &[&str] = &["hexists"];
 const SCRIPT_MARKER: &str = "--@script\n";
 
 /// Callers' scripts as wrapped and hashed, so that a script written through many times is
@@ -270,5 +273,15 @@ impl fmt::Debug for LockGuard {
             .field("lease", &self.lease())
             .field("lost", &self.is_lost())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn while_held_names_the_commands_it_runs() {
+        assert_eq!(crate::lua::commands_run(&[WHILE_HELD]), WHILE_HELD_COMMANDS);
     }
 }

@@ -568,18 +568,15 @@ impl Engine {
         permissions::known(self.core(), kind.profile().class())
     }
 
-    /// Asks `kind`'s permission question (see `permissions.rs`) unless this client's user was
-    /// already found to have what `kind` needs: `Err` with the server's `NOPERM` answer, `Ok`
-    /// for a yes or for no answer within `bound`. For a primitive that reports each server's
-    /// error as it is (Redlock's nodes); the others' calls ask by themselves.
+    /// Asks `kind`'s permission question (see `permissions.rs`), for a caller that found it
+    /// not [`permission_known`](Self::permission_known): `Err` with the server's `NOPERM`
+    /// answer, `Ok` for a yes or for no answer within `bound`. For a primitive that reports
+    /// each server's error as it is (Redlock's nodes); the others' calls ask by themselves.
     pub(crate) async fn ask_permission(
         &self,
         kind: &dyn Primitive,
         bound: Option<Duration>,
     ) -> std::result::Result<(), RedisError> {
-        if permissions::known(self.core(), kind.profile().class()) {
-            return Ok(());
-        }
         permissions::ask(self.core(), kind, None, bound).await
     }
 

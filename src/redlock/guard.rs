@@ -22,10 +22,6 @@ pub(super) struct Written {
     token: Token,
     lease: Duration,
     armed: bool,
-    /// Set when the release goes out: a `SET` of the attempt not sent by then (one still
-    /// waiting for its node's permission question) is never sent, since it would land after
-    /// the release.
-    released: Arc<AtomicBool>,
 }
 
 impl Written {
@@ -35,21 +31,13 @@ impl Written {
             token,
             lease,
             armed: true,
-            released: Arc::new(AtomicBool::new(false)),
         }
-    }
-
-    /// The flag its release sets, which the attempt's `SET`s read (see
-    /// [`Nodes::set_everywhere`](super::nodes::Nodes::set_everywhere)).
-    pub(super) fn released(&self) -> Arc<AtomicBool> {
-        self.released.clone()
     }
 
     /// Releases on every node, waiting for the replies of `wait_for` only. Cancel safe: the
     /// rest finishes in a task of its own.
     pub(super) async fn release(mut self, wait_for: &[usize]) {
         self.armed = false;
-        self.released.store(true, Ordering::Release);
         let until = Until::Answered(wait_for);
         release_everywhere(&self.shared, &self.token, self.lease, until).await;
     }
@@ -76,7 +64,6 @@ impl Written {
 impl Drop for Written {
     fn drop(&mut self) {
         if self.armed {
-            self.released.store(true, Ordering::Release);
             // Dropped unread, the release goes out in a task of its own.
             let timeout = self.shared.settings.node_timeout(self.lease);
             drop(self.shared.nodes.release(&self.token, timeout));

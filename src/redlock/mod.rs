@@ -436,10 +436,11 @@ impl RedLock {
         let lease_ms = millis(lease);
         // Whatever the requests wrote is deleted everywhere unless the guard takes it over, even
         // if this future is dropped half-way.
+        let refused = shared.nodes.refusals(timeout).await;
         let written = guard::Written::new(shared.clone(), token.clone(), lease);
         let replies = shared
             .nodes
-            .set_everywhere(&token, lease_ms, timeout, written.released());
+            .set_everywhere(&token, lease_ms, timeout, refused);
         let started = replies.started;
         let tally = replies.tally(&shared.nodes, Until::Quorum).await;
         let elapsed = tally.decided_at - started;

@@ -13,7 +13,6 @@
 use std::fmt;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::Duration;
@@ -154,68 +153,121 @@ impl Nodes {
         self.clients.len() - self.quorum()
     }
 
-    /// `SET key token NX PX lease` on every node; a node whose client has not been found to
-    /// have the permissions a Redlock needs asks first (see the engine's `permissions.rs`), so
-    /// that a user who may not release never takes, and sends nothing once `released` is set
-    /// (the attempt's release went out while it asked).
+    /// Each node's refusal of the permission question (see the engine's `permissions.rs`),
+    /// asked before an attempt's `SET`s of the nodes whose client has not been found to have
+    /// what a Redlock needs, so that a user who may not release never takes; empty when every
+    /// client was. The questions run in tasks of their own, each within `timeout`, and this
+    /// returns once a majority of nodes may be written (answered yes, known, or without an
+    /// answer, which goes on unchecked) or every node answered: a stalled node costs no more
+    /// than it costs the round. A `SET` is never held back behind its question, so it is on
+    /// the wire before any release that may follow it.
+    pub(crate) async fn refusals(&self, timeout: Duration) -> Vec<Option<RedisError>> {
+        let kind = &self.kind;
+        let unknown: Vec<usize> = (0..self.clients.len())
+            .filter(|&i| !self.clients[i].engine().permission_known(&**kind))
+            .collect();
+        let mut refused: Vec<Option<RedisError>> = Vec::new();
+        if unknown.is_empty() {
+            return refused;
+        }
+        refused.resize_with(self.clients.len(), || None);
+        let (answers, mut answered) = tokio::sync::mpsc::unbounded_channel();
+        for &index in &unknown {
+            let (client, kind, answers) =
+                (self.clients[index].clone(), kind.clone(), answers.clone());
+            tokio::spawn(async move {
+                let answer = client.engine().ask_permission(&*kind, Some(timeout)).await;
+                let _ = answers.send((index, answer));
+            });
+        }
+        drop(answers);
+        let mut writable = self.clients.len() - unknown.len();
+        while writable < self.quorum() {
+            let Some((index, answer)) = answered.recv().await else {
+                break;
+            };
+            match answer {
+                Ok(()) => writable += 1,
+                Err(refusal) => refused[index] = Some(refusal),
+            }
+        }
+        refused
+    }
+
+    /// `SET key token NX PX lease` on every node but those `refused` (see
+    /// [`refusals`](Self::refusals)).
     pub(crate) fn set_everywhere(
         &self,
         token: &Token,
         lease_ms: u64,
         timeout: Duration,
-        released: Arc<AtomicBool>,
+        refused: Vec<Option<RedisError>>,
     ) -> Replies {
-        let asks = Some(released);
-        self.on_every_node(token, timeout, asks, move |writer, key, token| async move {
-            // Sent once: the release that may follow must come after it on the wire.
-            let slot = || Some(crate::engine::key_slot(key.as_bytes()));
-            let reply: Option<String> = write(&writer, Attempts::Once, slot, |redis| {
-                let px = i64::try_from(lease_ms).unwrap_or(i64::MAX);
-                redis.command(
-                    "SET",
-                    vec![
-                        Value::from(key.clone()),
-                        Value::from(token.as_str()),
-                        Value::from("NX"),
-                        Value::from("PX"),
-                        Value::from(px),
-                    ],
-                )
-            })
-            .await?;
-            Ok(if reply.is_some() {
-                NodeReply::Done
-            } else {
-                NodeReply::Other
-            })
-        })
+        self.on_every_node(
+            token,
+            timeout,
+            refused,
+            move |writer, key, token| async move {
+                // Sent once: the release that may follow must come after it on the wire.
+                let slot = || Some(crate::engine::key_slot(key.as_bytes()));
+                let reply: Option<String> = write(&writer, Attempts::Once, slot, |redis| {
+                    let px = i64::try_from(lease_ms).unwrap_or(i64::MAX);
+                    redis.command(
+                        "SET",
+                        vec![
+                            Value::from(key.clone()),
+                            Value::from(token.as_str()),
+                            Value::from("NX"),
+                            Value::from("PX"),
+                            Value::from(px),
+                        ],
+                    )
+                })
+                .await?;
+                Ok(if reply.is_some() {
+                    NodeReply::Done
+                } else {
+                    NodeReply::Other
+                })
+            },
+        )
     }
 
     /// Compare-and-pexpire on every node.
     pub(crate) fn extend(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, None, move |writer, key, token| async move {
-            let reply: i64 = REDLOCK_EXTEND
-                .run(&writer, || {
-                    (
-                        vec![key.clone()],
-                        vec![Value::from(token.as_str()), Value::from(lease_ms as i64)],
-                    )
-                })
-                .await?;
-            Ok(script_reply(reply))
-        })
+        self.on_every_node(
+            token,
+            timeout,
+            Vec::new(),
+            move |writer, key, token| async move {
+                let reply: i64 = REDLOCK_EXTEND
+                    .run(&writer, || {
+                        (
+                            vec![key.clone()],
+                            vec![Value::from(token.as_str()), Value::from(lease_ms as i64)],
+                        )
+                    })
+                    .await?;
+                Ok(script_reply(reply))
+            },
+        )
     }
 
     /// Compare-and-delete on every node.
     pub(crate) fn release(&self, token: &Token, timeout: Duration) -> Replies {
-        self.on_every_node(token, timeout, None, move |writer, key, token| async move {
-            let reply: i64 = REDLOCK_RELEASE
-                .run(&writer, || {
-                    (vec![key.clone()], vec![Value::from(token.as_str())])
-                })
-                .await?;
-            Ok(script_reply(reply))
-        })
+        self.on_every_node(
+            token,
+            timeout,
+            Vec::new(),
+            move |writer, key, token| async move {
+                let reply: i64 = REDLOCK_RELEASE
+                    .run(&writer, || {
+                        (vec![key.clone()], vec![Value::from(token.as_str())])
+                    })
+                    .await?;
+                Ok(script_reply(reply))
+            },
+        )
     }
 
     /// `request` for every node, each bounded by `timeout`; nothing is sent before the first
@@ -228,17 +280,23 @@ impl Nodes {
         &self,
         token: &Token,
         timeout: Duration,
-        asks: Option<Arc<AtomicBool>>,
+        refused: Vec<Option<RedisError>>,
         request: F,
     ) -> Replies
     where
         F: Fn(Writer, Key, Token) -> Fut,
         Fut: Future<Output = Result<NodeReply, RedisError>> + Send + 'static,
     {
+        let mut refused = refused.into_iter();
         let calls = self
             .clients
             .iter()
             .map(|client| {
+                if let Some(Some(refusal)) = refused.next() {
+                    return NodeRequest::Done(NodeReply::Failed(NodeFailureReason::Rejected(
+                        refusal,
+                    )));
+                }
                 let core = client.engine().core();
                 if core.ensure_open().is_err() {
                     return NodeRequest::Done(NodeReply::Failed(NodeFailureReason::Shutdown));
@@ -250,23 +308,9 @@ impl Nodes {
                 }
                 let call = request(core.writer.clone(), self.key.clone(), token.clone());
                 let (client, kind) = (client.clone(), self.kind.clone());
-                let asks = asks.clone();
                 NodeRequest::Pending(Box::pin(async move {
                     let sent = Instant::now();
-                    let asking = asks.filter(|_| !client.engine().permission_known(&*kind));
-                    if let Some(released) = asking {
-                        let asked = client.engine().ask_permission(&*kind, Some(timeout)).await;
-                        if let Err(refused) = asked {
-                            return NodeReply::Failed(NodeFailureReason::Rejected(refused));
-                        }
-                        // The round's release went out while it asked: a request sent now
-                        // would land after it.
-                        if released.load(Ordering::Acquire) {
-                            return NodeReply::Other;
-                        }
-                    }
-                    let left = timeout.saturating_sub(sent.elapsed());
-                    match tokio::time::timeout(left, call).await {
+                    match tokio::time::timeout(timeout, call).await {
                         Err(_) => NodeReply::Failed(NodeFailureReason::TimedOut(timeout)),
                         Ok(Ok(reply)) => reply,
                         Ok(Err(error)) if is_transient(&error) => {

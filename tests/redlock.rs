@@ -584,12 +584,23 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
         }
 
         // We hold it: the raw writer gets no node, and sees one token of at least 20 random
-        // bytes, new for every acquisition.
+        // bytes, new for every acquisition. The lock is won with a majority: a node that
+        // answered after it (a loaded machine) still runs its SET, which is on its way, so the
+        // writer tries once every node carries the token (a raw SET reaching a late node first
+        // took that one node in one run).
         let guard = redlock
             .try_lock(Duration::ZERO, Some(lease))
             .await
             .unwrap()
             .unwrap();
+        let everywhere = common::eventually(Duration::from_secs(2), || async {
+            values(&raws)
+                .await
+                .iter()
+                .all(|value| value.as_deref() == Some(guard.value()))
+        })
+        .await;
+        assert!(everywhere, "{:?}", values(&raws).await);
         for raw in &raws {
             assert!(!raw_set(raw, "foreign-token", lease).await);
             let pttl: i64 = raw.pttl(NAME).await.unwrap();

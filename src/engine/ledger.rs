@@ -109,9 +109,29 @@ struct LedgerEntries {
 /// it needs, so that a call can take its turn before it is handed to a task of its own: a call
 /// cancelled while it waits for its turn is never sent.
 pub(crate) struct Turn {
+    // Dropped before `forget`, which then finds the entry free (field order is drop order).
+    unsettled: OwnedMutexGuard<Unsettled>,
+    forget: ForgetIfIdle,
+}
+
+/// Forgets a pair's entry when it is dropped and the entry is idle: nobody holds or waits for
+/// the turn and no id is left to fence. Both a turn and a call still waiting for one drop it,
+/// each after letting go of the entry; whichever lets go last finds it idle. (Forgetting only
+/// at a turn's end leaked an entry whenever the one call waiting behind it was cancelled.)
+struct ForgetIfIdle {
     ledger: Arc<LedgerEntries>,
     key: Pair,
-    unsettled: OwnedMutexGuard<Unsettled>,
+}
+
+impl Drop for ForgetIfIdle {
+    fn drop(&mut self) {
+        // Under the map's lock nobody can clone the entry: the map's own reference being the
+        // only one means nobody holds the turn or waits for it. Whoever makes a fresh entry
+        // later starts from nothing, which is what this one held.
+        self.ledger.entries.remove_if_mut(&self.key, |_, entry| {
+            Arc::get_mut(entry).is_some_and(|entry| entry.get_mut().ids.is_empty())
+        });
+    }
 }
 
 /// What the reply to a call that carried fences says of the lost calls they fence.
@@ -146,12 +166,14 @@ impl Ledger {
     pub(crate) async fn turn(&self, pair: &Pair) -> Turn {
         let key = pair.clone();
         let entry = self.shared.entries.entry(key.clone()).or_default().clone();
-        let unsettled = entry.lock_owned().await;
-        Turn {
+        // Declared before the wait: a call cancelled while it waits drops the wait (and its
+        // reference to the entry) first, then this.
+        let forget = ForgetIfIdle {
             ledger: self.shared.clone(),
             key,
-            unsettled,
-        }
+        };
+        let unsettled = entry.lock_owned().await;
+        Turn { unsettled, forget }
     }
 
     /// Number of (lock, owner) pairs with a call on its way or ids to fence.
@@ -164,7 +186,7 @@ impl Turn {
     /// A new request, fencing every id whose reply was lost.
     pub(crate) fn request(&self) -> Request {
         Request {
-            id: self.ledger.next.fetch_add(1, Ordering::Relaxed),
+            id: self.forget.ledger.next.fetch_add(1, Ordering::Relaxed),
             fences: self.unsettled.ids.clone(),
         }
     }
@@ -236,7 +258,7 @@ impl Turn {
 
     /// The lock and owner this turn is for.
     pub(crate) fn key(&self) -> &Pair {
-        &self.key
+        &self.forget.key
     }
 }
 
@@ -246,19 +268,6 @@ impl Request {
         args.reserve(1 + self.fences.len());
         args.push(Value::Integer(self.id as i64));
         args.extend(self.fences.iter().map(|&id| Value::Integer(id as i64)));
-    }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        if self.unsettled.ids.is_empty() {
-            // Nothing to remember and nobody waiting (a waiter holds a clone: the map's and this
-            // turn's guard's make two): forget the pair. A call arriving after the removal makes
-            // a fresh entry; this one is done with Redis by now.
-            self.ledger
-                .entries
-                .remove_if(&self.key, |_, entry| Arc::strong_count(entry) == 2);
-        }
     }
 }
 
@@ -441,6 +450,41 @@ mod tests {
         // The maps spread pairs by the hash made once: two pairs land apart.
         let state = std::hash::RandomState::new();
         assert_ne!(state.hash_one(&one), state.hash_one(&other));
+    }
+
+    #[tokio::test]
+    async fn a_call_cancelled_while_it_waits_for_its_turn_leaves_no_entry() {
+        let ledger = Ledger::new();
+        let pair = pair();
+        let wait = std::time::Duration::from_millis(20);
+        // Cancelled while the turn is held, the turn then ending: CI's cancellation storm
+        // (tests/semaphore.rs) saw this order too, but it was always forgotten.
+        let held = ledger.turn(&pair).await;
+        let mut waiting = Box::pin(ledger.turn(&pair));
+        assert!(tokio::time::timeout(wait, &mut waiting).await.is_err());
+        drop(waiting);
+        drop(held);
+        assert_eq!(ledger.len(), 0, "cancelled, then the turn ended");
+
+        // The turn ending while a call waits, the call then cancelled before it is polled
+        // again: the entry was left for good, and the pair counted as unsettled.
+        let held = ledger.turn(&pair).await;
+        let mut waiting = Box::pin(ledger.turn(&pair));
+        assert!(tokio::time::timeout(wait, &mut waiting).await.is_err());
+        drop(held);
+        assert_eq!(ledger.len(), 1, "the waiting call keeps the pair");
+        drop(waiting);
+        assert_eq!(ledger.len(), 0, "the turn ended, then cancelled");
+
+        // A pair with ids to fence stays whoever lets go last.
+        let mut held = ledger.turn(&pair).await;
+        let request = held.request();
+        held.record(request, &lost_reply());
+        let mut waiting = Box::pin(ledger.turn(&pair));
+        assert!(tokio::time::timeout(wait, &mut waiting).await.is_err());
+        drop(held);
+        drop(waiting);
+        assert_eq!(ledger.len(), 1, "the lost reply is still to be fenced");
     }
 
     #[tokio::test]

@@ -47,6 +47,18 @@ async fn raws(servers: &[RedisServer]) -> Vec<Client> {
 }
 
 /// The value of the key on each node.
+/// Whether every node carries `token` within 2 s: a Redlock is won with a majority, and a node
+/// that answered after it still runs its `SET`.
+async fn everywhere(raws: &[Client], token: &str) -> bool {
+    common::eventually(Duration::from_secs(2), || async {
+        values(raws)
+            .await
+            .iter()
+            .all(|value| value.as_deref() == Some(token))
+    })
+    .await
+}
+
 async fn values(raws: &[Client]) -> Vec<Option<String>> {
     let mut values = Vec::new();
     for raw in raws {
@@ -444,15 +456,8 @@ async fn lost_at_the_next_extension(intruder: Option<&str>) -> Vec<Option<String
     // machine) still runs its SET. Every node carries the token before three are changed, so
     // that each of the three held it.
     let token = guard.value().to_owned();
-    let everywhere = common::eventually(Duration::from_secs(2), || async {
-        values(&raws)
-            .await
-            .iter()
-            .all(|value| value.as_deref() == Some(token.as_str()))
-    })
-    .await;
     assert!(
-        everywhere,
+        everywhere(&raws, &token).await,
         "the token is not on every node: {:?}",
         values(&raws).await
     );
@@ -593,14 +598,11 @@ async fn other_redlock_clients_exclude_us_and_we_exclude_them() {
             .await
             .unwrap()
             .unwrap();
-        let everywhere = common::eventually(Duration::from_secs(2), || async {
-            values(&raws)
-                .await
-                .iter()
-                .all(|value| value.as_deref() == Some(guard.value()))
-        })
-        .await;
-        assert!(everywhere, "{:?}", values(&raws).await);
+        assert!(
+            everywhere(&raws, guard.value()).await,
+            "{:?}",
+            values(&raws).await
+        );
         for raw in &raws {
             assert!(!raw_set(raw, "foreign-token", lease).await);
             let pttl: i64 = raw.pttl(NAME).await.unwrap();

@@ -235,34 +235,33 @@ impl Nodes {
 
     /// Compare-and-pexpire on every node.
     pub(crate) fn extend(&self, token: &Token, lease_ms: u64, timeout: Duration) -> Replies {
-        self.on_every_node(
-            token,
-            timeout,
-            Vec::new(),
-            move |writer, key, token| async move {
-                let reply: i64 = REDLOCK_EXTEND
-                    .run(&writer, || {
-                        (
-                            vec![key.clone()],
-                            vec![Value::from(token.as_str()), Value::from(lease_ms as i64)],
-                        )
-                    })
-                    .await?;
-                Ok(script_reply(reply))
-            },
-        )
+        self.script_everywhere(&REDLOCK_EXTEND, token, timeout, Some(lease_ms))
     }
 
     /// Compare-and-delete on every node.
     pub(crate) fn release(&self, token: &Token, timeout: Duration) -> Replies {
+        self.script_everywhere(&REDLOCK_RELEASE, token, timeout, None)
+    }
+
+    /// One of the compare scripts on every node: the key, then the token and the lease (if
+    /// one) as its arguments.
+    fn script_everywhere(
+        &self,
+        script: &'static Script,
+        token: &Token,
+        timeout: Duration,
+        lease_ms: Option<u64>,
+    ) -> Replies {
         self.on_every_node(
             token,
             timeout,
             Vec::new(),
             move |writer, key, token| async move {
-                let reply: i64 = REDLOCK_RELEASE
+                let reply: i64 = script
                     .run(&writer, || {
-                        (vec![key.clone()], vec![Value::from(token.as_str())])
+                        let mut args = vec![Value::from(token.as_str())];
+                        args.extend(lease_ms.map(|ms| Value::from(ms as i64)));
+                        (vec![key.clone()], args)
                     })
                     .await?;
                 Ok(script_reply(reply))
